@@ -1,0 +1,1 @@
+//! Declared step graphs (placeholder until the crate lands).
