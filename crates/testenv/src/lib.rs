@@ -1,1 +1,431 @@
-//! placeholder
+//! A real Kubernetes API server for tests and the demo: etcd and kube-apiserver started on
+//! free loopback ports, with their own CA, RBAC authorization and an admin client.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), simplyblock_testenv::Error> {
+//! let env = simplyblock_testenv::TestEnv::start().await?;
+//! let client = env.client().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`TestEnv::start`] gives an environment owned by the caller: dropping it stops both
+//! processes and removes their files, also while a test panics. [`TestEnv::shared`] gives one
+//! environment per test binary, for suites whose tests each take a namespace of their own;
+//! its processes die with the binary (see [`process`]) and its files are swept by the next
+//! start.
+
+pub mod assets;
+pub mod certs;
+pub mod process;
+
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+
+use process::Guarded;
+
+/// What can go wrong while building or starting the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "Go is needed to build kube-apiserver and etcd for the test environment: {0}. \
+         Install Go {minimum} or newer (https://go.dev/doc/install) and put `go` on PATH.",
+        minimum = "1.26"
+    )]
+    GoMissing(String),
+    #[error("building {what} failed:\n{detail}")]
+    Build { what: String, detail: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("generating test certificates failed: {0}")]
+    Certificates(String),
+    #[error(
+        "{name} did not become ready within {waited:?}: {reason}\nlast lines of its log ({log}):\n{tail}"
+    )]
+    NotReady {
+        name: &'static str,
+        waited: Duration,
+        reason: String,
+        log: String,
+        tail: String,
+    },
+    #[error("the Kubernetes client could not be configured: {0}")]
+    Client(String),
+    #[error("installing CustomResourceDefinition {name} failed: {reason}")]
+    Crd { name: String, reason: String },
+}
+
+impl Error {
+    pub(crate) fn io(context: String, source: std::io::Error) -> Error {
+        Error::Io { context, source }
+    }
+}
+
+/// A running etcd + kube-apiserver pair.
+pub struct TestEnv {
+    /// kube-apiserver, then etcd: dropped in this order, before the files are removed.
+    processes: Vec<Guarded>,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    config: kube::Config,
+    url: String,
+}
+
+impl TestEnv {
+    /// Builds the binaries if needed, then starts etcd and kube-apiserver and waits until the
+    /// API server reports ready.
+    pub async fn start() -> Result<TestEnv, Error> {
+        let binaries = tokio::task::spawn_blocking(assets::ensure)
+            .await
+            .map_err(|e| Error::Client(format!("the asset build task failed: {e}")))??;
+        sweep_stale_runs();
+        let dir = run_dir()?;
+        match Self::start_in(&binaries, dir.clone()).await {
+            Ok(env) => Ok(env),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// One environment for the whole test binary, started on first use. Each test should
+    /// create a client of its own ([`TestEnv::client`]), because a client belongs to the
+    /// tokio runtime that built it and every `#[tokio::test]` has its own.
+    pub fn shared() -> Result<&'static TestEnv, Error> {
+        static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+        let env = SHARED.get_or_init(|| {
+            // Its own thread and runtime, so no test's runtime is blocked or owns anything
+            // the environment needs later.
+            std::thread::spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?
+                    .block_on(TestEnv::start())
+                    .map_err(|e| e.to_string())
+            })
+            .join()
+            .unwrap_or_else(|_| Err("starting the shared test environment panicked".into()))
+        });
+        env.as_ref().map_err(|e| Error::Client(e.clone()))
+    }
+
+    async fn start_in(binaries: &assets::Binaries, dir: PathBuf) -> Result<TestEnv, Error> {
+        let bundle = certs::bundle()?;
+        let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
+            let path = dir.join(name);
+            fs::write(&path, contents)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            Ok(path)
+        };
+        let ca = write("ca.crt", &bundle.ca.cert)?;
+        let serving_cert = write("apiserver.crt", &bundle.serving.cert)?;
+        let serving_key = write("apiserver.key", &bundle.serving.key)?;
+        let sa_key = write("service-account.key", &bundle.service_account_key)?;
+        let sa_pub = write("service-account.pub", &bundle.service_account_public_key)?;
+        let admin_cert = write("admin.crt", &bundle.admin.cert)?;
+        let admin_key = write("admin.key", &bundle.admin.key)?;
+
+        let etcd_client = free_port()?;
+        let etcd_peer = free_port()?;
+        let etcd_log = dir.join("etcd.log");
+        let mut etcd_cmd = Command::new(&binaries.etcd);
+        etcd_cmd
+            .arg("--name=testenv")
+            .arg(format!("--data-dir={}", dir.join("etcd").display()))
+            .arg(format!(
+                "--listen-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+            ))
+            .arg(format!(
+                "--initial-cluster=testenv=http://127.0.0.1:{etcd_peer}"
+            ))
+            .arg("--unsafe-no-fsync=true")
+            .arg("--log-level=warn");
+        let mut etcd = spawn_logged("etcd", etcd_cmd, &etcd_log)?;
+        wait_for_etcd(&mut etcd, etcd_client, &etcd_log).await?;
+
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        let apiserver_log = dir.join("kube-apiserver.log");
+        let mut api_cmd = Command::new(&binaries.kube_apiserver);
+        api_cmd
+            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_client}"))
+            .arg(format!("--cert-dir={}", dir.display()))
+            .arg(format!("--tls-cert-file={}", serving_cert.display()))
+            .arg(format!("--tls-private-key-file={}", serving_key.display()))
+            .arg(format!("--client-ca-file={}", ca.display()))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            // The kubernetes Service endpoints cannot point at loopback; nothing here needs them.
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--allow-privileged=true")
+            .arg("--authorization-mode=RBAC")
+            // No token controller runs here, so pods would be refused with it on.
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg(format!("--service-account-issuer={url}/"))
+            .arg(format!("--service-account-key-file={}", sa_pub.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                sa_key.display()
+            ))
+            .arg("--v=1");
+        let mut apiserver = spawn_logged("kube-apiserver", api_cmd, &apiserver_log)?;
+
+        let kubeconfig_text = kubeconfig_yaml(&url, &ca, &admin_cert, &admin_key);
+        let kubeconfig = write("kubeconfig", &kubeconfig_text)?;
+        let parsed = Kubeconfig::from_yaml(&kubeconfig_text)
+            .map_err(|e| Error::Client(format!("the generated kubeconfig does not parse: {e}")))?;
+        let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Client(e.to_string()))?;
+        wait_for_apiserver(&mut apiserver, &config, &apiserver_log).await?;
+
+        Ok(TestEnv {
+            processes: vec![apiserver, etcd],
+            dir,
+            kubeconfig,
+            config,
+            url,
+        })
+    }
+
+    /// A new client for the admin user (group `system:masters`). Call it inside the tokio
+    /// runtime that will use the client.
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        kube::Client::try_from(self.config.clone()).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// The client configuration, for building clients with other settings.
+    pub fn config(&self) -> &kube::Config {
+        &self.config
+    }
+
+    /// A kubeconfig file for the admin user, for kubectl and for processes under test.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's base URL, `https://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The directory holding this environment's certificates, logs and etcd data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The process ids of kube-apiserver and etcd.
+    pub fn pids(&self) -> (u32, u32) {
+        (self.processes[0].pid(), self.processes[1].pid())
+    }
+
+    /// Applies the CRDs (server-side, so a second install is a no-op) and waits until each
+    /// is Established, i.e. served.
+    pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<(), Error> {
+        let client = self.client().await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        let params = PatchParams::apply("simplyblock-testenv").force();
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            api.patch(&name, &params, &Patch::Apply(crd))
+                .await
+                .map_err(|e| Error::Crd {
+                    name: name.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            match tokio::time::timeout(Duration::from_secs(30), established).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(Error::Crd {
+                        name,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(_) => {
+                    return Err(Error::Crd {
+                        name,
+                        reason: "not Established after 30s".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        self.processes.clear();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn_logged(name: &'static str, mut cmd: Command, log: &Path) -> Result<Guarded, Error> {
+    let file =
+        fs::File::create(log).map_err(|e| Error::io(format!("creating {}", log.display()), e))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| Error::io(format!("opening {}", log.display()), e))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+    Guarded::spawn(name, cmd).map_err(|e| Error::io(format!("starting {name}"), e))
+}
+
+async fn wait_for_etcd(etcd: &mut Guarded, port: u16, log: &Path) -> Result<(), Error> {
+    let limit = Duration::from_secs(30);
+    let started = Instant::now();
+    loop {
+        if let Some(status) = etcd.exited() {
+            return Err(not_ready(
+                etcd.name,
+                started,
+                format!("it exited ({status})"),
+                log,
+            ));
+        }
+        if tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            return Err(not_ready(
+                etcd.name,
+                started,
+                "its client port never opened".into(),
+                log,
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for_apiserver(
+    apiserver: &mut Guarded,
+    config: &kube::Config,
+    log: &Path,
+) -> Result<(), Error> {
+    let limit = Duration::from_secs(90);
+    let started = Instant::now();
+    let client =
+        kube::Client::try_from(config.clone()).map_err(|e| Error::Client(e.to_string()))?;
+    loop {
+        if let Some(status) = apiserver.exited() {
+            return Err(not_ready(
+                apiserver.name,
+                started,
+                format!("it exited ({status})"),
+                log,
+            ));
+        }
+        let answer = match http::Request::get("/readyz").body(Vec::new()) {
+            Ok(req) => match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => body,
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() > limit {
+            return Err(not_ready(
+                apiserver.name,
+                started,
+                format!("/readyz said: {answer}"),
+                log,
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn not_ready(name: &'static str, started: Instant, reason: String, log: &Path) -> Error {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+    Error::NotReady {
+        name,
+        waited: started.elapsed(),
+        reason,
+        log: log.display().to_string(),
+        tail,
+    }
+}
+
+fn free_port() -> Result<u16, Error> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::io("finding a free loopback port".into(), e))
+}
+
+fn runs_root() -> PathBuf {
+    std::env::temp_dir().join("simplyblock-testenv")
+}
+
+/// `<tmp>/simplyblock-testenv/<pid>-<n>`: the pid lets a later start tell a dead run's
+/// files from a live one's.
+fn run_dir() -> Result<PathBuf, Error> {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let dir = runs_root().join(format!(
+        "{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+/// Removes the files of environments whose test process has exited.
+fn sweep_stale_runs() {
+    let Ok(entries) = fs::read_dir(runs_root()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !process::alive(pid)) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A kubeconfig that names the certificate files, so kubectl and kube read the same thing.
+fn kubeconfig_yaml(url: &str, ca: &Path, cert: &Path, key: &Path) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: admin\n    namespace: default\ncurrent-context: testenv\n",
+        ca = ca.display(),
+        cert = cert.display(),
+        key = key.display(),
+    )
+}

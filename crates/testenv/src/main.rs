@@ -1,0 +1,93 @@
+//! `testenv`: a local Kubernetes API server for people.
+//!
+//! `testenv up` starts etcd and kube-apiserver, prints the kubeconfig path and keeps them
+//! running until interrupted; Ctrl-C stops both and removes their files.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use simplyblock_testenv::TestEnv;
+
+#[derive(Parser)]
+#[command(
+    name = "testenv",
+    about = "A local kube-apiserver and etcd on loopback"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the API server, print its kubeconfig path, run until Ctrl-C.
+    Up {
+        /// Install every CustomResourceDefinition in these YAML files or directories.
+        #[arg(long = "crds")]
+        crds: Vec<PathBuf>,
+    },
+    /// Build (or find in the cache) kube-apiserver and etcd, then print their paths.
+    Build,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        // kube logs every refused connection while the API server is still starting.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,kube_client=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Cmd::Build => {
+            let bins = tokio::task::spawn_blocking(simplyblock_testenv::assets::ensure).await??;
+            println!("kube-apiserver: {}", bins.kube_apiserver.display());
+            println!("etcd: {}", bins.etcd.display());
+        }
+        Cmd::Up { crds } => {
+            let env = TestEnv::start().await?;
+            let crds = read_crds(&crds)?;
+            env.install_crds(&crds).await?;
+            println!("API server: {}", env.url());
+            println!("kubeconfig: {}", env.kubeconfig_path().display());
+            let (apiserver, etcd) = env.pids();
+            println!("processes: kube-apiserver {apiserver}, etcd {etcd}");
+            println!(
+                "try: KUBECONFIG={} kubectl get ns",
+                env.kubeconfig_path().display()
+            );
+            println!("Ctrl-C stops it and removes its files.");
+            tokio::signal::ctrl_c().await?;
+            drop(env);
+            eprintln!("stopped");
+        }
+    }
+    Ok(())
+}
+
+fn read_crds(paths: &[PathBuf]) -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            entries.sort();
+            files.extend(entries);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)?;
+        let docs: Vec<CustomResourceDefinition> = serde_saphyr::from_str_multiple(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        crds.extend(docs);
+    }
+    Ok(crds)
+}
