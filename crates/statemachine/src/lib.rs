@@ -56,6 +56,20 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! In a status struct, embed the snapshot without an `Option` (empty already means "not
+//! started") and give it the kind's step list, so the CRD's enum and CEL rule come from
+//! the graphs:
+//!
+//! ```ignore
+//! #[serde(default, skip_serializing_if = "StepSnapshot::is_empty")]
+//! #[schemars(schema_with = "step_schema")]
+//! pub step: StepSnapshot,
+//!
+//! fn step_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+//!     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
+//! }
+//! ```
 
 mod error;
 mod graph;

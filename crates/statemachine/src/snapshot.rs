@@ -74,7 +74,7 @@ pub fn cel_step_rule(steps: &[&str]) -> String {
 fn base_schema() -> Schema {
     json_schema!({
         "type": "object",
-        "description": "The current step of the operation and when it times out.",
+        "description": "The current step and when it times out.",
         "properties": {
             "state": {
                 "type": "string",
@@ -221,6 +221,38 @@ mod tests {
             schema.pointer("/properties/step/type"),
             Some(&json!("object"))
         );
+    }
+
+    // The embedding the api crate uses: no Option (an empty snapshot already means "not
+    // started"), omitted when empty, the kind's step list from its graphs.
+    #[derive(Default, Serialize, Deserialize, JsonSchema)]
+    struct OpsStatus {
+        #[serde(default, skip_serializing_if = "StepSnapshot::is_empty")]
+        #[schemars(schema_with = "ops_step_schema")]
+        step: StepSnapshot,
+    }
+
+    fn ops_step_schema(_: &mut SchemaGenerator) -> Schema {
+        StepSnapshot::schema_for_steps(&["Requesting", "Awaiting"])
+    }
+
+    #[test]
+    fn embeds_in_a_status_struct() {
+        let schema = schemars::schema_for!(OpsStatus).to_value();
+        let step = schema.pointer("/properties/step").expect("step property");
+        assert_eq!(step.get("type"), Some(&json!("object")));
+        assert_eq!(
+            step.pointer("/properties/state/enum"),
+            Some(&json!(["Requesting", "Awaiting"]))
+        );
+        assert!(step.get("x-kubernetes-validations").is_some());
+        assert_eq!(schema.get("required"), None, "{schema:#}");
+        assert_eq!(
+            serde_json::to_value(OpsStatus::default()).expect("serializes"),
+            json!({})
+        );
+        let status: OpsStatus = serde_json::from_value(json!({})).expect("deserializes");
+        assert!(status.step.is_empty());
     }
 
     #[test]
