@@ -1,0 +1,123 @@
+//! The checked-in CRDs are what the types generate, the step lists in them are the graphs',
+//! and every sample manifest is accepted by the real API server.
+
+mod support;
+
+use std::path::PathBuf;
+
+use kube::api::PostParams;
+use simplyblock_api::{
+    ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps, crd_file_name,
+    crd_yaml, crds,
+};
+use simplyblock_statemachine::testing::assert_step_schema_matches;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn checked_in_crds_match_the_types() {
+    let dir = repo_root().join("deploy/crds");
+    let mut stale = Vec::new();
+    for crd in crds() {
+        let file = dir.join(crd_file_name(&crd));
+        let expected = crd_yaml(&crd).expect("renders");
+        let actual = std::fs::read_to_string(&file).unwrap_or_default();
+        if actual != expected {
+            stale.push(file.display().to_string());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "these CRDs differ from what the types generate: {stale:?}\nregenerate them with `cargo run -p simplyblock-api --bin crds` and commit the result"
+    );
+    let files = std::fs::read_dir(&dir).expect("deploy/crds").count();
+    assert_eq!(
+        files,
+        crds().len(),
+        "deploy/crds holds a file no type generates"
+    );
+}
+
+fn step_schema(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> serde_json::Value {
+    let json = serde_json::to_value(crd).expect("crd json");
+    json["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["step"]
+        .clone()
+}
+
+#[test]
+fn step_lists_in_the_crds_are_the_graphs() {
+    use kube::CustomResourceExt;
+    assert_step_schema_matches(
+        &simplyblock_api::storage_cluster_ops::GRAPHS.declared_state_names(),
+        &step_schema(&StorageClusterOps::crd()),
+    );
+    assert_step_schema_matches(
+        &simplyblock_api::operator_ops::GRAPHS.declared_state_names(),
+        &step_schema(&OperatorOps::crd()),
+    );
+    assert_step_schema_matches(
+        &simplyblock_api::storage_cluster::CREATION_GRAPH.declared_state_names(),
+        &step_schema(&StorageCluster::crd()),
+    );
+    assert_step_schema_matches(
+        &simplyblock_api::cluster_deployment_config::EXPANSION_GRAPH.declared_state_names(),
+        &step_schema(&ClusterDeploymentConfig::crd()),
+    );
+}
+
+#[test]
+fn every_kind_has_a_sample() {
+    for crd in crds() {
+        let sample = repo_root().join("deploy/samples").join(format!(
+            "{}.yaml",
+            crd.spec.names.singular.clone().unwrap_or_default()
+        ));
+        assert!(
+            sample.is_file(),
+            "no sample for {}: {}",
+            crd.spec.names.kind,
+            sample.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn samples_are_accepted_by_the_api_server() {
+    let (client, ns) = support::namespace("samples").await;
+    for crd in crds() {
+        let singular = crd.spec.names.singular.clone().unwrap_or_default();
+        let path = repo_root().join(format!("deploy/samples/{singular}.yaml"));
+        let text = std::fs::read_to_string(&path).expect("sample");
+        let object: kube::api::DynamicObject =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let api = match crd.spec.names.kind.as_str() {
+            "StorageCluster" => support::dynamic::<StorageCluster>(&client, &ns),
+            "StorageClusterOps" => support::dynamic::<StorageClusterOps>(&client, &ns),
+            "ClusterDeploymentConfig" => support::dynamic::<ClusterDeploymentConfig>(&client, &ns),
+            "OperatorOps" => support::dynamic::<OperatorOps>(&client, &ns),
+            other => panic!("no sample check for {other}"),
+        };
+        let created = api
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{} was refused: {e}", path.display()));
+        // The typed structs read back what the server stored.
+        let value = serde_json::to_value(&created).expect("json");
+        match crd.spec.names.kind.as_str() {
+            "StorageCluster" => {
+                drop(serde_json::from_value::<StorageCluster>(value).expect("typed"))
+            }
+            "StorageClusterOps" => {
+                drop(serde_json::from_value::<StorageClusterOps>(value).expect("typed"))
+            }
+            "ClusterDeploymentConfig" => {
+                drop(serde_json::from_value::<ClusterDeploymentConfig>(value).expect("typed"))
+            }
+            _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
+        }
+    }
+}
