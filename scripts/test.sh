@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every check CI runs: formatting, lints, and all tests, the integration tests against a
+# real kube-apiserver and etcd built from source on first use (several minutes, once).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for tool in cargo go; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "scripts/test.sh needs: ${missing[*]}." >&2
+    echo "Install Rust (https://rustup.rs) and Go 1.26 or newer (https://go.dev/doc/install)." >&2
+    exit 2
+fi
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        echo "scripts/test.sh needs the Rust component $component: rustup component add $component" >&2
+        exit 2
+    fi
+done
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "formatting (cargo fmt --check)"
+cargo fmt --all -- --check
+
+step "test API server binaries (built into ~/.cache/simplyblock-testenv on first use)"
+cargo run --quiet -p simplyblock-testenv --bin testenv -- build
+
+step "lints (cargo clippy -D warnings)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "tests (cargo test)"
+cargo test --workspace
