@@ -12,6 +12,7 @@ pub mod common;
 pub mod operator_ops;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
+pub mod storage_node;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -20,6 +21,7 @@ pub use cluster_deployment_config::ClusterDeploymentConfig;
 pub use operator_ops::OperatorOps;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
+pub use storage_node::StorageNode;
 
 /// The API group of every kind here.
 pub const GROUP: &str = "storage.simplyblock.io";
@@ -33,6 +35,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         StorageClusterOps::crd(),
         ClusterDeploymentConfig::crd(),
         OperatorOps::crd(),
+        StorageNode::crd(),
     ]
 }
 

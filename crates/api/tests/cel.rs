@@ -503,3 +503,66 @@ async fn a_document_stored_without_the_approved_key_can_be_approved() {
         }
     }
 }
+
+fn storage_node(name: &str) -> Value {
+    json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2",
+        "kind": "StorageNode",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": "simplyblock",
+            "workerNode": "worker-1",
+            "slot": 0,
+            "config": {"sizing": {"vcpuCount": 4}, "deviceNames": ["0000:01:00.0"]}
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_node_keeps_its_identity() {
+    use simplyblock_api::StorageNode;
+    let (client, ns) = support::namespace("cel-storage-node").await;
+    let api = dynamic::<StorageNode>(&client, &ns);
+    create(&api, storage_node("n")).await.expect("created");
+    let moved = update(&api, "n", |n| n["spec"]["clusterRef"] = json!("other")).await;
+    assert_eq!(
+        refusal(moved),
+        [
+            "spec.clusterRef: Invalid value: \"other\": clusterRef is immutable: a node belongs to one cluster for its life; delete it and create one naming the other cluster"
+        ]
+    );
+    let reslotted = update(&api, "n", |n| n["spec"]["slot"] = json!(1)).await;
+    assert_eq!(
+        refusal(reslotted),
+        ["spec.slot: Invalid value: 1: slot is immutable: it is part of the node's identity"]
+    );
+    let devices = update(&api, "n", |n| {
+        n["spec"]["config"]["deviceNames"] = json!(["0000:02:00.0"])
+    })
+    .await;
+    assert_eq!(
+        refusal(devices),
+        [
+            "spec.config.deviceNames: Invalid value: deviceNames is immutable: the node's data lives on these devices"
+        ]
+    );
+    let long = create(&api, storage_node(&"n".repeat(64))).await;
+    assert_eq!(
+        refusal(long),
+        [
+            "<nil>: Invalid value: a StorageNode name is at most 63 characters, because it is written into label values; choose a shorter name"
+        ]
+    );
+    let small = create(&api, {
+        let mut n = storage_node("small");
+        n["spec"]["config"]["sizing"]["vcpuCount"] = json!(2);
+        n
+    })
+    .await;
+    assert_eq!(
+        refusal(small),
+        [
+            "spec.config.sizing.vcpuCount: Invalid value: 2: spec.config.sizing.vcpuCount in body should be greater than or equal to 4"
+        ]
+    );
+}

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use kube::api::PostParams;
 use simplyblock_api::{
-    ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps, crd_file_name,
-    crd_yaml, crds,
+    ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps, StorageNode,
+    crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -67,6 +67,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::cluster_deployment_config::EXPANSION_GRAPH.declared_state_names(),
         &step_schema(&ClusterDeploymentConfig::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::storage_node::PROVISIONING_GRAPH.declared_state_names(),
+        &step_schema(&StorageNode::crd()),
+    );
 }
 
 #[test]
@@ -99,6 +103,7 @@ async fn samples_are_accepted_by_the_api_server() {
             "StorageClusterOps" => support::dynamic::<StorageClusterOps>(&client, &ns),
             "ClusterDeploymentConfig" => support::dynamic::<ClusterDeploymentConfig>(&client, &ns),
             "OperatorOps" => support::dynamic::<OperatorOps>(&client, &ns),
+            "StorageNode" => support::dynamic::<StorageNode>(&client, &ns),
             other => panic!("no sample check for {other}"),
         };
         let created = api
@@ -117,6 +122,7 @@ async fn samples_are_accepted_by_the_api_server() {
             "ClusterDeploymentConfig" => {
                 drop(serde_json::from_value::<ClusterDeploymentConfig>(value).expect("typed"))
             }
+            "StorageNode" => drop(serde_json::from_value::<StorageNode>(value).expect("typed")),
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }
     }
