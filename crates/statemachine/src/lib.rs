@@ -61,7 +61,7 @@
 //! started") and give it the kind's step list, so the CRD's enum and CEL rule come from
 //! the graphs:
 //!
-//! ```ignore
+//! ```text
 //! #[serde(default, skip_serializing_if = "StepSnapshot::is_empty")]
 //! #[schemars(schema_with = "step_schema")]
 //! pub step: StepSnapshot,

@@ -11,7 +11,7 @@
 //!
 //! A kind's test, given its generated CRD as JSON:
 //!
-//! ```ignore
+//! ```text
 //! let crd = serde_json::to_value(StorageClusterOps::crd())?;
 //! let step = crd
 //!     .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/step")
