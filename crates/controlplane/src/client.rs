@@ -1,0 +1,1239 @@
+//! The `/api/v2` client.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use url::Url;
+use uuid::Uuid;
+
+use crate::error::{Error, Result, message_from_body};
+use crate::tls::{TlsConfig, client_config};
+use crate::types::*;
+
+/// How to reach the control plane.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Scheme, host and port, e.g. `http://simplyblock-webappapi:5000`; `/api/v2` is appended.
+    pub base_url: Url,
+    /// Bearer token: a service-account token or a cluster secret.
+    pub token: String,
+    /// HTTPS material; `None` for plain HTTP.
+    pub tls: Option<TlsConfig>,
+    /// Whole-request deadline.
+    pub timeout: Duration,
+    /// TCP/TLS connect deadline.
+    pub connect_timeout: Duration,
+    /// Extra attempts for idempotent reads (GET) that found the server unavailable.
+    pub read_retries: u32,
+    /// First pause between read attempts; doubled each time.
+    pub retry_backoff: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults: 30 s timeout, 5 s connect timeout, 3 read retries from 200 ms.
+    pub fn new(base_url: Url, token: impl Into<String>) -> Self {
+        Self {
+            base_url,
+            token: token.into(),
+            tls: None,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            read_retries: 3,
+            retry_backoff: Duration::from_millis(200),
+        }
+    }
+}
+
+/// An answer as received, for callers that need headers or a route the typed methods
+/// do not cover.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub status: u16,
+    pub location: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The body as JSON.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+}
+
+/// Options of `DELETE …/storage-nodes/{n}/`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeRemoveOptions {
+    pub force_remove: bool,
+    pub force_delete: bool,
+}
+
+/// Typed client of the control plane. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    api: Url,
+    token: String,
+    read_retries: u32,
+    retry_backoff: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("api", &self.api.as_str())
+            .finish()
+    }
+}
+
+fn id_from_location(location: Option<&str>) -> Option<Uuid> {
+    let loc = location?;
+    let path = loc.split('?').next().unwrap_or(loc);
+    path.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .and_then(|s| Uuid::parse_str(s).ok())
+}
+
+/// Percent-encode one path segment (an NQN carries `:`; hosts carry nothing odd, but be safe).
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+impl Client {
+    /// Build a client. Redirects (the server's trailing-slash 307s) are followed with
+    /// method, body and token kept, since they stay on the same host.
+    pub fn new(config: ClientConfig) -> Result<Self> {
+        let tls = client_config(config.tls.as_ref())?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(config.timeout)
+            .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::limited(4))
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        let mut api = config.base_url.clone();
+        if api.cannot_be_a_base() {
+            return Err(Error::Config(format!(
+                "{} cannot carry a path",
+                config.base_url
+            )));
+        }
+        let base = api.path().trim_end_matches('/').to_string();
+        api.set_path(&format!("{base}/api/v2"));
+        Ok(Self {
+            http,
+            api,
+            token: config.token,
+            read_retries: config.read_retries,
+            retry_backoff: config.retry_backoff,
+        })
+    }
+
+    /// The same client with another bearer token (e.g. a cluster secret).
+    pub fn with_token(&self, token: impl Into<String>) -> Self {
+        let mut c = self.clone();
+        c.token = token.into();
+        c
+    }
+
+    /// Send one request to `path` (relative to `/api/v2`, e.g. `/clusters/`) and return
+    /// the answer whatever its status. GETs are retried while the server is unavailable.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<RawResponse> {
+        let url = format!("{}{}", self.api.as_str().trim_end_matches('/'), path);
+        let attempts = if method == Method::GET {
+            self.read_retries + 1
+        } else {
+            1
+        };
+        let mut pause = self.retry_backoff;
+        let mut last = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            match self.send_once(&method, &url, path, query, body).await {
+                Ok(r) if method == Method::GET && matches!(r.status, 502..=504) => {
+                    last = Some(Ok(r));
+                }
+                Ok(r) => return Ok(r),
+                Err(e @ Error::Unavailable { .. }) => last = Some(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        last.unwrap_or_else(|| {
+            Err(Error::Unavailable {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: "no attempt was made".into(),
+            })
+        })
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<RawResponse> {
+        let mut req = self
+            .http
+            .request(method.clone(), url)
+            .bearer_auth(&self.token);
+        if !query.is_empty() {
+            req = req.query(query);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.map_err(|e| Error::Unavailable {
+            method: method.to_string(),
+            path: path.to_string(),
+            message: describe(&e),
+        })?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let location = header("location");
+        let content_type = header("content-type");
+        let body = resp.bytes().await.map_err(|e| Error::Unavailable {
+            method: method.to_string(),
+            path: path.to_string(),
+            message: format!("answer {status} cut short: {}", describe(&e)),
+        })?;
+        Ok(RawResponse {
+            status,
+            location,
+            content_type,
+            body: body.to_vec(),
+        })
+    }
+
+    /// Send and classify: a 2xx is returned, anything else becomes an [`Error`].
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<RawResponse> {
+        let r = self.raw(method.clone(), path, query, body).await?;
+        if (200..300).contains(&r.status) {
+            return Ok(r);
+        }
+        Err(classify(&method, path, &r))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let r = self.call(Method::GET, path, &[], None).await?;
+        decode(&Method::GET, path, &r)
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&B>,
+    ) -> Result<RawResponse> {
+        let body = match body {
+            Some(b) => Some(serde_json::to_value(b).map_err(|e| Error::Invalid {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: format!("body not serialisable: {e}"),
+            })?),
+            None => None,
+        };
+        self.call(method, path, query, body.as_ref()).await
+    }
+
+    async fn post_empty(&self, path: &str, query: &[(&str, String)]) -> Result<()> {
+        self.send::<()>(Method::POST, path, query, None).await?;
+        Ok(())
+    }
+
+    fn created_id(method: &Method, path: &str, r: &RawResponse) -> Result<Uuid> {
+        if let Some(id) = id_from_location(r.location.as_deref()) {
+            return Ok(id);
+        }
+        // `response-format=identifier` bodies are a JSON string.
+        if let Ok(s) = serde_json::from_slice::<String>(&r.body)
+            && let Ok(id) = Uuid::parse_str(&s)
+        {
+            return Ok(id);
+        }
+        Err(Error::Protocol {
+            method: method.to_string(),
+            path: path.to_string(),
+            status: r.status,
+            message: "a creation answer without an id in Location or body".into(),
+        })
+    }
+
+    // ---- readiness -------------------------------------------------------------------
+
+    /// `GET /_meta/ready`: Ok when the control plane's database answers.
+    pub async fn ready(&self) -> Result<()> {
+        self.call(Method::GET, "/_meta/ready", &[], None)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                Error::Refused {
+                    method,
+                    path,
+                    status: 503,
+                    message,
+                    ..
+                } => Error::Unavailable {
+                    method,
+                    path,
+                    message,
+                },
+                other => other,
+            })
+    }
+
+    /// `GET /_meta/health`.
+    pub async fn health(&self) -> Result<()> {
+        self.call(Method::GET, "/_meta/health", &[], None)
+            .await
+            .map(|_| ())
+    }
+
+    // ---- clusters ----------------------------------------------------------------------
+
+    pub async fn list_clusters(&self) -> Result<Vec<Cluster>> {
+        self.get("/clusters/").await
+    }
+
+    pub async fn get_cluster(&self, cluster: Uuid) -> Result<Cluster> {
+        self.get(&format!("/clusters/{cluster}/")).await
+    }
+
+    /// `POST /clusters/` with `response-format=full`.
+    pub async fn create_cluster(&self, params: &ClusterCreate) -> Result<Cluster> {
+        let path = "/clusters/";
+        let r = self
+            .send(
+                Method::POST,
+                path,
+                &[("response-format", "full".into())],
+                Some(params),
+            )
+            .await?;
+        decode(&Method::POST, path, &r)
+    }
+
+    pub async fn update_cluster(&self, cluster: Uuid, update: &ClusterUpdate) -> Result<()> {
+        self.send(
+            Method::PUT,
+            &format!("/clusters/{cluster}/"),
+            &[],
+            Some(update),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn delete_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.send::<()>(Method::DELETE, &format!("/clusters/{cluster}/"), &[], None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts activation in the background (202); poll the cluster's status.
+    pub async fn activate_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.post_empty(&format!("/clusters/{cluster}/activate"), &[])
+            .await
+    }
+
+    pub async fn expand_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.post_empty(&format!("/clusters/{cluster}/expand"), &[])
+            .await
+    }
+
+    pub async fn shutdown_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.post_empty(&format!("/clusters/{cluster}/shutdown"), &[])
+            .await
+    }
+
+    pub async fn start_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.post_empty(&format!("/clusters/{cluster}/start"), &[])
+            .await
+    }
+
+    pub async fn rebalance_cluster(&self, cluster: Uuid) -> Result<()> {
+        self.post_empty(&format!("/clusters/{cluster}/rebalance"), &[])
+            .await
+    }
+
+    /// Capacity history (untyped samples).
+    pub async fn cluster_capacity(&self, cluster: Uuid) -> Result<Vec<serde_json::Value>> {
+        self.get(&format!("/clusters/{cluster}/capacity")).await
+    }
+
+    // ---- storage nodes -----------------------------------------------------------------
+
+    pub async fn list_storage_nodes(&self, cluster: Uuid) -> Result<Vec<StorageNode>> {
+        self.get(&format!("/clusters/{cluster}/storage-nodes/"))
+            .await
+    }
+
+    pub async fn get_storage_node(&self, cluster: Uuid, node: Uuid) -> Result<StorageNode> {
+        self.get(&format!("/clusters/{cluster}/storage-nodes/{node}/"))
+            .await
+    }
+
+    /// Queue a `node_add` task; returns the task id. Not idempotent: a second add for the
+    /// same address while the first is open is refused (opaque 500).
+    pub async fn add_storage_node(&self, cluster: Uuid, params: &StorageNodeAdd) -> Result<Uuid> {
+        let path = format!("/clusters/{cluster}/storage-nodes/");
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[("response-format", "identifier".into())],
+                Some(params),
+            )
+            .await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    pub async fn remove_storage_node(
+        &self,
+        cluster: Uuid,
+        node: Uuid,
+        options: NodeRemoveOptions,
+    ) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/storage-nodes/{node}/"),
+            &[
+                ("force_remove", options.force_remove.to_string()),
+                ("force_delete", options.force_delete.to_string()),
+            ],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `force` is a query parameter on the server (a JSON `force` is silently ignored).
+    pub async fn suspend_storage_node(&self, cluster: Uuid, node: Uuid, force: bool) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/suspend"),
+            &[("force", force.to_string())],
+        )
+        .await
+    }
+
+    pub async fn resume_storage_node(&self, cluster: Uuid, node: Uuid) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/resume"),
+            &[],
+        )
+        .await
+    }
+
+    /// 202 and a background shutdown; a 409 names what blocks a graceful one.
+    pub async fn shutdown_storage_node(
+        &self,
+        cluster: Uuid,
+        node: Uuid,
+        force: bool,
+    ) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/shutdown"),
+            &[("force", force.to_string())],
+        )
+        .await
+    }
+
+    /// 202 and a background restart; refusals are invisible, so poll the status.
+    pub async fn restart_storage_node(
+        &self,
+        cluster: Uuid,
+        node: Uuid,
+        params: &NodeRestart,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("/clusters/{cluster}/storage-nodes/{node}/restart"),
+            &[],
+            Some(params),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn promote_storage_node(&self, cluster: Uuid, node: Uuid) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/promote"),
+            &[],
+        )
+        .await
+    }
+
+    pub async fn storage_node_nics(&self, cluster: Uuid, node: Uuid) -> Result<Vec<Nic>> {
+        self.get(&format!("/clusters/{cluster}/storage-nodes/{node}/nics"))
+            .await
+    }
+
+    // ---- devices -----------------------------------------------------------------------
+
+    pub async fn list_devices(&self, cluster: Uuid, node: Uuid) -> Result<Vec<Device>> {
+        self.get(&format!(
+            "/clusters/{cluster}/storage-nodes/{node}/devices/"
+        ))
+        .await
+    }
+
+    pub async fn get_device(&self, cluster: Uuid, node: Uuid, device: Uuid) -> Result<Device> {
+        self.get(&format!(
+            "/clusters/{cluster}/storage-nodes/{node}/devices/{device}/"
+        ))
+        .await
+    }
+
+    pub async fn remove_device(
+        &self,
+        cluster: Uuid,
+        node: Uuid,
+        device: Uuid,
+        force: bool,
+    ) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/devices/{device}/remove"),
+            &[("force", force.to_string())],
+        )
+        .await
+    }
+
+    pub async fn restart_device(
+        &self,
+        cluster: Uuid,
+        node: Uuid,
+        device: Uuid,
+        force: bool,
+    ) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/devices/{device}/restart"),
+            &[("force", force.to_string())],
+        )
+        .await
+    }
+
+    pub async fn reset_device(&self, cluster: Uuid, node: Uuid, device: Uuid) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/devices/{device}/reset"),
+            &[],
+        )
+        .await
+    }
+
+    // ---- tasks -------------------------------------------------------------------------
+
+    pub async fn list_tasks(&self, cluster: Uuid) -> Result<Vec<Task>> {
+        self.get(&format!("/clusters/{cluster}/tasks/")).await
+    }
+
+    /// An unknown task id answers 500 on the real server, not 404.
+    pub async fn get_task(&self, cluster: Uuid, task: Uuid) -> Result<Task> {
+        self.get(&format!("/clusters/{cluster}/tasks/{task}/"))
+            .await
+    }
+
+    // ---- pools -------------------------------------------------------------------------
+
+    pub async fn list_pools(&self, cluster: Uuid) -> Result<Vec<Pool>> {
+        self.get(&format!("/clusters/{cluster}/storage-pools/"))
+            .await
+    }
+
+    pub async fn get_pool(&self, cluster: Uuid, pool: Uuid) -> Result<Pool> {
+        self.get(&format!("/clusters/{cluster}/storage-pools/{pool}/"))
+            .await
+    }
+
+    /// The pool with this name, if any.
+    pub async fn find_pool(&self, cluster: Uuid, name: &str) -> Result<Option<Pool>> {
+        Ok(self
+            .list_pools(cluster)
+            .await?
+            .into_iter()
+            .find(|p| p.name == name))
+    }
+
+    pub async fn create_pool(&self, cluster: Uuid, params: &PoolCreate) -> Result<Pool> {
+        let path = format!("/clusters/{cluster}/storage-pools/");
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[("response-format", "full".into())],
+                Some(params),
+            )
+            .await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn update_pool(&self, cluster: Uuid, pool: Uuid, update: &PoolUpdate) -> Result<()> {
+        self.send(
+            Method::PUT,
+            &format!("/clusters/{cluster}/storage-pools/{pool}/"),
+            &[],
+            Some(update),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn delete_pool(&self, cluster: Uuid, pool: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/storage-pools/{pool}/"),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn add_pool_host(&self, cluster: Uuid, pool: Uuid, host_nqn: &str) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("/clusters/{cluster}/storage-pools/{pool}/host"),
+            &[],
+            Some(&HostNqn {
+                host_nqn: host_nqn.into(),
+            }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// A DELETE with a JSON body, as the server requires.
+    pub async fn remove_pool_host(&self, cluster: Uuid, pool: Uuid, host_nqn: &str) -> Result<()> {
+        self.send(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/storage-pools/{pool}/host"),
+            &[],
+            Some(&HostNqn {
+                host_nqn: host_nqn.into(),
+            }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    // ---- volumes -----------------------------------------------------------------------
+
+    fn vol_path(cluster: Uuid, pool: Uuid) -> String {
+        format!("/clusters/{cluster}/storage-pools/{pool}/volumes/")
+    }
+
+    pub async fn list_volumes(&self, cluster: Uuid, pool: Uuid) -> Result<Vec<Volume>> {
+        self.get(&Self::vol_path(cluster, pool)).await
+    }
+
+    pub async fn get_volume(&self, cluster: Uuid, pool: Uuid, volume: Uuid) -> Result<Volume> {
+        self.get(&format!("{}{volume}/", Self::vol_path(cluster, pool)))
+            .await
+    }
+
+    /// Create a volume; returns its id (taken from `Location`). A duplicate name in any
+    /// cluster is a [`Error::Conflict`].
+    pub async fn create_volume(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        params: &VolumeCreate,
+    ) -> Result<Uuid> {
+        let path = Self::vol_path(cluster, pool);
+        let r = self.send(Method::POST, &path, &[], Some(params)).await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    /// Create a volume from a snapshot through the volume-create route.
+    pub async fn create_volume_from_snapshot(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        params: &VolumeClone,
+    ) -> Result<Uuid> {
+        let path = Self::vol_path(cluster, pool);
+        let r = self.send(Method::POST, &path, &[], Some(params)).await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    pub async fn update_volume(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        update: &VolumeUpdate,
+    ) -> Result<()> {
+        self.send(
+            Method::PUT,
+            &format!("{}{volume}/", Self::vol_path(cluster, pool)),
+            &[],
+            Some(update),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Grow a volume. The server ignores the resize's own result and answers 204, so
+    /// read the volume back to know whether it took.
+    pub async fn resize_volume(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        size: u64,
+    ) -> Result<()> {
+        self.update_volume(
+            cluster,
+            pool,
+            volume,
+            &VolumeUpdate {
+                size: Some(size),
+                ..VolumeUpdate::default()
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_volume(&self, cluster: Uuid, pool: Uuid, volume: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("{}{volume}/", Self::vol_path(cluster, pool)),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// NVMe/TCP paths of a volume, primary first. Errors arrive as plain-text 404s.
+    pub async fn connect_volume(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        host_nqn: Option<&str>,
+    ) -> Result<Vec<ConnectEntry>> {
+        let path = format!("{}{volume}/connect", Self::vol_path(cluster, pool));
+        let query: Vec<(&str, String)> = host_nqn
+            .map(|h| vec![("host_nqn", h.to_string())])
+            .unwrap_or_default();
+        let r = self.call(Method::GET, &path, &query, None).await?;
+        decode(&Method::GET, &path, &r)
+    }
+
+    /// Allow a host NQN on a volume; returns the entry with its keys.
+    pub async fn add_volume_host(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        host_nqn: &str,
+    ) -> Result<serde_json::Value> {
+        let path = format!("{}{volume}/hosts", Self::vol_path(cluster, pool));
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[],
+                Some(&HostNqn {
+                    host_nqn: host_nqn.into(),
+                }),
+            )
+            .await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn remove_volume_host(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        host_nqn: &str,
+    ) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!(
+                "{}{volume}/hosts/{}",
+                Self::vol_path(cluster, pool),
+                seg(host_nqn)
+            ),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    // ---- snapshots and clones ----------------------------------------------------------
+
+    /// Snapshot a volume; returns the snapshot id (from `Location`).
+    pub async fn create_snapshot(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        name: &str,
+    ) -> Result<Uuid> {
+        let path = format!("{}{volume}/snapshots", Self::vol_path(cluster, pool));
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[],
+                Some(&SnapshotCreate {
+                    name: name.into(),
+                    backup: false,
+                }),
+            )
+            .await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    pub async fn list_volume_snapshots(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<Vec<Snapshot>> {
+        self.get(&format!(
+            "{}{volume}/snapshots",
+            Self::vol_path(cluster, pool)
+        ))
+        .await
+    }
+
+    pub async fn list_snapshots(&self, cluster: Uuid, pool: Uuid) -> Result<Vec<Snapshot>> {
+        self.get(&format!(
+            "/clusters/{cluster}/storage-pools/{pool}/snapshots/"
+        ))
+        .await
+    }
+
+    pub async fn get_snapshot(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        snapshot: Uuid,
+    ) -> Result<Snapshot> {
+        self.get(&format!(
+            "/clusters/{cluster}/storage-pools/{pool}/snapshots/{snapshot}/"
+        ))
+        .await
+    }
+
+    pub async fn delete_snapshot(&self, cluster: Uuid, pool: Uuid, snapshot: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/storage-pools/{pool}/snapshots/{snapshot}/"),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Clone a volume (snapshot and clone in one call); returns the new volume's id.
+    /// `new_size` is a size string such as `"20G"`.
+    pub async fn clone_volume(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        clone_name: &str,
+        new_size: Option<&str>,
+    ) -> Result<Uuid> {
+        let path = format!("{}{volume}/clone", Self::vol_path(cluster, pool));
+        let mut query = vec![("clone_name", clone_name.to_string())];
+        if let Some(s) = new_size {
+            query.push(("new_size", s.to_string()));
+        }
+        let r = self.send::<()>(Method::POST, &path, &query, None).await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    // ---- migrations (subsystem form) ---------------------------------------------------
+
+    fn mig_path(cluster: Uuid, nqn: &str) -> String {
+        format!("/clusters/{cluster}/subsystems/{}/migrations/", seg(nqn))
+    }
+
+    /// Newest first.
+    pub async fn list_migrations(&self, cluster: Uuid, nqn: &str) -> Result<Vec<Migration>> {
+        self.get(&Self::mig_path(cluster, nqn)).await
+    }
+
+    /// Pre-create a migration (phase `pre_created`); the answer carries target-side
+    /// `connect_strings` to connect before [`Client::continue_migration`].
+    pub async fn create_migration(
+        &self,
+        cluster: Uuid,
+        nqn: &str,
+        params: &MigrationCreate,
+    ) -> Result<Migration> {
+        let path = Self::mig_path(cluster, nqn);
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[("response-format", "full".into())],
+                Some(params),
+            )
+            .await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn get_migration(
+        &self,
+        cluster: Uuid,
+        nqn: &str,
+        migration: Uuid,
+    ) -> Result<Migration> {
+        self.get(&format!("{}{migration}/", Self::mig_path(cluster, nqn)))
+            .await
+    }
+
+    pub async fn continue_migration(
+        &self,
+        cluster: Uuid,
+        nqn: &str,
+        migration: Uuid,
+        params: &MigrationContinue,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("{}{migration}/continue", Self::mig_path(cluster, nqn)),
+            &[],
+            Some(params),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn cancel_migration(&self, cluster: Uuid, nqn: &str, migration: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("{}{migration}/", Self::mig_path(cluster, nqn)),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn cleanup_migration_target(
+        &self,
+        cluster: Uuid,
+        nqn: &str,
+        migration: Uuid,
+    ) -> Result<serde_json::Value> {
+        let path = format!("{}{migration}/cleanup-target", Self::mig_path(cluster, nqn));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    // ---- replication -------------------------------------------------------------------
+
+    pub async fn list_replication_targets(&self, cluster: Uuid) -> Result<Vec<ReplicationTarget>> {
+        self.get(&format!("/clusters/{cluster}/replication/targets/"))
+            .await
+    }
+
+    pub async fn create_replication_target(
+        &self,
+        cluster: Uuid,
+        params: &ReplicationTargetCreate,
+    ) -> Result<ReplicationTarget> {
+        let path = format!("/clusters/{cluster}/replication/targets/");
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[("response-format", "full".into())],
+                Some(params),
+            )
+            .await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn delete_replication_target(&self, cluster: Uuid, target: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/replication/targets/{target}/"),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn failover_replication_target(
+        &self,
+        cluster: Uuid,
+        target: Uuid,
+    ) -> Result<Vec<FailoverResult>> {
+        let path = format!("/clusters/{cluster}/replication/targets/{target}/failover");
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn list_replication_policies(&self, cluster: Uuid) -> Result<Vec<ReplicationPolicy>> {
+        self.get(&format!("/clusters/{cluster}/replication/policies/"))
+            .await
+    }
+
+    pub async fn create_replication_policy(
+        &self,
+        cluster: Uuid,
+        params: &ReplicationPolicyCreate,
+    ) -> Result<ReplicationPolicy> {
+        let path = format!("/clusters/{cluster}/replication/policies/");
+        let r = self
+            .send(
+                Method::POST,
+                &path,
+                &[("response-format", "full".into())],
+                Some(params),
+            )
+            .await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn delete_replication_policy(&self, cluster: Uuid, policy: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("/clusters/{cluster}/replication/policies/{policy}/"),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    fn repl_path(cluster: Uuid, pool: Uuid, volume: Uuid) -> String {
+        format!("{}{volume}/replication/", Self::vol_path(cluster, pool))
+    }
+
+    /// The volume's replication relationship; 404 when it has none.
+    pub async fn volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<ReplicationRelationship> {
+        self.get(&Self::repl_path(cluster, pool, volume)).await
+    }
+
+    pub async fn start_volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        params: &ReplicationStart,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("{}start", Self::repl_path(cluster, pool, volume)),
+            &[],
+            Some(params),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// One of `stop`, `trigger`, `failover` (bodyless verbs answering 204).
+    pub async fn volume_replication_action(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        verb: &str,
+    ) -> Result<()> {
+        self.post_empty(
+            &format!("{}{verb}", Self::repl_path(cluster, pool, volume)),
+            &[],
+        )
+        .await
+    }
+
+    /// Planned cutover; returns the `replication_final` task id.
+    pub async fn commit_volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<Uuid> {
+        let path = format!("{}commit", Self::repl_path(cluster, pool, volume));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        Self::created_id(&Method::POST, &path, &r)
+    }
+
+    pub async fn failback_volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        params: &Failback,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("{}failback", Self::repl_path(cluster, pool, volume)),
+            &[],
+            Some(params),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn volume_replication_tasks(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<Vec<Task>> {
+        self.get(&format!("{}tasks", Self::repl_path(cluster, pool, volume)))
+            .await
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    if e.is_timeout() {
+        s.push_str(" (timed out)");
+    }
+    s
+}
+
+fn decode<T: DeserializeOwned>(method: &Method, path: &str, r: &RawResponse) -> Result<T> {
+    serde_json::from_slice(&r.body).map_err(|e| Error::Protocol {
+        method: method.to_string(),
+        path: path.to_string(),
+        status: r.status,
+        message: e.to_string(),
+    })
+}
+
+pub(crate) fn classify(method: &Method, path: &str, r: &RawResponse) -> Error {
+    let message = message_from_body(&r.body);
+    let method = method.to_string();
+    let path = path.to_string();
+    let is_json = r
+        .content_type
+        .as_deref()
+        .is_some_and(|c| c.contains("json"));
+    match StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR) {
+        StatusCode::NOT_FOUND => Error::NotFound {
+            method,
+            path,
+            message,
+        },
+        StatusCode::CONFLICT => Error::Conflict {
+            method,
+            path,
+            message,
+        },
+        StatusCode::UNPROCESSABLE_ENTITY => Error::Invalid {
+            method,
+            path,
+            message,
+        },
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Error::Unauthorized {
+            method,
+            path,
+            message,
+        },
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => {
+            Error::Unavailable {
+                method,
+                path,
+                message,
+            }
+        }
+        s => Error::Refused {
+            method,
+            path,
+            status: s.as_u16(),
+            opaque: s == StatusCode::INTERNAL_SERVER_ERROR && !is_json,
+            message,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_yields_the_id() {
+        let id = Uuid::from_u128(7);
+        let loc = format!("/api/v2/clusters/x/storage-pools/y/volumes/{id}/");
+        assert_eq!(id_from_location(Some(&loc)), Some(id));
+        assert_eq!(id_from_location(Some("/api/v2/clusters/")), None);
+    }
+
+    #[test]
+    fn nqn_segment_is_escaped() {
+        assert_eq!(seg("nqn.2023-02.io:a"), "nqn.2023-02.io%3Aa");
+    }
+
+    #[test]
+    fn plain_500_is_opaque_and_retryable() {
+        let r = RawResponse {
+            status: 500,
+            location: None,
+            content_type: Some("text/plain; charset=utf-8".into()),
+            body: b"Internal Server Error".to_vec(),
+        };
+        let e = classify(&Method::POST, "/x", &r);
+        assert!(e.is_retryable(), "{e}");
+        let r = RawResponse {
+            content_type: Some("application/json".into()),
+            body: br#"{"status":"An error occured while processing the request","detail":"boom"}"#
+                .to_vec(),
+            ..r
+        };
+        let e = classify(&Method::POST, "/x", &r);
+        assert!(!e.is_retryable());
+        assert_eq!(e.message(), "boom");
+    }
+}

@@ -1,0 +1,24 @@
+//! Typed async client of the simplyblock control plane's REST API (`/api/v2`) and of a
+//! worker's storage-node API, as the operator and the CSI driver use them.
+//!
+//! Every call carries the bearer token. Reads (GET) are retried while the server is
+//! unavailable; writes are sent once, because most are not idempotent (a second
+//! node add or cluster create does harm). Errors are classified by what a caller does
+//! next ([`Error`]), including the server's quirks: trailing-slash 307 redirects are
+//! followed, plain-text 500s become opaque [`Error::Refused`], and the quotes a Python
+//! `KeyError` leaves around not-found messages are stripped.
+
+mod client;
+mod error;
+mod snode;
+mod tls;
+pub mod types;
+
+pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse};
+pub use error::{Error, Result};
+pub use reqwest::Method;
+pub use snode::{SnodeClient, SnodeConfig};
+pub use tls::TlsConfig;
+pub use types::*;
+pub use url::Url;
+pub use uuid::Uuid;

@@ -1,0 +1,1085 @@
+//! Wire types of the control plane's `/api/v2`, shaped after its OpenAPI document.
+//!
+//! Field names follow the wire exactly. Status enums carry an `Unknown` variant so a
+//! newer control plane that grows a status does not break decoding of everything else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $wire:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $wire)] $variant,)+
+            /// A value this client does not know.
+            #[default]
+            #[serde(other, rename = "unknown")]
+            Unknown,
+        }
+
+        impl $name {
+            /// The wire spelling.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $wire,)+
+                    Self::Unknown => "unknown",
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// `ClusterDTO.status`.
+    ClusterStatus {
+        Active => "active",
+        ReadOnly => "read_only",
+        Inactive => "inactive",
+        Suspended => "suspended",
+        Degraded => "degraded",
+        Unready => "unready",
+        InActivation => "in_activation",
+        InExpansion => "in_expansion",
+    }
+);
+
+wire_enum!(
+    /// `StorageNodeDTO.status`.
+    NodeStatus {
+        Online => "online",
+        Offline => "offline",
+        Suspended => "suspended",
+        InShutdown => "in_shutdown",
+        Removed => "removed",
+        InRestart => "in_restart",
+        InCreation => "in_creation",
+        Unreachable => "unreachable",
+        Schedulable => "schedulable",
+        Down => "down",
+    }
+);
+
+wire_enum!(
+    /// `DeviceDTO.status` (a free string on the wire; these are the values the model uses).
+    DeviceStatus {
+        New => "new",
+        Online => "online",
+        Unavailable => "unavailable",
+        Removed => "removed",
+        Failed => "failed",
+        FailedAndMigrated => "failed_and_migrated",
+        ReadOnly => "read_only",
+        CannotAllocate => "cannot_allocate",
+        JmDev => "JM_DEV",
+    }
+);
+
+wire_enum!(
+    /// `TaskDTO.status`.
+    TaskStatus {
+        New => "new",
+        Running => "running",
+        Suspended => "suspended",
+        Done => "done",
+    }
+);
+
+wire_enum!(
+    /// `StoragePoolDTO.status`, also used by replication targets and policies.
+    ActiveStatus {
+        Active => "active",
+        Inactive => "inactive",
+    }
+);
+
+wire_enum!(
+    /// `VolumeDTO.status` (a free string on the wire).
+    VolumeStatus {
+        InCreation => "in_creation",
+        Online => "online",
+        Offline => "offline",
+        InDeletion => "in_deletion",
+        Restoring => "restoring",
+        Deleted => "deleted",
+        RestoreFailed => "restore_failed",
+    }
+);
+
+wire_enum!(
+    /// `SnapshotDTO.status`.
+    SnapshotStatus {
+        Online => "online",
+        Offline => "offline",
+        InDeletion => "in_deletion",
+        InReplication => "in_replication",
+    }
+);
+
+wire_enum!(
+    /// Replication mode.
+    ReplicationMode {
+        Failover => "failover",
+        Migration => "migration",
+    }
+);
+
+wire_enum!(
+    /// `ReplicationRelationshipDTO.state`.
+    ReplicationState {
+        Replicating => "replicating",
+        CutoverPending => "cutover_pending",
+        CutoverDone => "cutover_done",
+        FailedOver => "failed_over",
+    }
+);
+
+wire_enum!(
+    /// `ReplicationRelationshipDTO.direction`.
+    ReplicationDirection {
+        ToTarget => "to_target",
+        ToSource => "to_source",
+    }
+);
+
+wire_enum!(
+    /// `FailoverResultDTO.status`.
+    FailoverStatus {
+        FailedOver => "failed_over",
+        Skipped => "skipped",
+        Failed => "failed",
+    }
+);
+
+wire_enum!(
+    /// High-availability type of a cluster or volume.
+    HaType {
+        Single => "single",
+        Ha => "ha",
+    }
+);
+
+/// `CapacityStatDTO`: the latest capacity sample, all zero when none exists.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityStat {
+    pub date: i64,
+    pub size_total: i64,
+    pub size_prov: i64,
+    pub size_used: i64,
+    pub size_free: i64,
+    pub size_util: i64,
+}
+
+/// `ClusterDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cluster {
+    pub id: Uuid,
+    pub name: Option<String>,
+    pub nqn: String,
+    pub status: ClusterStatus,
+    pub is_re_balancing: bool,
+    pub block_size: u32,
+    pub distr_ndcs: u32,
+    pub distr_npcs: u32,
+    pub ha: bool,
+    pub utilization_critical: u32,
+    pub utilization_warning: u32,
+    pub provisioned_capacity_critical: u32,
+    pub provisioned_capacity_warning: u32,
+    pub node_affinity: bool,
+    pub anti_affinity: bool,
+    pub enable_failure_domain: bool,
+    pub secret: String,
+    pub tls_enabled: bool,
+    pub max_fault_tolerance: u32,
+    pub backup_enabled: bool,
+    pub capacity: CapacityStat,
+}
+
+/// `BackupConfigParams` inside a cluster create.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_endpoint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucket_name: Option<String>,
+}
+
+/// `HashicorpVaultSettings` inside a cluster create.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VaultSettings {
+    pub base_url: String,
+}
+
+fn d_512() -> u32 {
+    512
+}
+fn d_page() -> u64 {
+    2_097_152
+}
+fn d_1() -> u32 {
+    1
+}
+fn d_4096() -> u32 {
+    4096
+}
+fn d_ha() -> HaType {
+    HaType::Ha
+}
+fn d_256() -> u32 {
+    256
+}
+fn d_128() -> u32 {
+    128
+}
+fn d_4() -> u32 {
+    4
+}
+fn d_tcp() -> String {
+    "tcp".into()
+}
+fn d_4420() -> u16 {
+    4420
+}
+fn d_8080() -> u16 {
+    8080
+}
+fn d_50001() -> u16 {
+    50001
+}
+fn d_true() -> bool {
+    true
+}
+fn d_500() -> u32 {
+    500
+}
+fn d_3() -> u32 {
+    3
+}
+fn d_default_ns() -> String {
+    "default".into()
+}
+
+/// `ClusterParams`: the body of `POST /clusters/`. Defaults are the server's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterCreate {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default = "d_512")]
+    pub blk_size: u32,
+    #[serde(default = "d_page")]
+    pub page_size_in_blocks: u64,
+    #[serde(default)]
+    pub cap_warn: u32,
+    #[serde(default)]
+    pub cap_crit: u32,
+    #[serde(default)]
+    pub prov_cap_warn: u32,
+    #[serde(default)]
+    pub prov_cap_crit: u32,
+    #[serde(default = "d_1")]
+    pub distr_ndcs: u32,
+    #[serde(default = "d_1")]
+    pub distr_npcs: u32,
+    #[serde(default = "d_4096")]
+    pub distr_bs: u32,
+    #[serde(default = "d_4096")]
+    pub distr_chunk_bs: u32,
+    #[serde(default = "d_ha")]
+    pub ha_type: HaType,
+    #[serde(default = "d_256")]
+    pub qpair_count: u32,
+    #[serde(default = "d_128")]
+    pub max_queue_size: u32,
+    #[serde(default = "d_4")]
+    pub inflight_io_threshold: u32,
+    #[serde(default)]
+    pub enable_node_affinity: bool,
+    #[serde(default)]
+    pub strict_node_anti_affinity: bool,
+    #[serde(default)]
+    pub is_single_node: bool,
+    #[serde(default = "d_tcp")]
+    pub fabric: String,
+    #[serde(default)]
+    pub cr_name: String,
+    #[serde(default)]
+    pub cr_namespace: String,
+    #[serde(default)]
+    pub cr_plural: String,
+    #[serde(default)]
+    pub client_data_nic: String,
+    #[serde(default = "d_4420")]
+    pub nvmf_base_port: u16,
+    #[serde(default = "d_8080")]
+    pub rpc_base_port: u16,
+    #[serde(default = "d_50001")]
+    pub snode_api_port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_config: Option<BackupConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashicorp_vault_settings: Option<VaultSettings>,
+    #[serde(default)]
+    pub enable_failure_domain: bool,
+    /// Required by the server.
+    pub max_subsys: u32,
+    #[serde(default)]
+    pub hugepages_mem: u64,
+    /// Required by the server.
+    pub spdk_vcpu_count: u32,
+}
+
+impl ClusterCreate {
+    /// A create body with the server's defaults and the two required sizing fields.
+    pub fn new(name: impl Into<String>, max_subsys: u32, spdk_vcpu_count: u32) -> Self {
+        Self {
+            name: name.into(),
+            blk_size: d_512(),
+            page_size_in_blocks: d_page(),
+            cap_warn: 0,
+            cap_crit: 0,
+            prov_cap_warn: 0,
+            prov_cap_crit: 0,
+            distr_ndcs: 1,
+            distr_npcs: 1,
+            distr_bs: 4096,
+            distr_chunk_bs: 4096,
+            ha_type: HaType::Ha,
+            qpair_count: 256,
+            max_queue_size: 128,
+            inflight_io_threshold: 4,
+            enable_node_affinity: false,
+            strict_node_anti_affinity: false,
+            is_single_node: false,
+            fabric: d_tcp(),
+            cr_name: String::new(),
+            cr_namespace: String::new(),
+            cr_plural: String::new(),
+            client_data_nic: String::new(),
+            nvmf_base_port: 4420,
+            rpc_base_port: 8080,
+            snode_api_port: 50001,
+            backup_config: None,
+            hashicorp_vault_settings: None,
+            enable_failure_domain: false,
+            max_subsys,
+            hugepages_mem: 0,
+            spdk_vcpu_count,
+        }
+    }
+}
+
+/// `UpdatableClusterParameters`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `StorageNodeDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StorageNode {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub secondary_node_id: Option<Uuid>,
+    pub status: NodeStatus,
+    /// ISO-8601 duration, null when the node is not up.
+    pub uptime: Option<String>,
+    pub hostname: String,
+    pub host_nqn: String,
+    pub cpu_total_count: u32,
+    pub cpu_spdk_count: u32,
+    pub cpu_poller_count: u32,
+    pub memory: u64,
+    pub hugepage_memory: u64,
+    pub spdk_mem: u64,
+    pub lvols: u32,
+    pub lvols_max: u32,
+    pub snapshots_max: u32,
+    pub rpc_port: u16,
+    pub lvol_subsys_port: u16,
+    pub hublvol_port: u16,
+    pub nvmf_port: u16,
+    pub mgmt_ip: String,
+    pub health_check: Option<bool>,
+    pub device_count: u32,
+    pub online_device_count: u32,
+    pub failure_domain: i64,
+    pub capacity: CapacityStat,
+}
+
+/// `StorageNodeParams`: the body of `POST /clusters/{c}/storage-nodes/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StorageNodeAdd {
+    pub node_address: String,
+    pub interface_name: String,
+    #[serde(default = "d_500")]
+    pub max_snapshots: u32,
+    #[serde(default = "d_true")]
+    pub ha_jm: bool,
+    #[serde(default)]
+    pub test_device: bool,
+    #[serde(default)]
+    pub spdk_image: String,
+    #[serde(default)]
+    pub spdk_debug: bool,
+    #[serde(default)]
+    pub data_nics: Vec<String>,
+    #[serde(default = "d_default_ns")]
+    pub namespace: String,
+    #[serde(default)]
+    pub id_device_by_nqn: bool,
+    #[serde(default = "d_3")]
+    pub jm_percent: u32,
+    #[serde(default = "d_1")]
+    pub partitions: u32,
+    #[serde(default)]
+    pub iobuf_small_pool_count: u32,
+    #[serde(default)]
+    pub iobuf_large_pool_count: u32,
+    #[serde(default)]
+    pub cr_name: String,
+    #[serde(default)]
+    pub cr_namespace: String,
+    #[serde(default)]
+    pub cr_plural: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ha_jm_count: Option<u32>,
+    #[serde(default)]
+    pub format_4k: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spdk_proxy_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spdk_sys_mem: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<i64>,
+    #[serde(default)]
+    pub expand: bool,
+}
+
+impl StorageNodeAdd {
+    /// A node-add body with the server's defaults.
+    pub fn new(node_address: impl Into<String>, interface_name: impl Into<String>) -> Self {
+        Self {
+            node_address: node_address.into(),
+            interface_name: interface_name.into(),
+            max_snapshots: 500,
+            ha_jm: true,
+            test_device: false,
+            spdk_image: String::new(),
+            spdk_debug: false,
+            data_nics: Vec::new(),
+            namespace: d_default_ns(),
+            id_device_by_nqn: false,
+            jm_percent: 3,
+            partitions: 1,
+            iobuf_small_pool_count: 0,
+            iobuf_large_pool_count: 0,
+            cr_name: String::new(),
+            cr_namespace: String::new(),
+            cr_plural: String::new(),
+            ha_jm_count: None,
+            format_4k: false,
+            spdk_proxy_image: None,
+            spdk_sys_mem: None,
+            failure_domain: None,
+            expand: false,
+        }
+    }
+}
+
+/// `_RestartParams`: the (required) body of node restart/start.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeRestart {
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub reattach_volume: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_address: Option<String>,
+    #[serde(default)]
+    pub new_ssd_pcie: Vec<String>,
+}
+
+/// One entry of `GET …/storage-nodes/{n}/nics` (capitalised keys with spaces, as served).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Nic {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Device name")]
+    pub device_name: String,
+    #[serde(rename = "Address")]
+    pub address: String,
+    #[serde(rename = "Net type")]
+    pub net_type: String,
+    #[serde(rename = "Status")]
+    pub status: String,
+}
+
+/// `DeviceDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Device {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub storage_node_id: Uuid,
+    pub model: String,
+    pub serial_number: String,
+    pub nvme_controller: String,
+    pub pcie_address: String,
+    pub status: DeviceStatus,
+    pub health_check: Option<bool>,
+    pub retries_exhausted: bool,
+    pub size: u64,
+    pub cluster_device_order: u32,
+    pub io_error: bool,
+    pub is_partition: bool,
+    pub nvmf_ips: Vec<String>,
+    pub nvmf_nqn: String,
+    pub nvmf_port: u16,
+    pub capacity: CapacityStat,
+}
+
+/// `TaskDTO`. `function_name` stays a string: the server's model has names its own DTO
+/// does not list (`node_removal`, `cluster_expand`, …).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Task {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub device_id: Option<Uuid>,
+    pub storage_node_id: Option<Uuid>,
+    pub status: TaskStatus,
+    pub canceled: bool,
+    pub function_name: String,
+    pub function_params: serde_json::Map<String, Value>,
+    pub function_result: String,
+    /// `None` means unlimited.
+    pub max_retry: Option<u32>,
+    pub retry: u32,
+}
+
+impl Task {
+    /// Done without being canceled and without a failure result.
+    pub fn succeeded(&self) -> bool {
+        self.status == TaskStatus::Done
+            && !self.canceled
+            && self
+                .function_result
+                .to_ascii_lowercase()
+                .contains("success")
+    }
+}
+
+/// `StoragePoolDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Pool {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub name: String,
+    pub status: ActiveStatus,
+    pub max_size: u64,
+    pub volume_max_size: u64,
+    pub max_rw_iops: u64,
+    pub max_rw_mbytes: u64,
+    pub max_r_mbytes: u64,
+    pub max_w_mbytes: u64,
+    pub capacity: Option<CapacityStat>,
+    pub dhchap: bool,
+    pub allowed_hosts: Vec<String>,
+}
+
+/// `StoragePoolParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolCreate {
+    pub name: String,
+    #[serde(default)]
+    pub pool_max: u64,
+    #[serde(default)]
+    pub volume_max_size: u64,
+    #[serde(default)]
+    pub max_rw_iops: u64,
+    #[serde(default)]
+    pub max_rw_mbytes: u64,
+    #[serde(default)]
+    pub max_r_mbytes: u64,
+    #[serde(default)]
+    pub max_w_mbytes: u64,
+    #[serde(default)]
+    pub dhchap: bool,
+    #[serde(default)]
+    pub cr_name: String,
+    #[serde(default)]
+    pub cr_namespace: String,
+    #[serde(default)]
+    pub cr_plural: String,
+}
+
+/// `UpdatableStoragePoolParams`: only the fields sent are applied.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_max_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rw_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rw_mbytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_r_mbytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_w_mbytes: Option<u64>,
+}
+
+/// `PoolHostParams` / `_AddHostParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostNqn {
+    pub host_nqn: String,
+}
+
+/// `VolumeDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Volume {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub storage_node_id: Uuid,
+    pub name: String,
+    pub status: VolumeStatus,
+    pub health_check: bool,
+    pub io_error: bool,
+    pub migrating: bool,
+    pub nqn: String,
+    pub hostname: String,
+    pub priority_class: u32,
+    pub namespace: String,
+    pub fabric: String,
+    /// Absolute URLs of the storage-node detail routes.
+    pub nodes: Vec<String>,
+    pub port: u16,
+    pub size: u64,
+    pub ndcs: u32,
+    pub npcs: u32,
+    pub pool_uuid: String,
+    pub pool_name: String,
+    pub pvc_name: String,
+    pub snapshot_name: String,
+    pub blobid: u64,
+    pub ns_id: u32,
+    /// Absolute URL of the snapshot this volume was cloned from.
+    pub cloned_from: Option<String>,
+    pub high_availability: bool,
+    pub do_replicate: bool,
+    pub max_namespace_per_subsys: u32,
+    pub max_rw_iops: u64,
+    pub max_rw_mbytes: u64,
+    pub max_r_mbytes: u64,
+    pub max_w_mbytes: u64,
+    pub allowed_hosts: Vec<String>,
+    pub policy: String,
+    pub capacity: CapacityStat,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rep_info: Option<serde_json::Map<String, Value>>,
+    pub from_source: bool,
+}
+
+/// `_CreateParams`: a new volume.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VolumeCreate {
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+    #[serde(default)]
+    pub max_rw_iops: u64,
+    #[serde(default)]
+    pub max_rw_mbytes: u64,
+    #[serde(default)]
+    pub max_r_mbytes: u64,
+    #[serde(default)]
+    pub max_w_mbytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ha_type: Option<HaType>,
+    /// Node id or hostname to place the primary on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+    #[serde(default)]
+    pub priority_class: u32,
+    #[serde(default)]
+    pub namespaced: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_name: Option<String>,
+    #[serde(default)]
+    pub ndcs: u32,
+    #[serde(default)]
+    pub npcs: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
+    #[serde(default = "d_tcp")]
+    pub fabric: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_namespace_per_subsys: Option<u32>,
+    #[serde(default)]
+    pub do_replicate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_cluster_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_policy: Option<String>,
+    #[serde(default)]
+    pub encrypt: bool,
+}
+
+impl VolumeCreate {
+    /// A create body with the defaults the operator sends (one namespace per subsystem).
+    pub fn new(name: impl Into<String>, size: u64) -> Self {
+        Self {
+            name: name.into(),
+            size,
+            fabric: d_tcp(),
+            max_namespace_per_subsys: Some(1),
+            ..Self::default()
+        }
+    }
+}
+
+/// `_CloneParams`: a volume cloned from a snapshot through the volume-create route.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VolumeClone {
+    pub name: String,
+    pub snapshot_id: Option<Uuid>,
+    /// 0 = the snapshot's size. Left out when 0: the server's union picks the variant
+    /// by the fields present, and a clone body must not look like a plain create.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_namespace: Option<String>,
+    #[serde(default)]
+    pub delete_snap_on_lvol_delete: bool,
+}
+
+/// `UpdatableLVolParams`. `replication_policy_id` distinguishes "leave alone" (`None`)
+/// from "detach" (`Some(None)`), as the server does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VolumeUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rw_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rw_mbytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_r_mbytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_w_mbytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    pub replication_policy_id: Option<Option<Uuid>>,
+}
+
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer, T: Serialize>(
+        v: &Option<Option<T>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// `NvmeConnectEntry`: one NVMe/TCP path of a volume (hyphenated keys on the wire).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConnectEntry {
+    pub transport: String,
+    pub ip: String,
+    pub port: u16,
+    pub nqn: String,
+    #[serde(rename = "reconnect-delay")]
+    pub reconnect_delay: u32,
+    #[serde(rename = "ctrl-loss-tmo")]
+    pub ctrl_loss_tmo: i64,
+    #[serde(rename = "fast-io-fail-tmo")]
+    pub fast_io_fail_tmo: u32,
+    #[serde(rename = "nr-io-queues")]
+    pub nr_io_queues: u32,
+    #[serde(rename = "keep-alive-tmo")]
+    pub keep_alive_tmo: u32,
+    #[serde(rename = "host-iface")]
+    pub host_iface: String,
+    pub tls: bool,
+    /// A full `nvme connect` command line; DH-HMAC-CHAP secrets are only carried here.
+    pub connect: String,
+    #[serde(rename = "ns-id")]
+    pub ns_id: Option<u32>,
+    #[serde(rename = "allowed-hosts")]
+    pub allowed_hosts: Vec<String>,
+    #[serde(rename = "target-lvol-id", skip_serializing_if = "Option::is_none")]
+    pub target_lvol_id: Option<String>,
+}
+
+impl ConnectEntry {
+    /// The value of `--flag=value` in the connect command line, if present.
+    pub fn connect_arg(&self, flag: &str) -> Option<&str> {
+        let prefix = format!("--{flag}=");
+        self.connect
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(prefix.as_str()))
+    }
+}
+
+/// `SnapshotDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Snapshot {
+    pub id: Uuid,
+    pub name: String,
+    pub status: SnapshotStatus,
+    pub health_check: bool,
+    pub size: u64,
+    pub used_size: u64,
+    pub migrating: bool,
+    /// Absolute URL of the parent volume.
+    pub lvol: Option<String>,
+    /// ISO-8601 date-time.
+    pub created_at: String,
+}
+
+/// `_SnapshotParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotCreate {
+    pub name: String,
+    #[serde(default)]
+    pub backup: bool,
+}
+
+/// `_MigrationParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MigrationCreate {
+    pub target_node_id: Uuid,
+    #[serde(default = "d_ctrl_loss")]
+    pub ctrl_loss_tmo: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_nqn: Option<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn d_ctrl_loss() -> i64 {
+    3600
+}
+
+/// `_ContinueParams`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrationContinue {
+    #[serde(default = "d_10")]
+    pub max_retries: u32,
+    #[serde(default = "d_deadline")]
+    pub deadline_seconds: u64,
+}
+
+fn d_10() -> u32 {
+    10
+}
+fn d_deadline() -> u64 {
+    14400
+}
+
+impl Default for MigrationContinue {
+    fn default() -> Self {
+        Self {
+            max_retries: 10,
+            deadline_seconds: 14400,
+        }
+    }
+}
+
+/// `MigrationDTO` and `BatchMigrationDTO` folded into one shape: the batch-only fields
+/// (`cluster_id`, `target_nqn`, `member_count`) and the single-only ones are optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Migration {
+    pub id: Uuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lvol_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    pub source_node_id: String,
+    pub target_node_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_nqn: Option<String>,
+    pub phase: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member_count: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snaps_total: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snaps_migrated: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intermediate_snap_rounds: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_intermediate_snap_rounds: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_count: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    pub error_message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<i64>,
+    pub connect_strings: Vec<ConnectEntry>,
+}
+
+impl Migration {
+    /// done, failed or cancelled: the operator's terminal set.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.status.as_str(), "done" | "failed" | "cancelled")
+    }
+}
+
+/// `TargetParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationTargetCreate {
+    pub target_name: String,
+    pub target_cluster_id: Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_pool_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u64>,
+}
+
+/// `ReplicationTargetDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicationTarget {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub target_name: String,
+    pub target_cluster_id: Uuid,
+    pub target_pool_uuid: Option<Uuid>,
+    pub timeout_sec: u64,
+    pub status: ActiveStatus,
+}
+
+/// `PolicyParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationPolicyCreate {
+    pub policy_name: String,
+    pub target_id: Uuid,
+    #[serde(default = "d_interval")]
+    pub interval_min: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ReplicationMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_replicated: Option<u32>,
+}
+
+fn d_interval() -> u64 {
+    1
+}
+
+/// `ReplicationPolicyDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicationPolicy {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub policy_name: String,
+    pub target_id: Uuid,
+    pub interval_min: u64,
+    pub mode: ReplicationMode,
+    pub keep_replicated: u32,
+    pub status: ActiveStatus,
+}
+
+/// `ReplicationStartParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationStart {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_cluster_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ReplicationMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_min: Option<u64>,
+}
+
+/// `FailbackParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failback {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_id: Option<Uuid>,
+}
+
+/// `ReplicationRelationshipDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicationRelationship {
+    pub replication_id: Uuid,
+    pub source_lvol_id: Option<Uuid>,
+    pub target_lvol_id: Option<Uuid>,
+    pub source_cluster_id: Option<Uuid>,
+    pub target_cluster_id: Option<Uuid>,
+    pub mode: ReplicationMode,
+    pub state: ReplicationState,
+    pub direction: ReplicationDirection,
+    pub target_nqn: String,
+    pub target_ns_id: u32,
+    pub is_source: bool,
+}
+
+/// `FailoverResultDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FailoverResult {
+    pub lvol_id: Uuid,
+    pub status: FailoverStatus,
+    pub detail: Option<String>,
+    pub target_lvol_id: Option<Uuid>,
+    pub connection_strings: Vec<ConnectEntry>,
+}
+
+/// `ManagementNodeDTO`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ManagementNode {
+    pub id: Uuid,
+    pub status: String,
+    pub hostname: String,
+    pub ip: String,
+}

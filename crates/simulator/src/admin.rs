@@ -1,0 +1,239 @@
+//! `/_sim/*` admin routes and the workers' storage-node API.
+//!
+//! | Route | Does |
+//! |---|---|
+//! | `GET /_sim/calls?since=N` | the call log after sequence N |
+//! | `DELETE /_sim/calls` | clear it |
+//! | `GET /_sim/faults` | active rules with their counters |
+//! | `PUT /_sim/faults` `{"spec": "…"}` | replace the rules |
+//! | `POST /_sim/faults` `{"spec": "…"}` | add rules |
+//! | `DELETE /_sim/faults` | clear the rules |
+//! | `GET /_sim/workers`, `GET /_sim/workers/{host}` | the fleet, with reachability |
+//! | `PUT /_sim/workers/{host}/labels` `{k: v}` | replace a worker's labels |
+//! | `PATCH /_sim/workers/{host}/labels` `{k: v \| null}` | merge (null removes) |
+//! | `POST /_sim/workers/{host}/reboot` `{"seconds": N}` | reboot it (sim seconds) |
+//! | `GET /_sim/workers/{host}/snode/{verb}` | its storage-node API, without Host routing |
+//! | `GET /_sim/clock`, `PUT /_sim/clock` `{"scale": F}` | sim time and speed |
+//! | `POST /_sim/clock/advance` `{"seconds": F}` | jump sim time forward |
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use simplyblock_controlplane::types::NodeStatus;
+
+use crate::faults;
+use crate::reply::{ApiError, Reply};
+use crate::sim::{Sim, lock};
+
+fn worker_json(sim: &Sim, host: &str) -> Option<Value> {
+    sim.mutate(|st| {
+        let reachable = st.worker_reachable(host);
+        Ok(st.t.workers.get(host).map(|w| {
+            let mut v = json!(w);
+            v["reachable"] = json!(reachable.is_ok());
+            if let Err(why) = reachable {
+                v["unreachable_reason"] = json!(why);
+            }
+            v
+        }))
+    })
+    .ok()
+    .flatten()
+}
+
+pub fn handle(
+    sim: &Sim,
+    method: &str,
+    path: &str,
+    query: &str,
+    body: Option<&Value>,
+    auth: Option<&str>,
+) -> Result<Reply, ApiError> {
+    if !sim.config.tokens.is_empty() {
+        let token = auth
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or("");
+        if !sim.config.tokens.iter().any(|t| t == token) {
+            return Err(ApiError::Http(401, "Invalid token".into()));
+        }
+    }
+    let segs: Vec<&str> = path
+        .trim_start_matches("/_sim/")
+        .trim_end_matches('/')
+        .split('/')
+        .collect();
+    let q: BTreeMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let spec_of = |b: Option<&Value>| {
+        b.and_then(|b| b.get("spec"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::bad_request("body must be {\"spec\": \"…\"}"))
+    };
+    match (method, segs.as_slice()) {
+        ("GET", ["health"]) => Ok(Reply::empty(204)),
+        ("GET", ["calls"]) => {
+            let since = q.get("since").and_then(|s| s.parse().ok()).unwrap_or(0);
+            Ok(Reply::ok(json!(lock(&sim.calls).since(since))))
+        }
+        ("DELETE", ["calls"]) => {
+            lock(&sim.calls).clear();
+            Ok(Reply::empty(204))
+        }
+        ("GET", ["faults"]) => Ok(Reply::ok(json!({"rules": lock(&sim.faults).rules}))),
+        ("PUT", ["faults"]) | ("POST", ["faults"]) => {
+            let rules =
+                faults::parse(&spec_of(body)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let mut f = lock(&sim.faults);
+            if method == "PUT" {
+                f.set(rules);
+            } else {
+                f.rules.extend(rules);
+            }
+            Ok(Reply::ok(json!({"rules": f.rules})))
+        }
+        ("DELETE", ["faults"]) => {
+            lock(&sim.faults).set(Vec::new());
+            Ok(Reply::empty(204))
+        }
+        ("GET", ["workers"]) => {
+            let hosts: Vec<String> = sim.read(|t, _| t.workers.keys().cloned().collect());
+            Ok(Reply::ok(json!(
+                hosts
+                    .iter()
+                    .filter_map(|h| worker_json(sim, h))
+                    .collect::<Vec<_>>()
+            )))
+        }
+        ("GET", ["workers", host]) => worker_json(sim, host)
+            .map(Reply::ok)
+            .ok_or_else(|| ApiError::not_found(format!("no worker {host}"))),
+        ("PUT", ["workers", host, "labels"]) | ("PATCH", ["workers", host, "labels"]) => {
+            let map = body
+                .and_then(Value::as_object)
+                .ok_or_else(|| ApiError::bad_request("body must be an object of labels"))?
+                .clone();
+            set_labels(sim, host, method == "PUT", &map)?;
+            worker_json(sim, host)
+                .map(Reply::ok)
+                .ok_or_else(|| ApiError::not_found(format!("no worker {host}")))
+        }
+        ("POST", ["workers", host, "reboot"]) => {
+            let secs = body
+                .and_then(|b| b.get("seconds"))
+                .and_then(Value::as_f64)
+                .unwrap_or(sim.timings().reboot_ms as f64 / 1000.0);
+            let host = host.to_string();
+            sim.mutate(|st| {
+                let until = st.now + (secs * 1000.0) as i64;
+                match st.t.workers.get_mut(&host) {
+                    Some(w) => {
+                        w.reboot_until_ms = Some(until);
+                        Ok(())
+                    }
+                    None => Err(ApiError::not_found(format!("no worker {host}"))),
+                }
+            })?;
+            Ok(Reply::empty(204))
+        }
+        ("GET", ["workers", host, "snode", verb]) => agent(sim, host, verb),
+        ("GET", ["clock"]) => Ok(Reply::ok(json!({
+            "sim_ms": sim.clock.now_ms(),
+            "sim_time": crate::render::iso_time(sim.clock.now_ms()),
+            "scale": sim.clock.scale(),
+        }))),
+        ("PUT", ["clock"]) => {
+            let scale = body
+                .and_then(|b| b.get("scale"))
+                .and_then(Value::as_f64)
+                .ok_or_else(|| ApiError::bad_request("body must be {\"scale\": number}"))?;
+            sim.clock.set_scale(scale);
+            sim.wake.notify_one();
+            Ok(Reply::ok(json!({"scale": sim.clock.scale()})))
+        }
+        ("POST", ["clock", "advance"]) => {
+            let secs = body
+                .and_then(|b| b.get("seconds"))
+                .and_then(Value::as_f64)
+                .ok_or_else(|| ApiError::bad_request("body must be {\"seconds\": number}"))?;
+            sim.clock.advance((secs * 1000.0) as i64);
+            sim.wake.notify_one();
+            Ok(Reply::ok(json!({"sim_ms": sim.clock.now_ms()})))
+        }
+        _ => Err(ApiError::not_found("Not Found")),
+    }
+}
+
+/// Replace (or merge into) a worker's labels. Used by the admin route and the kube watcher.
+pub fn set_labels(
+    sim: &Sim,
+    host: &str,
+    replace: bool,
+    map: &serde_json::Map<String, Value>,
+) -> Result<(), ApiError> {
+    sim.mutate(|st| {
+        let w =
+            st.t.workers
+                .get_mut(host)
+                .ok_or_else(|| ApiError::not_found(format!("no worker {host}")))?;
+        if replace {
+            w.labels.clear();
+        }
+        for (k, v) in map {
+            match v.as_str() {
+                Some(s) => {
+                    w.labels.insert(k.clone(), s.to_string());
+                }
+                None => {
+                    w.labels.remove(k);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    sim.wake.notify_one();
+    Ok(())
+}
+
+/// A worker's storage-node API (`/snode/<verb>`). `worker` is the Host the caller used:
+/// its first DNS label names the worker, or it is one of the worker's addresses.
+pub fn agent(sim: &Sim, worker: &str, verb: &str) -> Result<Reply, ApiError> {
+    sim.mutate(|st| {
+        let Some(host) = st.worker_for_address(worker) else {
+            return Err(ApiError::Plain(
+                503,
+                format!("no storage-node API answers for {worker}: no such worker in the fleet"),
+            ));
+        };
+        st.worker_reachable(&host)
+            .map_err(|why| ApiError::Plain(503, format!("storage-node API unreachable: {why}")))?;
+        let Some(w) = st.t.workers.get(&host).cloned() else {
+            return Err(ApiError::Plain(503, "worker vanished".into()));
+        };
+        let devices: Vec<Value> = w
+            .devices
+            .iter()
+            .map(|d| json!({"model": d.model, "serial": d.serial, "pcie_address": d.pcie, "size": d.size}))
+            .collect();
+        let results = match verb.trim_end_matches('/') {
+            "info" => json!({
+                "hostname": w.hostname,
+                "cpu_count": w.cpus,
+                "memory": w.memory,
+                "profile": w.profile,
+                "network_interface": w.nics.iter().map(|(n, ip)| (n.clone(), json!({"ip": ip}))).collect::<serde_json::Map<_, _>>(),
+                "nvme_devices": devices,
+                "labels": w.labels,
+            }),
+            "scan_devices" => json!({"nvme_devices": devices}),
+            "check" => json!(true),
+            "spdk_process_is_up" => json!(st.t.nodes.values().any(|n| n.worker == w.hostname && n.status == NodeStatus::Online)),
+            "spdk_process_start" | "spdk_process_kill" | "firewall_set_port" | "set_hugepages"
+            | "apply_config" | "join_swarm" | "leave_swarm" => json!(true),
+            _ => return Err(ApiError::not_found("Not Found")),
+        };
+        Ok(Reply::ok(json!({"status": true, "results": results})))
+    })
+}

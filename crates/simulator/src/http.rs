@@ -1,0 +1,544 @@
+//! The HTTP front: one listener (plain or TLS, optional client certificates) serving
+//! `/api/v2` (the control plane), `/snode` (the workers' storage-node APIs, chosen by
+//! `Host`) and `/_sim` (admin). Every request passes the faults and lands in the call log.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body as AxBody;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+use crate::api::{self, ApiReq};
+use crate::calllog::Call;
+use crate::error::SimError;
+use crate::reply::{ApiError, Body, Reply};
+use crate::sim::{Sim, lock};
+
+/// Set per connection so a handler can close it without answering.
+#[derive(Clone)]
+struct Conn {
+    kill: Arc<Notify>,
+    scheme: &'static str,
+}
+
+/// TLS for the listener.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// Require client certificates signed by these CAs (mTLS).
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+fn tls_config(t: &ServerTls) -> Result<Arc<rustls::ServerConfig>, SimError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = CertificateDer::pem_slice_iter(&t.cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SimError::Tls(format!("certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(&t.key_pem)
+        .map_err(|e| SimError::Tls(format!("key: {e}")))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| SimError::Tls(e.to_string()))?;
+    let builder = match &t.client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca) {
+                roots
+                    .add(c.map_err(|e| SimError::Tls(format!("client CA: {e}")))?)
+                    .map_err(|e| SimError::Tls(format!("client CA: {e}")))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| SimError::Tls(format!("client verifier: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| SimError::Tls(e.to_string()))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// A running sbsim: listener, engine, and the simulator state behind them.
+pub struct Server {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:PORT` (or `https://…`).
+    pub url: String,
+    pub sim: Arc<Sim>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Bind `listen` (e.g. `127.0.0.1:0`), start serving and the engine.
+    pub async fn start(
+        sim: Arc<Sim>,
+        listen: &str,
+        tls: Option<ServerTls>,
+    ) -> Result<Server, SimError> {
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|e| SimError::Listen {
+                addr: listen.to_string(),
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| SimError::Listen {
+            addr: listen.to_string(),
+            reason: e.to_string(),
+        })?;
+        let tls = tls.as_ref().map(tls_config).transpose()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let (stop, stop_rx) = watch::channel(false);
+        let router = Router::new().fallback(entry).with_state(sim.clone());
+        let accept = tokio::spawn(accept_loop(listener, router, tls, stop_rx.clone()));
+        let engine = tokio::spawn(crate::engine::run(sim.clone(), stop_rx));
+        Ok(Server {
+            addr,
+            url: format!("{scheme}://{addr}"),
+            sim,
+            stop,
+            tasks: vec![accept, engine],
+        })
+    }
+
+    /// Stop accepting and stop the engine.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let kill = Arc::new(Notify::new());
+            let scheme = if acceptor.is_some() { "https" } else { "http" };
+            let conn = Conn {
+                kill: kill.clone(),
+                scheme,
+            };
+            let svc =
+                hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(conn.clone());
+                    let router = router.clone();
+                    async move { router.oneshot(req.map(AxBody::new)).await }
+                });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            match acceptor {
+                None => {
+                    let c = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! { _ = c => {}, _ = kill.notified() => {} }
+                }
+                Some(acc) => {
+                    let Ok(s) = acc.accept(stream).await else {
+                        return;
+                    };
+                    let c = builder.serve_connection(TokioIo::new(s), svc);
+                    tokio::select! { _ = c => {}, _ = kill.notified() => {} }
+                }
+            }
+        });
+    }
+}
+
+fn parse_query(q: &str) -> HashMap<String, String> {
+    url::form_urlencoded::parse(q.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+struct Outcome {
+    reply: Result<Reply, ApiError>,
+    route: Option<String>,
+    www_auth: bool,
+}
+
+fn ok(reply: Reply) -> Outcome {
+    Outcome {
+        reply: Ok(reply),
+        route: None,
+        www_auth: false,
+    }
+}
+
+fn err(e: ApiError) -> Outcome {
+    Outcome {
+        reply: Err(e),
+        route: None,
+        www_auth: false,
+    }
+}
+
+async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
+    let started = Instant::now();
+    let time = jiff::Timestamp::now().to_string();
+    let conn = req.extensions().get::<Conn>().cloned();
+    let scheme = conn.as_ref().map(|c| c.scheme).unwrap_or("http");
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost")
+        .to_string();
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    let bytes = match axum::body::to_bytes(req.into_body(), 8 << 20).await {
+        Ok(b) => b,
+        Err(_) => bytes::Bytes::new(),
+    };
+    let body_json: Option<Value> = if bytes.is_empty() {
+        None
+    } else {
+        serde_json::from_slice(&bytes).ok()
+    };
+    let is_admin = path.starts_with("/_sim/") || path == "/_sim";
+    let verdict = if is_admin {
+        Default::default()
+    } else {
+        lock(&sim.faults).on_request(&method, &path)
+    };
+    if verdict.latency_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(verdict.latency_ms)).await;
+    }
+    let base = format!("{scheme}://{host}");
+    let outcome = if let Some(status) = verdict.error {
+        if status == 500 {
+            err(ApiError::opaque("injected fault"))
+        } else {
+            err(ApiError::Http(status, "sbsim injected fault".into()))
+        }
+    } else if verdict.conflict {
+        err(ApiError::conflict("sbsim injected conflict"))
+    } else if is_admin {
+        ok_or(crate::admin::handle(
+            &sim,
+            &method,
+            &path,
+            &query,
+            body_json.as_ref(),
+            auth.as_deref(),
+        ))
+    } else if let Some(verb) = path.strip_prefix("/snode/") {
+        let worker = host.split(':').next().unwrap_or("").to_string();
+        ok_or(crate::admin::agent(&sim, &worker, verb))
+    } else if path.starts_with("/api/v2/") || path == "/api/v2" {
+        api_entry(
+            &sim,
+            &method,
+            &path,
+            &query,
+            &base,
+            auth.as_deref(),
+            &bytes,
+            body_json,
+        )
+    } else {
+        err(ApiError::not_found("Not Found"))
+    };
+    if verdict.drop
+        && let Some(c) = &conn
+    {
+        // The request committed; now the answer is lost with the connection.
+        record(
+            &sim,
+            &method,
+            &path,
+            &query,
+            started,
+            &time,
+            0,
+            &outcome,
+            &bytes,
+            verdict.fired.clone(),
+            None,
+        );
+        c.kill.notify_one();
+        std::future::pending::<()>().await;
+    }
+    let (resp, status, resp_body) = render(&outcome);
+    record(
+        &sim,
+        &method,
+        &path,
+        &query,
+        started,
+        &time,
+        status,
+        &outcome,
+        &bytes,
+        verdict.fired,
+        resp_body,
+    );
+    resp
+}
+
+fn ok_or(r: Result<Reply, ApiError>) -> Outcome {
+    match r {
+        Ok(r) => ok(r),
+        Err(e) => err(e),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn api_entry(
+    sim: &Sim,
+    method: &str,
+    path: &str,
+    query: &str,
+    base: &str,
+    auth: Option<&str>,
+    bytes: &[u8],
+    body: Option<Value>,
+) -> Outcome {
+    match (method, path) {
+        ("GET", "/api/v2/_meta/health") => return ok(Reply::empty(204)),
+        ("GET", "/api/v2/_meta/ready") => {
+            return if lock(&sim.faults).unready() {
+                err(ApiError::Plain(503, "FDB not ready".into()))
+            } else {
+                ok(Reply::empty(204))
+            };
+        }
+        _ => {}
+    }
+    let Some(m) = sim.spec.match_path(path) else {
+        // Starlette's redirect_slashes: the other form of the path, absolute, query kept.
+        let other = match path.strip_suffix('/') {
+            Some(p) => p.to_string(),
+            None => format!("{path}/"),
+        };
+        if sim.spec.match_path(&other).is_some() {
+            let q = if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{query}")
+            };
+            return ok(Reply::empty(307).with_location(format!("{base}{other}{q}")));
+        }
+        return err(ApiError::not_found("Not Found"));
+    };
+    let route = Some(m.template.clone());
+    let with_route = |mut o: Outcome| {
+        o.route = route.clone();
+        o
+    };
+    if !sim.spec.methods(&m.template).iter().any(|x| x == method) {
+        return with_route(err(ApiError::Http(405, "Method Not Allowed".into())));
+    }
+    let ids_raw: HashMap<String, String> = m.params.clone();
+    // Authentication (HTTPBearer): admin tokens, or a cluster's secret for that cluster.
+    let token = auth.and_then(|a| {
+        let (scheme, t) = a.split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| t.trim().to_string())
+    });
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        let mut o = with_route(err(ApiError::Http(401, "Not authenticated".into())));
+        o.www_auth = true;
+        return o;
+    };
+    let q = parse_query(query);
+    let addressed = ids_raw
+        .get("cluster_id")
+        .or_else(|| q.get("cluster_id"))
+        .cloned();
+    let admin = sim.config.tokens.is_empty() || sim.config.tokens.iter().any(|t| *t == token);
+    let allowed = admin
+        || sim.read(|t, _| {
+            let by_secret = |c: &crate::model::ClusterRec| c.secret == token;
+            match &addressed {
+                Some(id) => t.clusters.get(id).is_some_and(by_secret),
+                None => {
+                    m.template == "/api/v2/clusters/"
+                        && method == "GET"
+                        && t.clusters.values().any(by_secret)
+                }
+            }
+        });
+    if !allowed {
+        return with_route(err(ApiError::Http(401, "Invalid token".into())));
+    }
+    // Path ids are typed UUID, except the NQN-like ones.
+    let mut ids = HashMap::new();
+    for (k, v) in &ids_raw {
+        if matches!(k.as_str(), "nqn" | "host_nqn" | "nic_id") {
+            continue;
+        }
+        match Uuid::parse_str(v) {
+            Ok(u) => {
+                ids.insert(k.clone(), u);
+            }
+            Err(e) => {
+                return with_route(err(ApiError::invalid(
+                    "uuid_parsing",
+                    vec![json!("path"), json!(k)],
+                    &format!("Input should be a valid UUID, {e}"),
+                    json!(v),
+                )));
+            }
+        }
+    }
+    if !bytes.is_empty() && body.is_none() {
+        return with_route(err(ApiError::invalid(
+            "json_invalid",
+            vec![json!("body"), json!(0)],
+            "JSON decode error",
+            Value::Null,
+        )));
+    }
+    let req = ApiReq {
+        method: method.to_string(),
+        route: m.template.trim_start_matches("/api/v2").to_string(),
+        ids,
+        params: ids_raw,
+        query: q,
+        body,
+        base: base.to_string(),
+    };
+    with_route(Outcome {
+        reply: api::handle(sim, &req),
+        route: None,
+        www_auth: false,
+    })
+}
+
+fn render(o: &Outcome) -> (Response, u16, Option<(Value, String)>) {
+    let (status, body, location, headers) = match &o.reply {
+        Ok(r) => (
+            r.status,
+            r.body.clone(),
+            r.location.clone(),
+            r.headers.clone(),
+        ),
+        Err(e) => (e.status(), e.body(), None, Vec::new()),
+    };
+    let mut builder = Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    if let Some(l) = &location
+        && let Ok(v) = HeaderValue::from_str(l)
+    {
+        builder = builder.header(header::LOCATION, v);
+    }
+    for (k, v) in headers {
+        builder = builder.header(k, v);
+    }
+    if o.www_auth {
+        builder = builder.header(header::WWW_AUTHENTICATE, "Bearer");
+    }
+    let (resp, logged) = match body {
+        Body::Empty => (builder.body(AxBody::empty()), None),
+        Body::Json(v) => {
+            let text = v.to_string();
+            (
+                builder
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(AxBody::from(text)),
+                Some((v, "application/json".to_string())),
+            )
+        }
+        Body::Text(t) => (
+            builder
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(AxBody::from(t.clone())),
+            Some((Value::String(t), "text/plain; charset=utf-8".to_string())),
+        ),
+    };
+    let resp = resp.unwrap_or_else(|_| {
+        let mut r = Response::new(AxBody::from("Internal Server Error"));
+        *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    });
+    (resp, status, logged)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    sim: &Sim,
+    method: &str,
+    path: &str,
+    query: &str,
+    started: Instant,
+    time: &str,
+    status: u16,
+    o: &Outcome,
+    bytes: &[u8],
+    faults: Vec<String>,
+    resp_body: Option<(Value, String)>,
+) {
+    if path.starts_with("/_sim/calls") {
+        return;
+    }
+    let body = (bytes.len() <= 16 << 10)
+        .then(|| serde_json::from_slice::<Value>(bytes).ok())
+        .flatten();
+    let (response, response_content_type) = match (sim.config.record_bodies, resp_body) {
+        (true, Some((v, ct))) => (Some(v), Some(ct)),
+        _ => (None, None),
+    };
+    let location = o.reply.as_ref().ok().and_then(|r| r.location.clone());
+    let note = o.reply.as_ref().err().map(ApiError::note);
+    lock(&sim.calls).push(Call {
+        seq: 0,
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        status,
+        time: time.to_string(),
+        sim_ms: sim.clock.now_ms(),
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        route: o.route.clone(),
+        body,
+        response,
+        response_content_type,
+        location,
+        faults,
+        note,
+    });
+}

@@ -1,0 +1,334 @@
+//! The control plane's own OpenAPI document (sbcli main, v2 paths), embedded. It is the
+//! route table of the simulator (which paths exist, where the trailing slash goes),
+//! the source of its 422 answers (request bodies are checked against the schemas, as
+//! FastAPI does), and the reference the contract tests validate answers against.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use jsonschema::Validator;
+use serde_json::{Value, json};
+
+const DOC: &str = include_str!("../spec/openapi-v2.json");
+
+/// One path template, split into segments.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub template: String,
+    segments: Vec<String>,
+}
+
+/// A matched path: its template and the path parameters.
+#[derive(Debug, Clone)]
+pub struct Matched {
+    pub template: String,
+    pub params: HashMap<String, String>,
+}
+
+/// One problem found by schema validation.
+#[derive(Debug, Clone)]
+pub struct Issue {
+    /// JSON path inside the instance, e.g. `["max_subsys"]`.
+    pub loc: Vec<Value>,
+    pub kind: &'static str,
+    pub msg: String,
+    pub input: Value,
+}
+
+pub struct Spec {
+    doc: Value,
+    routes: Vec<Route>,
+    cache: Mutex<HashMap<String, Arc<Validator>>>,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spec")
+            .field("routes", &self.routes.len())
+            .finish()
+    }
+}
+
+fn split(path: &str) -> Vec<String> {
+    // Keep a trailing empty segment: it is how `/x/` differs from `/x`.
+    path.trim_start_matches('/')
+        .split('/')
+        .map(str::to_string)
+        .collect()
+}
+
+impl Spec {
+    pub fn load() -> Self {
+        // The document is compiled in; failing to parse it is a build defect.
+        let doc: Value = serde_json::from_str(DOC).unwrap_or_else(|_| json!({"paths": {}}));
+        let routes = doc["paths"]
+            .as_object()
+            .map(|p| {
+                p.keys()
+                    .map(|t| Route {
+                        template: t.clone(),
+                        segments: split(t),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            doc,
+            routes,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn doc(&self) -> &Value {
+        &self.doc
+    }
+
+    pub fn templates(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|r| r.template.as_str())
+    }
+
+    /// The template matching `path` exactly (literal segments beat parameters).
+    pub fn match_path(&self, path: &str) -> Option<Matched> {
+        let segs = split(path);
+        let mut best: Option<(usize, Matched)> = None;
+        for r in &self.routes {
+            if r.segments.len() != segs.len() {
+                continue;
+            }
+            let mut params = HashMap::new();
+            let mut literals = 0;
+            let mut ok = true;
+            for (t, s) in r.segments.iter().zip(&segs) {
+                if let Some(name) = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+                    if s.is_empty() {
+                        ok = false;
+                        break;
+                    }
+                    params.insert(name.to_string(), percent_decode(s));
+                } else if t == s {
+                    literals += 1;
+                } else {
+                    ok = false;
+                    break;
+                }
+            }
+            if ok && best.as_ref().is_none_or(|(l, _)| literals > *l) {
+                best = Some((
+                    literals,
+                    Matched {
+                        template: r.template.clone(),
+                        params,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, m)| m)
+    }
+
+    /// The operation object for a method on a template.
+    pub fn operation(&self, method: &str, template: &str) -> Option<&Value> {
+        self.doc["paths"][template].get(method.to_ascii_lowercase())
+    }
+
+    pub fn methods(&self, template: &str) -> Vec<String> {
+        self.doc["paths"][template]
+            .as_object()
+            .map(|o| o.keys().map(|k| k.to_ascii_uppercase()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The request body schema, and whether the body is required.
+    pub fn request_schema(&self, method: &str, template: &str) -> Option<(Value, bool)> {
+        let rb = self.operation(method, template)?.get("requestBody")?;
+        let schema = rb["content"]["application/json"]["schema"].clone();
+        Some((schema, rb["required"].as_bool().unwrap_or(false)))
+    }
+
+    /// The response schema for a status, `None` when the spec documents no body for it.
+    /// The outer `Option` is `None` when the status is not documented at all.
+    pub fn response_schema(
+        &self,
+        method: &str,
+        template: &str,
+        status: u16,
+    ) -> Option<Option<Value>> {
+        let r = self
+            .operation(method, template)?
+            .get("responses")?
+            .get(status.to_string())?;
+        Some(
+            r["content"]["application/json"]["schema"]
+                .as_object()
+                .map(|_| r["content"]["application/json"]["schema"].clone()),
+        )
+    }
+
+    /// A component schema by name (e.g. `_CreateParams`).
+    pub fn component(&self, name: &str) -> Value {
+        json!({"$ref": format!("#/components/schemas/{name}")})
+    }
+
+    fn validator(&self, schema: &Value) -> Option<Arc<Validator>> {
+        let key = schema.to_string();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = cache.get(&key) {
+            return Some(v.clone());
+        }
+        // Component references are `#/components/schemas/X`: give the schema a root
+        // that carries the components so they resolve.
+        let mut root = match schema {
+            Value::Object(o) => Value::Object(o.clone()),
+            _ => return None,
+        };
+        root["components"] = self.doc["components"].clone();
+        let v = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&root)
+            .ok()
+            .map(Arc::new)?;
+        cache.insert(key, v.clone());
+        Some(v)
+    }
+
+    /// Validate an instance; an empty list means it conforms. An empty schema (`{}`)
+    /// accepts anything.
+    pub fn validate(&self, schema: &Value, instance: &Value) -> Vec<Issue> {
+        if schema.as_object().is_some_and(|o| o.is_empty()) {
+            return Vec::new();
+        }
+        let Some(v) = self.validator(schema) else {
+            return vec![Issue {
+                loc: vec![],
+                kind: "schema",
+                msg: "the schema could not be compiled".into(),
+                input: Value::Null,
+            }];
+        };
+        v.iter_errors(instance)
+            .map(|e| {
+                let mut loc: Vec<Value> = e
+                    .instance_path()
+                    .iter()
+                    .map(|s| match s {
+                        jsonschema::paths::LocationSegment::Property(p) => json!(p.as_ref()),
+                        jsonschema::paths::LocationSegment::Index(i) => json!(i),
+                    })
+                    .collect();
+                let kind = match e.kind() {
+                    jsonschema::error::ValidationErrorKind::Required { property } => {
+                        loc.push(property.clone());
+                        "missing"
+                    }
+                    jsonschema::error::ValidationErrorKind::Type { .. } => "type_error",
+                    jsonschema::error::ValidationErrorKind::Enum { .. } => "literal_error",
+                    jsonschema::error::ValidationErrorKind::Minimum { .. } => "greater_than_equal",
+                    jsonschema::error::ValidationErrorKind::Maximum { .. } => "less_than_equal",
+                    jsonschema::error::ValidationErrorKind::ExclusiveMinimum { .. } => {
+                        "greater_than"
+                    }
+                    jsonschema::error::ValidationErrorKind::Pattern { .. } => {
+                        "string_pattern_mismatch"
+                    }
+                    jsonschema::error::ValidationErrorKind::Format { .. } => "format_error",
+                    _ => "value_error",
+                };
+                let msg = if kind == "missing" {
+                    "Field required".to_string()
+                } else {
+                    e.to_string()
+                };
+                Issue {
+                    loc,
+                    kind,
+                    msg,
+                    input: e.instance().clone().into_owned(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).and_then(|c| (*c as char).to_digit(16)),
+                bytes.get(i + 2).and_then(|c| (*c as char).to_digit(16)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_with_and_without_slash() {
+        let s = Spec::load();
+        assert!(s.templates().count() >= 80);
+        let m = s
+            .match_path("/api/v2/clusters/abc/storage-pools/def/volumes/")
+            .expect("match");
+        assert_eq!(
+            m.template,
+            "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/"
+        );
+        assert_eq!(m.params["pool_id"], "def");
+        assert!(s.match_path("/api/v2/clusters/abc").is_none());
+        assert!(s.match_path("/api/v2/clusters/abc/activate").is_some());
+        assert!(s.match_path("/api/v2/clusters/abc/activate/").is_none());
+        // A literal segment beats a parameter.
+        let m = s
+            .match_path(
+                "/api/v2/clusters/a/storage-pools/b/volumes/replicate_lvol_on_source_cluster",
+            )
+            .expect("literal");
+        assert!(m.template.ends_with("replicate_lvol_on_source_cluster"));
+    }
+
+    #[test]
+    fn request_bodies_are_checked() {
+        let s = Spec::load();
+        let (schema, required) = s
+            .request_schema("POST", "/api/v2/clusters/")
+            .expect("schema");
+        assert!(required);
+        let issues = s.validate(&schema, &json!({"name": "x"}));
+        let missing: Vec<_> = issues
+            .iter()
+            .filter(|i| i.kind == "missing")
+            .map(|i| i.loc.clone())
+            .collect();
+        assert!(missing.contains(&vec![json!("max_subsys")]), "{missing:?}");
+        assert!(
+            s.validate(&schema, &json!({"max_subsys": 1, "spdk_vcpu_count": 2}))
+                .is_empty()
+        );
+        let issues = s.validate(
+            &schema,
+            &json!({"max_subsys": 1, "spdk_vcpu_count": 2, "blk_size": 7}),
+        );
+        assert_eq!(issues.len(), 1);
+    }
+
+    #[test]
+    fn nqn_segments_are_decoded() {
+        let s = Spec::load();
+        let m = s
+            .match_path("/api/v2/clusters/c/subsystems/nqn.2023-02.io.simplyblock%3Ax/migrations/")
+            .expect("match");
+        assert_eq!(m.params["nqn"], "nqn.2023-02.io.simplyblock:x");
+    }
+}
