@@ -15,7 +15,6 @@
 //! start.
 
 pub mod assets;
-pub mod certs;
 pub mod process;
 
 use std::fs;
@@ -51,7 +50,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error("generating test certificates failed: {0}")]
-    Certificates(String),
+    Certificates(#[from] simplyblock_certs::Error),
     #[error(
         "{name} did not become ready within {waited:?}: {reason}\nlast lines of its log ({log}):\n{tail}"
     )]
@@ -125,20 +124,23 @@ impl TestEnv {
     }
 
     async fn start_in(binaries: &assets::Binaries, dir: PathBuf) -> Result<TestEnv, Error> {
-        let bundle = certs::bundle()?;
+        let ca = simplyblock_certs::Authority::new("simplyblock-testenv-ca")?;
+        let serving = ca.loopback_serving("kube-apiserver")?;
+        let admin = ca.client("admin", Some("system:masters"))?;
+        let (service_account_key, service_account_public_key) = simplyblock_certs::key_pair()?;
         let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
             let path = dir.join(name);
             fs::write(&path, contents)
                 .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
             Ok(path)
         };
-        let ca = write("ca.crt", &bundle.ca.cert)?;
-        let serving_cert = write("apiserver.crt", &bundle.serving.cert)?;
-        let serving_key = write("apiserver.key", &bundle.serving.key)?;
-        let sa_key = write("service-account.key", &bundle.service_account_key)?;
-        let sa_pub = write("service-account.pub", &bundle.service_account_public_key)?;
-        let admin_cert = write("admin.crt", &bundle.admin.cert)?;
-        let admin_key = write("admin.key", &bundle.admin.key)?;
+        let ca = write("ca.crt", &ca.cert_pem())?;
+        let serving_cert = write("apiserver.crt", &serving.cert)?;
+        let serving_key = write("apiserver.key", &serving.key)?;
+        let sa_key = write("service-account.key", &service_account_key)?;
+        let sa_pub = write("service-account.pub", &service_account_public_key)?;
+        let admin_cert = write("admin.crt", &admin.cert)?;
+        let admin_key = write("admin.key", &admin.key)?;
 
         let etcd_client = free_port()?;
         let etcd_peer = free_port()?;

@@ -1,0 +1,182 @@
+//! A small certificate authority for things that talk TLS on their own terms: the test
+//! API server, and the operator's webhook server, which issues its serving certificate
+//! from a CA of its own and hands that CA to the API server as the caBundle.
+
+use std::net::IpAddr;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
+
+#[derive(Debug, thiserror::Error)]
+#[error("generating a certificate failed: {0}")]
+pub struct Error(String);
+
+fn err(e: rcgen::Error) -> Error {
+    Error(e.to_string())
+}
+
+/// A PEM certificate with its PEM (PKCS#8) private key.
+#[derive(Clone)]
+pub struct Pair {
+    pub cert: String,
+    pub key: String,
+}
+
+impl std::fmt::Debug for Pair {
+    // The key never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("key", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+/// A CA that issues certificates.
+pub struct Authority {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    key_pem: String,
+}
+
+impl Authority {
+    /// A new self-signed CA.
+    pub fn new(common_name: &str) -> Result<Authority, Error> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(common_name, None);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().map_err(err)?;
+        let key_pem = key.serialize_pem();
+        let issuer = CertifiedIssuer::self_signed(params, key).map_err(err)?;
+        Ok(Authority { issuer, key_pem })
+    }
+
+    /// The CA certificate and key.
+    pub fn pair(&self) -> Pair {
+        Pair {
+            cert: self.issuer.pem(),
+            key: self.key_pem.clone(),
+        }
+    }
+
+    /// The CA certificate alone: what clients trust.
+    pub fn cert_pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A server certificate for these DNS names and addresses.
+    pub fn serving(&self, common_name: &str, dns: &[&str], ips: &[IpAddr]) -> Result<Pair, Error> {
+        let names: Vec<String> = dns.iter().map(|d| d.to_string()).collect();
+        let mut params = CertificateParams::new(names).map_err(err)?;
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        params.distinguished_name = name(common_name, None);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
+    }
+
+    /// A server certificate for loopback: `localhost`, `127.0.0.1` and `::1`.
+    pub fn loopback_serving(&self, common_name: &str) -> Result<Pair, Error> {
+        self.serving(
+            common_name,
+            &["localhost"],
+            &[
+                IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ],
+        )
+    }
+
+    /// A client certificate; Kubernetes reads the user from CN and the group from O.
+    pub fn client(&self, user: &str, group: Option<&str>) -> Result<Pair, Error> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(user, group);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    fn sign(&self, mut params: CertificateParams) -> Result<Pair, Error> {
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let key = KeyPair::generate().map_err(err)?;
+        let cert = params.signed_by(&key, &self.issuer).map_err(err)?;
+        Ok(Pair {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+}
+
+/// A key pair alone, e.g. for signing service-account tokens: (private PEM, public PEM).
+pub fn key_pair() -> Result<(String, String), Error> {
+    let key = KeyPair::generate().map_err(err)?;
+    Ok((key.serialize_pem(), key.public_key_pem()))
+}
+
+fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    if let Some(org) = organization {
+        dn.push(DnType::OrganizationName, org);
+    }
+    dn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    #[test]
+    fn a_serving_certificate_verifies_against_its_ca_for_its_names_only() {
+        let ca = Authority::new("test-ca").expect("ca");
+        let serving = ca.loopback_serving("server").expect("serving");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
+            .expect("root");
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.into(),
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .build()
+        .expect("verifier");
+        let leaf = CertificateDer::from_pem_slice(serving.cert.as_bytes()).expect("leaf pem");
+        let now = UnixTime::now();
+        for name in ["localhost", "127.0.0.1"] {
+            let server = ServerName::try_from(name).expect("name");
+            verifier
+                .verify_server_cert(&leaf, &[], &server, &[], now)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let other = ServerName::try_from("example.com").expect("name");
+        assert!(
+            verifier
+                .verify_server_cert(&leaf, &[], &other, &[], now)
+                .is_err()
+        );
+
+        let stranger = Authority::new("other-ca").expect("ca");
+        let foreign = stranger.loopback_serving("server").expect("serving");
+        let foreign = CertificateDer::from_pem_slice(foreign.cert.as_bytes()).expect("pem");
+        let localhost = ServerName::try_from("localhost").expect("name");
+        assert!(
+            verifier
+                .verify_server_cert(&foreign, &[], &localhost, &[], now)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn keys_stay_out_of_debug_output() {
+        let ca = Authority::new("test-ca").expect("ca");
+        let text = format!("{:?}", ca.pair());
+        assert!(!text.contains("PRIVATE KEY"), "{text}");
+    }
+}
