@@ -21,8 +21,9 @@ pub struct SnodeConfig {
     /// HTTPS material; `None` for plain HTTP.
     pub tls: Option<TlsConfig>,
     pub timeout: Duration,
-    /// Connect to this socket address instead of resolving the host name (the Host
-    /// header and TLS name stay the address's host). Lets a test reach a simulator.
+    /// Send plain-HTTP requests through this address as an HTTP proxy instead of
+    /// resolving the host name; the request still names the worker's address (absolute
+    /// URI and `Host`). Lets a test or the demo reach simulated workers.
     pub connect_to: Option<SocketAddr>,
 }
 
@@ -58,8 +59,10 @@ impl SnodeClient {
             .tls_backend_preconfigured(client_config(config.tls.as_ref())?)
             .timeout(config.timeout)
             .connect_timeout(config.timeout);
-        if let (Some(addr), Some(host)) = (config.connect_to, base.host_str()) {
-            builder = builder.resolve(host, addr);
+        if let Some(addr) = config.connect_to {
+            let proxy = reqwest::Proxy::http(format!("http://{addr}"))
+                .map_err(|e| Error::Config(format!("proxy {addr}: {e}")))?;
+            builder = builder.proxy(proxy);
         }
         let http = builder
             .build()
