@@ -67,8 +67,24 @@ impl Authority {
 
     /// A server certificate for these DNS names and addresses.
     pub fn serving(&self, common_name: &str, dns: &[&str], ips: &[IpAddr]) -> Result<Pair, Error> {
+        self.serving_until(common_name, dns, ips, None)
+    }
+
+    /// A server certificate valid until `not_after` (seconds since the Unix epoch); the
+    /// holder replaces it before then.
+    pub fn serving_until(
+        &self,
+        common_name: &str,
+        dns: &[&str],
+        ips: &[IpAddr],
+        not_after: Option<i64>,
+    ) -> Result<Pair, Error> {
         let names: Vec<String> = dns.iter().map(|d| d.to_string()).collect();
         let mut params = CertificateParams::new(names).map_err(err)?;
+        if let Some(secs) = not_after {
+            params.not_after = time::OffsetDateTime::from_unix_timestamp(secs)
+                .map_err(|e| Error(format!("not_after is out of range: {e}")))?;
+        }
         params
             .subject_alt_names
             .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));

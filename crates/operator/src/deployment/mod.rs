@@ -1,0 +1,3 @@
+//! ClusterDeploymentConfig and OperatorOps: documents, their validation and expansion.
+
+pub mod validation;

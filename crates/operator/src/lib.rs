@@ -1,0 +1,28 @@
+//! The simplyblock operator: the controllers that reconcile the storage.simplyblock.io API
+//! against the simplyblock control plane, and the admission webhooks that guard it.
+//!
+//! One module per domain; pure decisions (`validation`, plans) live apart from the I/O
+//! that reads the world and writes the result.
+
+pub mod deployment;
+pub mod webhooks;
+
+/// What can go wrong in the operator's own machinery (controllers report their domain
+/// errors in status and events instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("TLS setup of the webhook server failed: {0}")]
+    Tls(String),
+    #[error("the webhook server could not listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading {what} from the Kubernetes API failed: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}

@@ -1,0 +1,107 @@
+//! `simplyblock-operator`: the operator process.
+//!
+//! `run` serves the admission webhooks over TLS from a certificate issued by the
+//! operator's own CA, registers them with the API server (caBundle included) and keeps
+//! the certificate fresh. The controllers join this process as they land.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use simplyblock_operator::webhooks::{
+    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
+};
+
+#[derive(Parser)]
+#[command(name = "simplyblock-operator", about = "The simplyblock operator")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the webhooks (and, as they land, run the controllers).
+    Run {
+        /// Where the webhook server listens.
+        #[arg(
+            long,
+            default_value = "0.0.0.0:9443",
+            env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
+        )]
+        webhook_listen: SocketAddr,
+        /// The operator's namespace: its service accounts write the single-writer fields.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
+        namespace: String,
+        /// The Service in front of the webhook server.
+        #[arg(long, default_value = "simplyblock-operator-webhook")]
+        webhook_service: String,
+        /// Register the webhooks at this URL base instead of the Service (for an API server
+        /// outside the cluster, e.g. the demo's).
+        #[arg(long)]
+        webhook_url: Option<String>,
+        /// How long a serving certificate is valid; it is replaced at a third of that.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        certificate_validity: Duration,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let span: jiff::Span = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration such as 24h or 90m: {e}"))?;
+    let signed = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| e.to_string())?;
+    Duration::try_from(signed).map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Run {
+            webhook_listen,
+            namespace,
+            webhook_service,
+            webhook_url,
+            certificate_validity,
+        } => {
+            let client = kube::Client::try_default().await?;
+            let dns = vec![
+                format!("{webhook_service}.{namespace}.svc"),
+                format!("{webhook_service}.{namespace}.svc.cluster.local"),
+                "localhost".to_string(),
+            ];
+            let ips = vec![std::net::Ipv4Addr::LOCALHOST.into()];
+            let authority = simplyblock_certs::Authority::new("simplyblock-operator-webhook-ca")?;
+            let certs = ServingCertificates::new(authority, dns, ips, certificate_validity)?;
+            let endpoint = match webhook_url {
+                Some(url) => Endpoint::Url(url),
+                None => Endpoint::Service {
+                    namespace: namespace.clone(),
+                    name: webhook_service,
+                },
+            };
+            let ctx = WebhookContext {
+                client: client.clone(),
+                operator_namespace: namespace,
+            };
+            let server =
+                WebhookServer::bind(webhook_listen, certs.clone(), webhooks::router(ctx)).await?;
+            webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
+            tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
+            tokio::spawn(certs.clone().rotate_forever());
+            tokio::select! {
+                _ = server.run() => {}
+                _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! The admission webhooks, served over TLS only, from a certificate the operator issues
+//! from its own CA (see [`tls`]).
+//!
+//! Each handler reads what it needs from the API server and answers with every problem at
+//! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
+//! Fail, and admitting what could not be checked is the one answer that loses data.
+
+pub mod deployment;
+pub mod storage_node;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::post;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::Error;
+use tls::ServingCertificates;
+
+/// The path of the ClusterDeploymentConfig webhook.
+pub const DEPLOYMENT_PATH: &str =
+    "/validate-storage-simplyblock-io-v1alpha2-clusterdeploymentconfig";
+/// The path of the StorageNode webhook.
+pub const STORAGE_NODE_PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenode";
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct WebhookContext {
+    pub client: kube::Client,
+    /// Service accounts of this namespace are the operator: the single-writer fields are
+    /// theirs to write.
+    pub operator_namespace: String,
+}
+
+impl WebhookContext {
+    pub fn is_operator(&self, username: Option<&str>) -> bool {
+        let prefix = format!("system:serviceaccount:{}:", self.operator_namespace);
+        username.is_some_and(|u| u.starts_with(&prefix))
+    }
+}
+
+/// The routes of every webhook.
+pub fn router(ctx: WebhookContext) -> Router {
+    Router::new()
+        .route(DEPLOYMENT_PATH, post(deployment::review))
+        .route(STORAGE_NODE_PATH, post(storage_node::review))
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .with_state(Arc::new(ctx))
+}
+
+/// A bound webhook server; [`WebhookServer::run`] serves until the task is dropped.
+pub struct WebhookServer {
+    listener: TcpListener,
+    certs: Arc<ServingCertificates>,
+    router: Router,
+}
+
+impl WebhookServer {
+    pub async fn bind(
+        addr: SocketAddr,
+        certs: Arc<ServingCertificates>,
+        router: Router,
+    ) -> Result<WebhookServer, Error> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+        Ok(WebhookServer {
+            listener,
+            certs,
+            router,
+        })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    pub async fn run(self) {
+        let acceptor = TlsAcceptor::from(self.certs.server_config());
+        loop {
+            let (tcp, peer) = match self.listener.accept().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a webhook connection failed");
+                    continue;
+                }
+            };
+            let acceptor = acceptor.clone();
+            let service = TowerToHyperService::new(self.router.clone());
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                if let Err(e) = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await
+                {
+                    tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
+                }
+            });
+        }
+    }
+}
+
+/// Unpacks a review, or answers a malformed one.
+pub(crate) fn request(
+    review: AdmissionReview<DynamicObject>,
+) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionReview<DynamicObject>>> {
+    review.try_into().map_err(|e| {
+        tracing::warn!(error = %e, "a malformed admission review");
+        Box::new(
+            AdmissionResponse::invalid(format!("the admission review is malformed: {e}"))
+                .into_review(),
+        )
+    })
+}
+
+/// Reads the typed object out of a review's raw one.
+pub(crate) fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("the object does not match its schema: {e}"))
+}
+
+/// Where the API server reaches the webhooks.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// A URL base, e.g. `https://127.0.0.1:9443` (tests, the demo).
+    Url(String),
+    /// A Service in the cluster, on port 443.
+    Service { namespace: String, name: String },
+}
+
+/// The name of the operator's ValidatingWebhookConfiguration.
+pub const CONFIGURATION_NAME: &str = "simplyblock-operator";
+
+/// The ValidatingWebhookConfiguration of every webhook, trusting `ca_bundle`.
+pub fn configuration(
+    endpoint: &Endpoint,
+    ca_bundle: &str,
+) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::admissionregistration::v1::{
+        RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+        WebhookClientConfig,
+    };
+    let webhook = |name: &str, path: &str, resource: &str| {
+        let client_config = match endpoint {
+            Endpoint::Url(base) => WebhookClientConfig {
+                url: Some(format!("{}{path}", base.trim_end_matches('/'))),
+                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
+                ..WebhookClientConfig::default()
+            },
+            Endpoint::Service { namespace, name } => WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(path.to_string()),
+                    port: Some(443),
+                }),
+                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
+                ..WebhookClientConfig::default()
+            },
+        };
+        ValidatingWebhook {
+            name: name.to_string(),
+            admission_review_versions: vec!["v1".into()],
+            client_config,
+            failure_policy: Some("Fail".into()),
+            side_effects: "None".into(),
+            timeout_seconds: Some(10),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![simplyblock_api::GROUP.into()]),
+                api_versions: Some(vec![simplyblock_api::VERSION.into()]),
+                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                resources: Some(vec![resource.into()]),
+                scope: Some("Namespaced".into()),
+            }]),
+            ..ValidatingWebhook::default()
+        }
+    };
+    ValidatingWebhookConfiguration {
+        metadata: kube::api::ObjectMeta {
+            name: Some(CONFIGURATION_NAME.into()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![
+            webhook(
+                "vclusterdeploymentconfig.simplyblock.io",
+                DEPLOYMENT_PATH,
+                "clusterdeploymentconfigs",
+            ),
+            webhook(
+                "vstoragenode.simplyblock.io",
+                STORAGE_NODE_PATH,
+                "storagenodes",
+            ),
+        ]),
+    }
+}
+
+/// Applies [`configuration`] (server-side; the operator owns the caBundle).
+pub async fn register(
+    client: &kube::Client,
+    endpoint: &Endpoint,
+    ca_bundle: &str,
+) -> Result<(), Error> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+    let mut config = configuration(endpoint, ca_bundle);
+    config.metadata.managed_fields = None;
+    let value = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": config.metadata,
+        "webhooks": config.webhooks,
+    });
+    api.patch(
+        CONFIGURATION_NAME,
+        &PatchParams::apply("simplyblock-operator").force(),
+        &Patch::Apply(value),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Kube {
+        what: "the webhook configuration".into(),
+        source,
+    })
+}
+
+/// Denies with 403 Forbidden, the code Kubernetes uses for admission refusals.
+pub(crate) fn deny(response: AdmissionResponse, message: String) -> AdmissionResponse {
+    let mut response = response.deny(message);
+    response.result.code = 403;
+    response.result.reason = "Forbidden".into();
+    response
+}

@@ -1,0 +1,323 @@
+//! The webhooks, registered by URL with a real API server, answering real writes.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
+use simplyblock_operator::webhooks::{
+    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
+};
+use simplyblock_testenv::TestEnv;
+use tokio::sync::OnceCell;
+
+const OPERATOR_NAMESPACE: &str = "simplyblock-system";
+
+struct Served {
+    certs: Arc<ServingCertificates>,
+    base: String,
+}
+
+/// The shared API server with CRDs and the webhooks registered, served from a thread of
+/// their own (each test has its own runtime).
+async fn setup() -> &'static Served {
+    static SERVED: OnceCell<Served> = OnceCell::const_new();
+    SERVED
+        .get_or_init(|| async {
+            let env = TestEnv::shared().expect("API server");
+            env.install_crds(&simplyblock_api::crds())
+                .await
+                .expect("CRDs");
+            let authority =
+                simplyblock_certs::Authority::new("simplyblock-webhook-ca").expect("ca");
+            let certs = ServingCertificates::new(
+                authority,
+                vec!["localhost".into()],
+                vec![Ipv4Addr::LOCALHOST.into()],
+                Duration::from_secs(3600),
+            )
+            .expect("serving certificates");
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let served_certs = certs.clone();
+            let config = env.config().clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async move {
+                    let client = kube::Client::try_from(config).expect("client");
+                    let ctx = WebhookContext {
+                        client,
+                        operator_namespace: OPERATOR_NAMESPACE.into(),
+                    };
+                    let server = WebhookServer::bind(
+                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                        served_certs,
+                        webhooks::router(ctx),
+                    )
+                    .await
+                    .expect("bind");
+                    let _ = tx.send(server.local_addr().expect("addr"));
+                    server.run().await;
+                });
+            });
+            let addr = rx.await.expect("the webhook server started");
+            let base = format!("https://{addr}");
+            let client = env.client().await.expect("client");
+            webhooks::register(&client, &Endpoint::Url(base.clone()), &certs.ca_bundle())
+                .await
+                .expect("webhook configuration");
+            Served { certs, base }
+        })
+        .await
+}
+
+async fn namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+}
+
+async fn node(client: &kube::Client, name: &str) {
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+    match Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating Node {name}: {e}"),
+    }
+}
+
+fn api<K: kube::Resource<DynamicType = ()>>(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))
+}
+
+fn obj(v: Value) -> DynamicObject {
+    serde_json::from_value(v).expect("object")
+}
+
+/// The webhook's refusal text, or a panic if the write went through.
+fn denied<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "not an admission refusal: {s:?}");
+            s.message
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn document(workers: &[&str]) -> Value {
+    json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ClusterDeploymentConfig",
+        "metadata": {"name": "doc"},
+        "spec": {
+            "cluster": {"name": "sb", "maxSubsystemCount": 10, "vcpuCount": 4,
+                        "stripe": {"dataChunks": 1, "parityChunks": 1}},
+            "nodeSets": [{"name": "rack-a", "groups": [
+                {"name": "g", "workers": workers, "devices": {"nvme": ["0000:01:00.0"]}}
+            ]}]
+        }
+    })
+}
+
+#[tokio::test]
+async fn approval_is_checked_against_the_cluster_and_lists_every_problem() {
+    setup().await;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "approve").await;
+    for n in ["wh-a1", "wh-a2"] {
+        node(&client, n).await;
+    }
+    let docs = api::<ClusterDeploymentConfig>(&client, "approve");
+    docs.create(
+        &PostParams::default(),
+        &obj(document(&["wh-a1", "wh-a2", "wh-ghost"])),
+    )
+    .await
+    .expect("a draft naming a missing worker is admitted: drafts are checked on structure only");
+
+    let mut approved = docs.get("doc").await.expect("doc");
+    approved.data["spec"]["approved"] = json!(true);
+    let message = denied(docs.replace("doc", &PostParams::default(), &approved).await);
+    assert_eq!(
+        message,
+        "admission webhook \"vclusterdeploymentconfig.simplyblock.io\" denied the request: the document cannot be approved: 1 problem(s) (1 WorkerNotFound); WorkerNotFound: worker wh-ghost is not a Node of this cluster; fix spec.nodeSets[0].groups[0].workers or add the node before approving"
+    );
+
+    node(&client, "wh-ghost").await;
+    let mut approved = docs.get("doc").await.expect("doc");
+    approved.data["spec"]["approved"] = json!(true);
+    docs.replace("doc", &PostParams::default(), &approved)
+        .await
+        .expect("with every worker present the approval goes through");
+
+    // A second document creating the same cluster is refused at its approval.
+    let mut second = document(&["wh-a1"]);
+    second["metadata"]["name"] = json!("second");
+    second["spec"]["approved"] = json!(true);
+    let message = denied(docs.create(&PostParams::default(), &obj(second)).await);
+    assert!(
+        message.contains("the document cannot be approved: 3 problem(s) (1 StripeBelowMinimumNodes, 1 StripeBelowMinimumWorkers, 1 ClusterExists)"),
+        "{message}"
+    );
+    assert!(
+        message
+            .contains("ClusterExists: the approved document doc already creates StorageCluster sb"),
+        "{message}"
+    );
+}
+
+fn storage_cluster() -> Value {
+    json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sb"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 8}
+    })
+}
+
+fn storage_node(vcpus: i64) -> Value {
+    json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
+        "metadata": {"name": "sb-w1-0"},
+        "spec": {"clusterRef": "sb", "workerNode": "w1", "slot": 0,
+                 "config": {"sizing": {"vcpuCount": vcpus}, "deviceNames": ["0000:01:00.0"]}}
+    })
+}
+
+#[tokio::test]
+async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
+    setup().await;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "nodes").await;
+    let nodes = api::<StorageNode>(&client, "nodes");
+
+    let message = denied(
+        nodes
+            .create(&PostParams::default(), &obj(storage_node(8)))
+            .await,
+    );
+    assert_eq!(
+        message,
+        "admission webhook \"vstoragenode.simplyblock.io\" denied the request: ClusterNotFound: spec.clusterRef names StorageCluster sb, which does not exist in namespace nodes; clusterRef cannot change later, so create the node naming an existing cluster"
+    );
+
+    api::<StorageCluster>(&client, "nodes")
+        .create(&PostParams::default(), &obj(storage_cluster()))
+        .await
+        .expect("cluster");
+    let message = denied(
+        nodes
+            .create(&PostParams::default(), &obj(storage_node(4)))
+            .await,
+    );
+    assert!(message.ends_with("spec.config.sizing.vcpuCount is 4 but StorageCluster sb runs 8 vCPUs per node; set 8 (the control plane assumes one core layout per cluster)"), "{message}");
+    nodes
+        .create(&PostParams::default(), &obj(storage_node(8)))
+        .await
+        .expect("a node matching its cluster is admitted");
+
+    let mut moved = nodes.get("sb-w1-0").await.expect("node");
+    moved.data["spec"]["workerNode"] = json!("w2");
+    let message = denied(
+        nodes
+            .replace("sb-w1-0", &PostParams::default(), &moved)
+            .await,
+    );
+    assert!(
+        message.contains("spec.workerNode is written by the simplyblock operator only"),
+        "{message}"
+    );
+
+    // The operator's service account may write it.
+    let account = "simplyblock-operator";
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "webhook-test-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
+    }))
+    .expect("binding");
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("RBAC for the impersonated operator");
+    let mut config = env.config().clone();
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+    ));
+    let operator = kube::Client::try_from(config).expect("operator client");
+    let as_operator = api::<StorageNode>(&operator, "nodes");
+    let mut moved = as_operator.get("sb-w1-0").await.expect("node");
+    moved.data["spec"]["workerNode"] = json!("w2");
+    let written = as_operator
+        .replace("sb-w1-0", &PostParams::default(), &moved)
+        .await
+        .expect("the operator writes the single-writer fields");
+    assert_eq!(written.data["spec"]["workerNode"], json!("w2"));
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_without_a_restart() {
+    let served = setup().await;
+    let before = served.certs.current_der();
+    served.certs.rotate().expect("rotate");
+    assert_ne!(
+        before,
+        served.certs.current_der(),
+        "rotation issued a new certificate"
+    );
+    // The API server trusts the CA, not the leaf: writes still pass through the webhook.
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "rotation").await;
+    let docs = api::<ClusterDeploymentConfig>(&client, "rotation");
+    docs.create(&PostParams::default(), &obj(document(&["nobody"])))
+        .await
+        .expect("the webhook answers over the new certificate");
+    let mut approved = docs.get("doc").await.expect("doc");
+    approved.data["spec"]["approved"] = json!(true);
+    let message = denied(docs.replace("doc", &PostParams::default(), &approved).await);
+    assert!(
+        message.contains("WorkerNotFound: worker nobody"),
+        "{message}"
+    );
+    // A new handshake is answered with the new certificate.
+    assert_eq!(peer_certificate(served).await, served.certs.current_der());
+}
+
+/// The leaf certificate a fresh TLS handshake with the webhook server presents, verified
+/// against the webhook CA.
+async fn peer_certificate(served: &Served) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(served.certs.ca_bundle().as_bytes()).expect("ca"))
+        .expect("root");
+    let config = rustls::ClientConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let addr = served.base.trim_start_matches("https://");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1").expect("name"), tcp)
+        .await
+        .expect("a verified handshake");
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .expect("a peer certificate")[0]
+        .to_vec()
+}
