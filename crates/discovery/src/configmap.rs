@@ -1,0 +1,173 @@
+//! How a probe report is stored: the ConfigMap's name, labels and key.
+//!
+//! The Job that writes a report is named like its ConfigMap, and a Job's name reaches its
+//! pods as a label, so every name here fits the 63 bytes of a label value. Neither the name
+//! nor the labels can be read back as the node they came from: the node name survives
+//! exactly only inside the report.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+/// The key the report is stored under.
+pub const REPORT_KEY: &str = "report.json";
+/// The largest report accepted: a ConfigMap holds 1 MiB, less room for its metadata.
+pub const MAX_REPORT_BYTES: usize = 1024 * 1024 - 8 * 1024;
+/// The longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+
+pub const LABEL_COMPONENT: &str = "storage.simplyblock.io/component";
+pub const LABEL_RUN: &str = "storage.simplyblock.io/nodeprobe-run";
+pub const LABEL_NODE: &str = "storage.simplyblock.io/nodeprobe-node";
+pub const COMPONENT: &str = "nodeprobe";
+const NAME_PREFIX: &str = "sb-nodeprobe-";
+
+fn sha_hex(input: &[u8]) -> String {
+    let digest = Sha256::digest(input);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Lower-cases and replaces everything outside `[a-z0-9.-]` with `-`, then trims the ends
+/// to alphanumerics as a label value must start and end.
+fn sanitize(input: &str) -> String {
+    let mapped: String = input
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// Cuts `s` to at most `max` bytes and trims the cut end back to an alphanumeric.
+fn cut(s: &str, max: usize) -> &str {
+    // `s` is ASCII after sanitize, so any byte index is a char boundary.
+    let s = &s[..s.len().min(max)];
+    s.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+}
+
+/// A label value for `input`: a value that is already valid and fits is kept as it is;
+/// one that does not fit is cut and suffixed with 8 hex digits of a SHA-256 over the
+/// whole input, so two long names that share a prefix still get two labels.
+pub fn label_value(input: &str) -> String {
+    let clean = sanitize(input);
+    if clean.len() <= MAX_LABEL_VALUE && clean == input {
+        return clean;
+    }
+    // Anything changed or cut gets the digest: "A_b" and "a-b" would otherwise share a
+    // label, and so would two long names with one prefix.
+    let digest = &sha_hex(input.as_bytes())[..8];
+    let head = cut(&clean, MAX_LABEL_VALUE - 9);
+    if head.is_empty() {
+        digest.to_string()
+    } else {
+        format!("{head}-{digest}")
+    }
+}
+
+/// The ConfigMap (and Job) name for one worker of one run:
+/// `sb-nodeprobe-<stem>-<8 hex of sha256(run + "\0" + node)>`, at most 63 bytes. The
+/// digest is unconditional because run and node are joined by a separator both may hold.
+pub fn config_map_name(run: &str, node: &str) -> String {
+    let mut joined = Vec::with_capacity(run.len() + node.len() + 1);
+    joined.extend_from_slice(run.as_bytes());
+    joined.push(0);
+    joined.extend_from_slice(node.as_bytes());
+    let digest = &sha_hex(&joined)[..8];
+    let stem_source = sanitize(&format!("{run}-{node}"));
+    let room = MAX_LABEL_VALUE - NAME_PREFIX.len() - 1 - digest.len();
+    let stem = cut(&stem_source, room);
+    if stem.is_empty() {
+        format!("{NAME_PREFIX}{digest}")
+    } else {
+        format!("{NAME_PREFIX}{stem}-{digest}")
+    }
+}
+
+/// The labels of a report's ConfigMap; the run's reports are listed by the first two.
+pub fn labels(run: &str, node: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_COMPONENT.to_string(), COMPONENT.to_string()),
+        (LABEL_RUN.to_string(), label_value(run)),
+        (LABEL_NODE.to_string(), label_value(node)),
+    ])
+}
+
+/// The selector that lists one run's reports.
+pub fn run_selector(run: &str) -> String {
+    format!(
+        "{LABEL_COMPONENT}={COMPONENT},{LABEL_RUN}={}",
+        label_value(run)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid_label(v: &str) -> bool {
+        v.len() <= 63
+            && v.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+            && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+            && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+    }
+
+    #[test]
+    fn a_value_that_fits_is_kept() {
+        assert_eq!(label_value("worker-1"), "worker-1");
+        let exactly = "a".repeat(63);
+        assert_eq!(label_value(&exactly), exactly);
+    }
+
+    #[test]
+    fn one_byte_past_the_limit_is_cut_with_a_digest() {
+        let long = "a".repeat(64);
+        let v = label_value(&long);
+        assert_eq!(v.len(), 63);
+        assert!(valid_label(&v), "{v}");
+        assert!(v.starts_with(&"a".repeat(54)));
+        assert_ne!(
+            v,
+            label_value(&"a".repeat(65)),
+            "digest is over the whole input"
+        );
+    }
+
+    #[test]
+    fn long_names_sharing_a_prefix_get_distinct_labels() {
+        let a = "discovered-initial-discovery-cluster-vm03.simplyblock4.localdomain-0";
+        let b = "discovered-initial-discovery-cluster-vm03.simplyblock4.localdomain-1";
+        assert!(a.len() > 63);
+        let (la, lb) = (label_value(a), label_value(b));
+        assert!(valid_label(&la) && valid_label(&lb));
+        assert_ne!(la, lb);
+    }
+
+    #[test]
+    fn uppercase_and_odd_characters_become_a_valid_label() {
+        let v = label_value("Worker_1.Example.COM");
+        assert!(valid_label(&v), "{v}");
+        assert_ne!(v, label_value("worker-1.example.com"));
+        assert!(valid_label(&label_value("___")));
+    }
+
+    #[test]
+    fn config_map_names_fit_and_differ_by_node() {
+        let node = "n".repeat(253);
+        let a = config_map_name("initial-discovery", &node);
+        assert!(a.len() <= 63 && valid_label(&a), "{a}");
+        assert!(a.starts_with("sb-nodeprobe-initial-discovery-"));
+        let b = config_map_name("initial-discovery", &format!("{node}x"));
+        assert_ne!(a, b);
+        // The separator cannot be forged: ("a-b","c") and ("a","b-c") differ.
+        assert_ne!(config_map_name("a-b", "c"), config_map_name("a", "b-c"));
+    }
+}
