@@ -2,6 +2,7 @@
 # Runs as /init inside the capture guest that scripts/capture-host.sh boots: sets up the
 # storage and network layout the fixture is meant to show, captures the machine with the
 # probe's own capture tool, and sends the result out on the second serial port.
+/bin/busybox mkdir -p /proc /sys /dev /tmp /mnt/data
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys

@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = out.join("root");
     fs::create_dir_all(&root)?;
     for path in fs_.touched() {
-        copy_path(&root, &path).map_err(|e| format!("copying {path}: {e}"))?;
+        copy_path(&root, &path, fs_.recorded(&path)).map_err(|e| format!("copying {path}: {e}"))?;
     }
     let outcomes: Vec<_> = report
         .devices
@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Copies one machine path into `root`, recreating every link along the way with its own
 /// (relative) target, so the copy resolves the same way the machine did.
-fn copy_path(root: &Path, path: &str) -> std::io::Result<()> {
+fn copy_path(root: &Path, path: &str, seen: Option<Vec<u8>>) -> std::io::Result<()> {
     let mut cur = PathBuf::from("/");
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let mut i = 0;
@@ -114,6 +114,15 @@ fn copy_path(root: &Path, path: &str) -> std::io::Result<()> {
             if let Some(parent) = dest.parent() {
                 fs::create_dir_all(parent)?;
             }
+            if let Some(bytes) = &seen {
+                let data = if next.ends_with("mountinfo") {
+                    block_mounts_only(bytes)
+                } else {
+                    bytes.clone()
+                };
+                fs::write(&dest, data)?;
+                return Ok(());
+            }
             let mut data = Vec::new();
             let limit = if next.starts_with("/dev") {
                 68 * 1024
@@ -122,6 +131,9 @@ fn copy_path(root: &Path, path: &str) -> std::io::Result<()> {
             };
             if let Ok(f) = fs::File::open(&next) {
                 let _ = f.take(limit).read_to_end(&mut data);
+                if next.ends_with("mountinfo") {
+                    data = block_mounts_only(&data);
+                }
                 fs::write(&dest, &data)?;
             }
         }
@@ -129,6 +141,24 @@ fn copy_path(root: &Path, path: &str) -> std::io::Result<()> {
         i += 1;
     }
     Ok(())
+}
+
+/// The probe matches mounts to block devices by device number, so a mount of no block
+/// device (major 0: proc, tmpfs, cgroups, overlays) tells it nothing and is left out.
+fn block_mounts_only(data: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(data);
+    let mut out = String::new();
+    for line in text.lines() {
+        let major = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|d| d.split(':').next());
+        if major.is_some_and(|m| m != "0") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.into_bytes()
 }
 
 fn normalize(comps: Vec<String>) -> Vec<String> {

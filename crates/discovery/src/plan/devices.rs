@@ -156,8 +156,12 @@ impl Rules<'_> {
         let waived = self.filter.enable_partitioned_devices.unwrap_or(false)
             && d.only_rejected_for(&[Reason::Partitioned]);
         if !d.available && !waived {
-            let mut grounds: Vec<&str> = d.rejections.iter().map(|r| r.reason.as_str()).collect();
-            grounds.dedup();
+            let mut grounds: Vec<&str> = Vec::new();
+            for r in &d.rejections {
+                if !grounds.contains(&r.reason.as_str()) {
+                    grounds.push(r.reason.as_str());
+                }
+            }
             return Err((
                 Rule::Available,
                 if grounds.is_empty() {

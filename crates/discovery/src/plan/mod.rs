@@ -576,7 +576,7 @@ fn place(r: &Report, admitted: Vec<Admitted>) -> Placed {
         )
     };
     let mut ranked: Vec<(i32, Vec<Admitted>)> = buckets.into_iter().collect();
-    ranked.sort_by(|(a, da), (b, db)| key(*b, db).cmp(&key(*a, da)));
+    ranked.sort_by_key(|(n, d)| std::cmp::Reverse(key(*n, d)));
     let mut iter = ranked.into_iter();
     let Some((node, chosen)) = iter.next() else {
         return (None, (Vec::new(), Vec::new()), None);

@@ -5,7 +5,7 @@
 //! root when a fixture carries a link that points out of it.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -45,6 +45,7 @@ pub struct RootFs {
     root: PathBuf,
     canonical_root: PathBuf,
     touched: Option<RefCell<BTreeSet<String>>>,
+    contents: RefCell<BTreeMap<String, Vec<u8>>>,
 }
 
 impl RootFs {
@@ -54,6 +55,7 @@ impl RootFs {
             root: root.to_path_buf(),
             canonical_root,
             touched: None,
+            contents: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -71,6 +73,20 @@ impl RootFs {
             .as_ref()
             .map(|t| t.borrow().iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The bytes a recording reader returned for `path`, so a capture writes what the
+    /// probe saw rather than a later reading of a file that keeps changing (meminfo).
+    pub fn recorded(&self, path: &str) -> Option<Vec<u8>> {
+        self.contents.borrow().get(path).cloned()
+    }
+
+    fn keep(&self, path: &str, data: &[u8]) {
+        if self.touched.is_some() {
+            self.contents
+                .borrow_mut()
+                .insert(path.to_string(), data.to_vec());
+        }
     }
 
     fn note(&self, path: &str) {
@@ -104,6 +120,7 @@ impl Fs for RootFs {
         fs::File::open(self.inside(path)?)?
             .take(MAX_FILE_BYTES)
             .read_to_end(&mut out)?;
+        self.keep(path, &out);
         Ok(out)
     }
 
@@ -114,6 +131,7 @@ impl Fs for RootFs {
         fs::File::open(self.inside(path)?)?
             .take(limit.min(MAX_FILE_BYTES))
             .read_to_end(&mut out)?;
+        self.keep(path, &out);
         Ok(out)
     }
 

@@ -19,6 +19,10 @@ pub fn interfaces(fs: &dyn Fs, unreadable: &mut Vec<String>) -> Vec<Interface> {
     let mut out = Vec::new();
     for name in names {
         let base = format!("{NET}/{name}");
+        // bonding_masters lives here too; a real interface has an index.
+        if !fs.exists(&format!("{base}/ifindex")) {
+            continue;
+        }
         let mut iface = read_interface(fs, &name, &base);
         iface.addresses = addresses
             .iter()
@@ -73,8 +77,22 @@ fn read_interface(fs: &dyn Fs, name: &str, base: &str) -> Interface {
         lower.extend(slaves.split_whitespace().map(str::to_string));
     }
     // Bridges list their ports in brif/, which is what the kernel exports for them.
-    lower.extend(fs.read_dir(&format!("{base}/brif")).unwrap_or_default());
-    let entries = fs.read_dir(base).unwrap_or_default();
+    // Each listed link is read as well, which also puts it in a capture's copy.
+    let ports = fs.read_dir(&format!("{base}/brif")).unwrap_or_default();
+    lower.extend(
+        ports
+            .into_iter()
+            .filter(|p| fs.read_link(&format!("{base}/brif/{p}")).is_ok()),
+    );
+    let entries: Vec<String> = fs
+        .read_dir(base)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            !(e.starts_with("lower_") || e.starts_with("upper_"))
+                || fs.read_link(&format!("{base}/{e}")).is_ok()
+        })
+        .collect();
     lower.extend(
         entries
             .iter()

@@ -98,7 +98,7 @@ fn measure_use(fs: &dyn Fs, controllers: &mut [Controller], unreadable: &mut Vec
                 continue;
             };
             for (i, h) in &wanted {
-                if h.iter().any(|t| *t == target) {
+                if h.contains(&target) {
                     let command = text(fs, &format!("/proc/{pid}/comm")).unwrap_or_default();
                     held[*i].push(Holder {
                         pid: pid.parse().unwrap_or(0),

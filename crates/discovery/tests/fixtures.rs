@@ -1,0 +1,128 @@
+//! The captured host fixtures read back to the report their machine gave, and a corrupted
+//! fixture never panics the probe.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use simplyblock_discovery::probe::{ProbeOptions, RootFs, probe_with};
+use simplyblock_discovery::{Report, decode};
+
+fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/hosts")
+}
+
+fn probe_fixture(root: &Path, node: &str) -> Report {
+    probe_with(
+        &RootFs::new(root),
+        &ProbeOptions {
+            node: Some(node.into()),
+            now: Some(jiff::Timestamp::UNIX_EPOCH),
+            ..ProbeOptions::default()
+        },
+    )
+}
+
+#[test]
+fn every_fixture_reads_back_to_its_live_report() {
+    let mut seen = 0;
+    for entry in fs::read_dir(hosts()).expect("fixtures/hosts") {
+        let dir = entry.expect("entry").path();
+        let live = dir.join("live-report.json");
+        if !live.exists() {
+            continue;
+        }
+        let mut want = decode(&fs::read(&live).expect("read")).expect("live report decodes");
+        want.probed_at = Some(jiff::Timestamp::UNIX_EPOCH);
+        let got = probe_fixture(&dir.join("root"), &want.node);
+        assert_eq!(got, want, "{}", dir.display());
+        seen += 1;
+    }
+    assert!(seen >= 2, "expected the captured fixtures, found {seen}");
+}
+
+#[test]
+fn the_qemu_guest_shows_what_it_was_built_with() {
+    let r = probe_fixture(&hosts().join("qemu-numa2-nvme/root"), "g");
+    assert_eq!(r.cpu.numa_nodes.len(), 2);
+    let kind = |n: &str| r.interfaces.iter().find(|i| i.name == n).map(|i| i.kind);
+    use simplyblock_discovery::report::InterfaceKind::*;
+    assert_eq!(kind("bond0"), Some(Bond));
+    assert_eq!(kind("br0"), Some(Bridge));
+    assert_eq!(kind("eth0.100"), Some(Vlan));
+    assert_eq!(kind("dummy0"), Some(Dummy));
+    assert!(
+        kind("bonding_masters").is_none(),
+        "a file, not an interface"
+    );
+    let vda = r.devices.iter().find(|d| d.name == "vda").expect("vda");
+    assert_eq!(vda.partition_table.as_deref(), Some("dos"));
+    assert!(r.nvme_controllers.iter().any(|c| c.numa_node == 1));
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let Ok(meta) = fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            files(&p, out);
+        } else if meta.is_file() {
+            out.push(p);
+        }
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for e in fs::read_dir(from).into_iter().flatten().flatten() {
+        let p = e.path();
+        let dest = to.join(e.file_name());
+        let meta = fs::symlink_metadata(&p).expect("meta");
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&p).expect("link"), &dest).expect("symlink");
+        } else if meta.is_dir() {
+            fs::create_dir_all(&dest).expect("mkdir");
+            copy_tree(&p, &dest);
+        } else {
+            fs::copy(&p, &dest).expect("copy");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn a_corrupted_fixture_never_panics_the_probe(
+        picks in proptest::collection::vec((any::<prop::sample::Index>(), proptest::collection::vec(any::<u8>(), 0..64)), 1..40),
+        host in prop::sample::select(vec!["qemu-numa2-nvme", "this-machine-virtio"]),
+    ) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        copy_tree(&hosts().join(host).join("root"), tmp.path());
+        let mut all = Vec::new();
+        files(tmp.path(), &mut all);
+        all.sort();
+        for (idx, bytes) in &picks {
+            let f = idx.get(&all);
+            fs::write(f, bytes).expect("corrupt");
+        }
+        let r = probe_fixture(tmp.path(), "n");
+        // Whatever it read, the result is a report that round-trips.
+        let text = simplyblock_discovery::encode(&r).expect("encodes");
+        prop_assert_eq!(decode(text.as_bytes()).expect("decodes").node, "n");
+    }
+
+    #[test]
+    fn the_decoder_and_parsers_take_any_bytes(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = decode(&data);
+        let text = String::from_utf8_lossy(&data);
+        let _ = simplyblock_discovery::parse::cpu_list(&text);
+        let _ = simplyblock_discovery::parse::meminfo(&text);
+        let _ = simplyblock_discovery::parse::mountinfo(&text);
+        let _ = simplyblock_discovery::parse::ipv4_addresses(&text, &text);
+        let _ = simplyblock_discovery::parse::if_inet6(&text);
+        let _ = simplyblock_discovery::parse::content(&data);
+        let _ = simplyblock_discovery::parse::volume_nqn(&text);
+        let _ = simplyblock_discovery::size::parse_size_range(&text);
+    }
+}
