@@ -4,6 +4,9 @@
 //! One module per domain; pure decisions (`validation`, plans) live apart from the I/O
 //! that reads the world and writes the result.
 
+pub mod cluster;
+pub mod context;
+pub mod csi_secret;
 pub mod deployment;
 pub mod webhooks;
 

@@ -1,13 +1,16 @@
 //! `simplyblock-operator`: the operator process.
 //!
 //! `run` serves the admission webhooks over TLS from a certificate issued by the
-//! operator's own CA, registers them with the API server (caBundle included) and keeps
-//! the certificate fresh. The controllers join this process as they land.
+//! operator's own CA, registers them with the API server (caBundle included), keeps the
+//! certificate fresh, and runs the controllers.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use simplyblock_operator::cluster;
+use simplyblock_operator::context::Context;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -43,6 +46,24 @@ enum Command {
         /// How long a serving certificate is valid; it is replaced at a third of that.
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
         certificate_validity: Duration,
+        /// The control plane's address (`/api/v2` is appended).
+        #[arg(
+            long,
+            env = "SIMPLYBLOCK_CONTROL_PLANE_URL",
+            default_value = "http://simplyblock-webappapi:5000"
+        )]
+        control_plane_url: simplyblock_controlplane::Url,
+        /// A file holding the bearer token for the control plane: by default the pod's
+        /// service-account token, which the control plane verifies with a TokenReview.
+        #[arg(
+            long,
+            env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE",
+            default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        )]
+        control_plane_token_file: std::path::PathBuf,
+        /// Watch only this namespace instead of all of them.
+        #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
+        watch_namespace: Option<String>,
     },
 }
 
@@ -71,7 +92,22 @@ async fn main() -> anyhow::Result<()> {
             webhook_service,
             webhook_url,
             certificate_validity,
+            control_plane_url,
+            control_plane_token_file,
+            watch_namespace,
         } => {
+            let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
+                anyhow::anyhow!(
+                    "the control-plane token file {} cannot be read ({e}); mount the service-account token or pass --control-plane-token-file",
+                    control_plane_token_file.display()
+                )
+            })?;
+            let cp = simplyblock_controlplane::Client::new(
+                simplyblock_controlplane::ClientConfig::new(
+                    control_plane_url.clone(),
+                    token.trim(),
+                ),
+            )?;
             let client = kube::Client::try_default().await?;
             let dns = vec![
                 format!("{webhook_service}.{namespace}.svc"),
@@ -88,6 +124,12 @@ async fn main() -> anyhow::Result<()> {
                     name: webhook_service,
                 },
             };
+            let controllers = Arc::new(Context::new(
+                client.clone(),
+                cp,
+                control_plane_url.to_string(),
+                namespace.clone(),
+            ));
             let ctx = WebhookContext {
                 client: client.clone(),
                 operator_namespace: namespace,
@@ -99,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::spawn(certs.clone().rotate_forever());
             tokio::select! {
                 _ = server.run() => {}
+                _ = cluster::controller::run(controllers, watch_namespace) => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
             }
         }

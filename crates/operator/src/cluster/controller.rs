@@ -1,0 +1,705 @@
+//! The StorageCluster controller: the creation machine until the control plane has the
+//! cluster, then the steady state that reports what the control plane says, and the
+//! teardown behind the finalizer.
+//!
+//! Every creation step is written to `status.step` before its side effect, and every side
+//! effect is preceded by a look at whether it already happened: a cluster created by a
+//! request whose answer was lost is found by name and adopted, never created twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use simplyblock_api::StorageCluster;
+use simplyblock_api::storage_cluster::{
+    CREATION_GRAPH, ClusterPhase, CreationStep, StorageClusterStatus,
+};
+use simplyblock_controlplane::Uuid;
+use simplyblock_statemachine::{Machine, State};
+
+use super::observe;
+use super::params::{self, BackupCredentials};
+use crate::context::{Context, requeue};
+use crate::csi_secret;
+
+pub const FINALIZER: &str = "storage.simplyblock.io/storagecluster-finalizer";
+/// The finalizer older operators set; read and removed on delete.
+pub const LEGACY_FINALIZER: &str = "storage.simplyblock.io/cluster-finalizer";
+const MANAGER: &str = "storagecluster-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] simplyblock_controlplane::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// Runs the controller until the stream ends, over every namespace or only `namespace`.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let (clusters, secrets): (Api<StorageCluster>, Api<Secret>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+        ),
+        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
+    };
+    Controller::new(clusters, watcher::Config::default())
+        .owns(
+            secrets,
+            watcher::Config::default().labels("storage.simplyblock.io/managed-by=storagecluster"),
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "storagecluster reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(cluster: Arc<StorageCluster>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, "reconciling a StorageCluster failed; retrying");
+    Action::requeue(requeue::RETRY)
+}
+
+pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
+    finalizer(&api, FINALIZER, cluster, |event| async {
+        match event {
+            Finalizer::Apply(c) => apply(&c, &ctx).await,
+            Finalizer::Cleanup(c) => cleanup(&c, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+async fn apply(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
+    let status = cluster.status.clone().unwrap_or_default();
+    if status.uuid.as_deref().is_some_and(|u| !u.is_empty()) {
+        return steady(cluster, &status, ctx).await;
+    }
+    create(cluster, &status, ctx).await
+}
+
+/// The Secret `simplyblock-cluster-<name>` holding the control plane's id and secret of
+/// the cluster: the durable record between Creating and Persisting.
+fn cluster_secret_name(cluster: &str) -> String {
+    format!("simplyblock-cluster-{cluster}")
+}
+
+/// An upgrade leaves `simplyblock-<name>-upgrade` (`uuid`, `secret`) for adoption.
+fn upgrade_secret_name(cluster: &str) -> String {
+    format!("simplyblock-{cluster}-upgrade")
+}
+
+/// The control plane's id and secret of a cluster.
+#[derive(Clone, PartialEq, Eq)]
+struct Identity {
+    uuid: Uuid,
+    secret: String,
+}
+
+async fn read_identity(ctx: &Context, ns: &str, secret: &str) -> Result<Option<Identity>, Error> {
+    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), ns);
+    let Some(s) = api.get_opt(secret).await? else {
+        return Ok(None);
+    };
+    let field = |k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    Ok(
+        match (field("uuid").and_then(|u| u.parse().ok()), field("secret")) {
+            (Some(uuid), Some(secret)) => Some(Identity { uuid, secret }),
+            _ => None,
+        },
+    )
+}
+
+async fn write_identity(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    id: &Identity,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster_secret_name(&cluster.name_any());
+    let owner = cluster.controller_owner_ref(&());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.clone()),
+            owner_references: owner.map(|o| vec![o]),
+            labels: Some(BTreeMap::from([
+                (
+                    "storage.simplyblock.io/managed-by".into(),
+                    "storagecluster".into(),
+                ),
+                ("storage.simplyblock.io/cluster".into(), cluster.name_any()),
+            ])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("uuid".into(), ByteString(id.uuid.to_string().into_bytes())),
+            ("secret".into(), ByteString(id.secret.clone().into_bytes())),
+        ])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(ctx.kube.clone(), &ns)
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Writes the creation machine's position (and phase and message), before the step's
+/// side effect. With `lock`, the write only succeeds on the resourceVersion read.
+async fn write_step(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    phase: ClusterPhase,
+    machine: Option<&Machine<'_, CreationStep>>,
+    message: Option<String>,
+    lock: bool,
+) -> Result<bool, Error> {
+    let mut metadata = json!({"name": cluster.name_any()});
+    if lock {
+        metadata["resourceVersion"] = json!(cluster.resource_version());
+    }
+    let mut status = json!({
+        "phase": phase,
+        "observedGeneration": cluster.metadata.generation,
+    });
+    if let Some(m) = machine {
+        status["step"] = serde_json::to_value(m.snapshot()).unwrap_or_default();
+    }
+    if let Some(message) = message {
+        status["message"] = json!(message);
+    }
+    let body = json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2",
+        "kind": "StorageCluster",
+        "metadata": metadata,
+        "status": status,
+    });
+    let api: Api<StorageCluster> =
+        Api::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default());
+    match api
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn create(
+    cluster: &StorageCluster,
+    status: &StorageClusterStatus,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let now = jiff::Timestamp::now();
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let mut machine = match CREATION_GRAPH.restore(&status.step, now) {
+        Ok(m) => m,
+        Err(e) => {
+            let message = format!("the stored creation step cannot be resumed: {e}");
+            write_step(
+                ctx,
+                cluster,
+                ClusterPhase::Unavailable,
+                None,
+                Some(message),
+                false,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if machine.timed_out(now) {
+        let message = format!(
+            "creation step {} outlived its deadline; it is still being retried",
+            machine.state()
+        );
+        if status.message.as_deref() != Some(message.as_str()) {
+            ctx.event(cluster, true, "StepDeadlineExceeded", message.clone())
+                .await;
+            write_step(
+                ctx,
+                cluster,
+                ClusterPhase::Unavailable,
+                Some(&machine),
+                Some(message),
+                false,
+            )
+            .await?;
+        }
+    }
+
+    match machine.state() {
+        CreationStep::Claiming => {
+            // The claim: only the writer whose read is still current moves the cluster on.
+            let _ = machine.transition_to(CreationStep::CheckingControlPlane, now);
+            if !write_step(
+                ctx,
+                cluster,
+                ClusterPhase::Creating,
+                Some(&machine),
+                Some("claimed; checking the control plane".into()),
+                true,
+            )
+            .await?
+            {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        CreationStep::CheckingControlPlane => {
+            if let Err(e) = ctx.cp.ready().await {
+                let message = format!(
+                    "the control plane is not ready ({e}); the cluster is created once it is"
+                );
+                ctx.event(cluster, true, "FDBNotReady", message.clone())
+                    .await;
+                write_step(
+                    ctx,
+                    cluster,
+                    ClusterPhase::Creating,
+                    Some(&machine),
+                    Some(message),
+                    false,
+                )
+                .await?;
+                return Ok(Action::requeue(requeue::RETRY));
+            }
+            let next = if read_identity(ctx, &ns, &upgrade_secret_name(&name))
+                .await?
+                .is_some()
+            {
+                CreationStep::Adopting
+            } else {
+                CreationStep::ResolvingConfig
+            };
+            advance(ctx, cluster, &mut machine, next, now).await
+        }
+        CreationStep::ResolvingConfig => match resolve(cluster, ctx).await? {
+            Ok(_) => advance(ctx, cluster, &mut machine, CreationStep::Creating, now).await,
+            Err(e) => hold_on_config(ctx, cluster, &machine, e).await,
+        },
+        CreationStep::Creating => {
+            // Already there (an earlier create whose answer was lost, or another writer)?
+            if let Some(existing) = ctx
+                .cp
+                .list_clusters()
+                .await?
+                .into_iter()
+                .find(|c| c.name.as_deref() == Some(name.as_str()))
+            {
+                write_identity(
+                    ctx,
+                    cluster,
+                    &Identity {
+                        uuid: existing.id,
+                        secret: existing.secret.clone(),
+                    },
+                )
+                .await?;
+                return advance(ctx, cluster, &mut machine, CreationStep::Adopting, now).await;
+            }
+            let body = match resolve(cluster, ctx).await? {
+                Ok(body) => body,
+                Err(e) => return hold_on_config(ctx, cluster, &machine, e).await,
+            };
+            match ctx.cp.create_cluster(&body).await {
+                Ok(created) => {
+                    // The secret exists nowhere else we can read it back from reliably:
+                    // record it before anything else can fail.
+                    write_identity(
+                        ctx,
+                        cluster,
+                        &Identity {
+                            uuid: created.id,
+                            secret: created.secret.clone(),
+                        },
+                    )
+                    .await?;
+                    advance(ctx, cluster, &mut machine, CreationStep::Persisting, now).await
+                }
+                Err(e) => {
+                    if ctx
+                        .cp
+                        .list_clusters()
+                        .await?
+                        .iter()
+                        .any(|c| c.name.as_deref() == Some(name.as_str()))
+                    {
+                        return advance(ctx, cluster, &mut machine, CreationStep::Adopting, now)
+                            .await;
+                    }
+                    let message = format!("creating the cluster in the control plane failed: {e}");
+                    ctx.event(cluster, true, "ClusterCreationFailed", message.clone())
+                        .await;
+                    write_step(
+                        ctx,
+                        cluster,
+                        ClusterPhase::Creating,
+                        Some(&machine),
+                        Some(message),
+                        false,
+                    )
+                    .await?;
+                    Ok(Action::requeue(requeue::RETRY))
+                }
+            }
+        }
+        CreationStep::Adopting => {
+            let found = match read_identity(ctx, &ns, &upgrade_secret_name(&name)).await? {
+                Some(id) => Some(id),
+                None => ctx
+                    .cp
+                    .list_clusters()
+                    .await?
+                    .into_iter()
+                    .find(|c| c.name.as_deref() == Some(name.as_str()))
+                    .map(|c| Identity {
+                        uuid: c.id,
+                        secret: c.secret,
+                    }),
+            };
+            match found {
+                Some(id) => {
+                    write_identity(ctx, cluster, &id).await?;
+                    ctx.event(
+                        cluster,
+                        false,
+                        "ClusterAdopted",
+                        format!(
+                            "adopted control-plane cluster {} instead of creating one",
+                            id.uuid
+                        ),
+                    )
+                    .await;
+                    advance(ctx, cluster, &mut machine, CreationStep::Persisting, now).await
+                }
+                None => {
+                    machine.reset(now);
+                    write_step(
+                        ctx,
+                        cluster,
+                        ClusterPhase::Creating,
+                        Some(&machine),
+                        Some("nothing to adopt was found; creating the cluster afresh".into()),
+                        false,
+                    )
+                    .await?;
+                    Ok(Action::requeue(requeue::NEXT_STEP))
+                }
+            }
+        }
+        CreationStep::Persisting => {
+            let Some(id) = read_identity(ctx, &ns, &cluster_secret_name(&name)).await? else {
+                // The record is gone; find the cluster again.
+                machine.reset(now);
+                write_step(
+                    ctx,
+                    cluster,
+                    ClusterPhase::Creating,
+                    Some(&machine),
+                    Some("the cluster's Secret is missing; looking the cluster up again".into()),
+                    false,
+                )
+                .await?;
+                return Ok(Action::requeue(requeue::NEXT_STEP));
+            };
+            publish_csi_entry(ctx, &id).await?;
+            let found = ctx.cp.get_cluster(id.uuid).await?;
+            let tasks = ctx.cp.list_tasks(id.uuid).await.unwrap_or_default();
+            let mut next = observe::steady_status(status, &found, &tasks);
+            next.step = Default::default();
+            next.message = Some(format!("created in the control plane as {}", id.uuid));
+            write_steady(ctx, cluster, &next).await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+    }
+}
+
+async fn advance(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    machine: &mut Machine<'_, CreationStep>,
+    next: CreationStep,
+    now: jiff::Timestamp,
+) -> Result<Action, Error> {
+    if let Err(e) = machine.transition_to(next, now) {
+        // A controller bug, not a user's: say so and stop rather than loop.
+        tracing::error!(error = %e, "illegal creation transition");
+        return Ok(Action::await_change());
+    }
+    write_step(
+        ctx,
+        cluster,
+        ClusterPhase::Creating,
+        Some(machine),
+        Some(format!("creation step {}", next.name())),
+        false,
+    )
+    .await?;
+    Ok(Action::requeue(requeue::NEXT_STEP))
+}
+
+async fn hold_on_config(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    machine: &Machine<'_, CreationStep>,
+    e: params::ConfigError,
+) -> Result<Action, Error> {
+    let message = e.to_string();
+    let current = cluster.status.as_ref().and_then(|s| s.message.clone());
+    if current.as_deref() != Some(message.as_str()) {
+        ctx.event(cluster, true, e.reason(), message.clone()).await;
+        write_step(
+            ctx,
+            cluster,
+            ClusterPhase::Creating,
+            Some(machine),
+            Some(message),
+            false,
+        )
+        .await?;
+    }
+    // A spec or Secret change triggers the next pass; the requeue is a backstop.
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+/// The create body, with the backup credentials read from their Secret.
+async fn resolve(
+    cluster: &StorageCluster,
+    ctx: &Context,
+) -> Result<Result<simplyblock_controlplane::ClusterCreate, params::ConfigError>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let creds = match &cluster.spec.backup {
+        None => None,
+        Some(store) => {
+            let secret_name = &store.credentials_secret_ref.name;
+            let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+            let secret = api.get_opt(secret_name).await?;
+            let key = |k: &str| {
+                secret
+                    .as_ref()
+                    .and_then(|s| s.data.as_ref())
+                    .and_then(|d| d.get(k))
+                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            };
+            match (key("access_key_id"), key("secret_access_key")) {
+                (Some(access_key_id), Some(secret_access_key)) => Some(BackupCredentials {
+                    access_key_id,
+                    secret_access_key,
+                }),
+                _ => {
+                    return Ok(Err(params::ConfigError::BackupCredentials(format!(
+                        "Secret {secret_name} in namespace {ns} must exist and hold the keys access_key_id and secret_access_key"
+                    ))));
+                }
+            }
+        }
+    };
+    Ok(params::cluster_create(
+        &cluster.name_any(),
+        &ns,
+        &cluster.spec,
+        creds.as_ref(),
+    ))
+}
+
+async fn publish_csi_entry(ctx: &Context, id: &Identity) -> Result<(), Error> {
+    let entry = csi_secret::Entry {
+        cluster_id: id.uuid.to_string(),
+        cluster_endpoint: ctx.cp_endpoint.clone(),
+        cluster_secret: id.secret.clone(),
+    };
+    csi_secret::update(&ctx.kube, &ctx.namespace, |c| {
+        csi_secret::with_entry(c, &entry)
+    })
+    .await?;
+    Ok(())
+}
+
+/// Writes the steady-state status, only when it differs from what is stored.
+async fn write_steady(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    next: &StorageClusterStatus,
+) -> Result<(), Error> {
+    let current = cluster.status.clone().unwrap_or_default();
+    let mut next = next.clone();
+    next.observed_generation = cluster.metadata.generation;
+    if current == next {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2",
+        "kind": "StorageCluster",
+        "metadata": {"name": cluster.name_any()},
+        "status": {
+            "phase": next.phase,
+            "uuid": next.uuid,
+            "clusterName": next.cluster_name,
+            "nqn": next.nqn,
+            "erasureCodingScheme": next.erasure_coding_scheme,
+            "status": next.status,
+            "rebalancing": next.rebalancing,
+            "maxFaultTolerance": next.max_fault_tolerance,
+            "maxConcurrentWorkerRestarts": next.max_fault_tolerance.map(|ftt| cluster.spec.max_concurrent_worker_restarts.min(ftt.max(1))),
+            "tasks": next.tasks,
+            "message": next.message,
+            "observedGeneration": next.observed_generation,
+        },
+    });
+    Api::<StorageCluster>::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default())
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn steady(
+    cluster: &StorageCluster,
+    status: &StorageClusterStatus,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) else {
+        return Ok(Action::await_change());
+    };
+    let ns = cluster.namespace().unwrap_or_default();
+    let found = match ctx.cp.get_cluster(uuid).await {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            let mut next = status.clone();
+            next.phase = ClusterPhase::Unavailable;
+            next.message = Some(format!(
+                "the control plane no longer knows cluster {uuid}; it was removed outside Kubernetes"
+            ));
+            write_steady(ctx, cluster, &next).await?;
+            return Ok(Action::requeue(requeue::RESYNC));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(id) = read_identity(ctx, &ns, &cluster_secret_name(&cluster.name_any())).await? {
+        publish_csi_entry(ctx, &id).await?;
+    }
+    let tasks = ctx.cp.list_tasks(uuid).await?;
+    let mut next = observe::steady_status(status, &found, &tasks);
+    if next
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with("created in the control plane"))
+        && next.phase != status.phase
+    {
+        next.message = None;
+    }
+    for (task, reason) in observe::finished_tasks(status, &next, &tasks) {
+        let note = format!(
+            "task {} ({}) left the control plane's queue",
+            task.id,
+            task.type_.as_deref().unwrap_or("task")
+        );
+        ctx.event(cluster, false, reason, note).await;
+    }
+    write_steady(ctx, cluster, &next).await?;
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
+    let status = cluster.status.clone().unwrap_or_default();
+    if let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
+        // Gone already (an earlier pass deleted it and failed later): nothing to call.
+        let present = match ctx.cp.get_cluster(uuid).await {
+            Ok(_) => true,
+            Err(e) if e.is_not_found() => false,
+            Err(e) => return Err(e.into()),
+        };
+        match if present {
+            ctx.cp.delete_cluster(uuid).await
+        } else {
+            Ok(())
+        } {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                let message = format!(
+                    "the control plane refused to delete the cluster ({e}); the StorageCluster stays until it can"
+                );
+                ctx.event(cluster, true, "ClusterDeletionRefused", message)
+                    .await;
+                return Ok(Action::requeue(requeue::RETRY));
+            }
+        }
+        csi_secret::update(&ctx.kube, &ctx.namespace, |c| {
+            csi_secret::without_entry(c, &uuid.to_string())
+        })
+        .await?;
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    match secrets
+        .delete(
+            &cluster_secret_name(&cluster.name_any()),
+            &Default::default(),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    remove_legacy_finalizer(cluster, ctx).await?;
+    Ok(Action::await_change())
+}
+
+async fn remove_legacy_finalizer(cluster: &StorageCluster, ctx: &Context) -> Result<(), Error> {
+    let finalizers = cluster.finalizers();
+    if !finalizers.iter().any(|f| f == LEGACY_FINALIZER) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = finalizers
+        .iter()
+        .filter(|f| *f != LEGACY_FINALIZER)
+        .collect();
+    // The resourceVersion makes this a compare-and-swap on the finalizer list.
+    let patch =
+        json!({"metadata": {"finalizers": kept, "resourceVersion": cluster.resource_version()}});
+    Api::<StorageCluster>::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default())
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(())
+}

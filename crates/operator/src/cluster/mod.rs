@@ -1,0 +1,5 @@
+//! StorageCluster: the creation machine, the steady state and the teardown.
+
+pub mod controller;
+pub mod observe;
+pub mod params;
