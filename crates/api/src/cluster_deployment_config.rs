@@ -89,6 +89,13 @@ pub struct ClusterDeploymentConfigSpec {
     /// Images for the cluster's components, where they differ from the ControlPlane's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<Images>,
+
+    /// Tolerations of the storage-node pods, e.g. for workers tainted for storage; the
+    /// expansion writes them to the cluster's spec.storageNodes. Discovery copies the
+    /// tolerations its probes ran with, since those are the taints the cluster lives with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
 }
 
 /// A Kubernetes distribution, by its own name.

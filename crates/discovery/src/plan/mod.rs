@@ -477,12 +477,6 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
     } else {
         Some(cluster_block(&name, &workers, &mut notes))
     };
-    if !input.spec.tolerations.is_empty() {
-        notes.push(format!(
-            "spec.discover.tolerations has {}, which the draft cannot carry: a ClusterDeploymentConfig has no tolerations field; give the storage nodes the same tolerations by hand",
-            plural(input.spec.tolerations.len(), "entry", "entries")
-        ));
-    }
     let mut labels = BTreeMap::new();
     labels.insert(
         "storage.simplyblock.io/discovered-by".to_string(),
@@ -503,6 +497,7 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
             cluster,
             node_sets: node_sets.clone(),
             images: None,
+            tolerations: input.spec.tolerations.clone(),
         },
         status: None,
     };
