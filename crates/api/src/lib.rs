@@ -9,6 +9,7 @@
 
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod names;
 pub mod operator_ops;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;

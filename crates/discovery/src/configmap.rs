@@ -7,8 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
-
 /// The key the report is stored under.
 pub const REPORT_KEY: &str = "report.json";
 /// The largest report accepted: a ConfigMap holds 1 MiB, less room for its metadata.
@@ -22,55 +20,15 @@ pub const LABEL_NODE: &str = "storage.simplyblock.io/nodeprobe-node";
 pub const COMPONENT: &str = "nodeprobe";
 const NAME_PREFIX: &str = "sb-nodeprobe-";
 
+use simplyblock_api::names::{cut, digest8, sanitize};
+
 fn sha_hex(input: &[u8]) -> String {
-    let digest = Sha256::digest(input);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    // Only the first 8 digits are ever used.
+    digest8(input)
 }
 
-/// Lower-cases and replaces everything outside `[a-z0-9.-]` with `-`, then trims the ends
-/// to alphanumerics as a label value must start and end.
-fn sanitize(input: &str) -> String {
-    let mapped: String = input
-        .chars()
-        .map(|c| {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    mapped
-        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string()
-}
-
-/// Cuts `s` to at most `max` bytes and trims the cut end back to an alphanumeric.
-fn cut(s: &str, max: usize) -> &str {
-    // `s` is ASCII after sanitize, so any byte index is a char boundary.
-    let s = &s[..s.len().min(max)];
-    s.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-}
-
-/// A label value for `input`: a value that is already valid and fits is kept as it is;
-/// one that does not fit is cut and suffixed with 8 hex digits of a SHA-256 over the
-/// whole input, so two long names that share a prefix still get two labels.
-pub fn label_value(input: &str) -> String {
-    let clean = sanitize(input);
-    if clean.len() <= MAX_LABEL_VALUE && clean == input {
-        return clean;
-    }
-    // Anything changed or cut gets the digest: "A_b" and "a-b" would otherwise share a
-    // label, and so would two long names with one prefix.
-    let digest = &sha_hex(input.as_bytes())[..8];
-    let head = cut(&clean, MAX_LABEL_VALUE - 9);
-    if head.is_empty() {
-        digest.to_string()
-    } else {
-        format!("{head}-{digest}")
-    }
-}
+/// A label value for `input` (see [`simplyblock_api::names::label_value`]).
+pub use simplyblock_api::names::label_value;
 
 /// The ConfigMap (and Job) name for one worker of one run:
 /// `sb-nodeprobe-<stem>-<8 hex of sha256(run + "\0" + node)>`, at most 63 bytes. The
