@@ -129,13 +129,13 @@ pub fn body<T: DeserializeOwned>(sim: &Sim, req: &ApiReq) -> Result<T, ApiError>
 
 // ---- lookups (the dependency layer: a KeyError message keeps its quotes) --------------
 
-pub fn cluster<'a>(t: &'a Tables, id: Uuid) -> Result<&'a ClusterRec, ApiError> {
+pub fn cluster(t: &Tables, id: Uuid) -> Result<&ClusterRec, ApiError> {
     t.clusters
         .get(&id.to_string())
         .ok_or_else(|| ApiError::key_error(format!("Cluster {id} not found")))
 }
 
-pub fn node<'a>(t: &'a Tables, c: Uuid, n: Uuid) -> Result<&'a NodeRec, ApiError> {
+pub fn node(t: &Tables, c: Uuid, n: Uuid) -> Result<&NodeRec, ApiError> {
     match t.nodes.get(&n.to_string()) {
         None => Err(ApiError::key_error(format!("StorageNode {n} not found"))),
         Some(r) if r.cluster_id != c => {
@@ -145,7 +145,7 @@ pub fn node<'a>(t: &'a Tables, c: Uuid, n: Uuid) -> Result<&'a NodeRec, ApiError
     }
 }
 
-pub fn pool<'a>(t: &'a Tables, c: Uuid, p: Uuid) -> Result<&'a PoolRec, ApiError> {
+pub fn pool(t: &Tables, c: Uuid, p: Uuid) -> Result<&PoolRec, ApiError> {
     match t.pools.get(&p.to_string()) {
         None => Err(ApiError::key_error(format!("Pool {p} not found"))),
         Some(r) if r.cluster_id != c => Err(ApiError::not_found(format!("Pool {p} not found"))),
@@ -153,7 +153,7 @@ pub fn pool<'a>(t: &'a Tables, c: Uuid, p: Uuid) -> Result<&'a PoolRec, ApiError
     }
 }
 
-pub fn volume<'a>(t: &'a Tables, p: Uuid, v: Uuid) -> Result<&'a VolumeRec, ApiError> {
+pub fn volume(t: &Tables, p: Uuid, v: Uuid) -> Result<&VolumeRec, ApiError> {
     match t.volumes.get(&v.to_string()) {
         None => Err(ApiError::key_error(format!("LVol {v} not found"))),
         Some(r) if r.pool_id != p => Err(ApiError::not_found(format!("LVol {v} not found"))),
@@ -161,7 +161,7 @@ pub fn volume<'a>(t: &'a Tables, p: Uuid, v: Uuid) -> Result<&'a VolumeRec, ApiE
     }
 }
 
-pub fn snapshot<'a>(t: &'a Tables, p: Uuid, s: Uuid) -> Result<&'a SnapshotRec, ApiError> {
+pub fn snapshot(t: &Tables, p: Uuid, s: Uuid) -> Result<&SnapshotRec, ApiError> {
     match t.snapshots.get(&s.to_string()) {
         None => Err(ApiError::key_error(format!("Snapshot {s} not found"))),
         Some(r) if r.pool_id != p => Err(ApiError::not_found(format!("Snapshot {s} not found"))),
@@ -774,7 +774,7 @@ fn node_remove(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         t.function_name == "node_removal" && t.node_id == Some(nid) && t.status != TaskStatus::Done
     });
     if n.status == NodeStatus::Removed {
-        if force_delete && open.is_some() || force_delete {
+        if force_delete {
             let devs: Vec<String> =
                 st.t.devices
                     .values()

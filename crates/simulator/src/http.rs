@@ -389,7 +389,7 @@ fn api_entry(
         .get("cluster_id")
         .or_else(|| q.get("cluster_id"))
         .cloned();
-    let admin = sim.config.tokens.is_empty() || sim.config.tokens.iter().any(|t| *t == token);
+    let admin = sim.config.tokens.is_empty() || sim.config.tokens.contains(&token);
     let allowed = admin
         || sim.read(|t, _| {
             let by_secret = |c: &crate::model::ClusterRec| c.secret == token;

@@ -50,7 +50,7 @@ pub fn volume_used(v: &VolumeRec) -> u64 {
     v.size / 100
 }
 
-fn node_devices<'a>(t: &'a Tables, node: Uuid) -> impl Iterator<Item = &'a DeviceRec> {
+fn node_devices(t: &Tables, node: Uuid) -> impl Iterator<Item = &DeviceRec> {
     t.devices.values().filter(move |d| d.node_id == node)
 }
 
