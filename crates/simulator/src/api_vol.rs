@@ -332,6 +332,9 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         do_replicate: v.do_replicate,
         created_ms: st.now,
     };
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::create(dir, id, rec.size);
+    }
     st.t.volumes.insert(id.to_string(), rec);
     Ok(id)
 }
@@ -401,6 +404,9 @@ fn clone_from_snapshot(
         do_replicate: false,
         created_ms: st.now,
     };
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::copy(dir, s.id, id, size);
+    }
     st.t.volumes.insert(id.to_string(), rec);
     Ok(id)
 }
@@ -438,6 +444,9 @@ fn snapshot_create(st: &mut St<'_>, c: Uuid, v: &VolumeRec, name: &str) -> Resul
             soft_deleted: false,
         },
     );
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::copy(dir, v.id, id, v.size);
+    }
     Ok(id)
 }
 
@@ -747,6 +756,9 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 }
             } else {
                 st.t.snapshots.remove(&sid.to_string());
+                if let Some(dir) = &st.sim.config.volume_files {
+                    crate::volfiles::remove(dir, sid);
+                }
             }
             Ok(Reply::empty(204))
         }
@@ -785,6 +797,9 @@ fn volume_update(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             && let Some(x) = st.t.volumes.get_mut(&vid.to_string())
         {
             x.size = size;
+            if let Some(dir) = &st.sim.config.volume_files {
+                crate::volfiles::grow(dir, vid, size);
+            }
         }
     }
     if let Some(policy) = u.replication_policy_id {

@@ -325,6 +325,14 @@ fn run_job(st: &mut St<'_>, id: &str) {
                         s.soft_deleted = true;
                     }
                     crate::api_vol::reap_snapshot(st.t, snap);
+                    if let Some(dir) = &st.sim.config.volume_files
+                        && !st.t.snapshots.contains(&snap.to_string())
+                    {
+                        crate::volfiles::remove(dir, snap);
+                    }
+                }
+                if let Some(dir) = &st.sim.config.volume_files {
+                    crate::volfiles::remove(dir, volume);
                 }
                 st.t.replications.remove(&volume.to_string());
             }

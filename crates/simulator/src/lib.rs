@@ -23,6 +23,7 @@ pub mod reply;
 pub mod rng;
 pub mod sim;
 pub mod store;
+pub mod volfiles;
 
 pub use error::SimError;
 pub use http::{Server, ServerTls};

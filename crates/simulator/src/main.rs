@@ -72,6 +72,9 @@ struct Serve {
     /// Seconds from node record to online during a node add.
     #[arg(long)]
     node_add_seconds: Option<f64>,
+    /// Keep each volume's data as a sparse file <id>.img in this directory (for loop devices).
+    #[arg(long)]
+    volume_files: Option<PathBuf>,
 }
 
 fn read(p: &PathBuf) -> anyhow::Result<Vec<u8>> {
@@ -105,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
         timings,
         enrollment_label: s.enrollment_label,
         record_bodies: s.record_bodies,
+        volume_files: s.volume_files,
         ..SimConfig::new(s.state_dir)
     };
     if config.tokens.is_empty() {

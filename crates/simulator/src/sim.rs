@@ -82,6 +82,8 @@ pub struct SimConfig {
     /// Keep answer bodies in the call log (contract tests read them).
     pub record_bodies: bool,
     pub call_log_capacity: usize,
+    /// Keep each volume's data as a sparse file `<id>.img` here (see [`crate::volfiles`]).
+    pub volume_files: Option<PathBuf>,
 }
 
 /// The label the storage-node DaemonSet's nodeSelector uses; its value is the
@@ -102,6 +104,7 @@ impl SimConfig {
             enrollment_label: DEFAULT_ENROLLMENT_LABEL.into(),
             record_bodies: false,
             call_log_capacity: 100_000,
+            volume_files: None,
         }
     }
 }
