@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use simplyblock_operator::cluster;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
+use simplyblock_operator::{cluster, deployment};
 
 #[derive(Parser)]
 #[command(name = "simplyblock-operator", about = "The simplyblock operator")]
@@ -141,7 +141,8 @@ async fn main() -> anyhow::Result<()> {
             tokio::spawn(certs.clone().rotate_forever());
             tokio::select! {
                 _ = server.run() => {}
-                _ = cluster::controller::run(controllers, watch_namespace) => {}
+                _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = deployment::controller::run(controllers, watch_namespace) => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
             }
         }

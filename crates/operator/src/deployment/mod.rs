@@ -1,3 +1,6 @@
 //! ClusterDeploymentConfig and OperatorOps: documents, their validation and expansion.
 
+pub mod controller;
+pub mod expansion;
 pub mod validation;
+pub mod world;

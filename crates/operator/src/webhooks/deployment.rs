@@ -2,19 +2,16 @@
 //! CEL have checked it), the approving edit is answered against the live cluster, and an
 //! approved document stays as it was approved.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
-use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfigSpec;
-use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
+use simplyblock_api::ClusterDeploymentConfig;
 
 use super::{WebhookContext, request, typed};
-use crate::deployment::validation::{self, ExistingCluster, World};
+use crate::deployment::{validation, world};
 
 pub async fn review(
     State(ctx): State<Arc<WebhookContext>>,
@@ -71,7 +68,7 @@ async fn decide(
     }
     let namespace = namespace.clone().unwrap_or_default();
     let name = doc.metadata.name.clone().unwrap_or_default();
-    let world = read_world(ctx, &namespace, &doc.spec).await.map_err(|e| {
+    let world = world::read(&ctx.client, &namespace, &doc.spec).await.map_err(|e| {
         format!("the approval could not be checked against the cluster ({e}); nothing was approved, try again")
     })?;
     let problems = validation::approval_problems(&name, &doc.spec, &world);
@@ -80,72 +77,4 @@ async fn decide(
     } else {
         Err(validation::summary(&problems))
     }
-}
-
-/// Reads what approval is judged against: the Nodes, the namespace's clusters with their
-/// nodes, and the other approved documents that create a cluster.
-async fn read_world(
-    ctx: &WebhookContext,
-    namespace: &str,
-    spec: &ClusterDeploymentConfigSpec,
-) -> Result<World, kube::Error> {
-    let nodes: BTreeSet<String> = Api::<Node>::all(ctx.client.clone())
-        .list_metadata(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    let mut world = World {
-        nodes,
-        ..World::default()
-    };
-    for cluster in Api::<StorageCluster>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
-        let sockets = storage.sockets_to_use.len().max(1) as u32;
-        world.clusters.insert(
-            cluster.metadata.name.clone().unwrap_or_default(),
-            ExistingCluster {
-                device_class: cluster.spec.device_class,
-                stripe: cluster.spec.stripe.clone(),
-                nodes: BTreeSet::new(),
-                slots_per_worker: sockets * storage.nodes_per_socket.max(1) as u32,
-            },
-        );
-    }
-    if let Some(target) = spec.cluster_ref.as_deref()
-        && let Some(existing) = world.clusters.get_mut(target)
-    {
-        for node in Api::<StorageNode>::namespaced(ctx.client.clone(), namespace)
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|n| n.spec.cluster_ref == target)
-        {
-            existing
-                .nodes
-                .insert((node.spec.worker_node, node.spec.slot.unwrap_or(0)));
-        }
-    }
-    for other in Api::<ClusterDeploymentConfig>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        if other.spec.approved
-            && other.spec.cluster_ref.is_none()
-            && let Some(template) = &other.spec.cluster
-        {
-            world.creating.insert(
-                template.name.clone(),
-                other.metadata.name.clone().unwrap_or_default(),
-            );
-        }
-    }
-    Ok(world)
 }

@@ -1,0 +1,214 @@
+//! A deployment document, approved, expands into a cluster and its nodes on a real API
+//! server, with the cluster created in sbsim by the StorageCluster controller.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use simplyblock_api::cluster_deployment_config::{
+    ClusterDeploymentConfig, DeploymentPhase, ExpansionStep,
+};
+use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode};
+use simplyblock_controlplane::{Client, ClientConfig, Url};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::{cluster, deployment};
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+
+const TOKEN: &str = "operator-test-token";
+const NS: &str = "deploy";
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_activation() {
+    let env = TestEnv::shared().expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    for w in ["w1", "w2", "w3"] {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": w}})).expect("node");
+        Api::<Node>::all(kube.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+    }
+
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = Server::start(
+        Sim::open(SimConfig {
+            tokens: vec![TOKEN.into()],
+            time_scale: 1000.0,
+            ..SimConfig::new(dir.path().join("state"))
+        })
+        .expect("sim"),
+        "127.0.0.1:0",
+        None,
+    )
+    .await
+    .expect("sbsim");
+    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    let cp = Client::new(cfg).expect("client");
+    let ctx = Arc::new(Context::new(
+        kube.clone(),
+        cp.clone(),
+        sim.url.clone(),
+        NS.into(),
+    ));
+    let cluster_controller = tokio::spawn(cluster::controller::run(ctx.clone(), Some(NS.into())));
+    let deployment_controller =
+        tokio::spawn(deployment::controller::run(ctx.clone(), Some(NS.into())));
+
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    let doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    let mut doc = doc;
+    doc.spec.node_sets[0].groups[0].workers = vec!["w1".into(), "w2".into(), "w3".into()];
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("draft");
+    let name = doc.metadata.name.clone().expect("name");
+
+    // A draft is validated, not expanded.
+    let message = until("the draft's review message", async || {
+        docs.get(&name).await.ok()?.status?.message
+    })
+    .await;
+    assert_eq!(
+        message,
+        "ready for review: 3 worker(s) in 1 node set(s); set spec.approved to deploy"
+    );
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), NS);
+    assert!(
+        clusters
+            .get_opt("simplyblock")
+            .await
+            .expect("get")
+            .is_none(),
+        "a draft creates nothing"
+    );
+
+    docs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"approved": true}})),
+    )
+    .await
+    .expect("approve");
+
+    let status = until("the expansion to wait for its nodes", async || {
+        let s = docs.get(&name).await.ok()?.status?;
+        (s.step.state.as_deref() == Some(ExpansionStep::Activating.as_str())).then_some(s)
+    })
+    .await;
+    assert_eq!(status.phase, DeploymentPhase::Expanding);
+    assert_eq!(status.cluster_ref.as_deref(), Some("simplyblock"));
+    assert_eq!(
+        status.node_refs,
+        ["simplyblock-w1-0", "simplyblock-w2-0", "simplyblock-w3-0"]
+    );
+    assert!(status.expansion_started_at.is_some());
+
+    let cluster = clusters.get("simplyblock").await.expect("cluster");
+    assert!(
+        cluster.status.and_then(|s| s.uuid).is_some(),
+        "the cluster exists in the control plane"
+    );
+    assert!(
+        cluster.metadata.owner_references.is_none(),
+        "the document owns nothing it creates"
+    );
+    let nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
+    let listed = nodes.list(&Default::default()).await.expect("nodes").items;
+    assert_eq!(listed.len(), 3);
+    for n in &listed {
+        assert_eq!(n.spec.config.sizing.vcpu_count, 4);
+        assert_eq!(n.spec.config.device_names.len(), 4);
+        let owner = n.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(
+            owner.first().map(|o| o.kind.as_str()),
+            Some("StorageCluster")
+        );
+    }
+
+    // Restarting the controllers changes nothing that exists.
+    deployment_controller.abort();
+    let deployment_controller =
+        tokio::spawn(deployment::controller::run(ctx.clone(), Some(NS.into())));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        nodes
+            .list(&Default::default())
+            .await
+            .expect("nodes")
+            .items
+            .len(),
+        3
+    );
+
+    // Once every node reports Online (the provisioning controller's write), activation is
+    // requested exactly once and the document is Expanded.
+    for n in &listed {
+        nodes
+            .patch_status(
+                &n.metadata.name.clone().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Online"}})),
+            )
+            .await
+            .expect("node online");
+    }
+    let expanded = until("the document to be Expanded", async || {
+        let s = docs.get(&name).await.ok()?.status?;
+        (s.phase == DeploymentPhase::Expanded).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        expanded.message.as_deref(),
+        Some("expanded: StorageCluster simplyblock with 3 storage node(s)")
+    );
+    let ops: Api<StorageClusterOps> = Api::namespaced(kube.clone(), NS);
+    let activate = ops
+        .get("simplyblock-activate")
+        .await
+        .expect("the activation request");
+    assert_eq!(
+        activate.spec.action,
+        simplyblock_api::storage_cluster_ops::ClusterAction::Activate
+    );
+    assert_eq!(
+        activate
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .first()
+            .map(|o| o.kind.clone()),
+        Some("ClusterDeploymentConfig".to_string())
+    );
+    cluster_controller.abort();
+    deployment_controller.abort();
+}
