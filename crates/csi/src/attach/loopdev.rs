@@ -1,0 +1,180 @@
+//! The loop attacher: the simulator keeps each volume as a sparse file `<id>.img` of the
+//! volume's size in one directory; attaching binds a loop device to it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::{Attacher, Target};
+use crate::error::{CsiError, Result};
+use crate::exec::{self, Cmd};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct LoopAttacher {
+    /// Where the volume files live.
+    pub dir: PathBuf,
+    /// sysfs root (`/sys`), replaceable in tests.
+    pub sys: PathBuf,
+}
+
+impl LoopAttacher {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            sys: PathBuf::from("/sys"),
+        }
+    }
+
+    /// The file backing a volume.
+    pub fn file_of(&self, t: &Target) -> PathBuf {
+        self.dir.join(format!("{}.img", t.volume))
+    }
+}
+
+pub fn attach_cmd(file: &Path) -> Cmd {
+    Cmd::new("losetup", &["--find", "--show"]).arg(file.display().to_string())
+}
+
+pub fn detach_cmd(dev: &Path) -> Cmd {
+    Cmd::new("losetup", &["--detach"]).arg(dev.display().to_string())
+}
+
+pub fn refresh_cmd(dev: &Path) -> Cmd {
+    Cmd::new("losetup", &["--set-capacity"]).arg(dev.display().to_string())
+}
+
+/// The loop devices whose backing file is `file`, from `<sys>/block/loop*/loop/backing_file`.
+pub fn devices_backed_by(sys: &Path, file: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(sys.join("block")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("loop") {
+                return None;
+            }
+            let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            // A file removed while attached reads back with " (deleted)"; it is not ours any more.
+            (Path::new(backing.trim()) == file).then(|| PathBuf::from(format!("/dev/{name}")))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+impl LoopAttacher {
+    fn canonical_file(&self, t: &Target) -> Result<PathBuf> {
+        let file = self.file_of(t);
+        std::fs::canonicalize(&file).map_err(|e| {
+            CsiError::FailedPrecondition(format!(
+                "volume {} has no backing file {} ({e}); is the simulator writing volume files to this directory?",
+                t.volume,
+                file.display()
+            ))
+        })
+    }
+}
+
+impl Attacher for LoopAttacher {
+    fn kind(&self) -> &'static str {
+        "loop"
+    }
+
+    fn attach<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<PathBuf>> {
+        async move {
+            let file = self.canonical_file(t)?;
+            if let Some(d) = devices_backed_by(&self.sys, &file).into_iter().next() {
+                return Ok(d);
+            }
+            let out = exec::run(&attach_cmd(&file), TIMEOUT).await?;
+            let dev = PathBuf::from(out.stdout.trim());
+            if !dev.starts_with("/dev/") {
+                return Err(CsiError::Internal(format!(
+                    "losetup named no device for {}: {:?}",
+                    file.display(),
+                    out.stdout
+                )));
+            }
+            Ok(dev)
+        }
+        .boxed()
+    }
+
+    fn find<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<Option<PathBuf>>> {
+        async move {
+            Ok(match std::fs::canonicalize(self.file_of(t)) {
+                Ok(file) => devices_backed_by(&self.sys, &file).into_iter().next(),
+                Err(_) => None,
+            })
+        }
+        .boxed()
+    }
+
+    fn detach<'a>(&'a self, t: &'a Target, device: &'a Path) -> BoxFuture<'a, Result<()>> {
+        async move {
+            // Detach only a device that still points at this volume's file: after a crash
+            // the recorded loop number may have been reused for another volume.
+            let Ok(file) = std::fs::canonicalize(self.file_of(t)) else {
+                return Ok(());
+            };
+            for d in devices_backed_by(&self.sys, &file) {
+                if d == device || device.as_os_str().is_empty() {
+                    exec::run(&detach_cmd(&d), TIMEOUT).await?;
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn refresh_size<'a>(&'a self, _t: &'a Target, device: &'a Path) -> BoxFuture<'a, Result<()>> {
+        async move { exec::run(&refresh_cmd(device), TIMEOUT).await.map(|_| ()) }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands() {
+        assert_eq!(
+            attach_cmd(Path::new("/v/a.img")).to_string(),
+            "losetup --find --show /v/a.img"
+        );
+        assert_eq!(
+            detach_cmd(Path::new("/dev/loop4")).to_string(),
+            "losetup --detach /dev/loop4"
+        );
+        assert_eq!(
+            refresh_cmd(Path::new("/dev/loop4")).to_string(),
+            "losetup --set-capacity /dev/loop4"
+        );
+    }
+
+    #[test]
+    fn backing_files_are_matched_exactly() {
+        let sys = tempfile::tempdir().expect("tmp");
+        let mk = |name: &str, backing: &str| {
+            let d = sys.path().join("block").join(name).join("loop");
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("backing_file"), format!("{backing}\n")).expect("write");
+        };
+        mk("loop0", "/vols/a.img");
+        mk("loop1", "/vols/b.img");
+        mk("loop2", "/vols/a.img (deleted)");
+        std::fs::create_dir_all(sys.path().join("block/sda")).expect("sda");
+        assert_eq!(
+            devices_backed_by(sys.path(), Path::new("/vols/a.img")),
+            vec![PathBuf::from("/dev/loop0")]
+        );
+        assert!(devices_backed_by(sys.path(), Path::new("/vols/c.img")).is_empty());
+        assert!(devices_backed_by(Path::new("/nonexistent"), Path::new("/x")).is_empty());
+    }
+}

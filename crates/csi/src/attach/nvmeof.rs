@@ -1,0 +1,505 @@
+//! The NVMe-oF attacher: connects every path the control plane publishes by writing an
+//! option string to `/dev/nvme-fabrics` (what `nvme connect` does), finds the namespace's
+//! block device by subsystem NQN in sysfs (native multipath gives one device for all
+//! paths), and disconnects the controllers on detach.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use simplyblock_controlplane::ConnectEntry;
+
+use super::{Attacher, Target};
+use crate::error::{CsiError, Result};
+
+/// The node's own controller-loss timeout (seconds), not the control plane's.
+pub const DEFAULT_CTRL_LOSS_TMO: i64 = 1800;
+/// Backstop per connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(40);
+const DEVICE_WAIT: Duration = Duration::from_secs(30);
+/// `EALREADY`: the kernel already has this exact controller.
+const EALREADY: i32 = 114;
+
+#[derive(Debug, Clone)]
+pub struct NvmeofAttacher {
+    pub sys: PathBuf,
+    pub fabrics: PathBuf,
+    pub host_id: Option<String>,
+}
+
+impl Default for NvmeofAttacher {
+    fn default() -> Self {
+        Self {
+            sys: PathBuf::from("/sys"),
+            fabrics: PathBuf::from("/dev/nvme-fabrics"),
+            host_id: None,
+        }
+    }
+}
+
+/// Credentials and flags carried only in the control plane's `nvme connect` command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectAuth {
+    pub dhchap_secret: Option<String>,
+    pub dhchap_ctrl_secret: Option<String>,
+    pub hostnqn: Option<String>,
+    pub tls: bool,
+}
+
+/// Parse `--flag=value` and `--flag value` forms out of a connect command line.
+pub fn parse_connect_auth(line: &str) -> ConnectAuth {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut a = ConnectAuth::default();
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        let (flag, inline) = match w.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (w, None),
+        };
+        let mut value = || {
+            inline.clone().or_else(|| {
+                let v = words.get(i + 1).filter(|v| !v.starts_with('-'))?;
+                i += 1;
+                Some(v.to_string())
+            })
+        };
+        match flag {
+            "--dhchap-secret" | "-S" => a.dhchap_secret = value(),
+            "--dhchap-ctrl-secret" | "-C" => a.dhchap_ctrl_secret = value(),
+            "--hostnqn" | "-q" => a.hostnqn = value(),
+            "--tls" => a.tls = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    a
+}
+
+/// The option string written to `/dev/nvme-fabrics` for one path.
+pub fn fabrics_options(
+    e: &ConnectEntry,
+    nqn: &str,
+    host_nqn: &str,
+    host_id: Option<&str>,
+) -> String {
+    let auth = parse_connect_auth(&e.connect);
+    let transport = if e.transport.is_empty() {
+        "tcp".to_string()
+    } else {
+        e.transport.to_ascii_lowercase()
+    };
+    let nqn = if e.nqn.is_empty() {
+        nqn
+    } else {
+        e.nqn.as_str()
+    };
+    let host = auth.hostnqn.as_deref().unwrap_or(host_nqn);
+    let mut o = vec![
+        format!("nqn={nqn}"),
+        format!("transport={transport}"),
+        format!("traddr={}", e.ip),
+        format!("trsvcid={}", e.port),
+    ];
+    if !host.is_empty() {
+        o.push(format!("hostnqn={host}"));
+    }
+    if let Some(id) = host_id {
+        o.push(format!("hostid={id}"));
+    }
+    if !e.host_iface.is_empty() {
+        o.push(format!("host_iface={}", e.host_iface));
+    }
+    if e.nr_io_queues > 0 {
+        o.push(format!("nr_io_queues={}", e.nr_io_queues));
+    }
+    if e.reconnect_delay > 0 {
+        o.push(format!("reconnect_delay={}", e.reconnect_delay));
+    }
+    o.push(format!("ctrl_loss_tmo={DEFAULT_CTRL_LOSS_TMO}"));
+    if e.fast_io_fail_tmo > 0 {
+        o.push(format!("fast_io_fail_tmo={}", e.fast_io_fail_tmo));
+    }
+    if e.keep_alive_tmo > 0 {
+        o.push(format!("keep_alive_tmo={}", e.keep_alive_tmo));
+    }
+    if e.tls || auth.tls {
+        o.push("tls".into());
+    }
+    if let Some(s) = &auth.dhchap_secret {
+        o.push(format!("dhchap_secret={s}"));
+    }
+    if let Some(s) = &auth.dhchap_ctrl_secret {
+        o.push(format!("dhchap_ctrl_secret={s}"));
+    }
+    o.join(",")
+}
+
+/// The controller instance in the kernel's answer (`instance=3,cntlid=1`).
+pub fn parse_fabrics_reply(reply: &str) -> Option<u32> {
+    reply
+        .trim()
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("instance="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// One fabrics controller as sysfs shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Controller {
+    pub name: String,
+    pub nqn: String,
+    pub traddr: String,
+    pub trsvcid: String,
+    pub state: String,
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Parse `traddr=10.0.0.1,trsvcid=4420,src_addr=…`.
+pub fn parse_address(a: &str) -> (String, String) {
+    let mut addr = String::new();
+    let mut port = String::new();
+    for kv in a.trim().split(',') {
+        if let Some(v) = kv.strip_prefix("traddr=") {
+            addr = v.to_string();
+        } else if let Some(v) = kv.strip_prefix("trsvcid=") {
+            port = v.to_string();
+        }
+    }
+    (addr, port)
+}
+
+/// Controllers of subsystem `nqn` under `<sys>/class/nvme`.
+pub fn controllers(sys: &Path, nqn: &str) -> Vec<Controller> {
+    let Ok(rd) = std::fs::read_dir(sys.join("class/nvme")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Controller> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let c_nqn = read(&p.join("subsysnqn"));
+            if c_nqn != nqn {
+                return None;
+            }
+            let (traddr, trsvcid) = parse_address(&read(&p.join("address")));
+            Some(Controller {
+                name: e.file_name().to_string_lossy().into_owned(),
+                nqn: c_nqn,
+                traddr,
+                trsvcid,
+                state: read(&p.join("state")),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Order for disconnecting: paths that are not live first, so I/O keeps its best path
+/// until last.
+pub fn disconnect_order(mut c: Vec<Controller>) -> Vec<Controller> {
+    c.sort_by_key(|x| (x.state == "live", x.name.clone()));
+    c
+}
+
+/// The namespace block devices of subsystem `nqn`: `(device name, nsid)` from
+/// `<sys>/class/nvme-subsystem/*/`.
+pub fn namespaces(sys: &Path, nqn: &str) -> Vec<(String, u32)> {
+    let Ok(rd) = std::fs::read_dir(sys.join("class/nvme-subsystem")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for s in rd.filter_map(|e| e.ok()) {
+        if read(&s.path().join("subsysnqn")) != nqn {
+            continue;
+        }
+        let Ok(inner) = std::fs::read_dir(s.path()) else {
+            continue;
+        };
+        for n in inner.filter_map(|e| e.ok()) {
+            let name = n.file_name().to_string_lossy().into_owned();
+            // Namespace heads are nvme<S>n<N>; controllers (nvme<C>) have no 'n' part.
+            let is_ns = name
+                .strip_prefix("nvme")
+                .is_some_and(|r| r.contains('n') && !r.contains('c'));
+            if !is_ns {
+                continue;
+            }
+            let nsid = read(&n.path().join("nsid")).parse().unwrap_or(0);
+            out.push((name, nsid));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The device for `(nqn, ns_id)`; `ns_id` 0 means the only namespace.
+pub fn device_for(sys: &Path, nqn: &str, ns_id: u32) -> Option<PathBuf> {
+    let ns = namespaces(sys, nqn);
+    let hit = if ns_id == 0 {
+        (ns.len() == 1).then(|| ns[0].0.clone())
+    } else {
+        ns.iter()
+            .find(|(_, id)| *id == ns_id)
+            .map(|(n, _)| n.clone())
+    };
+    hit.map(|n| PathBuf::from(format!("/dev/{n}")))
+}
+
+fn write_fabrics(fabrics: &Path, options: &str) -> std::io::Result<Option<u32>> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fabrics)?;
+    match f.write_all(options.as_bytes()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(EALREADY) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut reply = String::new();
+    f.read_to_string(&mut reply)?;
+    Ok(parse_fabrics_reply(&reply))
+}
+
+/// Options with secrets masked, for logs and errors.
+fn redact(options: &str) -> String {
+    options
+        .split(',')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.starts_with("dhchap") => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl NvmeofAttacher {
+    async fn connect_path(&self, t: &Target, e: &ConnectEntry) -> Result<()> {
+        let nqn = if e.nqn.is_empty() { &t.nqn } else { &e.nqn };
+        let port = e.port.to_string();
+        if controllers(&self.sys, nqn)
+            .iter()
+            .any(|c| c.traddr == e.ip && c.trsvcid == port && c.state != "deleting")
+        {
+            return Ok(());
+        }
+        let options = fabrics_options(e, &t.nqn, &t.host_nqn, self.host_id.as_deref());
+        let fabrics = self.fabrics.clone();
+        let opts = options.clone();
+        let job = tokio::task::spawn_blocking(move || write_fabrics(&fabrics, &opts));
+        match tokio::time::timeout(CONNECT_TIMEOUT, job).await {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(err))) => Err(CsiError::Io {
+                what: format!(
+                    "connecting {} ({})",
+                    self.fabrics.display(),
+                    redact(&options)
+                ),
+                source: err,
+            }),
+            Ok(Err(err)) => Err(CsiError::Internal(format!("connect task: {err}"))),
+            Err(_) => Err(CsiError::Internal(format!(
+                "connecting {}:{} did not finish within {CONNECT_TIMEOUT:?}",
+                e.ip, e.port
+            ))),
+        }
+    }
+}
+
+impl Attacher for NvmeofAttacher {
+    fn kind(&self) -> &'static str {
+        "nvmeof"
+    }
+
+    fn attach<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<PathBuf>> {
+        async move {
+            if t.paths.is_empty() {
+                return Err(CsiError::FailedPrecondition(format!(
+                    "the control plane publishes no path for volume {}",
+                    t.volume
+                )));
+            }
+            // Primary first; one failed path is tolerated while another connects.
+            let mut errors = Vec::new();
+            for p in &t.paths {
+                if let Err(e) = self.connect_path(t, p).await {
+                    tracing::warn!(volume = %t.volume, addr = %p.ip, error = %e, "path did not connect");
+                    errors.push(e.to_string());
+                }
+            }
+            if errors.len() == t.paths.len() {
+                return Err(CsiError::Internal(format!(
+                    "no path of volume {} connected: {}",
+                    t.volume,
+                    errors.join("; ")
+                )));
+            }
+            let start = Instant::now();
+            loop {
+                if let Some(d) = device_for(&self.sys, &t.nqn, t.ns_id) {
+                    return Ok(d);
+                }
+                if start.elapsed() > DEVICE_WAIT {
+                    return Err(CsiError::Internal(format!(
+                        "connected to {} but no namespace {} appeared within {DEVICE_WAIT:?}",
+                        t.nqn, t.ns_id
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        .boxed()
+    }
+
+    fn find<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<Option<PathBuf>>> {
+        async move { Ok(device_for(&self.sys, &t.nqn, t.ns_id)) }.boxed()
+    }
+
+    fn detach<'a>(&'a self, t: &'a Target, _device: &'a Path) -> BoxFuture<'a, Result<()>> {
+        async move {
+            // A shared subsystem still serves other volumes' namespaces: leave it.
+            if namespaces(&self.sys, &t.nqn).len() > 1 {
+                return Ok(());
+            }
+            for c in disconnect_order(controllers(&self.sys, &t.nqn)) {
+                let p = self
+                    .sys
+                    .join("class/nvme")
+                    .join(&c.name)
+                    .join("delete_controller");
+                match std::fs::write(&p, "1") {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(CsiError::io(format!("disconnecting {}", c.name), e)),
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn refresh_size<'a>(&'a self, _t: &'a Target, _device: &'a Path) -> BoxFuture<'a, Result<()>> {
+        // The controller reports the namespace's new size by itself (an AEN).
+        async move { Ok(()) }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ip: &str) -> ConnectEntry {
+        ConnectEntry {
+            transport: "TCP".into(),
+            ip: ip.into(),
+            port: 4420,
+            nqn: "nqn.2023-02.io.simplyblock:c:lvol:v".into(),
+            reconnect_delay: 2,
+            ctrl_loss_tmo: 3600,
+            fast_io_fail_tmo: 0,
+            nr_io_queues: 4,
+            keep_alive_tmo: 5,
+            connect: "sudo nvme connect --reconnect-delay=2 --ctrl-loss-tmo=3600 --nr-io-queues=4 \
+                      --keep-alive-tmo=5 --transport=tcp --traddr=10.0.0.1 --trsvcid=4420 \
+                      --nqn=nqn.2023-02.io.simplyblock:c:lvol:v --hostnqn=nqn.h:1 \
+                      --dhchap-secret=DHHC-1:00:abc: --dhchap-ctrl-secret DHHC-1:00:def:"
+                .into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn auth_is_read_from_the_connect_line() {
+        let a = parse_connect_auth(&entry("x").connect);
+        assert_eq!(a.dhchap_secret.as_deref(), Some("DHHC-1:00:abc:"));
+        assert_eq!(a.dhchap_ctrl_secret.as_deref(), Some("DHHC-1:00:def:"));
+        assert_eq!(a.hostnqn.as_deref(), Some("nqn.h:1"));
+        assert!(!a.tls);
+        assert!(parse_connect_auth("nvme connect --tls -a x").tls);
+        assert_eq!(parse_connect_auth(""), ConnectAuth::default());
+    }
+
+    #[test]
+    fn fabrics_options_use_the_node_ctrl_loss_and_the_line_credentials() {
+        let o = fabrics_options(&entry("10.0.0.1"), "ignored", "nqn.node", Some("hid"));
+        assert_eq!(
+            o,
+            "nqn=nqn.2023-02.io.simplyblock:c:lvol:v,transport=tcp,traddr=10.0.0.1,trsvcid=4420,\
+             hostnqn=nqn.h:1,hostid=hid,nr_io_queues=4,reconnect_delay=2,ctrl_loss_tmo=1800,\
+             keep_alive_tmo=5,dhchap_secret=DHHC-1:00:abc:,dhchap_ctrl_secret=DHHC-1:00:def:"
+        );
+        assert!(!redact(&o).contains("abc"));
+        let bare = ConnectEntry {
+            ip: "1.2.3.4".into(),
+            port: 4420,
+            ..Default::default()
+        };
+        assert_eq!(
+            fabrics_options(&bare, "nqn.x", "nqn.node", None),
+            "nqn=nqn.x,transport=tcp,traddr=1.2.3.4,trsvcid=4420,hostnqn=nqn.node,ctrl_loss_tmo=1800"
+        );
+    }
+
+    #[test]
+    fn replies_and_addresses_parse() {
+        assert_eq!(parse_fabrics_reply("instance=3,cntlid=1\n"), Some(3));
+        assert_eq!(parse_fabrics_reply("garbage"), None);
+        assert_eq!(
+            parse_address("traddr=10.0.0.1,trsvcid=4420,src_addr=10.0.0.9\n"),
+            ("10.0.0.1".into(), "4420".into())
+        );
+    }
+
+    #[test]
+    fn sysfs_is_searched_by_nqn() {
+        let sys = tempfile::tempdir().expect("tmp");
+        let w = |p: &str, v: &str| {
+            let path = sys.path().join(p);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, format!("{v}\n")).expect("write");
+        };
+        let nqn = "nqn.2023-02.io.simplyblock:c:lvol:v";
+        for (c, addr, state) in [
+            ("nvme0", "10.0.0.1", "live"),
+            ("nvme1", "10.0.0.2", "connecting"),
+        ] {
+            w(&format!("class/nvme/{c}/subsysnqn"), nqn);
+            w(
+                &format!("class/nvme/{c}/address"),
+                &format!("traddr={addr},trsvcid=4420"),
+            );
+            w(&format!("class/nvme/{c}/state"), state);
+        }
+        w("class/nvme/nvme2/subsysnqn", "nqn.other");
+        w("class/nvme-subsystem/nvme-subsys0/subsysnqn", nqn);
+        w("class/nvme-subsystem/nvme-subsys0/nvme0n1/nsid", "1");
+        std::fs::create_dir_all(sys.path().join("class/nvme-subsystem/nvme-subsys0/nvme0"))
+            .expect("ctrl dir");
+        w("class/nvme-subsystem/nvme-subsys1/subsysnqn", "nqn.other");
+        w("class/nvme-subsystem/nvme-subsys1/nvme2n1/nsid", "1");
+
+        let cs = controllers(sys.path(), nqn);
+        assert_eq!(cs.len(), 2);
+        let order: Vec<String> = disconnect_order(cs).into_iter().map(|c| c.name).collect();
+        assert_eq!(order, vec!["nvme1", "nvme0"], "the live path goes last");
+        assert_eq!(namespaces(sys.path(), nqn), vec![("nvme0n1".into(), 1)]);
+        assert_eq!(
+            device_for(sys.path(), nqn, 0),
+            Some(PathBuf::from("/dev/nvme0n1"))
+        );
+        assert_eq!(
+            device_for(sys.path(), nqn, 1),
+            Some(PathBuf::from("/dev/nvme0n1"))
+        );
+        assert_eq!(device_for(sys.path(), nqn, 2), None);
+        assert_eq!(device_for(sys.path(), "nqn.none", 0), None);
+    }
+}

@@ -1,0 +1,402 @@
+//! The filesystem layer: probe what a device carries, format only a proven-blank device,
+//! mount, bind-mount, grow, and read the mount table. Parsing and command building are
+//! pure; the few functions that touch the host say so.
+//!
+//! Format safety rule: mkfs runs only on a device whose probe found no signature and whose
+//! first and last MiB read back as zeros. A failed or short read is `Unreadable`, never
+//! `Blank`.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{CsiError, Result};
+use crate::exec::{self, Cmd};
+
+/// The filesystem formatted onto a blank device when the request names none.
+pub const DEFAULT_FS: &str = "ext4";
+/// Filesystems this layer formats and mounts.
+pub const SUPPORTED_FS: &[&str] = &["ext4", "xfs"];
+
+const PROBE_BYTES: u64 = 1 << 20;
+const CMD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a device carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// No signature and zeros where signatures live: safe to format.
+    Blank,
+    /// A filesystem of this type.
+    Filesystem(String),
+    /// Something that is not a filesystem we mount (LUKS, LVM2, swap, a partition table).
+    Foreign(String),
+    /// Data without a signature blkid knows: never formatted.
+    Unknown,
+    /// The device did not answer a read.
+    Unreadable(String),
+}
+
+/// Classify `blkid -p -o export` output (exit code and text) and whether the probed
+/// regions were all zeros.
+pub fn classify(blkid_code: Option<i32>, blkid_out: &str, zeros: bool) -> Probe {
+    let mut ty = None;
+    let mut usage = None;
+    let mut pttype = None;
+    for line in blkid_out.lines() {
+        match line.split_once('=') {
+            Some(("TYPE", v)) => ty = Some(v.trim().to_string()),
+            Some(("USAGE", v)) => usage = Some(v.trim().to_string()),
+            Some(("PTTYPE", v)) => pttype = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    match blkid_code {
+        // 2: no signature found.
+        Some(2) => {
+            if zeros {
+                Probe::Blank
+            } else {
+                Probe::Unknown
+            }
+        }
+        Some(0) => match (ty, usage, pttype) {
+            (Some(t), Some(u), _) if u == "filesystem" => Probe::Filesystem(t),
+            (Some(t), None, _) if SUPPORTED_FS.contains(&t.as_str()) => Probe::Filesystem(t),
+            (Some(t), _, _) => Probe::Foreign(t),
+            (None, _, Some(p)) => Probe::Foreign(format!("{p} partition table")),
+            (None, _, None) => Probe::Unknown,
+        },
+        // 8: ambivalent (several signatures), anything else: an error. Neither is blank.
+        Some(8) => Probe::Foreign("several conflicting signatures".into()),
+        code => Probe::Unreadable(format!(
+            "blkid exited {}",
+            code.map_or("by signal".into(), |c| c.to_string())
+        )),
+    }
+}
+
+/// Whether `dev`'s first and last MiB read back as zeros (host I/O).
+fn regions_are_zero(dev: &Path) -> std::io::Result<bool> {
+    let mut f = std::fs::File::open(dev)?;
+    let size = f.seek(SeekFrom::End(0))?;
+    let len = PROBE_BYTES.min(size) as usize;
+    let mut buf = vec![0u8; len];
+    let zeros = vec![0u8; len];
+    for offset in [0, size.saturating_sub(len as u64)] {
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_exact(&mut buf)?;
+        if buf != zeros {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Probe a device (host I/O).
+pub async fn probe(dev: &Path) -> Probe {
+    let d = dev.to_path_buf();
+    let zeros = match tokio::task::spawn_blocking(move || regions_are_zero(&d)).await {
+        Ok(Ok(z)) => z,
+        Ok(Err(e)) => return Probe::Unreadable(format!("reading {}: {e}", dev.display())),
+        Err(e) => return Probe::Unreadable(format!("probe task: {e}")),
+    };
+    let cmd = blkid_cmd(dev);
+    match exec::run_status(&cmd, CMD_TIMEOUT).await {
+        Ok(out) => classify(out.code, &out.stdout, zeros),
+        Err(e) => Probe::Unreadable(e.to_string()),
+    }
+}
+
+pub fn blkid_cmd(dev: &Path) -> Cmd {
+    // -p: low-level probe of the device itself, bypassing blkid's cache.
+    Cmd::new("blkid", &["-p", "-o", "export"]).arg(dev.display().to_string())
+}
+
+/// mkfs with the default options: ext4 without `orphan_file` (older kernels cannot mount
+/// it), xfs without large extent counters (likewise).
+pub fn mkfs_cmd(fs: &str, dev: &Path) -> Result<Cmd> {
+    let d = dev.display().to_string();
+    match fs {
+        // -F: the device is whole (no partition table), which mke2fs would otherwise ask
+        // about; the probe already proved it blank.
+        "ext4" => Ok(Cmd::new("mkfs.ext4", &["-F", "-q", "-O", "^orphan_file"]).arg(d)),
+        // No -f: mkfs.xfs itself refuses a device with a signature, a second guard.
+        "xfs" => Ok(Cmd::new("mkfs.xfs", &["-q", "-i", "nrext64=0"]).arg(d)),
+        other => Err(unsupported(other)),
+    }
+}
+
+fn unsupported(fs: &str) -> CsiError {
+    CsiError::InvalidArgument(format!(
+        "fsType {fs:?} is not supported; use one of {}",
+        SUPPORTED_FS.join(", ")
+    ))
+}
+
+/// Check a requested fsType: empty is allowed (mount what is there, else ext4).
+pub fn check_fs_type(fs: &str) -> Result<()> {
+    if fs.is_empty() || SUPPORTED_FS.contains(&fs) {
+        Ok(())
+    } else {
+        Err(unsupported(fs))
+    }
+}
+
+/// Mount options for a staged filesystem: the capability's flags, `ro` for reader-only
+/// access, `nouuid` for xfs so a volume and its clone can be mounted side by side.
+pub fn mount_options(fs: &str, flags: &[String], read_only: bool) -> Vec<String> {
+    let mut opts: Vec<String> = flags.iter().filter(|f| !f.is_empty()).cloned().collect();
+    if read_only && !opts.iter().any(|o| o == "ro") {
+        opts.push("ro".into());
+    }
+    if fs == "xfs" && !opts.iter().any(|o| o == "nouuid") {
+        opts.push("nouuid".into());
+    }
+    opts
+}
+
+pub fn mount_cmd(dev: &Path, target: &Path, fs: &str, options: &[String]) -> Cmd {
+    let mut c = Cmd::new("mount", &["-t", fs]);
+    if !options.is_empty() {
+        c = c.arg("-o").arg(options.join(","));
+    }
+    c.arg(dev.display().to_string())
+        .arg(target.display().to_string())
+}
+
+/// A bind mount; with `read_only` mount(8) remounts the bind read-only in the same call.
+pub fn bind_cmd(source: &Path, target: &Path, read_only: bool, flags: &[String]) -> Cmd {
+    let mut opts: Vec<String> = vec!["bind".into()];
+    opts.extend(flags.iter().filter(|f| !f.is_empty()).cloned());
+    if read_only {
+        opts.push("ro".into());
+    }
+    Cmd::new("mount", &["-o", &opts.join(",")])
+        .arg(source.display().to_string())
+        .arg(target.display().to_string())
+}
+
+pub fn umount_cmd(target: &Path) -> Cmd {
+    Cmd::new("umount", &[]).arg(target.display().to_string())
+}
+
+/// Grow a mounted filesystem to its device.
+pub fn grow_cmd(fs: &str, dev: &Path, mount_point: &Path) -> Result<Cmd> {
+    match fs {
+        "ext4" => Ok(Cmd::new("resize2fs", &[]).arg(dev.display().to_string())),
+        "xfs" => Ok(Cmd::new("xfs_growfs", &[]).arg(mount_point.display().to_string())),
+        other => Err(unsupported(other)),
+    }
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The filesystem root of the mount (`/` for a whole device; a path for binds of a dir).
+    pub root: String,
+    pub mount_point: PathBuf,
+    pub options: Vec<String>,
+    pub fs_type: String,
+    pub source: String,
+}
+
+impl MountEntry {
+    pub fn read_only(&self) -> bool {
+        self.options.iter().any(|o| o == "ro")
+    }
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            if pre.len() < 6 || post.len() < 2 {
+                return None;
+            }
+            Some(MountEntry {
+                root: unescape(pre[3]),
+                mount_point: PathBuf::from(unescape(pre[4])),
+                options: pre[5].split(',').map(str::to_string).collect(),
+                fs_type: post[0].to_string(),
+                source: unescape(post[1]),
+            })
+        })
+        .collect()
+}
+
+/// The mount table (host I/O).
+pub fn mounts() -> Result<Vec<MountEntry>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| CsiError::io("reading /proc/self/mountinfo", e))?;
+    Ok(parse_mountinfo(&text))
+}
+
+/// The topmost mount at exactly `path`, if any.
+pub fn mount_at(entries: &[MountEntry], path: &Path) -> Option<MountEntry> {
+    entries
+        .iter()
+        .rev()
+        .find(|m| m.mount_point == path)
+        .cloned()
+}
+
+/// Run a command built here (host I/O).
+pub async fn run(cmd: &Cmd) -> Result<()> {
+    exec::run(cmd, CMD_TIMEOUT).await.map(|_| ())
+}
+
+/// Unmount every mount stacked at `path` (repeated publish after a crash can stack them).
+pub async fn unmount_all(path: &Path) -> Result<()> {
+    for _ in 0..8 {
+        if mount_at(&mounts()?, path).is_none() {
+            return Ok(());
+        }
+        run(&umount_cmd(path)).await?;
+    }
+    Err(CsiError::Internal(format!(
+        "{} is still mounted after 8 unmounts",
+        path.display()
+    )))
+}
+
+/// Space and inode figures of a mounted path (host I/O).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    pub used_bytes: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+}
+
+pub fn usage(path: &Path) -> Result<Usage> {
+    let s = rustix::fs::statvfs(path)
+        .map_err(|e| CsiError::io(format!("statvfs {}", path.display()), e.into()))?;
+    let bs = s.f_frsize;
+    Ok(Usage {
+        total_bytes: s.f_blocks * bs,
+        available_bytes: s.f_bavail * bs,
+        used_bytes: (s.f_blocks - s.f_bfree) * bs,
+        total_inodes: s.f_files,
+        free_inodes: s.f_ffree,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blkid_results_are_classified_conservatively() {
+        assert_eq!(classify(Some(2), "", true), Probe::Blank);
+        // No signature but data: never formatted.
+        assert_eq!(classify(Some(2), "", false), Probe::Unknown);
+        assert_eq!(
+            classify(
+                Some(0),
+                "DEVNAME=/dev/loop0\nUUID=x\nTYPE=xfs\nUSAGE=filesystem\n",
+                false
+            ),
+            Probe::Filesystem("xfs".into())
+        );
+        assert_eq!(
+            classify(Some(0), "TYPE=crypto_LUKS\nUSAGE=crypto\n", false),
+            Probe::Foreign("crypto_LUKS".into())
+        );
+        assert_eq!(
+            classify(Some(0), "TYPE=LVM2_member\nUSAGE=raid\n", false),
+            Probe::Foreign("LVM2_member".into())
+        );
+        assert_eq!(
+            classify(Some(0), "PTTYPE=gpt\n", false),
+            Probe::Foreign("gpt partition table".into())
+        );
+        assert!(matches!(classify(Some(4), "", true), Probe::Unreadable(_)));
+        assert!(matches!(classify(None, "", true), Probe::Unreadable(_)));
+        assert!(matches!(classify(Some(8), "", true), Probe::Foreign(_)));
+    }
+
+    #[test]
+    fn mkfs_commands_carry_the_default_options() {
+        let d = Path::new("/dev/loop3");
+        assert_eq!(
+            mkfs_cmd("ext4", d).expect("ext4").to_string(),
+            "mkfs.ext4 -F -q -O ^orphan_file /dev/loop3"
+        );
+        assert_eq!(
+            mkfs_cmd("xfs", d).expect("xfs").to_string(),
+            "mkfs.xfs -q -i nrext64=0 /dev/loop3"
+        );
+        assert!(mkfs_cmd("btrfs", d).is_err());
+        assert!(check_fs_type("").is_ok());
+        assert!(check_fs_type("vfat").is_err());
+    }
+
+    #[test]
+    fn mount_options_add_ro_and_nouuid() {
+        assert_eq!(
+            mount_options("xfs", &["noatime".into()], true),
+            vec!["noatime", "ro", "nouuid"]
+        );
+        assert!(mount_options("ext4", &[], false).is_empty());
+        let c = mount_cmd(
+            Path::new("/dev/loop1"),
+            Path::new("/stage"),
+            "xfs",
+            &mount_options("xfs", &[], false),
+        );
+        assert_eq!(c.to_string(), "mount -t xfs -o nouuid /dev/loop1 /stage");
+        assert_eq!(
+            bind_cmd(Path::new("/s"), Path::new("/t"), true, &[]).to_string(),
+            "mount -o bind,ro /s /t"
+        );
+        assert_eq!(
+            grow_cmd("xfs", Path::new("/dev/x"), Path::new("/m"))
+                .expect("xfs")
+                .to_string(),
+            "xfs_growfs /m"
+        );
+    }
+
+    #[test]
+    fn mountinfo_parses_with_escapes() {
+        let text = "36 35 98:0 / /mnt/with\\040space rw,noatime master:1 - ext4 /dev/loop0 rw,errors=continue\n\
+                    37 35 98:0 / /target ro,relatime shared:2 - xfs /dev/loop1 ro\n\
+                    garbage line\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mount_point, PathBuf::from("/mnt/with space"));
+        assert_eq!(m[0].fs_type, "ext4");
+        assert_eq!(m[0].source, "/dev/loop0");
+        assert!(!m[0].read_only());
+        assert!(m[1].read_only());
+        assert_eq!(
+            mount_at(&m, Path::new("/target")).map(|e| e.source),
+            Some("/dev/loop1".into())
+        );
+        assert!(mount_at(&m, Path::new("/nope")).is_none());
+    }
+}

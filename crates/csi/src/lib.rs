@@ -1,0 +1,44 @@
+//! The simplyblock CSI driver (`csi.simplyblock.io`): the CSI Identity, Controller and
+//! Node services over the control plane's REST API, two attachers behind one trait
+//! (NVMe-oF for production, loop devices for tests and the demo), and the filesystem
+//! layer that formats only proven-blank devices.
+//!
+//! Pure logic (handles, NQNs, parameters, capability checks, probe classification,
+//! command building, sysfs and mountinfo parsing, error mapping) lives apart from the
+//! code that runs commands or talks to the control plane, and is unit-tested on its own.
+
+pub mod attach;
+pub mod caps;
+pub mod clusters;
+pub mod controller;
+pub mod error;
+pub mod exec;
+pub mod fs;
+pub mod handle;
+pub mod identity;
+pub mod locks;
+pub mod node;
+pub mod params;
+pub mod record;
+pub mod sanity;
+pub mod server;
+pub mod topology;
+
+pub use error::{CsiError, Result};
+pub use server::{Driver, Mode, NodeConfig, serve, socket_path};
+
+/// The CSI spec's generated messages, clients and servers (`csi.v1`, spec v1.12.0).
+pub mod proto {
+    pub mod csi {
+        pub mod v1 {
+            #![allow(clippy::all, clippy::pedantic, missing_docs)]
+            tonic::include_proto!("csi.v1");
+        }
+    }
+}
+
+/// Install ring as the process-wide rustls provider (the control-plane client asks for
+/// the default).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,169 @@
+//! Assembling the services by mode and serving them on the endpoint socket. Other gRPC
+//! services (the csi-addons Identity and Replication services) join through
+//! [`Driver::routes`]: add them to the builder before [`serve`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::service::RoutesBuilder;
+
+use crate::attach::Attacher;
+use crate::clusters::Clusters;
+use crate::controller::ControllerService;
+use crate::error::{CsiError, Result};
+use crate::identity::IdentityService;
+use crate::node::NodeService;
+use crate::proto::csi::v1::controller_server::ControllerServer;
+use crate::proto::csi::v1::identity_server::IdentityServer;
+use crate::proto::csi::v1::node_server::NodeServer;
+
+/// Which services the process serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Controller,
+    Node,
+    Both,
+}
+
+impl Mode {
+    pub fn controller(self) -> bool {
+        matches!(self, Mode::Controller | Mode::Both)
+    }
+    pub fn node(self) -> bool {
+        matches!(self, Mode::Node | Mode::Both)
+    }
+}
+
+/// Node-side settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub host_nqn: String,
+    pub segments: std::collections::BTreeMap<String, String>,
+    pub state_dir: PathBuf,
+    pub attacher: Arc<dyn Attacher>,
+}
+
+/// The driver: its services for one mode.
+#[derive(Debug)]
+pub struct Driver {
+    pub name: String,
+    pub mode: Mode,
+    pub clusters: Arc<Clusters>,
+    pub node: Option<NodeConfig>,
+}
+
+impl Driver {
+    /// The CSI services for the mode, ready for more services to be added.
+    pub fn routes(&self) -> Result<RoutesBuilder> {
+        let mut b = RoutesBuilder::default();
+        b.add_service(IdentityServer::new(IdentityService {
+            name: self.name.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            controller: self.mode.controller(),
+        }));
+        if self.mode.controller() {
+            b.add_service(ControllerServer::new(ControllerService::new(
+                self.clusters.clone(),
+            )));
+        }
+        if self.mode.node() {
+            let n = self.node.clone().ok_or_else(|| {
+                CsiError::InvalidArgument(
+                    "node mode needs the node settings (node id, attacher)".into(),
+                )
+            })?;
+            b.add_service(NodeServer::new(NodeService::new(
+                n.node_id,
+                n.host_nqn,
+                n.segments,
+                n.state_dir,
+                self.clusters.clone(),
+                n.attacher,
+            )));
+        }
+        Ok(b)
+    }
+}
+
+/// The socket path of a CSI endpoint: `unix:///csi/csi.sock`, `unix:/csi/csi.sock` or a
+/// plain path.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    let p = if let Some(rest) = endpoint.strip_prefix("unix://") {
+        rest
+    } else if let Some(rest) = endpoint.strip_prefix("unix:") {
+        rest
+    } else if endpoint.contains("://") {
+        return Err(CsiError::InvalidArgument(format!(
+            "endpoint {endpoint:?} is not a unix socket; use unix:///path/to/csi.sock"
+        )));
+    } else {
+        endpoint
+    };
+    if p.is_empty() {
+        return Err(CsiError::InvalidArgument(
+            "the endpoint names no socket path".into(),
+        ));
+    }
+    Ok(PathBuf::from(p))
+}
+
+/// Serve `routes` on the unix socket until `shutdown` resolves. Keepalive pings every
+/// 30 s (10 s timeout); connections are never closed for age or idleness, because the
+/// sidecars exit when theirs drops.
+pub async fn serve(
+    socket: &Path,
+    routes: RoutesBuilder,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CsiError::io(format!("creating {}", dir.display()), e))?;
+    }
+    // A socket left by a previous run would make bind fail.
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(CsiError::io(
+                format!("removing stale {}", socket.display()),
+                e,
+            ));
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .map_err(|e| CsiError::io(format!("binding {}", socket.display()), e))?;
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .timeout(Duration::from_secs(300))
+        .add_routes(routes.routes())
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| CsiError::Internal(format!("gRPC server on {}: {e}", socket.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").expect("3 slashes"),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("unix:/csi/csi.sock").expect("1 slash"),
+            PathBuf::from("/csi/csi.sock")
+        );
+        assert_eq!(
+            socket_path("/tmp/x.sock").expect("plain"),
+            PathBuf::from("/tmp/x.sock")
+        );
+        assert!(socket_path("tcp://0.0.0.0:10000").is_err());
+        assert!(socket_path("unix://").is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! Shared harness: sbsim in-process with volume files, an active cluster with a pool, and
+//! the driver in-process on a unix socket with the loop attacher.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use simplyblock_controlplane::{
+    Client, ClientConfig, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, StorageNodeAdd,
+    Url, Uuid,
+};
+use simplyblock_csi::attach::loopdev::LoopAttacher;
+use simplyblock_csi::clusters::{ClusterEntry, Clusters};
+use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
+use simplyblock_csi::proto::csi::v1::identity_client::IdentityClient;
+use simplyblock_csi::proto::csi::v1::node_client::NodeClient;
+use simplyblock_csi::{Driver, Mode, NodeConfig};
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use tonic::transport::Channel;
+
+pub const TOKEN: &str = "csi-test-admin";
+
+pub struct Sbsim {
+    pub server: Server,
+    pub client: Client,
+    pub cluster: Uuid,
+    pub cluster_secret: String,
+    pub pool: Uuid,
+    pub pool_name: String,
+    pub files: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn client_for(url: &str) -> Client {
+    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(30);
+    cfg.retry_backoff = Duration::from_millis(20);
+    Client::new(cfg).expect("client")
+}
+
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// sbsim with `workers` enrolled workers, an active cluster over all of them and a pool.
+pub async fn sbsim(workers: usize) -> Sbsim {
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = String::from("workers:\n");
+    for i in 1..=workers {
+        fleet.push_str(&format!(
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: c1}}\n"
+        ));
+    }
+    let fleet_path = dir.path().join("fleet.yaml");
+    std::fs::write(&fleet_path, fleet).expect("fleet");
+    let files = dir.path().join("volumes");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        fleet: Some(fleet_path),
+        seed: 7,
+        volume_files: Some(files.clone()),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let c = client_for(&server.url);
+    let cluster = c
+        .create_cluster(&ClusterCreate::new("csi", 10, 4))
+        .await
+        .expect("cluster");
+    for i in 1..=workers {
+        c.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    eventually("nodes online", Duration::from_secs(30), || async {
+        let n = c.list_storage_nodes(cluster.id).await.ok()?;
+        (n.len() == workers && n.iter().all(|x| x.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+    c.activate_cluster(cluster.id).await.expect("activate");
+    eventually("cluster active", Duration::from_secs(30), || async {
+        (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+    let pool = c
+        .create_pool(
+            cluster.id,
+            &PoolCreate {
+                name: "pool1".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool");
+    Sbsim {
+        cluster: cluster.id,
+        cluster_secret: cluster.secret.clone(),
+        pool: pool.id,
+        pool_name: pool.name,
+        client: c,
+        server,
+        files,
+        dir,
+    }
+}
+
+impl Sbsim {
+    pub fn entry(&self) -> ClusterEntry {
+        ClusterEntry {
+            cluster_id: self.cluster,
+            cluster_endpoint: self.server.url.clone(),
+            cluster_secret: self.cluster_secret.clone(),
+            local: true,
+        }
+    }
+
+    pub fn params(&self) -> std::collections::HashMap<String, String> {
+        [
+            ("cluster_id".to_string(), self.cluster.to_string()),
+            ("pool_name".to_string(), self.pool_name.clone()),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+/// The driver serving on a socket in `dir`.
+pub struct DriverProc {
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl DriverProc {
+    pub async fn start(
+        dir: &Path,
+        entries: &[ClusterEntry],
+        files: &Path,
+        segments: std::collections::BTreeMap<String, String>,
+    ) -> DriverProc {
+        let socket = dir.join("csi.sock");
+        let state_dir = dir.join("node-state");
+        let clusters = Arc::new(Clusters::new(entries, None).expect("clusters"));
+        let driver = Driver {
+            name: simplyblock_csi::handle::DRIVER_NAME.into(),
+            mode: Mode::Both,
+            clusters,
+            node: Some(NodeConfig {
+                node_id: "node-1".into(),
+                host_nqn: simplyblock_csi::handle::host_nqn("node-1-uid"),
+                segments: if segments.is_empty() {
+                    simplyblock_csi::topology::segments(&Default::default(), "node-1")
+                } else {
+                    segments
+                },
+                state_dir: state_dir.clone(),
+                attacher: Arc::new(LoopAttacher::new(files)),
+            }),
+        };
+        let routes = driver.routes().expect("routes");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let s = socket.clone();
+        let task = tokio::spawn(async move {
+            simplyblock_csi::serve(&s, routes, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve");
+        });
+        eventually("driver socket", Duration::from_secs(10), || async {
+            socket.exists().then_some(())
+        })
+        .await;
+        DriverProc {
+            socket,
+            state_dir,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stop serving, as a restarted node plugin does (mounts and devices stay).
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        let path = self.socket.clone();
+        tonic::transport::Endpoint::try_from("http://localhost")
+            .expect("endpoint")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let p = path.clone();
+                async move {
+                    tokio::net::UnixStream::connect(p)
+                        .await
+                        .map(hyper_util::rt::TokioIo::new)
+                }
+            }))
+            .await
+            .expect("connect")
+    }
+
+    pub async fn clients(
+        &self,
+    ) -> (
+        IdentityClient<Channel>,
+        ControllerClient<Channel>,
+        NodeClient<Channel>,
+    ) {
+        let ch = self.channel().await;
+        (
+            IdentityClient::new(ch.clone()),
+            ControllerClient::new(ch.clone()),
+            NodeClient::new(ch),
+        )
+    }
+}
