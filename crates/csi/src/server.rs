@@ -142,7 +142,9 @@ pub async fn serve(
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
-        .map_err(|e| CsiError::Internal(format!("gRPC server on {}: {e}", socket.display())))
+        .map_err(|e| CsiError::Internal(format!("gRPC server on {}: {e}", socket.display())))?;
+    let _ = std::fs::remove_file(socket);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ async fn csi_sanity_passes() {
     .expect("csi-sanity (needs Go and the Go module proxy on first use)");
     let sim = sbsim(3).await;
     let dir = tempfile::tempdir().expect("tempdir");
+    let _cleanup = Cleanup {
+        dir: dir.path().to_path_buf(),
+        files: sim.files.clone(),
+    };
     let driver =
         DriverProc::start(dir.path(), &[sim.entry()], &sim.files, Default::default()).await;
     let params = dir.path().join("params.yaml");
@@ -77,7 +81,6 @@ async fn csi_sanity_passes() {
                 .rev()
                 .collect::<String>()
         );
-        std::fs::write("/tmp/csi-sanity-last.log", stdout.as_bytes()).ok();
     }
     if let Ok(xml) = std::fs::read_to_string(&junit) {
         let cases = skipped_cases(&xml);

@@ -165,6 +165,8 @@ impl DriverProc {
         segments: std::collections::BTreeMap<String, String>,
     ) -> DriverProc {
         let socket = dir.join("csi.sock");
+        // A socket left by a stopped driver would answer "connection refused".
+        let _ = std::fs::remove_file(&socket);
         let state_dir = dir.join("node-state");
         let clusters = Arc::new(Clusters::new(entries, None).expect("clusters"));
         let driver = Driver {
@@ -194,7 +196,10 @@ impl DriverProc {
             .expect("serve");
         });
         eventually("driver socket", Duration::from_secs(10), || async {
-            socket.exists().then_some(())
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .ok()
+                .map(|_| ())
         })
         .await;
         DriverProc {
@@ -244,5 +249,40 @@ impl DriverProc {
             ControllerClient::new(ch.clone()),
             NodeClient::new(ch),
         )
+    }
+}
+
+/// Unmounts what a test left under `dir` and detaches loop devices over files in
+/// `files`, also when the test panicked, so a failure does not leak into the next run.
+pub struct Cleanup {
+    pub dir: PathBuf,
+    pub files: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let mut points: Vec<PathBuf> = simplyblock_csi::fs::mounts()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| m.mount_point)
+            .filter(|p| p.starts_with(&self.dir))
+            .collect();
+        points.sort();
+        for p in points.iter().rev() {
+            let _ = std::process::Command::new("umount").arg(p).status();
+        }
+        if let Ok(rd) = std::fs::read_dir("/sys/block") {
+            for e in rd.flatten() {
+                let backing =
+                    std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+                if Path::new(backing.trim().trim_end_matches(" (deleted)")).starts_with(&self.files)
+                {
+                    let dev = format!("/dev/{}", e.file_name().to_string_lossy());
+                    let _ = std::process::Command::new("losetup")
+                        .args(["-d", &dev])
+                        .status();
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,600 @@
+//! The driver against sbsim with real loop devices, mounts and mkfs: what the device
+//! carries is mounted, a mismatch is refused, a restarted node plugin restages, a volume
+//! with snapshots deletes as the control plane answers, topology is honoured, and the
+//! Node's labels become its topology.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use common::*;
+use simplyblock_csi::fs;
+use simplyblock_csi::proto::csi::v1 as csi;
+use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
+use simplyblock_csi::proto::csi::v1::node_client::NodeClient;
+use tonic::Code;
+use tonic::transport::Channel;
+
+fn mount_cap(fs_type: &str) -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume {
+                fs_type: fs_type.into(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+fn block_cap() -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Block(
+            csi::volume_capability::BlockVolume {},
+        )),
+    }
+}
+
+async fn create(
+    ctl: &mut ControllerClient<Channel>,
+    name: &str,
+    params: HashMap<String, String>,
+    topology: Option<csi::TopologyRequirement>,
+) -> Result<csi::Volume, tonic::Status> {
+    ctl.create_volume(csi::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: 1 << 30,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount_cap("")],
+        parameters: params,
+        accessibility_requirements: topology,
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().volume.expect("volume"))
+}
+
+async fn stage(
+    node: &mut NodeClient<Channel>,
+    v: &csi::Volume,
+    staging: &Path,
+    cap: csi::VolumeCapability,
+) -> Result<(), tonic::Status> {
+    node.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(cap),
+        volume_context: v.volume_context.clone(),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn unstage(node: &mut NodeClient<Channel>, v: &csi::Volume, staging: &Path) {
+    node.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+}
+
+async fn publish(
+    node: &mut NodeClient<Channel>,
+    v: &csi::Volume,
+    staging: &Path,
+    target: &Path,
+    cap: csi::VolumeCapability,
+    readonly: bool,
+) -> Result<(), tonic::Status> {
+    node.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(cap),
+        readonly,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn unpublish(node: &mut NodeClient<Channel>, v: &csi::Volume, target: &Path) {
+    node.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+}
+
+fn mounted(path: &Path) -> Option<fs::MountEntry> {
+    fs::mount_at(&fs::mounts().expect("mountinfo"), path)
+}
+
+struct Setup {
+    // Declared first, so it runs before the directories are removed.
+    _cleanup: Cleanup,
+    sim: Sbsim,
+    dir: tempfile::TempDir,
+    driver: DriverProc,
+}
+
+async fn setup() -> Setup {
+    let sim = sbsim(3).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = DriverProc::start(dir.path(), &[sim.entry()], &sim.files, BTreeMap::new()).await;
+    Setup {
+        _cleanup: Cleanup {
+            dir: dir.path().to_path_buf(),
+            files: sim.files.clone(),
+        },
+        sim,
+        dir,
+        driver,
+    }
+}
+
+fn paths(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("{name}-staging")),
+        dir.join(format!("{name}-target")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_fs_type_mounts_what_the_device_carries_and_a_mismatch_is_refused() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let v = create(&mut ctl, "xfs-vol", s.sim.params(), None)
+        .await
+        .expect("create");
+    let (staging, target) = paths(s.dir.path(), "xfs");
+
+    // First stage formats the blank volume with xfs; a file goes on it.
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("stage xfs");
+    assert_eq!(mounted(&staging).expect("staged").fs_type, "xfs");
+    std::fs::write(staging.join("data.txt"), "kept").expect("write");
+    unstage(&mut node, &v, &staging).await;
+    assert!(mounted(&staging).is_none());
+
+    // A named fsType that differs is refused, naming both, and nothing is formatted.
+    let e = stage(&mut node, &v, &staging, mount_cap("ext4"))
+        .await
+        .expect_err("mismatch");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("xfs") && e.message().contains("ext4"),
+        "{}",
+        e.message()
+    );
+    assert!(mounted(&staging).is_none());
+    unstage(&mut node, &v, &staging).await;
+
+    // An empty fsType mounts the xfs that is there, with the data.
+    stage(&mut node, &v, &staging, mount_cap(""))
+        .await
+        .expect("stage empty");
+    assert_eq!(mounted(&staging).expect("staged").fs_type, "xfs");
+    assert_eq!(
+        std::fs::read_to_string(staging.join("data.txt")).expect("read"),
+        "kept"
+    );
+    let rec = simplyblock_csi::record::load(&s.driver.state_dir, &v.volume_id)
+        .expect("record")
+        .expect("present");
+    assert_eq!(
+        rec.fs_type.as_deref(),
+        Some("xfs"),
+        "the staged fs is remembered"
+    );
+
+    // Publish read-only: a bind mount that refuses writes.
+    publish(&mut node, &v, &staging, &target, mount_cap(""), true)
+        .await
+        .expect("publish ro");
+    let m = mounted(&target).expect("published");
+    assert!(m.read_only(), "{m:?}");
+    assert!(std::fs::write(target.join("x"), "no").is_err());
+    assert_eq!(
+        std::fs::read_to_string(target.join("data.txt")).expect("read"),
+        "kept"
+    );
+    // Repeating is fine; the same path read-write is not.
+    publish(&mut node, &v, &staging, &target, mount_cap(""), true)
+        .await
+        .expect("again");
+    let e = publish(&mut node, &v, &staging, &target, mount_cap(""), false)
+        .await
+        .expect_err("rw over ro");
+    assert_eq!(e.code(), Code::AlreadyExists);
+    unpublish(&mut node, &v, &target).await;
+    unpublish(&mut node, &v, &target).await;
+    assert!(!target.exists());
+    // Growing: the control plane first, then the filesystem (xfs grows online; ext4
+    // also needs CAP_SYS_RESOURCE, which not every container has).
+    let grown = ctl
+        .controller_expand_volume(csi::ControllerExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 2 << 30,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("controller expand")
+        .into_inner();
+    assert!(grown.node_expansion_required);
+    let n = node
+        .node_expand_volume(csi::NodeExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            volume_path: staging.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("node expand")
+        .into_inner();
+    assert_eq!(n.capacity_bytes, 2 << 30);
+    let u = fs::usage(&staging).expect("usage");
+    assert!(u.total_bytes > 1900 << 20, "the filesystem grew: {u:?}");
+    unstage(&mut node, &v, &staging).await;
+    s.driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_plugin_restages_without_formatting() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let v = create(&mut ctl, "restage", s.sim.params(), None)
+        .await
+        .expect("create");
+    let (staging, target) = paths(s.dir.path(), "restage");
+    stage(&mut node, &v, &staging, mount_cap(""))
+        .await
+        .expect("stage");
+    assert_eq!(
+        mounted(&staging).expect("staged").fs_type,
+        "ext4",
+        "blank + empty fsType = ext4"
+    );
+    publish(&mut node, &v, &staging, &target, mount_cap(""), false)
+        .await
+        .expect("publish");
+    std::fs::write(target.join("f"), "before restart").expect("write");
+
+    // The plugin restarts; the kubelet repeats stage and publish.
+    let dir = s.dir.path().to_path_buf();
+    // The kubelet's connections go away with the old plugin.
+    drop(node);
+    drop(ctl);
+    s.driver.stop().await;
+    let driver = DriverProc::start(&dir, &[s.sim.entry()], &s.sim.files, BTreeMap::new()).await;
+    let (_, _, mut node) = driver.clients().await;
+    stage(&mut node, &v, &staging, mount_cap(""))
+        .await
+        .expect("restage");
+    publish(&mut node, &v, &staging, &target, mount_cap(""), false)
+        .await
+        .expect("republish");
+
+    // A crash that lost the mounts but kept the device and the record: the next stage
+    // mounts the recorded filesystem again, with its data.
+    unpublish(&mut node, &v, &target).await;
+    fs::unmount_all(&staging).await.expect("lose the mount");
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("restage uses the recorded ext4, not the capability");
+    assert_eq!(mounted(&staging).expect("staged").fs_type, "ext4");
+    assert_eq!(
+        std::fs::read_to_string(staging.join("f")).expect("read"),
+        "before restart"
+    );
+
+    // Stats of the published volume.
+    publish(&mut node, &v, &staging, &target, mount_cap(""), false)
+        .await
+        .expect("publish");
+    let st = node
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: v.volume_id.clone(),
+            volume_path: target.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    let bytes = &st.usage[0];
+    assert!(bytes.total > 900 << 20 && bytes.used > 0, "{st:?}");
+    unpublish(&mut node, &v, &target).await;
+    unstage(&mut node, &v, &staging).await;
+    assert!(
+        simplyblock_csi::record::load(&driver.state_dir, &v.volume_id)
+            .expect("r")
+            .is_none()
+    );
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_volumes_are_published_as_device_nodes() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let v = create(&mut ctl, "blk", s.sim.params(), None)
+        .await
+        .expect("create");
+    let (staging, target) = paths(s.dir.path(), "blk");
+    stage(&mut node, &v, &staging, block_cap())
+        .await
+        .expect("stage");
+    publish(&mut node, &v, &staging, &target, block_cap(), false)
+        .await
+        .expect("publish");
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .expect("open device");
+        assert_eq!(f.seek(SeekFrom::End(0)).expect("size"), 1 << 30);
+        f.seek(SeekFrom::Start(0)).expect("seek");
+        f.write_all(b"raw").expect("write");
+        f.sync_all().expect("sync");
+    }
+    unpublish(&mut node, &v, &target).await;
+    unstage(&mut node, &v, &staging).await;
+    // The write reached the volume's data.
+    let id = v.volume_context.get("uuid").expect("uuid");
+    let data = std::fs::read(s.sim.files.join(format!("{id}.img"))).expect("file");
+    assert_eq!(&data[..3], b"raw");
+    s.driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_volume_with_snapshots_is_answered_as_the_control_plane_answers() {
+    let s = setup().await;
+    let (_, mut ctl, _) = s.driver.clients().await;
+    let v = create(&mut ctl, "with-snap", s.sim.params(), None)
+        .await
+        .expect("create");
+    let snap = ctl
+        .create_snapshot(csi::CreateSnapshotRequest {
+            source_volume_id: v.volume_id.clone(),
+            name: "snap-1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("snapshot")
+        .into_inner()
+        .snapshot
+        .expect("snapshot");
+    assert!(snap.ready_to_use);
+    // The control plane accepts the delete (204) and keeps the snapshot.
+    ctl.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("delete with snapshots");
+    let vid = simplyblock_csi::handle::VolumeHandle::parse(&v.volume_id).expect("handle");
+    eventually(
+        "volume gone",
+        std::time::Duration::from_secs(10),
+        || async {
+            s.sim
+                .client
+                .get_volume(s.sim.cluster, s.sim.pool, vid.volume)
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    let listed = ctl
+        .list_snapshots(csi::ListSnapshotsRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1, "the snapshot outlives its volume");
+
+    // A refusal is passed on with its code: the control plane's 412 is FAILED_PRECONDITION.
+    let v2 = create(&mut ctl, "refused", s.sim.params(), None)
+        .await
+        .expect("create");
+    let http = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
+        simplyblock_controlplane::Url::parse(&s.sim.server.url).expect("url"),
+        TOKEN,
+    ))
+    .expect("client");
+    http.raw(
+        simplyblock_controlplane::Method::PUT,
+        "/../../_sim/faults",
+        &[],
+        Some(&serde_json::json!({"spec": "error:method=DELETE,path=/api/v2/clusters/**,status=412,count=1"})),
+    )
+    .await
+    .expect("set faults");
+    let e = ctl
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: v2.volume_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    ctl.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: v2.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("the retry succeeds");
+    // Deleting again, or a handle never issued, is success.
+    ctl.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: v2.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("idempotent");
+    ctl.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: "not-a-handle".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("unparseable");
+    ctl.delete_snapshot(csi::DeleteSnapshotRequest {
+        snapshot_id: snap.snapshot_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("delete snapshot");
+    s.driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_requirements_are_honoured() {
+    let s = setup().await;
+    let (_, mut ctl, _) = s.driver.clients().await;
+    let nodes = s
+        .sim
+        .client
+        .list_storage_nodes(s.sim.cluster)
+        .await
+        .expect("nodes");
+    let last = nodes.last().expect("node").id;
+    // A storage-node segment pins the volume to that node.
+    let key = format!("simplyblock.io/storage-node-uuid.{}.0", s.sim.cluster);
+    let req = csi::TopologyRequirement {
+        requisite: vec![csi::Topology {
+            segments: [(key.clone(), last.to_string())].into_iter().collect(),
+        }],
+        preferred: vec![csi::Topology {
+            segments: [(key, last.to_string())].into_iter().collect(),
+        }],
+    };
+    let v = create(&mut ctl, "pinned", s.sim.params(), Some(req))
+        .await
+        .expect("create");
+    let h = simplyblock_csi::handle::VolumeHandle::parse(&v.volume_id).expect("handle");
+    let got = s
+        .sim
+        .client
+        .get_volume(s.sim.cluster, s.sim.pool, h.volume)
+        .await
+        .expect("volume");
+    assert_eq!(
+        got.storage_node_id, last,
+        "placed on the requested storage node"
+    );
+
+    // A zone map routes by the requested zone and reports the zone back.
+    let other = uuid::Uuid::from_u128(0xdead);
+    let mut params: HashMap<String, String> = HashMap::new();
+    params.insert("pool_name".into(), s.sim.pool_name.clone());
+    params.insert(
+        "zone_cluster_map".into(),
+        format!(r#"{{"zone-a":"{}","zone-b":"{other}"}}"#, s.sim.cluster),
+    );
+    let zone = |z: &str| csi::TopologyRequirement {
+        requisite: vec![csi::Topology {
+            segments: [("topology.kubernetes.io/zone".to_string(), z.to_string())]
+                .into_iter()
+                .collect(),
+        }],
+        preferred: vec![],
+    };
+    let v = create(&mut ctl, "zoned", params.clone(), Some(zone("zone-a")))
+        .await
+        .expect("zone a");
+    assert_eq!(v.accessible_topology.len(), 1);
+    assert_eq!(
+        v.accessible_topology[0]
+            .segments
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("zone-a")
+    );
+    assert!(v.volume_id.starts_with(&s.sim.cluster.to_string()));
+    let e = create(&mut ctl, "zoned-b", params.clone(), Some(zone("zone-b")))
+        .await
+        .expect_err("zone b");
+    assert_eq!(
+        e.code(),
+        Code::Unavailable,
+        "zone-b's cluster is not in the secret: {e:?}"
+    );
+    let e = create(&mut ctl, "zoned-z", params, Some(zone("zone-z")))
+        .await
+        .expect_err("zone z");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    s.driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_labels_become_the_node_topology() {
+    use k8s_openapi::api::core::v1::Node;
+    let env = simplyblock_testenv::TestEnv::shared().expect("API server");
+    let kube = env.client().await.expect("client");
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "csi-topology-node", "labels": {
+            "topology.kubernetes.io/zone": "zone-a",
+            "simplyblock.io/storage-node-uuid.c1.0": "11111111-1111-4111-8111-111111111111",
+            "simplyblock.io/pool.gold": "allowed",
+        }}
+    }))
+    .expect("node");
+    let api: kube::Api<Node> = kube::Api::all(kube.clone());
+    let _ = api.delete("csi-topology-node", &Default::default()).await;
+    let created = api
+        .create(&Default::default(), &node)
+        .await
+        .expect("create node");
+    let facts = simplyblock_csi::topology::read_node(kube, "csi-topology-node")
+        .await
+        .expect("read");
+    assert_eq!(facts.uid, created.metadata.uid);
+    let segs = simplyblock_csi::topology::segments(&facts.labels, "csi-topology-node");
+    assert_eq!(
+        segs.get("topology.kubernetes.io/zone").map(String::as_str),
+        Some("zone-a")
+    );
+    assert!(segs.contains_key("simplyblock.io/storage-node-uuid.c1.0"));
+    assert!(segs.contains_key("simplyblock.io/pool.gold"));
+    assert!(!segs.contains_key("topology.simplyblock.io/hostname"));
+
+    // NodeGetInfo reports them.
+    let sim = sbsim(3).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let driver = DriverProc::start(dir.path(), &[sim.entry()], &sim.files, segs.clone()).await;
+    let (_, _, mut n) = driver.clients().await;
+    let info = n
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .expect("info")
+        .into_inner();
+    assert_eq!(info.node_id, "node-1");
+    let got: BTreeMap<String, String> = info
+        .accessible_topology
+        .expect("topology")
+        .segments
+        .into_iter()
+        .collect();
+    assert_eq!(got, segs);
+    api.delete("csi-topology-node", &Default::default())
+        .await
+        .expect("delete node");
+    driver.stop().await;
+}
