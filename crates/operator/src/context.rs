@@ -15,6 +15,32 @@ pub struct Context {
     /// The operator's namespace, where the CSI secret lives.
     pub namespace: String,
     pub recorder: Recorder,
+    /// Where workers' storage-node APIs are reached.
+    pub snode: SnodeSettings,
+}
+
+/// How to reach a worker's storage-node API.
+#[derive(Clone, Debug)]
+pub struct SnodeSettings {
+    /// The namespace of the storage-node Service, part of every worker's DNS name.
+    pub namespace: String,
+    pub port: u16,
+    /// Send the requests to this address as an HTTP proxy instead of resolving the
+    /// worker's name (an API server outside the cluster, e.g. the demo's, with sbsim).
+    pub proxy: Option<std::net::SocketAddr>,
+}
+
+impl SnodeSettings {
+    /// `<worker>.simplyblock-storage-node-api.<namespace>.svc.cluster.local:<port>`, the
+    /// address the control plane is given in a node add.
+    pub fn address(&self, worker: &str) -> String {
+        format!(
+            "{worker}.{}.{}.svc.cluster.local:{}",
+            crate::node::workload::SERVICE_NAME,
+            self.namespace,
+            self.port
+        )
+    }
 }
 
 impl Context {
@@ -33,8 +59,19 @@ impl Context {
             kube,
             cp,
             cp_endpoint,
+            snode: SnodeSettings {
+                namespace: namespace.clone(),
+                port: 5000,
+                proxy: None,
+            },
             namespace,
         }
+    }
+
+    /// Reach storage-node APIs through `proxy` (see [`SnodeSettings::proxy`]).
+    pub fn with_snode_proxy(mut self, proxy: std::net::SocketAddr) -> Context {
+        self.snode.proxy = Some(proxy);
+        self
     }
 
     /// Publishes an event on `object`; a failure to publish is logged, never fatal.

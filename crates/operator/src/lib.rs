@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod context;
 pub mod csi_secret;
 pub mod deployment;
+pub mod node;
 pub mod webhooks;
 
 /// What can go wrong in the operator's own machinery (controllers report their domain

@@ -13,7 +13,7 @@ use simplyblock_operator::context::Context;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
-use simplyblock_operator::{cluster, deployment};
+use simplyblock_operator::{cluster, deployment, node};
 
 #[derive(Parser)]
 #[command(name = "simplyblock-operator", about = "The simplyblock operator")]
@@ -142,7 +142,9 @@ async fn main() -> anyhow::Result<()> {
             tokio::select! {
                 _ = server.run() => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = deployment::controller::run(controllers, watch_namespace) => {}
+                _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = node::workload::run(controllers, watch_namespace) => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
             }
         }

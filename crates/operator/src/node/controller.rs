@@ -1,0 +1,862 @@
+//! The StorageNode controller: the provisioning machine until the control plane has the
+//! node, then the steady state that reports it.
+//!
+//! A node add is not idempotent and adds every slot of a worker at once, so the claim is
+//! taken in Kubernetes before the call: a slot in the cluster's `status.provisioningSlots`
+//! (the node-add budget, counted by worker) and the transition into Posting, both written
+//! under the object's resourceVersion. A sibling of the same worker already at Posting or
+//! beyond, or a backend node already at the worker, means the add is not sent again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use serde_json::json;
+use simplyblock_api::storage_cluster::ProvisioningSlot;
+use simplyblock_api::storage_node::{
+    DeviceCounts, NodePhase, NodeResources, PROVISIONING_GRAPH, ProvisioningStep, StorageNodeStatus,
+};
+use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_controlplane::{NodeRemoveOptions, SnodeClient, SnodeConfig, StorageNodeAdd, Uuid};
+use simplyblock_statemachine::Machine;
+
+use crate::context::{Context, requeue};
+
+pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
+const MANAGER: &str = "storagenode-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] simplyblock_controlplane::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let (nodes, clusters): (Api<StorageNode>, Api<StorageCluster>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+        ),
+        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
+    };
+    let controller = Controller::new(nodes, watcher::Config::default());
+    let store = controller.store();
+    // A cluster's status (its uuid, its slots) moves its nodes on.
+    let of_cluster = move |c: StorageCluster| {
+        store
+            .state()
+            .into_iter()
+            .filter(|n| n.namespace() == c.namespace() && n.spec.cluster_ref == c.name_any())
+            .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
+            .collect::<Vec<_>>()
+    };
+    controller
+        .watches(clusters, watcher::Config::default(), of_cluster)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "storagenode reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(node: Arc<StorageNode>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(node = %node.name_any(), error = %error, "reconciling a StorageNode failed; retrying");
+    Action::requeue(requeue::RETRY)
+}
+
+pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<StorageNode> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, node, |event| async {
+        match event {
+            Finalizer::Apply(n) => apply(&n, &ctx).await,
+            Finalizer::Cleanup(n) => cleanup(&n, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn cluster_uuid(cluster: &StorageCluster) -> Option<Uuid> {
+    cluster.status.as_ref()?.uuid.as_deref()?.parse().ok()
+}
+
+async fn apply(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
+    let ns = node.namespace().unwrap_or_default();
+    let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
+    let status = node.status.clone().unwrap_or_default();
+    let Some(cluster) = clusters.get_opt(&node.spec.cluster_ref).await? else {
+        hold(
+            ctx,
+            node,
+            &status,
+            None,
+            "ClusterNotFound",
+            format!("StorageCluster {} does not exist", node.spec.cluster_ref),
+        )
+        .await?;
+        return Ok(Action::requeue(requeue::RESYNC));
+    };
+    let Some(cluster_id) = cluster_uuid(&cluster) else {
+        hold(
+            ctx,
+            node,
+            &status,
+            None,
+            "ClusterNotReady",
+            format!(
+                "waiting for StorageCluster {} to be created in the control plane",
+                node.spec.cluster_ref
+            ),
+        )
+        .await?;
+        return Ok(Action::requeue(requeue::RESYNC));
+    };
+    if let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
+        return steady(node, &status, cluster_id, uuid, ctx).await;
+    }
+    provision(node, &status, &cluster, cluster_id, ctx).await
+}
+
+/// Writes a held step's message (and event) once.
+async fn hold(
+    ctx: &Context,
+    node: &StorageNode,
+    status: &StorageNodeStatus,
+    machine: Option<&Machine<'_, ProvisioningStep>>,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    if status.message.as_deref() == Some(message.as_str()) {
+        return Ok(());
+    }
+    ctx.event(node, false, reason, message.clone()).await;
+    write(
+        ctx,
+        node,
+        NodePhase::Provisioning,
+        machine.map(|m| m.snapshot()).or(Some(status.step.clone())),
+        Some(message),
+        None,
+        false,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes this controller's status fields. With `lock`, only on the resourceVersion read.
+async fn write(
+    ctx: &Context,
+    node: &StorageNode,
+    phase: NodePhase,
+    step: Option<simplyblock_statemachine::StepSnapshot>,
+    message: Option<String>,
+    observed: Option<&StorageNodeStatus>,
+    lock: bool,
+) -> Result<bool, Error> {
+    let mut metadata = json!({"name": node.name_any()});
+    if lock {
+        metadata["resourceVersion"] = json!(node.resource_version());
+    }
+    let mut status = match observed {
+        Some(o) => json!({
+            "uuid": o.uuid, "status": o.status, "health": o.health, "hostname": o.hostname,
+            "uptime": o.uptime, "resources": o.resources,
+        }),
+        None => json!({}),
+    };
+    status["phase"] = json!(phase);
+    status["observedGeneration"] = json!(node.metadata.generation);
+    if let Some(step) = step.filter(|s| !s.is_empty()) {
+        status["step"] = serde_json::to_value(step).unwrap_or_default();
+    }
+    if let Some(m) = message {
+        status["message"] = json!(m);
+    }
+    let body = json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
+        "metadata": metadata, "status": status,
+    });
+    let api: Api<StorageNode> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    match api
+        .patch_status(
+            &node.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn advance(
+    ctx: &Context,
+    node: &StorageNode,
+    machine: &mut Machine<'_, ProvisioningStep>,
+    next: ProvisioningStep,
+    message: String,
+    lock: bool,
+) -> Result<Option<Action>, Error> {
+    if let Err(e) = machine.transition_to(next, jiff::Timestamp::now()) {
+        tracing::error!(error = %e, "illegal provisioning transition");
+        return Ok(Some(Action::await_change()));
+    }
+    if !write(
+        ctx,
+        node,
+        NodePhase::Provisioning,
+        Some(machine.snapshot()),
+        Some(message),
+        None,
+        lock,
+    )
+    .await?
+    {
+        return Ok(Some(Action::requeue(requeue::CONFLICT)));
+    }
+    Ok(None)
+}
+
+fn snode(ctx: &Context, worker: &str) -> Result<SnodeClient, Error> {
+    let mut config = SnodeConfig::new(ctx.snode.address(worker));
+    config.timeout = std::time::Duration::from_secs(5);
+    config.connect_to = ctx.snode.proxy;
+    Ok(SnodeClient::new(config)?)
+}
+
+/// The worker's management address, as Kubernetes reports it.
+async fn worker_address(ctx: &Context, worker: &str) -> Result<Option<String>, Error> {
+    let node = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?;
+    Ok(node.and_then(|n| n.status?.addresses).and_then(|a| {
+        a.into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+    }))
+}
+
+/// Whether the worker is gone, NotReady or cordoned.
+async fn worker_away(ctx: &Context, worker: &str) -> Result<Option<String>, Error> {
+    let Some(n) = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await? else {
+        return Ok(Some(format!(
+            "worker {worker} is not a Node of this cluster"
+        )));
+    };
+    if n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+    {
+        return Ok(Some(format!("worker {worker} is cordoned")));
+    }
+    let not_ready = n
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Ready" && c.status == "False");
+    Ok(not_ready.then(|| format!("worker {worker} is NotReady")))
+}
+
+/// The backend nodes of this node's worker, in slot order (by RPC port).
+async fn backend_nodes_of(
+    ctx: &Context,
+    cluster_id: Uuid,
+    worker: &str,
+    address: Option<&str>,
+) -> Result<Vec<simplyblock_controlplane::StorageNode>, Error> {
+    let mut nodes: Vec<_> = ctx
+        .cp
+        .list_storage_nodes(cluster_id)
+        .await?
+        .into_iter()
+        .filter(|n| n.hostname == worker || Some(n.mgmt_ip.as_str()) == address)
+        .collect();
+    nodes.sort_by_key(|n| n.rpc_port);
+    Ok(nodes)
+}
+
+async fn provision(
+    node: &StorageNode,
+    status: &StorageNodeStatus,
+    cluster: &StorageCluster,
+    cluster_id: Uuid,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let now = jiff::Timestamp::now();
+    let worker = node.spec.worker_node.clone();
+    let slot = node.spec.slot.unwrap_or(0);
+    let mut machine = match PROVISIONING_GRAPH.restore(&status.step, now) {
+        Ok(m) => m,
+        Err(e) => {
+            write(
+                ctx,
+                node,
+                NodePhase::Failed,
+                None,
+                Some(format!(
+                    "the stored provisioning step cannot be resumed: {e}"
+                )),
+                None,
+                false,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if status.step.is_empty() {
+        // The first pass: record the machine's start so its deadline counts from now.
+        write(
+            ctx,
+            node,
+            NodePhase::Provisioning,
+            Some(machine.snapshot()),
+            Some(format!("checking worker {worker}'s storage-node API")),
+            None,
+            false,
+        )
+        .await?;
+    }
+    if machine.timed_out(now) {
+        let message = format!(
+            "provisioning step {} outlived its deadline; still retrying",
+            machine.state()
+        );
+        if status.message.as_deref() != Some(message.as_str()) {
+            ctx.event(node, true, "StepDeadlineExceeded", message.clone())
+                .await;
+            write(
+                ctx,
+                node,
+                NodePhase::Provisioning,
+                Some(machine.snapshot()),
+                Some(message),
+                None,
+                false,
+            )
+            .await?;
+        }
+    }
+    let address = worker_address(ctx, &worker).await?;
+
+    match machine.state() {
+        ProvisioningStep::CheckingHost => {
+            if let Err(e) = snode(ctx, &worker)?.check().await {
+                hold(ctx, node, status, Some(&machine), "HostUnreachable", format!("worker {worker}'s storage-node API does not answer yet ({e}); the node is added once it does")).await?;
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            let adopt = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref())
+                .await?
+                .len()
+                > slot as usize;
+            let next = if adopt {
+                ProvisioningStep::Adopting
+            } else {
+                ProvisioningStep::CheckingConfig
+            };
+            Ok(advance(
+                ctx,
+                node,
+                &mut machine,
+                next,
+                format!("worker {worker} answers"),
+                false,
+            )
+            .await?
+            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+        }
+        ProvisioningStep::CheckingConfig => {
+            if cluster.spec.enable_failure_domains.unwrap_or(false)
+                && node.spec.config.failure_domain.is_none()
+            {
+                hold(ctx, node, status, Some(&machine), "FailureDomainMissing", "StorageCluster uses failure domains and this node names none; set spec.config.failureDomain".into()).await?;
+                return Ok(Action::requeue(requeue::RESYNC));
+            }
+            Ok(advance(
+                ctx,
+                node,
+                &mut machine,
+                ProvisioningStep::AwaitingSlot,
+                "waiting for a node-add slot".into(),
+                false,
+            )
+            .await?
+            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+        }
+        ProvisioningStep::AwaitingSlot => {
+            match take_slot(ctx, node, cluster).await? {
+                SlotOutcome::Taken => {
+                    // The transition into Posting is the mutex: under the resourceVersion
+                    // this pass read, so two passes cannot both get here.
+                    Ok(advance(
+                        ctx,
+                        node,
+                        &mut machine,
+                        ProvisioningStep::Posting,
+                        format!("adding worker {worker} to the control plane"),
+                        true,
+                    )
+                    .await?
+                    .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+                }
+                SlotOutcome::Busy(message) => {
+                    hold(ctx, node, status, Some(&machine), "AwaitingSlot", message).await?;
+                    Ok(Action::requeue(requeue::CONFLICT))
+                }
+                SlotOutcome::Conflict => Ok(Action::requeue(requeue::CONFLICT)),
+            }
+        }
+        ProvisioningStep::Posting => {
+            if let Some(why) = worker_away(ctx, &worker).await? {
+                return Ok(advance(
+                    ctx,
+                    node,
+                    &mut machine,
+                    ProvisioningStep::AwaitingWorker,
+                    why,
+                    false,
+                )
+                .await?
+                .unwrap_or(Action::requeue(requeue::RESYNC)));
+            }
+            let already = !backend_nodes_of(ctx, cluster_id, &worker, address.as_deref())
+                .await?
+                .is_empty()
+                || sibling_posted(ctx, node).await?;
+            if !already {
+                let body = node_add(ctx, node, cluster);
+                match ctx.cp.add_storage_node(cluster_id, &body).await {
+                    Ok(task) => {
+                        ctx.event(
+                            node,
+                            false,
+                            "NodeAddRequested",
+                            format!("node add for worker {worker} queued as task {task}"),
+                        )
+                        .await
+                    }
+                    // The real server's answer to a second add while one is open.
+                    Err(e) if e.is_retryable() => {
+                        tracing::info!(%worker, error = %e, "a node add for this worker is already open")
+                    }
+                    Err(e) => {
+                        hold(
+                            ctx,
+                            node,
+                            status,
+                            Some(&machine),
+                            "NodeAddFailed",
+                            format!("the control plane refused to add worker {worker}: {e}"),
+                        )
+                        .await?;
+                        return Ok(Action::requeue(requeue::RETRY));
+                    }
+                }
+            }
+            Ok(advance(
+                ctx,
+                node,
+                &mut machine,
+                ProvisioningStep::Resolving,
+                format!("waiting for the control plane to create worker {worker}'s node"),
+                false,
+            )
+            .await?
+            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+        }
+        ProvisioningStep::Resolving => {
+            let backend = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref()).await?;
+            match backend.get(slot as usize) {
+                Some(found) => {
+                    let observed = observed(found);
+                    write(
+                        ctx,
+                        node,
+                        phase_of(found),
+                        None,
+                        Some(format!("created in the control plane as {}", found.id)),
+                        Some(&observed),
+                        false,
+                    )
+                    .await?;
+                    release_slot(ctx, node, cluster).await?;
+                    ctx.event(
+                        node,
+                        false,
+                        "NodeOnline",
+                        format!(
+                            "worker {worker} slot {slot} is control-plane node {}",
+                            found.id
+                        ),
+                    )
+                    .await;
+                    Ok(Action::requeue(requeue::NEXT_STEP))
+                }
+                None => {
+                    if add_ended_without_node(ctx, cluster_id, &ctx.snode.address(&worker)).await? {
+                        return Ok(advance(ctx, node, &mut machine, ProvisioningStep::Posting, format!("the node add for worker {worker} ended without a node; asking again"), false).await?.unwrap_or(Action::requeue(requeue::NEXT_STEP)));
+                    }
+                    Ok(Action::requeue(std::time::Duration::from_secs(1)))
+                }
+            }
+        }
+        ProvisioningStep::AwaitingWorker => {
+            if worker_away(ctx, &worker).await?.is_some() {
+                return Ok(Action::requeue(requeue::RESYNC));
+            }
+            Ok(advance(
+                ctx,
+                node,
+                &mut machine,
+                ProvisioningStep::CheckingHost,
+                format!("worker {worker} is back"),
+                false,
+            )
+            .await?
+            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+        }
+        ProvisioningStep::Adopting => {
+            let backend = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref()).await?;
+            let Some(found) = backend.get(slot as usize) else {
+                machine.reset(now);
+                write(
+                    ctx,
+                    node,
+                    NodePhase::Provisioning,
+                    Some(machine.snapshot()),
+                    Some("nothing to adopt; adding the node".into()),
+                    None,
+                    false,
+                )
+                .await?;
+                return Ok(Action::requeue(requeue::NEXT_STEP));
+            };
+            let observed = observed(found);
+            write(
+                ctx,
+                node,
+                phase_of(found),
+                None,
+                Some(format!("adopted control-plane node {}", found.id)),
+                Some(&observed),
+                false,
+            )
+            .await?;
+            ctx.event(
+                node,
+                false,
+                "NodeAdopted",
+                format!(
+                    "adopted control-plane node {} instead of adding one",
+                    found.id
+                ),
+            )
+            .await;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+    }
+}
+
+fn node_add(ctx: &Context, node: &StorageNode, cluster: &StorageCluster) -> StorageNodeAdd {
+    let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
+    let mut body = StorageNodeAdd::new(
+        ctx.snode.address(&node.spec.worker_node),
+        storage
+            .mgmt_interface
+            .clone()
+            .unwrap_or_else(|| "eth0".into()),
+    );
+    body.data_nics = storage.data_interfaces.clone().unwrap_or_default();
+    body.namespace = ctx.snode.namespace.clone();
+    body.cr_name = node.name_any();
+    body.cr_namespace = node.namespace().unwrap_or_default();
+    body.cr_plural = "storagenodes".into();
+    body.format_4k = storage.enable_format_4k.unwrap_or(false);
+    body.spdk_sys_mem = node.spec.config.spdk_system_memory.clone();
+    if let Some(image) = &node.spec.config.spdk_image {
+        body.spdk_image = image.clone();
+    }
+    body
+}
+
+/// A sibling of the same worker already at Posting or beyond has sent (or owns) the add.
+async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error> {
+    let api: Api<StorageNode> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    let posted = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.name_any() != node.name_any())
+        .filter(|n| {
+            n.spec.cluster_ref == node.spec.cluster_ref
+                && n.spec.worker_node == node.spec.worker_node
+        })
+        .any(|n| {
+            let s = n.status.unwrap_or_default();
+            s.uuid.is_some()
+                || matches!(
+                    s.step.state.as_deref(),
+                    Some("Resolving") | Some("Adopting")
+                )
+        });
+    Ok(posted)
+}
+
+/// Whether this worker's last node-add task finished without success.
+async fn add_ended_without_node(
+    ctx: &Context,
+    cluster_id: Uuid,
+    address: &str,
+) -> Result<bool, Error> {
+    let tasks = ctx.cp.list_tasks(cluster_id).await?;
+    let mine: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.function_name == "node_add")
+        .filter(|t| serde_json::to_string(&t.function_params).is_ok_and(|p| p.contains(address)))
+        .collect();
+    Ok(!mine.is_empty()
+        && mine
+            .iter()
+            .all(|t| t.status == simplyblock_controlplane::TaskStatus::Done && !t.succeeded()))
+}
+
+enum SlotOutcome {
+    Taken,
+    Busy(String),
+    Conflict,
+}
+
+/// Takes a node-add slot on the cluster, counted by distinct worker: a second slot of a
+/// worker already in flight rides on its claim.
+async fn take_slot(
+    ctx: &Context,
+    node: &StorageNode,
+    cluster: &StorageCluster,
+) -> Result<SlotOutcome, Error> {
+    let ns = node.namespace().unwrap_or_default();
+    let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
+    let Some(fresh) = clusters.get_opt(&cluster.name_any()).await? else {
+        return Ok(SlotOutcome::Busy("the cluster is gone".into()));
+    };
+    let slots = fresh.status.clone().unwrap_or_default().provisioning_slots;
+    let worker = &node.spec.worker_node;
+    if slots.iter().any(|s| &s.worker == worker) {
+        return Ok(SlotOutcome::Taken);
+    }
+    // Stale entries (a node that finished or is gone) are reaped by the next requester.
+    let nodes: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
+    let live: BTreeSet<String> = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.status.as_ref().and_then(|s| s.uuid.as_ref()).is_none())
+        .map(|n| n.name_any())
+        .collect();
+    let mut kept: Vec<ProvisioningSlot> = slots
+        .into_iter()
+        .filter(|s| live.contains(&s.node))
+        .collect();
+    let budget = fresh
+        .spec
+        .storage_nodes
+        .as_ref()
+        .map(|s| s.node_provisioning_budget)
+        .unwrap_or(1)
+        .max(1) as usize;
+    let in_flight: BTreeSet<&String> = kept.iter().map(|s| &s.worker).collect();
+    if in_flight.len() >= budget {
+        let workers: Vec<&str> = in_flight.iter().map(|w| w.as_str()).collect();
+        return Ok(SlotOutcome::Busy(format!(
+            "waiting for a node-add slot: {} of {budget} in use by {}",
+            in_flight.len(),
+            workers.join(", ")
+        )));
+    }
+    kept.push(ProvisioningSlot {
+        worker: worker.clone(),
+        node: node.name_any(),
+        taken_at: Time(jiff::Timestamp::now()),
+    });
+    let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": {"provisioningSlots": kept}});
+    match clusters
+        .patch_status(
+            &fresh.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(SlotOutcome::Taken),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(SlotOutcome::Conflict),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Gives this node's worker's slot back, on a fresh read, retried on conflict.
+async fn release_slot(
+    ctx: &Context,
+    node: &StorageNode,
+    cluster: &StorageCluster,
+) -> Result<(), Error> {
+    let clusters: Api<StorageCluster> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    for _ in 0..8 {
+        let Some(fresh) = clusters.get_opt(&cluster.name_any()).await? else {
+            return Ok(());
+        };
+        let slots = fresh.status.clone().unwrap_or_default().provisioning_slots;
+        if !slots.iter().any(|s| s.node == node.name_any()) {
+            return Ok(());
+        }
+        let kept: Vec<&ProvisioningSlot> =
+            slots.iter().filter(|s| s.node != node.name_any()).collect();
+        let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": {"provisioningSlots": kept}});
+        match clusters
+            .patch_status(
+                &fresh.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn phase_of(found: &simplyblock_controlplane::StorageNode) -> NodePhase {
+    NodePhase::from_control_plane(
+        found.status.as_str(),
+        found.online_device_count < found.device_count,
+    )
+}
+
+fn observed(found: &simplyblock_controlplane::StorageNode) -> StorageNodeStatus {
+    StorageNodeStatus {
+        uuid: Some(found.id.to_string()),
+        status: Some(found.status.as_str().to_string()),
+        health: found.health_check,
+        hostname: Some(found.hostname.clone()),
+        uptime: found.uptime.clone(),
+        resources: Some(NodeResources {
+            cpu: Some(found.cpu_spdk_count as i32),
+            memory: None,
+            volumes: Some(found.lvols as i32),
+            devices: Some(DeviceCounts {
+                online: found.online_device_count as i32,
+                total: found.device_count as i32,
+            }),
+            capacity: None,
+        }),
+        ..StorageNodeStatus::default()
+    }
+}
+
+async fn steady(
+    node: &StorageNode,
+    status: &StorageNodeStatus,
+    cluster_id: Uuid,
+    uuid: Uuid,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let found = match ctx.cp.get_storage_node(cluster_id, uuid).await {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() => {
+            write(
+                ctx,
+                node,
+                NodePhase::Removed,
+                None,
+                Some(format!("the control plane no longer knows node {uuid}")),
+                Some(status),
+                false,
+            )
+            .await?;
+            return Ok(Action::requeue(requeue::RESYNC));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let next = observed(&found);
+    let phase = phase_of(&found);
+    let same = status.phase == phase
+        && status.status == next.status
+        && status.health == next.health
+        && status.resources == next.resources
+        && status.uptime == next.uptime
+        && status.step.is_empty();
+    if !same {
+        let message = status.message.clone();
+        write(ctx, node, phase, None, message, Some(&next), false).await?;
+    }
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
+    let Some(uuid) = node
+        .status
+        .as_ref()
+        .and_then(|s| s.uuid.as_deref())
+        .and_then(|u| u.parse::<Uuid>().ok())
+    else {
+        return Ok(Action::await_change());
+    };
+    let clusters: Api<StorageCluster> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    let Some(cluster_id) = clusters
+        .get_opt(&node.spec.cluster_ref)
+        .await?
+        .as_ref()
+        .and_then(cluster_uuid)
+    else {
+        return Ok(Action::await_change());
+    };
+    // Removing is one call here; the audited StorageNodeOps Remove replaces it.
+    match ctx
+        .cp
+        .remove_storage_node(
+            cluster_id,
+            uuid,
+            NodeRemoveOptions {
+                force_remove: false,
+                force_delete: false,
+            },
+        )
+        .await
+    {
+        Ok(()) => Ok(Action::await_change()),
+        // A 404 during removal means already removed.
+        Err(e) if e.is_not_found() => Ok(Action::await_change()),
+        Err(e) => {
+            ctx.event(
+                node,
+                true,
+                "NodeRemovalRefused",
+                format!("the control plane refused to remove node {uuid}: {e}"),
+            )
+            .await;
+            Err(e.into())
+        }
+    }
+}

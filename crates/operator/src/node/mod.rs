@@ -1,0 +1,4 @@
+//! StorageNode: provisioning and steady state, and the storage-node workload.
+
+pub mod controller;
+pub mod workload;

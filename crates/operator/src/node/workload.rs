@@ -1,0 +1,278 @@
+//! The storage-node workload of a cluster: worker enrollment, the DaemonSet, the headless
+//! Service and the per-node configuration. A second controller on StorageCluster that
+//! writes none of its status.
+//!
+//! Enrollment comes first: the DaemonSet only schedules on workers carrying the
+//! enrollment label, and a node waits at CheckingHost for the pod that DaemonSet runs, so
+//! a label nobody writes is a deadlock in which neither side reports anything wrong.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use simplyblock_api::{StorageCluster, StorageNode};
+
+use crate::context::{Context, requeue};
+
+/// The label whose value names the cluster a worker serves; the DaemonSet selects on it.
+pub const ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
+/// The headless Service through which the control plane reaches each worker.
+pub const SERVICE_NAME: &str = "simplyblock-storage-node-api";
+/// The storage-node image used when neither the cluster nor the ControlPlane names one.
+pub const DEFAULT_IMAGE: &str = "quay.io/simplyblock-io/simplyblock:latest";
+const MANAGER: &str = "storagenode-workload";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// `storage.simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label
+/// the CSI driver reads. Its key never changes for a worker's lifetime.
+pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
+    format!("storage.simplyblock.io/storage-node-uuid.{cluster_uuid}.{slot}")
+}
+
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let (clusters, nodes): (Api<StorageCluster>, Api<StorageNode>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+        ),
+        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
+    };
+    Controller::new(clusters, watcher::Config::default())
+        .watches(nodes, watcher::Config::default(), |n: StorageNode| {
+            Some(
+                ObjectRef::<StorageCluster>::new(&n.spec.cluster_ref)
+                    .within(&n.namespace().unwrap_or_default()),
+            )
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "workload reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(cluster: Arc<StorageCluster>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, "rendering the storage-node workload failed; retrying");
+    Action::requeue(requeue::RETRY)
+}
+
+pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let nodes: Vec<StorageNode> = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.spec.cluster_ref == name)
+        .collect();
+    enroll(&ctx, &cluster, &nodes).await?;
+    render(&ctx, &cluster, &nodes).await?;
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+/// Labels every worker with a node of this cluster, and its slots' topology labels;
+/// removes the label from workers that no longer have one. Any read error aborts the
+/// whole rebuild, so a failed list never strips the fleet of its labels.
+async fn enroll(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let cluster_uuid = cluster.status.as_ref().and_then(|s| s.uuid.clone());
+    let mut wanted: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();
+    for n in nodes {
+        let labels = wanted.entry(n.spec.worker_node.clone()).or_default();
+        labels.insert(ENROLLMENT_LABEL.to_string(), Some(name.clone()));
+        if let (Some(cu), Some(uuid)) = (
+            &cluster_uuid,
+            n.status.as_ref().and_then(|s| s.uuid.clone()),
+        ) {
+            labels.insert(topology_label(cu, n.spec.slot.unwrap_or(0)), Some(uuid));
+        }
+    }
+    let workers: Api<Node> = Api::all(ctx.kube.clone());
+    let enrolled: BTreeSet<String> = workers
+        .list_metadata(&ListParams::default().labels(&format!("{ENROLLMENT_LABEL}={name}")))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for (worker, labels) in &wanted {
+        let Some(current) = workers.get_metadata_opt(worker).await? else {
+            continue;
+        };
+        let have = current.metadata.labels.unwrap_or_default();
+        let missing = labels.iter().any(|(k, v)| have.get(k) != v.as_ref());
+        if missing {
+            let patch = json!({"metadata": {"labels": labels}});
+            workers
+                .patch(worker, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+    }
+    for worker in enrolled.iter().filter(|w| !wanted.contains_key(*w)) {
+        let patch = json!({"metadata": {"labels": {ENROLLMENT_LABEL: null}}});
+        workers
+            .patch(worker, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
+fn owner(cluster: &StorageCluster, controller: bool) -> serde_json::Value {
+    let mut o = cluster
+        .controller_owner_ref(&())
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .unwrap_or_default();
+    o["controller"] = json!(controller);
+    o
+}
+
+/// The DaemonSet, the per-cluster configuration and the shared headless Service.
+async fn render(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
+    let config_name = format!("simplyblock-storage-node-config-{name}");
+    let labels = json!({
+        "app.kubernetes.io/name": "simplyblock-storage-node",
+        "storage.simplyblock.io/cluster": name,
+        "storage.simplyblock.io/managed-by": "storagecluster",
+    });
+    let apply = PatchParams::apply(MANAGER).force();
+
+    // One env file per worker: the config the init container reads.
+    let mut data = BTreeMap::new();
+    for n in nodes {
+        let c = &n.spec.config;
+        let mut env = vec![
+            format!("MAX_SUBSYS_COUNT={}", cluster.spec.max_subsystem_count),
+            format!("VCPU_COUNT={}", c.sizing.vcpu_count),
+        ];
+        if let Some(h) = c
+            .sizing
+            .min_huge_pages_size
+            .as_ref()
+            .or(cluster.spec.min_huge_pages_size.as_ref())
+        {
+            env.push(format!("MAX_HUGE_PAGES_SIZE={h}"));
+        }
+        if !c.device_names.is_empty() {
+            env.push(format!("NVME_DEVICES={}", c.device_names.join(",")));
+        }
+        if !c.pcie_allow_list.is_empty() {
+            env.push(format!("PCI_ALLOWED={}", c.pcie_allow_list.join(",")));
+        }
+        if !c.pcie_deny_list.is_empty() {
+            env.push(format!("PCI_BLOCKED={}", c.pcie_deny_list.join(",")));
+        }
+        if let Some(jm) = &c.journal_manager {
+            if let Some(p) = jm.percent_per_device {
+                env.push(format!("JM_PERCENT={p}"));
+            }
+            if let Some(count) = jm.count {
+                env.push(format!("HA_JM_COUNT={count}"));
+            }
+        }
+        if let Some(cpu) = c
+            .reserved_system_cpu
+            .as_ref()
+            .or(storage.reserved_system_cpu.as_ref())
+        {
+            env.push(format!("RESERVED_SYSTEM_CPU={cpu}"));
+        }
+        data.insert(n.spec.worker_node.clone(), env.join("\n") + "\n");
+    }
+    let config = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": config_name, "namespace": ns, "labels": labels, "ownerReferences": [owner(cluster, true)]},
+        "data": data,
+    });
+    Api::<ConfigMap>::namespaced(ctx.kube.clone(), &ns)
+        .patch(&config_name, &apply, &Patch::Apply(config))
+        .await?;
+
+    // Each cluster of the namespace adds its owner reference under a field manager of its
+    // own, so the Service goes when the last cluster does.
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": SERVICE_NAME, "namespace": ns, "ownerReferences": [owner(cluster, false)],
+                     "labels": {"app.kubernetes.io/name": "simplyblock-storage-node"}},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"app.kubernetes.io/name": "simplyblock-storage-node"},
+            "ports": [{"name": "api", "port": ctx.snode.port, "targetPort": ctx.snode.port}],
+        },
+    });
+    Api::<Service>::namespaced(ctx.kube.clone(), &ns)
+        .patch(
+            SERVICE_NAME,
+            &PatchParams::apply(&format!("{MANAGER}-{name}")).force(),
+            &Patch::Apply(service),
+        )
+        .await?;
+
+    let image = storage
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+    let daemonset_name = format!("simplyblock-storage-node-{name}");
+    let daemonset = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": daemonset_name, "namespace": ns, "labels": labels, "ownerReferences": [owner(cluster, true)]},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "simplyblock-storage-node", "storage.simplyblock.io/cluster": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {ENROLLMENT_LABEL: name},
+                    "hostNetwork": true,
+                    "tolerations": storage.tolerations,
+                    "containers": [{
+                        "name": "storage-node-api",
+                        "image": image,
+                        "imagePullPolicy": storage.image_pull_policy,
+                        "ports": [{"name": "api", "containerPort": ctx.snode.port}],
+                        "securityContext": {"privileged": true},
+                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                        "volumeMounts": [{"name": "config", "mountPath": "/etc/simplyblock/node"}],
+                        "resources": storage.container_resources,
+                    }],
+                    "volumes": [{"name": "config", "configMap": {"name": config_name}}],
+                },
+            },
+        },
+    });
+    // Server-side apply with force: a concurrent writer's fields are taken over rather
+    // than raced, and a conflict cannot leave half a DaemonSet.
+    Api::<DaemonSet>::namespaced(ctx.kube.clone(), &ns)
+        .patch(&daemonset_name, &apply, &Patch::Apply(daemonset))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! The spine on a real API server and sbsim: an approved document becomes a cluster whose
+//! workers are enrolled, whose storage nodes are added to the control plane exactly once
+//! per worker, come Online, and whose activation is requested.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
+use simplyblock_api::storage_node::NodePhase;
+use simplyblock_api::{StorageClusterOps, StorageNode};
+use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::node::workload::ENROLLMENT_LABEL;
+use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_simulator::{Server, Sim, SimConfig, labels};
+use simplyblock_testenv::TestEnv;
+
+const TOKEN: &str = "operator-test-token";
+const NS: &str = "provision";
+const WORKERS: [&str; 3] = ["pw1", "pw2", "pw3"];
+
+async fn until<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn fleet() -> String {
+    let mut s = String::from("workers:\n");
+    for (i, w) in WORKERS.iter().enumerate() {
+        s.push_str(&format!(
+            "  - hostname: {w}\n    addresses: [10.30.0.{}]\n    devices: {{count: 2, size: 2T}}\n",
+            i + 1
+        ));
+    }
+    s
+}
+
+#[tokio::test]
+async fn an_approved_document_ends_with_its_nodes_online_and_activation_requested() {
+    let env = TestEnv::shared().expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let nodes_api: Api<Node> = Api::all(kube.clone());
+    for (i, w) in WORKERS.iter().enumerate() {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": w, "labels": {"kubernetes.io/hostname": w}}}),
+        )
+        .expect("node");
+        nodes_api
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": format!("10.30.0.{}", i + 1)}],
+                                       "conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes_api
+            .patch_status(w, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .expect("node status");
+    }
+
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("fleet.yaml"), fleet()).expect("fleet");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 100.0,
+        fleet: Some(dir.path().join("fleet.yaml")),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    // sbsim learns the enrollment labels the operator writes from the API server.
+    tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
+    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    let cp = Client::new(cfg).expect("client");
+    let ctx = Arc::new(
+        Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
+            .with_snode_proxy(sim.addr),
+    );
+    let scope = Some(NS.to_string());
+    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec.node_sets[0].groups[0].workers = WORKERS.iter().map(|w| w.to_string()).collect();
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let name = doc.metadata.name.clone().expect("name");
+
+    let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
+    let online = until(
+        "every storage node Online",
+        Duration::from_secs(90),
+        async || {
+            let items = storage_nodes.list(&Default::default()).await.ok()?.items;
+            (items.len() == WORKERS.len()
+                && items.iter().all(|n| {
+                    n.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+                }))
+            .then_some(items)
+        },
+    )
+    .await;
+    for n in &online {
+        let s = n.status.clone().expect("status");
+        assert!(s.step.is_empty(), "provisioning is done: {:?}", s.step);
+        assert_eq!(s.status.as_deref(), Some("online"));
+        assert_eq!(
+            s.resources
+                .and_then(|r| r.devices)
+                .map(|d| (d.online, d.total)),
+            Some((2, 2))
+        );
+    }
+
+    // Exactly one node add per worker, and the worker enrolled and labelled with its slot.
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    let calls: Vec<Value> = serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+    let adds = calls
+        .iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/storage-nodes/"))
+        })
+        .count();
+    assert_eq!(adds, WORKERS.len(), "one node add per worker");
+    for w in WORKERS {
+        let labels = nodes_api
+            .get(w)
+            .await
+            .expect("worker")
+            .metadata
+            .labels
+            .unwrap_or_default();
+        assert_eq!(
+            labels.get(ENROLLMENT_LABEL).map(String::as_str),
+            Some("simplyblock")
+        );
+        assert!(
+            labels
+                .keys()
+                .any(|k| k.starts_with("storage.simplyblock.io/storage-node-uuid.")),
+            "{labels:?}"
+        );
+    }
+
+    // The workload: a DaemonSet selecting enrolled workers, a config entry per worker.
+    let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-simplyblock")
+        .await
+        .expect("DaemonSet");
+    let selector = ds
+        .spec
+        .template
+        .spec
+        .and_then(|s| s.node_selector)
+        .unwrap_or_default();
+    assert_eq!(
+        selector.get(ENROLLMENT_LABEL).map(String::as_str),
+        Some("simplyblock")
+    );
+    let config = Api::<ConfigMap>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-config-simplyblock")
+        .await
+        .expect("ConfigMap");
+    let data = config.data.unwrap_or_default();
+    assert_eq!(data.keys().map(String::as_str).collect::<Vec<_>>(), WORKERS);
+    assert!(
+        data["pw1"].contains("MAX_SUBSYS_COUNT=10\nVCPU_COUNT=4\n"),
+        "{}",
+        data["pw1"]
+    );
+
+    let expanded = until(
+        "the document Expanded",
+        Duration::from_secs(30),
+        async || {
+            let s = docs.get(&name).await.ok()?.status?;
+            (s.phase == DeploymentPhase::Expanded).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(expanded.node_refs.len(), WORKERS.len());
+    Api::<StorageClusterOps>::namespaced(kube.clone(), NS)
+        .get("simplyblock-activate")
+        .await
+        .expect("activation requested");
+}
