@@ -66,6 +66,38 @@ pub fn run_selector(run: &str) -> String {
     )
 }
 
+/// The annotation holding the exact node name, which a label value may have had to cut.
+pub const NODE_ANNOTATION: &str = "storage.simplyblock.io/nodeprobe-node";
+
+/// The report ConfigMap for `node` of run `run`: what the probe Job writes (and what a
+/// simulated fleet writes in its place).
+pub fn report_config_map(
+    namespace: &str,
+    run: &str,
+    node: &str,
+    report_json: String,
+) -> k8s_openapi::api::core::v1::ConfigMap {
+    let mut labels = labels(run, node);
+    labels.insert(
+        "storage.simplyblock.io/managed-by".into(),
+        "operatorops".into(),
+    );
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(config_map_name(run, node)),
+            namespace: Some(namespace.into()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                NODE_ANNOTATION.to_string(),
+                node.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(REPORT_KEY.to_string(), report_json)])),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,11 +156,25 @@ fn devices_from_tree(dir: &Path) -> Option<Vec<WorkerDevice>> {
     if out.is_empty() { None } else { Some(out) }
 }
 
+/// The root of a profile's host tree: `<hosts_dir>/<profile>/root` as the fixtures are
+/// laid out (`fixtures/hosts/<name>/root`), or `<hosts_dir>/<profile>` itself.
+pub fn host_root(hosts_dir: &Path, profile: &str) -> Option<std::path::PathBuf> {
+    let dir = hosts_dir.join(profile);
+    let root = dir.join("root");
+    if root.is_dir() {
+        Some(root)
+    } else if dir.is_dir() {
+        Some(dir)
+    } else {
+        None
+    }
+}
+
 /// Build a worker record from its fleet entry. `hosts_dir` is where hardware profiles
 /// (host trees) live; a missing tree falls back to the synthetic `devices` block.
 pub fn worker_record(w: &FleetWorker, hosts_dir: Option<&Path>) -> WorkerRec {
     let from_tree = match (hosts_dir, &w.profile) {
-        (Some(dir), Some(profile)) => devices_from_tree(&dir.join(profile)),
+        (Some(dir), Some(profile)) => host_root(dir, profile).and_then(|r| devices_from_tree(&r)),
         _ => None,
     };
     let devices = from_tree.unwrap_or_else(|| {

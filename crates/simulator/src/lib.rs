@@ -15,6 +15,7 @@ pub mod error;
 pub mod faults;
 pub mod fleet;
 pub mod http;
+pub mod jobs;
 pub mod labels;
 pub mod model;
 pub mod openapi;

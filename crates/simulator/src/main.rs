@@ -125,7 +125,9 @@ async fn main() -> anyhow::Result<()> {
     };
     if let Some(kc) = &s.kubeconfig {
         let client = labels::client(kc).await?;
-        tokio::spawn(labels::watch(sim.clone(), client));
+        tokio::spawn(labels::watch(sim.clone(), client.clone()));
+        // No kubelet runs on a simulated worker: sbsim runs its probe Jobs.
+        tokio::spawn(simplyblock_simulator::jobs::watch(sim.clone(), client));
     }
     let server = Server::start(sim, &s.listen, tls).await?;
     // The first line on stdout is the URL, so scripts and tests can read it.

@@ -1,6 +1,7 @@
 //! ClusterDeploymentConfig and OperatorOps: documents, their validation and expansion.
 
 pub mod controller;
+pub mod discovery;
 pub mod expansion;
 pub mod validation;
 pub mod world;

@@ -1,0 +1,474 @@
+//! The OperatorOps controller (action Discover) and the first-install bootstrap.
+//!
+//! Inspecting picks the workers once and records them; Probing runs one probe Job per
+//! worker, pinned to it and owned by the run, and waits for their report ConfigMaps;
+//! Writing turns the reports into a ClusterDeploymentConfig in Draft, or adopts the one of
+//! that name. Every step is abortable: discovery changes nothing on the workers. The
+//! decisions are the discovery crate's; this module reads and writes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::operator_ops::{
+    GRAPHS, OperatorAction, OperatorOps, OperatorOpsStatus, OperatorOpsStep,
+};
+use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
+use simplyblock_discovery::{configmap, run};
+use simplyblock_statemachine::Machine;
+
+use crate::context::{Context, requeue};
+
+const MANAGER: &str = "operatorops-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What the probe Jobs run.
+#[derive(Clone, Debug)]
+pub struct ProbeSettings {
+    /// The operator's own image: it carries the probe.
+    pub image: String,
+    pub service_account: String,
+}
+
+pub async fn run(ctx: Arc<Context>, probe: ProbeSettings, namespace: Option<String>) {
+    let (ops, jobs, maps): (Api<OperatorOps>, Api<Job>, Api<ConfigMap>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+        ),
+        None => (
+            Api::all(ctx.kube.clone()),
+            Api::all(ctx.kube.clone()),
+            Api::all(ctx.kube.clone()),
+        ),
+    };
+    let probe = Arc::new(probe);
+    let controller = Controller::new(ops, watcher::Config::default());
+    let store = controller.store();
+    // A report ConfigMap carries its run's name as a label; the run's Jobs are owned.
+    let of_run = move |cm: ConfigMap| {
+        let run = cm.labels().get(configmap::LABEL_RUN).cloned();
+        store
+            .state()
+            .into_iter()
+            .filter(|o| {
+                o.namespace() == cm.namespace()
+                    && run.as_deref() == Some(configmap::label_value(&o.name_any()).as_str())
+            })
+            .map(|o| kube::runtime::reflector::ObjectRef::from_obj(&*o))
+            .collect::<Vec<_>>()
+    };
+    controller
+        .owns(jobs, watcher::Config::default())
+        .watches(maps, watcher::Config::default().labels(&format!("{}={}", configmap::LABEL_COMPONENT, configmap::COMPONENT)), of_run)
+        .run(
+            move |op, ctx| {
+                let probe = probe.clone();
+                async move { reconcile(op, ctx, probe).await }
+            },
+            |op, error: &Error, _| {
+                tracing::warn!(run = %op.name_any(), error = %error, "reconciling an OperatorOps failed; retrying");
+                Action::requeue(requeue::RETRY)
+            },
+            ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "operatorops reconcile");
+            }
+        })
+        .await;
+}
+
+async fn write(ctx: &Context, op: &OperatorOps, status: &OperatorOpsStatus) -> Result<(), Error> {
+    let mut status = status.clone();
+    status.observed_generation = op.metadata.generation;
+    let body = json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "OperatorOps",
+        "metadata": {"name": op.name_any()},
+        "status": status,
+    });
+    Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default())
+        .patch_status(
+            &op.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn emit(ctx: &Context, op: &OperatorOps, events: &[run::Event]) {
+    for e in events {
+        ctx.event(op, e.warning, e.reason, e.message.clone()).await;
+    }
+}
+
+async fn finish(
+    ctx: &Context,
+    op: &OperatorOps,
+    mut status: OperatorOpsStatus,
+    phase: OpsPhase,
+    message: String,
+) -> Result<Action, Error> {
+    let reason = match phase {
+        OpsPhase::Succeeded => "OperationSucceeded",
+        OpsPhase::Aborted => "OperationAborted",
+        _ => "OperationFailed",
+    };
+    ctx.event(op, phase == OpsPhase::Failed, reason, message.clone())
+        .await;
+    status.phase = phase;
+    status.message = Some(message);
+    status.completed_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    write(ctx, op, &status).await?;
+    Ok(Action::await_change())
+}
+
+async fn reconcile(
+    op: Arc<OperatorOps>,
+    ctx: Arc<Context>,
+    probe: Arc<ProbeSettings>,
+) -> Result<Action, Error> {
+    let mut status = op.status.clone().unwrap_or_default();
+    if status.phase.is_terminal() {
+        return Ok(Action::await_change());
+    }
+    let now = jiff::Timestamp::now();
+    let ns = op.namespace().unwrap_or_default();
+    let name = op.name_any();
+    let OperatorAction::Discover = op.spec.action;
+    let spec = op.spec.discover.clone().unwrap_or_default();
+    let mut machine = match GRAPHS.restore(OperatorAction::Discover, &status.step, now) {
+        Ok(m) => m,
+        Err(e) => return finish(&ctx, &op, status, OpsPhase::Failed, e.to_string()).await,
+    };
+    if status.phase == OpsPhase::Pending {
+        status.phase = OpsPhase::Running;
+        status.started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        status.step = machine.snapshot();
+        status.message = Some("inspecting the workers".into());
+        ctx.event(&*op, false, "OperationStarted", "discovery started".into())
+            .await;
+        write(&ctx, &op, &status).await?;
+    }
+    if op.spec.abort {
+        // Every step of Discover is abortable.
+        return finish(
+            &ctx,
+            &op,
+            status,
+            OpsPhase::Aborted,
+            format!("aborted at {} on request", machine.state()),
+        )
+        .await;
+    }
+    if machine.timed_out(now) {
+        let message = match machine.state() {
+            OperatorOpsStep::Probing => format!(
+                "no worker reported within the probing deadline; the reports that did arrive are the ConfigMaps labelled {}",
+                configmap::run_selector(&name)
+            ),
+            step => format!("step {step} outlived its deadline"),
+        };
+        ctx.event(&*op, true, "StepDeadlineExceeded", message.clone())
+            .await;
+        return finish(&ctx, &op, status, OpsPhase::Failed, message).await;
+    }
+
+    match machine.state() {
+        OperatorOpsStep::Inspecting => {
+            let nodes = Api::<Node>::all(ctx.kube.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let taken: BTreeSet<String> = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .map(|n| n.spec.worker_node)
+                .collect();
+            let groups = ctx
+                .kube
+                .list_api_groups()
+                .await
+                .ok()
+                .map(|g| g.groups.into_iter().map(|g| g.name).collect::<Vec<_>>());
+            match run::inspect(&spec, &nodes, &taken, groups.as_deref()) {
+                Err(message) => finish(&ctx, &op, status, OpsPhase::Failed, message).await,
+                Ok(inspection) => {
+                    emit(&ctx, &op, &inspection.events).await;
+                    advance(&mut machine, OperatorOpsStep::Probing, now);
+                    status.step = machine.snapshot();
+                    status.workers = inspection.workers.clone();
+                    status.environment = Some(inspection.environment);
+                    status.message =
+                        Some(format!("probing {} worker(s)", inspection.workers.len()));
+                    write(&ctx, &op, &status).await?;
+                    Ok(Action::requeue(requeue::NEXT_STEP))
+                }
+            }
+        }
+        OperatorOpsStep::Probing => {
+            let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
+            let reported = reports(&ctx, &ns, &name).await?;
+            let mut failed = Vec::new();
+            for worker in &status.workers {
+                let job_name = configmap::config_map_name(&name, worker);
+                if reported.contains_key(worker) {
+                    continue;
+                }
+                match jobs.get_opt(&job_name).await? {
+                    None => {
+                        let job = probe_job(&op, worker, &job_name, &probe);
+                        match jobs.create(&PostParams::default(), &job).await {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(s)) if s.code == 409 => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    Some(job) if job_failed(&job) => failed.push(worker.clone()),
+                    Some(_) => {}
+                }
+            }
+            for worker in &failed {
+                ctx.event(
+                    &*op,
+                    true,
+                    "DeviceInspectionFailed",
+                    format!(
+                        "the probe on {worker} failed after its retries; the worker is left out"
+                    ),
+                )
+                .await;
+            }
+            let pending = status
+                .workers
+                .iter()
+                .filter(|w| !reported.contains_key(*w) && !failed.contains(w))
+                .count();
+            if pending > 0 {
+                let message = format!(
+                    "probing: {} of {} worker(s) reported",
+                    reported.len(),
+                    status.workers.len()
+                );
+                if status.message.as_deref() != Some(message.as_str()) {
+                    status.message = Some(message);
+                    write(&ctx, &op, &status).await?;
+                }
+                return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+            }
+            if reported.is_empty() {
+                return finish(
+                    &ctx,
+                    &op,
+                    status,
+                    OpsPhase::Failed,
+                    "no worker reported: every probe Job failed".into(),
+                )
+                .await;
+            }
+            advance(&mut machine, OperatorOpsStep::Writing, now);
+            status.step = machine.snapshot();
+            status.message = Some(format!(
+                "writing the draft from {} report(s)",
+                reported.len()
+            ));
+            write(&ctx, &op, &status).await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        OperatorOpsStep::Writing => {
+            let nodes = Api::<Node>::all(ctx.kube.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let reported = reports(&ctx, &ns, &name).await?;
+            let reports: Vec<_> = reported.into_values().collect();
+            let environment = status
+                .environment
+                .unwrap_or(simplyblock_api::cluster_deployment_config::Environment::Vanilla);
+            match run::plan_writing(&name, &ns, &spec, environment, &nodes, &reports) {
+                run::Writing::Fail { message, events } => {
+                    emit(&ctx, &op, &events).await;
+                    finish(&ctx, &op, status, OpsPhase::Failed, message).await
+                }
+                run::Writing::Write {
+                    config,
+                    events,
+                    message,
+                    ..
+                } => {
+                    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(ctx.kube.clone(), &ns);
+                    let doc_name = config.name_any();
+                    match docs.create(&PostParams::default(), &config).await {
+                        Ok(_) => emit(&ctx, &op, &events).await,
+                        Err(kube::Error::Api(s)) if s.code == 409 => {
+                            emit(&ctx, &op, &run::adopted_events(&doc_name)).await
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    status.config_ref = Some(doc_name);
+                    finish(&ctx, &op, status, OpsPhase::Succeeded, message).await
+                }
+            }
+        }
+    }
+}
+
+fn advance(
+    machine: &mut Machine<'_, OperatorOpsStep>,
+    next: OperatorOpsStep,
+    now: jiff::Timestamp,
+) {
+    if let Err(e) = machine.transition_to(next, now) {
+        tracing::error!(error = %e, "illegal discovery transition");
+    }
+}
+
+/// The run's report ConfigMaps, by the worker each names.
+async fn reports(
+    ctx: &Context,
+    ns: &str,
+    run: &str,
+) -> Result<BTreeMap<String, simplyblock_discovery::plan::WorkerReport>, Error> {
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.kube.clone(), ns);
+    let mut out = BTreeMap::new();
+    for cm in maps
+        .list(&ListParams::default().labels(&configmap::run_selector(run)))
+        .await?
+        .items
+    {
+        let Some(worker) = cm
+            .annotations()
+            .get(configmap::NODE_ANNOTATION)
+            .cloned()
+            .or_else(|| cm.labels().get(configmap::LABEL_NODE).cloned())
+        else {
+            continue;
+        };
+        let report = run::read_report(&worker, &cm.name_any(), cm.data.as_ref());
+        out.insert(worker, report);
+    }
+    Ok(out)
+}
+
+fn job_failed(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+}
+
+fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) -> Job {
+    let run = op.name_any();
+    let mut labels = configmap::labels(&run, worker);
+    labels.insert(
+        "storage.simplyblock.io/managed-by".into(),
+        "operatorops".into(),
+    );
+    let tolerations = op
+        .spec
+        .discover
+        .as_ref()
+        .map(|d| d.tolerations.clone())
+        .unwrap_or_default();
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": op.namespace(),
+            "labels": labels,
+            "annotations": {(configmap::NODE_ANNOTATION): worker},
+            "ownerReferences": [op.controller_owner_ref(&())],
+        },
+        "spec": {
+            "backoffLimit": 2,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    // Pinned, not scheduled: the probe must read this worker.
+                    "nodeName": worker,
+                    "restartPolicy": "Never",
+                    "serviceAccountName": probe.service_account,
+                    "hostPID": true,
+                    "tolerations": tolerations,
+                    "containers": [{
+                        "name": "probe",
+                        "image": probe.image,
+                        "imagePullPolicy": "Always",
+                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--config-map", name],
+                        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                        "securityContext": {"privileged": true},
+                        "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
+                    }],
+                    "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                },
+            },
+        },
+    }))
+    .unwrap_or_default()
+}
+
+/// The first-install guard: raises `initial-discovery` in `namespace` only on a fresh
+/// installation with a usable worker, and says why not otherwise. A read error declines.
+pub async fn bootstrap(client: &kube::Client, namespace: &str) -> Result<String, String> {
+    let read = async {
+        let ops = Api::<OperatorOps>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        let docs = Api::<ClusterDeploymentConfig>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        let clusters = Api::<StorageCluster>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        Ok::<_, kube::Error>((ops, docs, clusters, nodes))
+    };
+    let (ops, docs, clusters, nodes) = read
+        .await
+        .map_err(|e| format!("the installation could not be read ({e})"))?;
+    let op = run::bootstrap(namespace, ops, docs, clusters, &nodes).map_err(|d| d.to_string())?;
+    match Api::<OperatorOps>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &op)
+        .await
+    {
+        Ok(_) => Ok(format!("raised OperatorOps {}", run::INITIAL_DISCOVERY)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(format!(
+            "OperatorOps {} already exists",
+            run::INITIAL_DISCOVERY
+        )),
+        Err(e) => Err(format!(
+            "creating OperatorOps {} failed ({e})",
+            run::INITIAL_DISCOVERY
+        )),
+    }
+}
