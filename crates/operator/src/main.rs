@@ -64,6 +64,37 @@ enum Command {
         /// Watch only this namespace instead of all of them.
         #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
+        /// The image probe Jobs run (the operator's own, which carries the probe).
+        #[arg(
+            long,
+            env = "SIMPLYBLOCK_OPERATOR_IMAGE",
+            default_value = "quay.io/simplyblock-io/simplyblock-operator:latest"
+        )]
+        probe_image: String,
+        /// The service account probe Jobs run as.
+        #[arg(long, default_value = "simplyblock-nodeprobe")]
+        probe_service_account: String,
+        /// Do not raise the first-install discovery run.
+        #[arg(long)]
+        disable_initial_discovery: bool,
+    },
+    /// Probe this machine's disks, NICs and CPUs (what a discovery run's Job does) and
+    /// write the report to its ConfigMap, or to stdout.
+    Probe {
+        /// Where the host's /sys, /proc and /dev are mounted.
+        #[arg(long, default_value = "/")]
+        root: std::path::PathBuf,
+        /// The Kubernetes node name.
+        #[arg(long, env = "NODE_NAME")]
+        node: Option<String>,
+        /// The discovery run (OperatorOps) the report belongs to.
+        #[arg(long)]
+        run: Option<String>,
+        /// Write the report here, in the pod's namespace; without it, print it.
+        #[arg(long)]
+        config_map: Option<String>,
+        #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
+        namespace: String,
     },
 }
 
@@ -95,6 +126,9 @@ async fn main() -> anyhow::Result<()> {
             control_plane_url,
             control_plane_token_file,
             watch_namespace,
+            probe_image,
+            probe_service_account,
+            disable_initial_discovery,
         } => {
             let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
                 anyhow::anyhow!(
@@ -139,13 +173,65 @@ async fn main() -> anyhow::Result<()> {
             webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
             tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
             tokio::spawn(certs.clone().rotate_forever());
+            if !disable_initial_discovery {
+                match deployment::discovery::bootstrap(&client, &controllers.namespace).await {
+                    Ok(done) => tracing::info!("initial discovery: {done}"),
+                    Err(why) => tracing::info!("initial discovery declined: {why}"),
+                }
+            }
+            let probe = deployment::discovery::ProbeSettings {
+                image: probe_image,
+                service_account: probe_service_account,
+            };
             tokio::select! {
                 _ = server.run() => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = node::workload::run(controllers, watch_namespace) => {}
+                _ = node::workload::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = deployment::discovery::run(controllers, probe, watch_namespace) => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+            }
+        }
+        Command::Probe {
+            root,
+            node,
+            run,
+            config_map,
+            namespace,
+        } => {
+            use simplyblock_discovery::probe::{ProbeOptions, RootFs, probe_with};
+            let options = ProbeOptions {
+                node: node.clone(),
+                ..ProbeOptions::default()
+            };
+            let report = probe_with(&RootFs::new(&root), &options);
+            let text = simplyblock_discovery::report::encode(&report)?;
+            match (config_map, run) {
+                (Some(_), Some(run)) => {
+                    let client = kube::Client::try_default().await?;
+                    let cm = simplyblock_discovery::configmap::report_config_map(
+                        &namespace,
+                        &run,
+                        &report.node,
+                        text,
+                    );
+                    let name = cm.metadata.name.clone().unwrap_or_default();
+                    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+                        client, &namespace,
+                    )
+                    .patch(
+                        &name,
+                        &kube::api::PatchParams::apply("simplyblock-probe").force(),
+                        &kube::api::Patch::Apply(&cm),
+                    )
+                    .await?;
+                    tracing::info!(config_map = %name, "wrote the probe report");
+                }
+                (Some(_), None) => anyhow::bail!(
+                    "--config-map needs --run, the discovery run the report belongs to"
+                ),
+                (None, _) => println!("{text}"),
             }
         }
     }
