@@ -12,7 +12,17 @@ use common::*;
 const SKIPS: &[&str] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn csi_sanity_passes() {
+async fn csi_sanity_passes_with_mount_volumes() {
+    sanity("mount").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn csi_sanity_passes_with_block_volumes() {
+    sanity("block").await;
+}
+
+/// One csi-sanity run (controller and node suites) with volumes of this access type.
+async fn sanity(access: &str) {
     let bin = tokio::task::spawn_blocking(|| {
         simplyblock_csi::sanity::ensure(&simplyblock_testenv::assets::cache_dir())
     })
@@ -50,6 +60,7 @@ async fn csi_sanity_passes() {
         .arg(format!("-csi.testvolumeparameters={}", params.display()))
         .arg(format!("-csi.testvolumesize={}", 1u64 << 30))
         .arg(format!("-csi.testvolumeexpandsize={}", 2u64 << 30))
+        .arg(format!("-csi.testvolumeaccesstype={access}"))
         .arg(format!("-csi.junitfile={}", junit.display()))
         .arg("-ginkgo.no-color")
         .kill_on_drop(true);
@@ -66,7 +77,7 @@ async fn csi_sanity_passes() {
     let lines: Vec<&str> = stdout.lines().collect();
     let tail = lines.len().saturating_sub(60);
     eprintln!(
-        "---- csi-sanity (last lines) ----\n{}",
+        "---- csi-sanity, {access} volumes (last lines) ----\n{}",
         lines[tail..].join("\n")
     );
     if !out.status.success() {
@@ -84,7 +95,10 @@ async fn csi_sanity_passes() {
     }
     if let Ok(xml) = std::fs::read_to_string(&junit) {
         let cases = skipped_cases(&xml);
-        eprintln!("---- csi-sanity: {} skipped or pending ----", cases.len());
+        eprintln!(
+            "---- csi-sanity, {access} volumes: {} skipped or pending ----",
+            cases.len()
+        );
         for (name, why) in &cases {
             eprintln!("  {name}: {why}");
         }
