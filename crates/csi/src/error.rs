@@ -92,6 +92,8 @@ impl CsiError {
 
 impl From<CsiError> for Status {
     fn from(e: CsiError) -> Self {
+        // Every failed call passes here once, inside the call's span (see `server::serve`).
+        tracing::warn!(code = ?e.code(), "{e}");
         Status::new(e.code(), e.to_string())
     }
 }

@@ -139,6 +139,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .timeout(Duration::from_secs(300))
+        .trace_fn(|req| tracing::info_span!("csi", method = %req.uri().path()))
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
