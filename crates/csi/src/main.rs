@@ -62,8 +62,9 @@ struct Args {
     #[arg(long)]
     host_nqn: Option<String>,
     /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG).
-    /// Without it, topology is the hostname segment only.
-    #[arg(long, default_value_t = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())]
+    /// `--kubernetes=false` skips it: topology is then the hostname segment only. The
+    /// default is true inside a pod (KUBERNETES_SERVICE_HOST set), else false.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())]
     kubernetes: bool,
 }
 
