@@ -810,7 +810,17 @@ async fn steady(
         let message = status.message.clone();
         write(ctx, node, phase, None, message, Some(&next), false).await?;
     }
-    Ok(Action::requeue(requeue::RESYNC))
+    // A node on its way somewhere (in creation, restarting) is looked at again soon; a
+    // settled one at the resync backstop.
+    let settled = matches!(
+        phase,
+        NodePhase::Online | NodePhase::Offline | NodePhase::Removed
+    );
+    Ok(Action::requeue(if settled {
+        requeue::RESYNC
+    } else {
+        std::time::Duration::from_secs(2)
+    }))
 }
 
 async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
