@@ -9,6 +9,7 @@ pub mod context;
 pub mod csi_secret;
 pub mod deployment;
 pub mod node;
+pub mod ops;
 pub mod webhooks;
 
 /// What can go wrong in the operator's own machinery (controllers report their domain

@@ -186,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::select! {
                 _ = server.run() => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::workload::run(controllers.clone(), watch_namespace.clone()) => {}

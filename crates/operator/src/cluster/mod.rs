@@ -2,4 +2,5 @@
 
 pub mod controller;
 pub mod observe;
+pub mod ops;
 pub mod params;

@@ -5,6 +5,7 @@
 //! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
 //! Fail, and admitting what could not be checked is the one answer that loses data.
 
+pub mod cluster_ops;
 pub mod deployment;
 pub mod storage_node;
 pub mod tls;
@@ -52,6 +53,7 @@ pub fn router(ctx: WebhookContext) -> Router {
     Router::new()
         .route(DEPLOYMENT_PATH, post(deployment::review))
         .route(STORAGE_NODE_PATH, post(storage_node::review))
+        .route(cluster_ops::PATH, post(cluster_ops::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -210,6 +212,11 @@ pub fn configuration(
                 STORAGE_NODE_PATH,
                 "storagenodes",
             ),
+            cluster_ops::delete_only(webhook(
+                cluster_ops::NAME,
+                cluster_ops::PATH,
+                "storageclusterops",
+            )),
         ]),
     }
 }

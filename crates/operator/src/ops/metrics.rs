@@ -1,0 +1,136 @@
+//! The Ops metrics, per kind prefix (`simplyblock_<kind>_`):
+//! `operations_total{<target>,action,result}`, `operation_duration_seconds{…}` (sum and
+//! count) and `operation_active_state{<target>}` (1 while an operation holds the lock).
+//!
+//! Kept in one process-wide registry and rendered in the Prometheus text format by
+//! [`render`]; the operator has no metrics listener yet, so nothing serves it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{LazyLock, Mutex};
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use simplyblock_api::common::OpsPhase;
+
+use super::OpsResource;
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Default)]
+struct Registry {
+    /// (metric name, labels) → value.
+    counters: BTreeMap<(String, Labels), f64>,
+    gauges: BTreeMap<(String, Labels), f64>,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut r)
+}
+
+fn result(phase: OpsPhase) -> &'static str {
+    match phase {
+        OpsPhase::Succeeded => "succeeded",
+        OpsPhase::Failed => "failed",
+        OpsPhase::Aborted => "aborted",
+        OpsPhase::Running => "running",
+        OpsPhase::Pending => "pending",
+    }
+}
+
+/// An operation reached `phase` (terminal): count it, observe its duration, and clear its
+/// target's active state.
+pub fn finished<K: OpsResource>(op: &K, phase: OpsPhase, started_at: Option<&Time>) {
+    let target = op.target_name().to_owned();
+    let labels: Labels = vec![
+        (K::TARGET_LABEL, target.clone()),
+        ("action", op.action_name().to_owned()),
+        ("result", result(phase).to_owned()),
+    ];
+    let seconds = started_at
+        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64().max(0.0))
+        .unwrap_or(0.0);
+    with(|r| {
+        let name = |item: &str| format!("{}{item}", K::METRIC_PREFIX);
+        *r.counters
+            .entry((name("operations_total"), labels.clone()))
+            .or_default() += 1.0;
+        *r.counters
+            .entry((name("operation_duration_seconds_sum"), labels.clone()))
+            .or_default() += seconds;
+        *r.counters
+            .entry((name("operation_duration_seconds_count"), labels))
+            .or_default() += 1.0;
+        r.gauges.insert(
+            (
+                name("operation_active_state"),
+                vec![(K::TARGET_LABEL, target)],
+            ),
+            0.0,
+        );
+    });
+}
+
+/// An operation took its target's lock and started.
+pub fn started<K: OpsResource>(op: &K) {
+    with(|r| {
+        r.gauges.insert(
+            (
+                format!("{}operation_active_state", K::METRIC_PREFIX),
+                vec![(K::TARGET_LABEL, op.target_name().to_owned())],
+            ),
+            1.0,
+        );
+    });
+}
+
+/// Every metric in the Prometheus text exposition format.
+pub fn render() -> String {
+    with(|r| {
+        let mut out = String::new();
+        let mut last = String::new();
+        let mut line = |out: &mut String, kind: &str, name: &str, labels: &Labels, v: f64| {
+            let family = name
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count")
+                .to_owned();
+            if family != last {
+                let kind = if family != name { "summary" } else { kind };
+                let _ = writeln!(out, "# TYPE {family} {kind}");
+                last = family;
+            }
+            let labels: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+                .collect();
+            let _ = writeln!(out, "{name}{{{}}} {v}", labels.join(","));
+        };
+        for ((name, labels), v) in &r.counters {
+            line(&mut out, "counter", name, labels, *v);
+        }
+        for ((name, labels), v) in &r.gauges {
+            line(&mut out, "gauge", name, labels, *v);
+        }
+        out
+    })
+}
+
+/// The value of one sample, for tests.
+pub fn sample(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    with(|r| {
+        r.counters
+            .iter()
+            .chain(r.gauges.iter())
+            .find(|((n, l), _)| {
+                n == name
+                    && l.len() == labels.len()
+                    && l.iter()
+                        .zip(labels)
+                        .all(|((k, v), (k2, v2))| k == k2 && v == v2)
+            })
+            .map(|(_, v)| *v)
+    })
+}

@@ -1,0 +1,445 @@
+//! The runtime every `*Ops` kind shares: the phase machine (Pending → Running →
+//! Succeeded/Failed/Aborted), the lock `status.activeOpsRef` on the target, queueing in
+//! creation order, the six standard events, `spec.abort`, the finalizer, and the driver
+//! that runs a kind's step graph.
+//!
+//! A kind plugs in twice:
+//! - [`OpsResource`] says what its target is, where its common status fields are, and how
+//!   to read the target's lock;
+//! - [`Steps`] gives, per step, an observation (reads only), a pure [`Steps::plan`] over it
+//!   and the one call a plan may ask for.
+//!
+//! The decisions are pure functions ([`gate`], [`queue_ahead`], [`running`]) tested without
+//! an API server; [`runtime`] is the thin I/O around them.
+
+pub mod metrics;
+pub mod runtime;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_statemachine::{Machine, State, StepSnapshot};
+
+use crate::context::Context;
+
+pub use runtime::{Error, reconcile};
+
+/// The standard events of every Ops kind (a closed set; kinds add their own beside them).
+pub mod reason {
+    pub const QUEUED: &str = "OperationQueued";
+    pub const STARTED: &str = "OperationStarted";
+    pub const SUCCEEDED: &str = "OperationSucceeded";
+    pub const FAILED: &str = "OperationFailed";
+    pub const ABORTED: &str = "OperationAborted";
+    pub const DEADLINE: &str = "StepDeadlineExceeded";
+}
+
+/// How often a queued operation looks again (the target's watch usually comes first).
+pub const QUEUED_RECHECK: Duration = Duration::from_secs(10);
+/// After a call failed: the step's deadline bounds the retries.
+pub const CALL_RETRY: Duration = Duration::from_secs(3);
+/// The longest wait between two looks at a running step.
+pub const POLL: Duration = Duration::from_secs(5);
+
+/// The fields of `status` every Ops kind has, as the runtime reads and writes them.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct OpsStatus {
+    pub phase: OpsPhase,
+    pub step: StepSnapshot,
+    pub message: Option<String>,
+    pub started_at: Option<Time>,
+    pub completed_at: Option<Time>,
+}
+
+/// An Ops kind: one operation on one target of kind [`OpsResource::Target`] in the same
+/// namespace, whose lock is the target's `status.activeOpsRef`.
+pub trait OpsResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    type Target: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static;
+
+    /// `storage.simplyblock.io/<kind>-finalizer`.
+    const FINALIZER: &'static str;
+    /// The field manager of the kind's controller (its status writes and the lock).
+    const MANAGER: &'static str;
+    /// `simplyblock_<kind>_`, the prefix of the kind's metrics.
+    const METRIC_PREFIX: &'static str;
+    /// The metrics' label naming the target (`cluster`, `node`).
+    const TARGET_LABEL: &'static str;
+
+    /// The name of the target in the operation's namespace.
+    fn target_name(&self) -> &str;
+    /// The action's name, for messages and metrics.
+    fn action_name(&self) -> &'static str;
+    /// `spec.abort`.
+    fn abort_requested(&self) -> bool;
+    /// The common status fields.
+    fn ops_status(&self) -> OpsStatus;
+    /// The kind's own status fields (camelCase keys), kept as they are by a write that does
+    /// not change them.
+    fn kind_status(&self) -> Map<String, Value>;
+    /// Who holds the target's lock.
+    fn lock_holder(target: &Self::Target) -> Option<&str>;
+}
+
+/// What a kind's step asks for, decided from one observation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan<S, C> {
+    /// The step's outcome is there: move to `to` (a declared edge, or back to the initial
+    /// step with [`Move::Restart`]).
+    Advance {
+        to: Move<S>,
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+    },
+    /// Record kind fields (e.g. a list written once) without moving.
+    Record {
+        kind_status: Map<String, Value>,
+        message: String,
+    },
+    /// The action reached what it asked for.
+    Succeed {
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+    },
+    /// The action cannot reach it; no retry.
+    Fail(String),
+    /// The outcome is not there and nothing has produced it yet: issue `call`.
+    Call { call: C, message: String },
+    /// The outcome is not there yet but is on its way (or blocked): look again later.
+    /// `event` is raised once, when the message first appears.
+    Wait {
+        message: String,
+        after: Duration,
+        event: Option<&'static str>,
+    },
+}
+
+/// Where [`Plan::Advance`] goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move<S> {
+    To(S),
+    /// Back to the initial step (a per-item loop starting its next item).
+    Restart,
+}
+
+/// A kind's steps: reads, a pure plan, and the calls.
+pub trait Steps<K: OpsResource>: Send + Sync + 'static {
+    type Step: State + Send + Sync;
+    type Obs: Send;
+    type Call: Debug + Send;
+
+    /// The operation's machine, restored from `status.step`; an error fails the operation
+    /// without retry (an unknown action or step).
+    fn machine(
+        &self,
+        op: &K,
+        now: Timestamp,
+    ) -> Result<Machine<'static, Self::Step>, simplyblock_statemachine::Error>;
+
+    /// Everything the step's plan needs, read from the world. No writes.
+    fn observe(
+        &self,
+        op: &K,
+        target: &K::Target,
+        machine: &Machine<'static, Self::Step>,
+        ctx: &Context,
+    ) -> impl Future<Output = Result<Self::Obs, Error>> + Send;
+
+    /// What to do next. Pure.
+    fn plan(
+        &self,
+        op: &K,
+        target: &K::Target,
+        machine: &Machine<'static, Self::Step>,
+        obs: &Self::Obs,
+        now: Timestamp,
+    ) -> Plan<Self::Step, Self::Call>;
+
+    /// Issues one call; `Err` is the sentence a person reads.
+    fn execute(
+        &self,
+        op: &K,
+        target: &K::Target,
+        call: &Self::Call,
+        ctx: &Context,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// A kind-specific event raised when the operation succeeds (e.g. `TaskCanceled`).
+    fn succeed_event(&self, _op: &K) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// Kind-specific events beside the standard ones (e.g. `NodeRestarted`), raised when a
+    /// plan advances. Default none.
+    fn advance_event(
+        &self,
+        _op: &K,
+        _from: Self::Step,
+        _to: Move<Self::Step>,
+    ) -> Option<(&'static str, String)> {
+        None
+    }
+}
+
+/// What the runtime sees before the step machine runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation<'a> {
+    pub phase: OpsPhase,
+    pub abort: bool,
+    /// `None`: the target does not exist. `Some(holder)`: it does, with that lock holder.
+    pub target: Option<Option<&'a str>>,
+    /// The first unfinished operation on the same target that comes before this one in
+    /// creation order ([`queue_ahead`]).
+    pub ahead: Option<&'a str>,
+}
+
+/// The runtime's decision before any step runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Terminal, and the lock still names this operation: release it.
+    Release,
+    /// Terminal and released: nothing to do.
+    Idle,
+    /// End in Aborted with this message (and release the lock if held).
+    Abort(String),
+    /// End in Failed with this message.
+    Fail(String),
+    /// Stay Pending with this message.
+    Queue(String),
+    /// Take the lock (optimistic write on the target), then start.
+    Acquire,
+    /// The lock is ours but the phase is still Pending: become Running.
+    Start,
+    /// Running with the lock: run the step machine.
+    Run,
+}
+
+/// The phase and lock decision. Pure.
+///
+/// Pending holds no lock and has issued nothing, so an abort or a missing target ends it
+/// at once; a Running operation whose target disappeared ends Aborted; the lock is taken
+/// only when it is free and no earlier operation on the target is waiting.
+pub fn gate(me: &str, target_kind: &str, target_name: &str, obs: &Observation<'_>) -> Gate {
+    let holder = obs.target.flatten();
+    if obs.phase.is_terminal() {
+        return if holder == Some(me) {
+            Gate::Release
+        } else {
+            Gate::Idle
+        };
+    }
+    let Some(holder) = obs.target else {
+        return match obs.phase {
+            OpsPhase::Pending => Gate::Fail(format!(
+                "{target_kind} {target_name} does not exist in this namespace; nothing was done — create the operation naming an existing {target_kind}"
+            )),
+            _ => Gate::Abort(format!(
+                "{target_kind} {target_name} disappeared while the operation ran; it stopped where it was"
+            )),
+        };
+    };
+    match holder {
+        Some(h) if h == me => {
+            if obs.phase == OpsPhase::Pending {
+                if obs.abort {
+                    return Gate::Abort("aborted on request before it started".into());
+                }
+                Gate::Start
+            } else {
+                Gate::Run
+            }
+        }
+        // Running without a lock (it was cleared by hand): take it back before going on.
+        None if obs.phase == OpsPhase::Running => Gate::Acquire,
+        _ if obs.phase == OpsPhase::Running => Gate::Abort(format!(
+            "the lock on {target_kind} {target_name} no longer names this operation (it names {}); it stopped where it was",
+            holder.unwrap_or("nothing")
+        )),
+        _ if obs.abort => Gate::Abort("aborted on request before it started".into()),
+        Some(other) => Gate::Queue(format!(
+            "queued: {target_kind} {target_name} is locked by operation {other}; this one starts when it ends"
+        )),
+        None => match obs.ahead {
+            Some(first) => Gate::Queue(format!(
+                "queued: operation {first} on {target_kind} {target_name} was created first and runs before this one"
+            )),
+            None => Gate::Acquire,
+        },
+    }
+}
+
+/// The first unfinished operation ahead of `me` in creation order (ties by name), among
+/// `others` (creation time, name) — which may include `me` itself.
+pub fn queue_ahead<'a>(
+    me: (Option<Timestamp>, &str),
+    others: impl IntoIterator<Item = (Option<Timestamp>, &'a str)>,
+) -> Option<&'a str> {
+    let key = |(t, n): (Option<Timestamp>, &str)| (t.unwrap_or(Timestamp::MAX), n.to_owned());
+    let mine = key(me);
+    others
+        .into_iter()
+        .filter(|&(t, n)| n != me.1 && key((t, n)) < mine)
+        .min_by_key(|&o| key(o))
+        .map(|(_, n)| n)
+}
+
+/// What the driver does with a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision<S, C> {
+    /// Finish in a terminal phase.
+    Finish {
+        phase: OpsPhase,
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+        deadline_exceeded: bool,
+    },
+    /// Write the new step (and kind fields), then look again at once.
+    Advance {
+        to: Move<S>,
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+    },
+    /// Write kind fields and look again.
+    Record {
+        kind_status: Map<String, Value>,
+        message: String,
+    },
+    /// Issue the call, write the message, look again after `after`.
+    Call {
+        call: C,
+        message: String,
+        after: Duration,
+    },
+    /// Write the message, look again after `after`.
+    Wait {
+        message: String,
+        after: Duration,
+        event: Option<&'static str>,
+    },
+}
+
+/// The abort rule before a step runs: `Ok(None)` no abort asked, `Ok(Some(message))` abort
+/// now, `Err(message)` refused on this step (the operation keeps running and says so).
+pub fn abort_check<S: State>(
+    abort: bool,
+    machine: &Machine<'_, S>,
+) -> Result<Option<String>, String> {
+    if !abort {
+        return Ok(None);
+    }
+    match machine.check_abort() {
+        Ok(()) => Ok(Some(format!(
+            "aborted on request at step {}",
+            machine.state().name()
+        ))),
+        Err(e) => Err(format!("spec.abort is refused: {e}")),
+    }
+}
+
+/// Turns a plan into what the driver does: the deadline applies to steps that still wait
+/// or call, a refused abort prefixes every message, and waits never exceed the deadline.
+/// Pure.
+pub fn running<S: State, C>(
+    machine: &Machine<'_, S>,
+    plan: Plan<S, C>,
+    refused_abort: Option<&str>,
+    now: Timestamp,
+) -> Decision<S, C> {
+    let with_note = |m: String| match refused_abort {
+        Some(note) => format!("{note} — {m}"),
+        None => m,
+    };
+    let budget = |after: Duration| match machine.requeue_after(now) {
+        Some(left) => after.min(left),
+        None => after,
+    };
+    let late = |message: &str| Decision::Finish {
+        phase: OpsPhase::Failed,
+        message: format!(
+            "step {} exceeded its deadline{}: {message}",
+            machine.state().name(),
+            machine
+                .deadline()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        ),
+        kind_status: None,
+        deadline_exceeded: true,
+    };
+    match plan {
+        Plan::Advance {
+            to,
+            message,
+            kind_status,
+        } => Decision::Advance {
+            to,
+            message: with_note(message),
+            kind_status,
+        },
+        Plan::Record {
+            kind_status,
+            message,
+        } => Decision::Record {
+            kind_status,
+            message: with_note(message),
+        },
+        Plan::Succeed {
+            message,
+            kind_status,
+        } => Decision::Finish {
+            phase: OpsPhase::Succeeded,
+            message,
+            kind_status,
+            deadline_exceeded: false,
+        },
+        Plan::Fail(message) => Decision::Finish {
+            phase: OpsPhase::Failed,
+            message,
+            kind_status: None,
+            deadline_exceeded: false,
+        },
+        Plan::Call { message, .. } | Plan::Wait { message, .. } if machine.timed_out(now) => {
+            late(&message)
+        }
+        Plan::Call { call, message } => Decision::Call {
+            call,
+            message: with_note(message),
+            after: budget(POLL),
+        },
+        Plan::Wait {
+            message,
+            after,
+            event,
+        } => Decision::Wait {
+            message: with_note(message),
+            after: budget(after),
+            event,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,450 @@
+//! The I/O around the pure decisions: reading the target and the queue, the lock writes,
+//! status writes (server-side apply under the kind's field manager, only when changed),
+//! events, and the finalizer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_statemachine::{Machine, State};
+
+use super::{
+    Decision, Gate, Move, Observation, OpsResource, OpsStatus, Steps, abort_check, gate,
+    queue_ahead, reason, running,
+};
+use crate::context::{Context, requeue};
+
+/// The lock field on every target's status.
+pub const LOCK_FIELD: &str = "activeOpsRef";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] simplyblock_controlplane::Error),
+    #[error("the lock on {0} kept changing under the release; retrying")]
+    LockContended(String),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// One pass over one operation: the finalizer, the phase and lock gate, then one step.
+pub async fn reconcile<K: OpsResource, S: Steps<K>>(
+    op: Arc<K>,
+    ctx: Arc<Context>,
+    steps: &S,
+) -> Result<Action, Error> {
+    let api: Api<K> = Api::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default());
+    finalizer(&api, K::FINALIZER, op, |event| async {
+        match event {
+            Finalizer::Apply(op) => apply(&*op, &ctx, steps).await,
+            Finalizer::Cleanup(op) => {
+                release(&ctx.kube, &*op).await?;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn created(o: &impl Resource) -> Option<Timestamp> {
+    o.meta().creation_timestamp.as_ref().map(|t| t.0)
+}
+
+async fn apply<K: OpsResource, S: Steps<K>>(
+    op: &K,
+    ctx: &Context,
+    steps: &S,
+) -> Result<Action, Error> {
+    let ns = op.namespace().unwrap_or_default();
+    let me = op.name_any();
+    let targets: Api<K::Target> = Api::namespaced(ctx.kube.clone(), &ns);
+    let target = targets.get_opt(op.target_name()).await?;
+    let status = op.ops_status();
+    let holder = target.as_ref().map(|t| K::lock_holder(t));
+    // Only a Pending operation facing a free lock needs the queue.
+    let queue: Vec<K> = if status.phase == OpsPhase::Pending && holder == Some(None) {
+        Api::<K>::namespaced(ctx.kube.clone(), &ns)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|o| {
+                o.target_name() == op.target_name()
+                    && !o.ops_status().phase.is_terminal()
+                    && o.meta().deletion_timestamp.is_none()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let ahead = queue_ahead(
+        (created(op), &me),
+        queue
+            .iter()
+            .map(|o| (created(o), o.meta().name.as_deref().unwrap_or(""))),
+    );
+    let obs = Observation {
+        phase: status.phase,
+        abort: op.abort_requested(),
+        target: holder,
+        ahead,
+    };
+    let target_kind = K::Target::kind(&());
+    match gate(&me, &target_kind, op.target_name(), &obs) {
+        Gate::Idle => Ok(Action::await_change()),
+        Gate::Release => {
+            release(&ctx.kube, op).await?;
+            Ok(Action::await_change())
+        }
+        Gate::Abort(message) => finish(op, ctx, OpsPhase::Aborted, message, None).await,
+        Gate::Fail(message) => finish(op, ctx, OpsPhase::Failed, message, None).await,
+        Gate::Queue(message) => {
+            if status.message.as_deref() != Some(message.as_str()) {
+                ctx.event(op, false, reason::QUEUED, message.clone()).await;
+            }
+            let next = OpsStatus {
+                phase: OpsPhase::Pending,
+                message: Some(message),
+                ..status
+            };
+            write_status(&ctx.kube, op, &next, op.kind_status()).await?;
+            Ok(Action::requeue(super::QUEUED_RECHECK))
+        }
+        Gate::Acquire => {
+            let Some(target) = target else {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            };
+            if acquire(&ctx.kube, op, &target).await? {
+                Ok(Action::requeue(requeue::NEXT_STEP))
+            } else {
+                Ok(Action::requeue(requeue::CONFLICT))
+            }
+        }
+        Gate::Start => {
+            let now = Timestamp::now();
+            let machine = match steps.machine(op, now) {
+                Ok(m) => m,
+                Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
+            };
+            let message = format!("started at step {}", machine.state().name());
+            let next = OpsStatus {
+                phase: OpsPhase::Running,
+                step: machine.snapshot(),
+                message: Some(message.clone()),
+                started_at: Some(Time(now)),
+                completed_at: None,
+            };
+            write_status(&ctx.kube, op, &next, op.kind_status()).await?;
+            ctx.event(op, false, reason::STARTED, message).await;
+            super::metrics::started(op);
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        Gate::Run => {
+            let Some(target) = target else {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            };
+            drive(op, &target, ctx, steps).await
+        }
+    }
+}
+
+/// One step of a Running operation that holds its lock.
+async fn drive<K: OpsResource, S: Steps<K>>(
+    op: &K,
+    target: &K::Target,
+    ctx: &Context,
+    steps: &S,
+) -> Result<Action, Error> {
+    let now = Timestamp::now();
+    let status = op.ops_status();
+    let mut machine: Machine<'static, S::Step> = match steps.machine(op, now) {
+        Ok(m) => m,
+        // An unknown action or stored step: no retry can help.
+        Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
+    };
+    let refused = match abort_check(op.abort_requested(), &machine) {
+        Ok(Some(message)) => return finish(op, ctx, OpsPhase::Aborted, message, None).await,
+        Ok(None) => None,
+        Err(note) => {
+            if !status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(&note))
+            {
+                ctx.event(op, true, "AbortRefused", note.clone()).await;
+            }
+            Some(note)
+        }
+    };
+    let obs = steps.observe(op, target, &machine, ctx).await?;
+    let plan = steps.plan(op, target, &machine, &obs, now);
+    let running_status = |machine: &Machine<'static, S::Step>, message: String| OpsStatus {
+        phase: OpsPhase::Running,
+        step: machine.snapshot(),
+        message: Some(message),
+        ..status.clone()
+    };
+    match running(&machine, plan, refused.as_deref(), now) {
+        Decision::Finish {
+            phase,
+            message,
+            kind_status,
+            deadline_exceeded,
+        } => {
+            if deadline_exceeded {
+                ctx.event(op, true, reason::DEADLINE, message.clone()).await;
+            }
+            if phase == OpsPhase::Succeeded
+                && let Some((reason, note)) = steps.succeed_event(op)
+            {
+                ctx.event(op, false, reason, note).await;
+            }
+            finish(op, ctx, phase, message, kind_status).await
+        }
+        Decision::Advance {
+            to,
+            message,
+            kind_status,
+        } => {
+            let from = machine.state();
+            match to {
+                Move::To(next) => {
+                    if let Err(e) = machine.transition_to(next, now) {
+                        let message = format!(
+                            "the operator tried an illegal step ({e}); this is a bug in the operator, please report it"
+                        );
+                        return finish(op, ctx, OpsPhase::Failed, message, None).await;
+                    }
+                }
+                Move::Restart => machine.reset(now),
+            }
+            let kind = kind_status.unwrap_or_else(|| op.kind_status());
+            write_status(&ctx.kube, op, &running_status(&machine, message), kind).await?;
+            if let Some((reason, note)) = steps.advance_event(op, from, to) {
+                ctx.event(op, false, reason, note).await;
+            }
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        Decision::Record {
+            kind_status,
+            message,
+        } => {
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message),
+                kind_status,
+            )
+            .await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        Decision::Call {
+            call,
+            message,
+            after,
+        } => {
+            // Write-ahead: the step is on record before its side effect.
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message.clone()),
+                op.kind_status(),
+            )
+            .await?;
+            tracing::info!(op = %op.name_any(), ?call, "issuing");
+            match steps.execute(op, target, &call, ctx).await {
+                Ok(()) => Ok(Action::requeue(after.min(Duration::from_millis(500)))),
+                Err(e) => {
+                    let message = format!("{message}: the call failed ({e}); retrying");
+                    write_status(
+                        &ctx.kube,
+                        op,
+                        &running_status(&machine, message),
+                        op.kind_status(),
+                    )
+                    .await?;
+                    Ok(Action::requeue(after.min(super::CALL_RETRY)))
+                }
+            }
+        }
+        Decision::Wait {
+            message,
+            after,
+            event,
+        } => {
+            if let Some(reason) = event
+                && status.message.as_deref() != Some(message.as_str())
+            {
+                ctx.event(op, true, reason, message.clone()).await;
+            }
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message),
+                op.kind_status(),
+            )
+            .await?;
+            Ok(Action::requeue(after.max(Duration::from_millis(100))))
+        }
+    }
+}
+
+/// The terminal write, its event, then the lock's release.
+async fn finish<K: OpsResource>(
+    op: &K,
+    ctx: &Context,
+    phase: OpsPhase,
+    message: String,
+    kind_status: Option<Map<String, Value>>,
+) -> Result<Action, Error> {
+    let status = op.ops_status();
+    let started_at = status.started_at.clone();
+    let next = OpsStatus {
+        phase,
+        message: Some(message.clone()),
+        completed_at: Some(Time(Timestamp::now())),
+        ..status
+    };
+    write_status(
+        &ctx.kube,
+        op,
+        &next,
+        kind_status.unwrap_or_else(|| op.kind_status()),
+    )
+    .await?;
+    let (warning, reason) = match phase {
+        OpsPhase::Succeeded => (false, reason::SUCCEEDED),
+        OpsPhase::Aborted => (true, reason::ABORTED),
+        _ => (true, reason::FAILED),
+    };
+    ctx.event(op, warning, reason, message).await;
+    super::metrics::finished(op, phase, started_at.as_ref());
+    release(&ctx.kube, op).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes the whole status (common fields and `kind`) when it differs from what is
+/// stored; every write carries `observedGeneration`.
+pub async fn write_status<K: OpsResource>(
+    kube: &kube::Client,
+    op: &K,
+    next: &OpsStatus,
+    kind: Map<String, Value>,
+) -> Result<(), Error> {
+    if op.ops_status() == *next
+        && op.kind_status() == kind
+        && observed_generation(op) == op.meta().generation
+    {
+        return Ok(());
+    }
+    let mut status = kind;
+    status.insert("phase".into(), json!(next.phase));
+    if !next.step.is_empty() {
+        status.insert("step".into(), json!(next.step));
+    }
+    if let Some(m) = &next.message {
+        status.insert("message".into(), json!(m));
+    }
+    status.insert("observedGeneration".into(), json!(op.meta().generation));
+    if let Some(t) = &next.started_at {
+        status.insert("startedAt".into(), json!(t));
+    }
+    if let Some(t) = &next.completed_at {
+        status.insert("completedAt".into(), json!(t));
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": op.name_any()},
+        "status": status,
+    });
+    Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
+        .patch_status(
+            &op.name_any(),
+            &PatchParams::apply(K::MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+fn observed_generation<K: OpsResource>(op: &K) -> Option<i64> {
+    serde_json::to_value(op)
+        .ok()
+        .and_then(|v| v["status"]["observedGeneration"].as_i64())
+}
+
+/// Takes the target's lock with an optimistic-lock write: `false` when another writer got
+/// there first (409).
+pub async fn acquire<K: OpsResource>(
+    kube: &kube::Client,
+    op: &K,
+    target: &K::Target,
+) -> Result<bool, Error> {
+    let patch = json!({
+        "metadata": {"resourceVersion": target.meta().resource_version},
+        "status": {LOCK_FIELD: op.name_any()},
+    });
+    let targets: Api<K::Target> =
+        Api::namespaced(kube.clone(), &op.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(K::MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match targets
+        .patch_status(op.target_name(), &params, &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Releases the lock if it still names `op`, on a fresh read, retried on conflict.
+/// Idempotent: a missing target or another holder is success.
+pub async fn release<K: OpsResource>(kube: &kube::Client, op: &K) -> Result<(), Error> {
+    let targets: Api<K::Target> =
+        Api::namespaced(kube.clone(), &op.namespace().unwrap_or_default());
+    let me = op.name_any();
+    let params = PatchParams {
+        field_manager: Some(K::MANAGER.into()),
+        ..PatchParams::default()
+    };
+    for _ in 0..5 {
+        let Some(target) = targets.get_opt(op.target_name()).await? else {
+            return Ok(());
+        };
+        if K::lock_holder(&target) != Some(me.as_str()) {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": target.meta().resource_version},
+            "status": {LOCK_FIELD: null},
+        });
+        match targets
+            .patch_status(op.target_name(), &params, &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::LockContended(format!(
+        "{} {}",
+        K::Target::kind(&()),
+        op.target_name()
+    )))
+}

@@ -1,0 +1,140 @@
+//! StorageClusterOps DELETE guard: an operation that is running a step which cannot be
+//! aborted (a call in flight on the control plane) cannot be deleted, since deleting it
+//! would drop the lock and the audit record while the control plane still works on it.
+//! Terminal and Pending operations, and Running ones on an abortable step, may go (the
+//! finalizer releases the lock).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use simplyblock_api::StorageClusterOps;
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::storage_cluster_ops::GRAPHS;
+use simplyblock_statemachine::State as _;
+
+use super::{WebhookContext, request, typed};
+
+/// The path of the StorageClusterOps DELETE guard.
+pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storageclusterops";
+/// Its name in the webhook configuration.
+pub const NAME: &str = "vstorageclusterops.simplyblock.io";
+
+/// The steps on which a running operation cannot be deleted; a test holds this equal to
+/// the graphs' `unabortable_states()`.
+pub const UNABORTABLE_STEPS: &[&str] = &[
+    "Awaiting",
+    "ShuttingDown",
+    "Starting",
+    "ShuttingDownNode",
+    "RefreshingPod",
+    "AwaitingPod",
+    "RestartingNode",
+];
+
+/// `webhook` answering DELETE only (the guard has nothing to say on create or update).
+pub fn delete_only(
+    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
+    for rule in webhook.rules.iter_mut().flatten() {
+        rule.operations = Some(vec!["DELETE".into()]);
+    }
+    webhook
+}
+
+pub async fn review(
+    State(_ctx): State<Arc<WebhookContext>>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let req = match request(review) {
+        Ok(req) => req,
+        Err(answer) => return Json(*answer),
+    };
+    let response = AdmissionResponse::from(&req);
+    let outcome = match (&req.operation, req.old_object.as_ref()) {
+        (Operation::Delete, Some(old)) => typed::<StorageClusterOps>(old)
+            .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
+            .and_then(|op| on_delete(&op)),
+        _ => Ok(()),
+    };
+    Json(
+        match outcome {
+            Ok(()) => response,
+            Err(message) => super::deny(response, message),
+        }
+        .into_review(),
+    )
+}
+
+/// Whether `op` may be deleted now; the refusal names the step and what to do.
+pub fn on_delete(op: &StorageClusterOps) -> Result<(), String> {
+    let status = op.status.clone().unwrap_or_default();
+    if status.phase != OpsPhase::Running {
+        return Ok(());
+    }
+    let Some(step) = status.step.state.as_deref() else {
+        return Ok(());
+    };
+    if !UNABORTABLE_STEPS.contains(&step) {
+        return Ok(());
+    }
+    let abortable: Vec<&str> = GRAPHS
+        .graph(op.spec.action)
+        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
+        .unwrap_or_default();
+    Err(format!(
+        "StorageClusterOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageCluster {} and deleting the operation now would drop its lock mid-way. Wait for it to end, or set spec.abort: true to stop it at the next abortable step ({}), then delete it",
+        op.metadata.name.as_deref().unwrap_or(""),
+        op.spec.cluster_ref,
+        if abortable.is_empty() {
+            "none in this action; it stops when it ends".to_string()
+        } else {
+            abortable.join(", ")
+        }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_table_is_the_graphs_unabortable_steps() {
+        let from_graphs: Vec<&str> = GRAPHS
+            .unabortable_states()
+            .into_iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(UNABORTABLE_STEPS, from_graphs.as_slice());
+    }
+
+    fn op(action: &str, phase: &str, step: Option<&str>) -> StorageClusterOps {
+        let mut status = json!({"phase": phase});
+        if let Some(step) = step {
+            status["step"] = json!({"state": step});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+            "metadata": {"name": "op"},
+            "spec": {"clusterRef": "sb", "action": action},
+            "status": status,
+        }))
+        .expect("op")
+    }
+
+    #[test]
+    fn only_a_running_op_on_an_unabortable_step_is_kept() {
+        let refused = on_delete(&op("Shutdown", "Running", Some("Awaiting"))).expect_err("kept");
+        assert!(refused.contains("step Awaiting"), "{refused}");
+        assert!(refused.contains("spec.abort"), "{refused}");
+        assert!(on_delete(&op("Shutdown", "Running", Some("Requesting"))).is_ok());
+        assert!(on_delete(&op("Shutdown", "Succeeded", Some("Awaiting"))).is_ok());
+        assert!(on_delete(&op("Restart", "Pending", None)).is_ok());
+        assert!(on_delete(&op("RollingRestart", "Running", Some("Rebalancing"))).is_ok());
+        let refused = on_delete(&op("Restart", "Running", Some("ShuttingDown"))).expect_err("kept");
+        assert!(refused.contains("none in this action"), "{refused}");
+    }
+}

@@ -1,0 +1,525 @@
+//! The StorageClusterOps controller against a real API server and sbsim: activation with
+//! exactly one control-plane call (also when its answer is lost), queueing in creation
+//! order, abort honoured and refused, and the DELETE guard answering a real delete.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::{StorageCluster, StorageClusterOps};
+use simplyblock_controlplane::{
+    Client, ClientConfig, ClusterCreate, Method, NodeStatus, StorageNodeAdd, Url, Uuid,
+};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::webhooks::{
+    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
+};
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+use tokio::sync::OnceCell;
+
+const TOKEN: &str = "operator-test-token";
+const LABEL: &str = "io.simplyblock.storagenodeset";
+
+struct Harness {
+    kube: kube::Client,
+    ns: String,
+    _sim: Server,
+    cp: Client,
+    uuid: Uuid,
+    ctx: Arc<Context>,
+    _dir: tempfile::TempDir,
+}
+
+/// The webhooks, served from a thread of their own and registered once per binary.
+async fn webhooks_registered() {
+    static SERVED: OnceCell<()> = OnceCell::const_new();
+    SERVED
+        .get_or_init(|| async {
+            let env = TestEnv::shared().expect("API server");
+            let authority = simplyblock_certs::Authority::new("ops-webhook-ca").expect("ca");
+            let certs = ServingCertificates::new(
+                authority,
+                vec!["localhost".into()],
+                vec![Ipv4Addr::LOCALHOST.into()],
+                Duration::from_secs(3600),
+            )
+            .expect("certificates");
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let served = certs.clone();
+            let config = env.config().clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async move {
+                    let ctx = WebhookContext {
+                        client: kube::Client::try_from(config).expect("client"),
+                        operator_namespace: "simplyblock-system".into(),
+                    };
+                    let server = WebhookServer::bind(
+                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                        served,
+                        webhooks::router(ctx),
+                    )
+                    .await
+                    .expect("bind");
+                    let _ = tx.send(server.local_addr().expect("addr"));
+                    server.run().await;
+                });
+            });
+            let addr = rx.await.expect("webhook server");
+            let client = env.client().await.expect("client");
+            webhooks::register(
+                &client,
+                &Endpoint::Url(format!("https://{addr}")),
+                &certs.ca_bundle(),
+            )
+            .await
+            .expect("webhook configuration");
+        })
+        .await;
+}
+
+fn fleet(n: usize) -> String {
+    let mut s = String::from("workers:\n");
+    for i in 1..=n {
+        s.push_str(&format!(
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{{LABEL}: c1}}\n"
+        ));
+    }
+    s
+}
+
+fn cp_client(url: &str) -> Client {
+    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry_backoff = Duration::from_millis(20);
+    Client::new(cfg).expect("client")
+}
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A namespace, an sbsim with three online storage nodes in an unready 1+1 cluster, and a
+/// StorageCluster `sb` (stripe `stripe`) carrying its control-plane id. The controller is
+/// not started: [`Harness::start`].
+async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
+    let env = TestEnv::shared().expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    webhooks_registered().await;
+    let kube = env.client().await.expect("client");
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fleet_path = dir.path().join("fleet.yaml");
+    std::fs::write(&fleet_path, fleet(3)).expect("fleet");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        faults: faults.into(),
+        fleet: Some(fleet_path),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let cp = cp_client(&sim.url);
+    let cluster = cp
+        .create_cluster(&ClusterCreate::new("sb", 10, 4))
+        .await
+        .expect("cluster");
+    for i in 1..=3 {
+        cp.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    until("three online nodes", async || {
+        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
+        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+
+    let sc: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sb"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
+                 "stripe": {"dataChunks": stripe.0, "parityChunks": stripe.1}}
+    }))
+    .expect("cluster");
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
+    clusters
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("StorageCluster");
+    clusters
+        .patch_status(
+            "sb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
+        )
+        .await
+        .expect("uuid");
+    let ctx = Arc::new(Context::new(
+        kube.clone(),
+        cp.clone(),
+        sim.url.clone(),
+        ns.to_string(),
+    ));
+    Harness {
+        kube,
+        ns: ns.into(),
+        _sim: sim,
+        cp,
+        uuid: cluster.id,
+        ctx,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    fn start(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(simplyblock_operator::cluster::ops::run(
+            self.ctx.clone(),
+            Some(self.ns.clone()),
+        ))
+    }
+
+    fn ops(&self) -> Api<StorageClusterOps> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    async fn create_op(&self, name: &str, action: &str) {
+        let op: StorageClusterOps = serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+            "metadata": {"name": name},
+            "spec": {"clusterRef": "sb", "action": action}
+        }))
+        .expect("op");
+        self.ops()
+            .create(&PostParams::default(), &op)
+            .await
+            .expect("created");
+    }
+
+    async fn phase_is(&self, name: &str, phase: OpsPhase) -> StorageClusterOps {
+        until(&format!("{name} {phase:?}"), async || {
+            let op = self.ops().get(name).await.ok()?;
+            (op.status.as_ref()?.phase == phase).then_some(op)
+        })
+        .await
+    }
+
+    async fn step_is(&self, name: &str, step: &str) -> StorageClusterOps {
+        until(&format!("{name} at {step}"), async || {
+            let op = self.ops().get(name).await.ok()?;
+            let s = op.status.as_ref()?;
+            (s.phase == OpsPhase::Running && s.step.state.as_deref() == Some(step)).then_some(op)
+        })
+        .await
+    }
+
+    async fn calls(&self, method: &str, path: &str) -> usize {
+        let r = self
+            .cp
+            .raw(Method::GET, "/../../_sim/calls", &[], None)
+            .await
+            .expect("call log");
+        let calls: Vec<Value> =
+            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+        calls
+            .iter()
+            .filter(|c| c["method"] == method && c["path"] == path)
+            .count()
+    }
+
+    async fn events(&self, object: &str, reason: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.kube.clone(), &self.ns);
+        events
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
+    async fn lock(&self) -> Option<String> {
+        Api::<StorageCluster>::namespaced(self.kube.clone(), &self.ns)
+            .get("sb")
+            .await
+            .expect("cluster")
+            .status?
+            .active_ops_ref
+    }
+
+    async fn clock(&self, scale: f64) {
+        let r = self
+            .cp
+            .raw(
+                Method::PUT,
+                "/../../_sim/clock",
+                &[],
+                Some(&json!({"scale": scale})),
+            )
+            .await
+            .expect("clock");
+        assert!(r.status < 300, "clock: {}", r.status);
+    }
+
+    async fn abort(&self, name: &str) {
+        self.ops()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"abort": true}})),
+            )
+            .await
+            .expect("abort");
+    }
+
+    fn activate_path(&self) -> String {
+        format!("/api/v2/clusters/{}/activate", self.uuid)
+    }
+}
+
+#[tokio::test]
+async fn activate_succeeds_with_exactly_one_call() {
+    let h = harness("scops-activate", "", (1, 1)).await;
+    let _c = h.start();
+    h.create_op("sb-activate", "Activate").await;
+    let op = h.phase_is("sb-activate", OpsPhase::Succeeded).await;
+    let status = op.status.expect("status");
+    assert!(status.started_at.is_some() && status.completed_at.is_some());
+    assert_eq!(status.step.state.as_deref(), Some("Awaiting"));
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+    assert_eq!(
+        h.cp.get_cluster(h.uuid).await.expect("cluster").status,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(h.events("sb-activate", "OperationStarted").await.len(), 1);
+    assert_eq!(h.events("sb-activate", "OperationSucceeded").await.len(), 1);
+    assert!(
+        op.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&simplyblock_operator::cluster::ops::FINALIZER.to_string())
+    );
+    // Process-wide: the other tests of this binary count into the same series.
+    let total = simplyblock_operator::ops::metrics::sample(
+        "simplyblock_storagecluster_operations_total",
+        &[
+            ("cluster", "sb"),
+            ("action", "Activate"),
+            ("result", "succeeded"),
+        ],
+    );
+    assert!(total.is_some_and(|v| v >= 1.0), "{total:?}");
+    assert!(
+        simplyblock_operator::ops::metrics::render()
+            .contains("# TYPE simplyblock_storagecluster_operations_total counter")
+    );
+    // A second Activate on an active cluster skips the gate and the call.
+    h.create_op("sb-activate-again", "Activate").await;
+    h.phase_is("sb-activate-again", OpsPhase::Succeeded).await;
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+}
+
+#[tokio::test]
+async fn a_lost_activate_answer_is_not_repeated() {
+    // sbsim commits the activate and drops the connection: the controller sees an error,
+    // and its next look finds the cluster activating rather than calling again.
+    let h = harness(
+        "scops-lost",
+        "drop:method=POST,path=/api/v2/clusters/*/activate,count=1",
+        (1, 1),
+    )
+    .await;
+    let _c = h.start();
+    h.create_op("sb-activate", "Activate").await;
+    h.phase_is("sb-activate", OpsPhase::Succeeded).await;
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+}
+
+#[tokio::test]
+async fn a_controller_restarted_between_steps_calls_once() {
+    let h = harness("scops-restart", "", (1, 1)).await;
+    // Freeze sim time so activation stays in flight while the controller is replaced.
+    h.clock(0.0).await;
+    let first = h.start();
+    h.create_op("sb-activate", "Activate").await;
+    until("the activate call", async || {
+        (h.calls("POST", &h.activate_path()).await == 1).then_some(())
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+    let _second = h.start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.clock(1000.0).await;
+    h.phase_is("sb-activate", OpsPhase::Succeeded).await;
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+}
+
+#[tokio::test]
+async fn two_operations_run_one_after_the_other_in_creation_order() {
+    let h = harness("scops-queue", "", (1, 1)).await;
+    // Both exist before the controller looks: same second, so the name decides.
+    h.create_op("b-shutdown", "Shutdown").await;
+    h.create_op("a-activate", "Activate").await;
+    let _c = h.start();
+    let a = h.phase_is("a-activate", OpsPhase::Succeeded).await;
+    let b = h.phase_is("b-shutdown", OpsPhase::Succeeded).await;
+    let a_done = a.status.and_then(|s| s.completed_at).expect("a completed");
+    let b_started = b.status.and_then(|s| s.started_at).expect("b started");
+    assert!(b_started.0 >= a_done.0, "{b_started:?} before {a_done:?}");
+    let queued = h.events("b-shutdown", "OperationQueued").await;
+    assert!(!queued.is_empty(), "b waited its turn");
+    assert!(queued[0].contains("a-activate"), "{queued:?}");
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+    assert_eq!(
+        h.calls("POST", &format!("/api/v2/clusters/{}/shutdown", h.uuid))
+            .await,
+        1
+    );
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn abort_on_requesting_ends_aborted_without_a_call() {
+    // A 2+1 stripe needs four online nodes; there are three, so Activate holds in
+    // Requesting (abortable) behind the stripe gate.
+    let h = harness("scops-abort", "", (2, 1)).await;
+    let _c = h.start();
+    h.create_op("sb-activate", "Activate").await;
+    let held = until("the stripe gate", async || {
+        let op = h.ops().get("sb-activate").await.ok()?;
+        let m = op.status?.message?;
+        m.starts_with("StripeNodesNotReady").then_some(m)
+    })
+    .await;
+    assert!(held.contains("at least 4"), "{held}");
+    assert_eq!(
+        h.events("sb-activate", "StripeNodesNotReady").await.len(),
+        1
+    );
+    h.abort("sb-activate").await;
+    let op = h.phase_is("sb-activate", OpsPhase::Aborted).await;
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Requesting")
+    );
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 0);
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(h.events("sb-activate", "OperationAborted").await.len(), 1);
+}
+
+#[tokio::test]
+async fn abort_and_delete_are_refused_while_a_shutdown_awaits() {
+    let h = harness("scops-awaiting", "", (1, 1)).await;
+    // Frozen time: the shutdown starts (nodes in_shutdown) and never finishes.
+    h.clock(0.0).await;
+    let _c = h.start();
+    h.create_op("sb-shutdown", "Shutdown").await;
+    h.step_is("sb-shutdown", "Awaiting").await;
+
+    h.abort("sb-shutdown").await;
+    let refused = until("the abort refusal", async || {
+        let op = h.ops().get("sb-shutdown").await.ok()?;
+        let m = op.status?.message?;
+        m.starts_with("spec.abort is refused").then_some(m)
+    })
+    .await;
+    assert!(refused.contains("Awaiting"), "{refused}");
+    assert_eq!(
+        h.ops()
+            .get("sb-shutdown")
+            .await
+            .expect("op")
+            .status
+            .expect("s")
+            .phase,
+        OpsPhase::Running
+    );
+
+    match h
+        .ops()
+        .delete("sb-shutdown", &DeleteParams::default())
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains("step Awaiting"), "{}", s.message);
+            assert!(s.message.contains("spec.abort"), "{}", s.message);
+        }
+        other => panic!("the delete went through: {other:?}"),
+    }
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    assert!(h.ops().delete("sb-shutdown", &force).await.is_err());
+
+    // Time moves again: the shutdown ends, and the delete is allowed.
+    h.clock(1000.0).await;
+    h.phase_is("sb-shutdown", OpsPhase::Succeeded).await;
+    h.ops()
+        .delete("sb-shutdown", &DeleteParams::default())
+        .await
+        .expect("deleted once terminal");
+    until("the op to go", async || {
+        h.ops()
+            .get_opt("sb-shutdown")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.calls("POST", &format!("/api/v2/clusters/{}/shutdown", h.uuid))
+            .await,
+        1
+    );
+}
