@@ -24,60 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the webhooks (and, as they land, run the controllers).
-    Run {
-        /// Where the webhook server listens.
-        #[arg(
-            long,
-            default_value = "0.0.0.0:9443",
-            env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
-        )]
-        webhook_listen: SocketAddr,
-        /// The operator's namespace: its service accounts write the single-writer fields.
-        #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
-        namespace: String,
-        /// The Service in front of the webhook server.
-        #[arg(long, default_value = "simplyblock-operator-webhook")]
-        webhook_service: String,
-        /// Register the webhooks at this URL base instead of the Service (for an API server
-        /// outside the cluster, e.g. the demo's).
-        #[arg(long)]
-        webhook_url: Option<String>,
-        /// How long a serving certificate is valid; it is replaced at a third of that.
-        #[arg(long, default_value = "24h", value_parser = parse_duration)]
-        certificate_validity: Duration,
-        /// The control plane's address (`/api/v2` is appended).
-        #[arg(
-            long,
-            env = "SIMPLYBLOCK_CONTROL_PLANE_URL",
-            default_value = "http://simplyblock-webappapi:5000"
-        )]
-        control_plane_url: simplyblock_controlplane::Url,
-        /// A file holding the bearer token for the control plane: by default the pod's
-        /// service-account token, which the control plane verifies with a TokenReview.
-        #[arg(
-            long,
-            env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE",
-            default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-        )]
-        control_plane_token_file: std::path::PathBuf,
-        /// Watch only this namespace instead of all of them.
-        #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
-        watch_namespace: Option<String>,
-        /// The image probe Jobs run (the operator's own, which carries the probe).
-        #[arg(
-            long,
-            env = "SIMPLYBLOCK_OPERATOR_IMAGE",
-            default_value = "quay.io/simplyblock-io/simplyblock-operator:latest"
-        )]
-        probe_image: String,
-        /// The service account probe Jobs run as.
-        #[arg(long, default_value = "simplyblock-nodeprobe")]
-        probe_service_account: String,
-        /// Do not raise the first-install discovery run.
-        #[arg(long)]
-        disable_initial_discovery: bool,
-    },
+    /// Serve the webhooks and run the controllers.
+    Run(Box<RunArgs>),
     /// Probe this machine's disks, NICs and CPUs (what a discovery run's Job does) and
     /// write the report to its ConfigMap, or to stdout.
     Probe {
@@ -96,6 +44,65 @@ enum Command {
         #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
         namespace: String,
     },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Where the webhook server listens.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:9443",
+        env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
+    )]
+    webhook_listen: SocketAddr,
+    /// The operator's namespace: its service accounts write the single-writer fields.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
+    namespace: String,
+    /// The Service in front of the webhook server.
+    #[arg(long, default_value = "simplyblock-operator-webhook")]
+    webhook_service: String,
+    /// Register the webhooks at this URL base instead of the Service (for an API server
+    /// outside the cluster, e.g. the demo's).
+    #[arg(long)]
+    webhook_url: Option<String>,
+    /// How long a serving certificate is valid; it is replaced at a third of that.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    certificate_validity: Duration,
+    /// The control plane's address (`/api/v2` is appended).
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_CONTROL_PLANE_URL",
+        default_value = "http://simplyblock-webappapi:5000"
+    )]
+    control_plane_url: simplyblock_controlplane::Url,
+    /// A file holding the bearer token for the control plane: by default the pod's
+    /// service-account token, which the control plane verifies with a TokenReview.
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    control_plane_token_file: std::path::PathBuf,
+    /// Watch only this namespace instead of all of them.
+    #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
+    /// The image probe Jobs run (the operator's own, which carries the probe).
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_OPERATOR_IMAGE",
+        default_value = "quay.io/simplyblock-io/simplyblock-operator:latest"
+    )]
+    probe_image: String,
+    /// The service account probe Jobs run as.
+    #[arg(long, default_value = "simplyblock-nodeprobe")]
+    probe_service_account: String,
+    /// Do not raise the first-install discovery run.
+    #[arg(long)]
+    disable_initial_discovery: bool,
+    /// Reach the workers' storage-node APIs through this HTTP proxy instead of their
+    /// Service names (an operator outside the cluster, e.g. against sbsim).
+    #[arg(long)]
+    storage_node_proxy: Option<SocketAddr>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -117,19 +124,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Run {
-            webhook_listen,
-            namespace,
-            webhook_service,
-            webhook_url,
-            certificate_validity,
-            control_plane_url,
-            control_plane_token_file,
-            watch_namespace,
-            probe_image,
-            probe_service_account,
-            disable_initial_discovery,
-        } => {
+        Command::Run(args) => {
+            let RunArgs {
+                webhook_listen,
+                namespace,
+                webhook_service,
+                webhook_url,
+                certificate_validity,
+                control_plane_url,
+                control_plane_token_file,
+                watch_namespace,
+                probe_image,
+                probe_service_account,
+                disable_initial_discovery,
+                storage_node_proxy,
+            } = *args;
             let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
                 anyhow::anyhow!(
                     "the control-plane token file {} cannot be read ({e}); mount the service-account token or pass --control-plane-token-file",
@@ -158,12 +167,16 @@ async fn main() -> anyhow::Result<()> {
                     name: webhook_service,
                 },
             };
-            let controllers = Arc::new(Context::new(
+            let mut context = Context::new(
                 client.clone(),
                 cp,
                 control_plane_url.to_string(),
                 namespace.clone(),
-            ));
+            );
+            if let Some(proxy) = storage_node_proxy {
+                context = context.with_snode_proxy(proxy);
+            }
+            let controllers = Arc::new(context);
             let ctx = WebhookContext {
                 client: client.clone(),
                 operator_namespace: namespace,

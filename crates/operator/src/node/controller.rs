@@ -435,10 +435,13 @@ async fn provision(
                 .await?
                 .unwrap_or(Action::requeue(requeue::RESYNC)));
             }
+            // The add's effect may already be there: nodes of the worker, a sibling that
+            // posted, or an add task still open from a pass that died after sending it.
             let already = !backend_nodes_of(ctx, cluster_id, &worker, address.as_deref())
                 .await?
                 .is_empty()
-                || sibling_posted(ctx, node).await?;
+                || sibling_posted(ctx, node).await?
+                || add_open(ctx, cluster_id, &ctx.snode.address(&worker)).await?;
             if !already {
                 let body = node_add(ctx, node, cluster);
                 match ctx.cp.add_storage_node(cluster_id, &body).await {
@@ -618,6 +621,16 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
                 )
         });
     Ok(posted)
+}
+
+/// Whether a node-add task for this address is still open.
+async fn add_open(ctx: &Context, cluster_id: Uuid, address: &str) -> Result<bool, Error> {
+    let tasks = ctx.cp.list_tasks(cluster_id).await?;
+    Ok(tasks
+        .iter()
+        .filter(|t| t.function_name == "node_add" && !t.canceled)
+        .filter(|t| t.status != simplyblock_controlplane::TaskStatus::Done)
+        .any(|t| serde_json::to_string(&t.function_params).is_ok_and(|p| p.contains(address))))
 }
 
 /// Whether this worker's last node-add task finished without success.
