@@ -1,29 +1,54 @@
-//! The demo: everything on one machine, against a real Kubernetes API server.
+//! The demo: the whole product on one machine, against a real Kubernetes API server and
+//! the simulated control plane.
 //!
-//! Today it starts the local API server, installs the storage.simplyblock.io CRDs, applies
-//! a sample deployment document and shows it as `kubectl get` would. Later stages of the
-//! product (the simulated control plane, the operator, discovery, volumes) join this path.
+//! It starts the local API server, installs the CRDs, creates three worker Nodes and a
+//! matching simulated fleet in sbsim (each worker's hardware is a host tree captured from
+//! a real kernel), starts the operator (its webhooks over TLS and its controllers), lets
+//! the first-install discovery find the disks and write a deployment document, shows it
+//! for review, approves it, and follows the deployment until the cluster is Online.
 
 mod table;
 
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use clap::Parser;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams};
-use simplyblock_api::ClusterDeploymentConfig;
+use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::operator_ops::OperatorOps;
+use simplyblock_api::storage_cluster::ClusterPhase;
+use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::webhooks::{
+    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
+};
+use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::TestEnv;
 
-const SAMPLE: &str = include_str!("../../../deploy/samples/clusterdeploymentconfig.yaml");
+/// The captured host trees the simulated workers are made of.
+const HOSTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hosts");
+const PROFILE: &str = "qemu-numa2-nvme";
 const NAMESPACE: &str = "simplyblock";
+const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
+const TOKEN: &str = "simplyblock-demo";
 
 #[derive(Parser)]
 #[command(
     name = "simplyblock-demo",
-    about = "Run simplyblock's Kubernetes API on a local API server"
+    about = "Deploy simplyblock on a local API server and a simulated fleet"
 )]
 struct Cli {
-    /// Set everything up, print it, and exit instead of waiting for Ctrl-C.
+    /// Run the deployment, print the result, and exit instead of waiting for Ctrl-C.
     #[arg(long)]
     once: bool,
+    /// Sim seconds per real second: how fast the simulated hardware is.
+    #[arg(long, default_value_t = 20.0)]
+    time_scale: f64,
 }
 
 #[tokio::main]
@@ -31,22 +56,17 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client=off".into()),
+                .unwrap_or_else(|_| "warn,kube_client=off,kube_runtime=off".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    simplyblock_simulator::install_crypto_provider();
 
     step("starting a local Kubernetes API server (kube-apiserver + etcd on loopback)");
     let env = TestEnv::start().await?;
     let client = env.client().await?;
-
-    step("installing the storage.simplyblock.io CRDs");
     env.install_crds(&simplyblock_api::crds()).await?;
-
-    step(&format!(
-        "applying a deployment document to namespace {NAMESPACE}"
-    ));
     let apply = PatchParams::apply("simplyblock-demo").force();
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}
@@ -54,35 +74,340 @@ async fn main() -> anyhow::Result<()> {
     Api::<Namespace>::all(client.clone())
         .patch(NAMESPACE, &apply, &Patch::Apply(&ns))
         .await?;
-    let doc: ClusterDeploymentConfig = serde_saphyr::from_str(SAMPLE)?;
-    let name = doc.metadata.name.clone().unwrap_or_default();
-    Api::<ClusterDeploymentConfig>::namespaced(client.clone(), NAMESPACE)
-        .patch(&name, &apply, &Patch::Apply(&doc))
-        .await?;
 
-    println!();
-    println!("$ kubectl get clusterdeploymentconfigs -n {NAMESPACE}");
-    let path = format!(
+    step(
+        "creating a fleet of three workers: Kubernetes Nodes and their simulated hardware in sbsim",
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut fleet = String::from("workers:\n");
+    for (i, w) in WORKERS.iter().enumerate() {
+        let address = format!("10.0.0.{}", i + 11);
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": w, "labels": {"kubernetes.io/hostname": w}},
+        });
+        nodes.patch(w, &apply, &Patch::Apply(&node)).await?;
+        let status = serde_json::json!({"status": {
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }});
+        nodes
+            .patch_status(w, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
+        // A new Node is tainted not-ready until the node lifecycle controller (not run
+        // here) sees its kubelet Ready; lift it as that controller would.
+        nodes
+            .patch(
+                w,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"taints": null}})),
+            )
+            .await?;
+        fleet.push_str(&format!(
+            "  - hostname: {w}\n    addresses: [{address}]\n    profile: {PROFILE}\n"
+        ));
+    }
+    let sim_dir = env.dir().join("sbsim");
+    std::fs::create_dir_all(&sim_dir)?;
+    std::fs::write(sim_dir.join("fleet.yaml"), fleet)?;
+    let sim = Server::start(
+        Sim::open(SimConfig {
+            tokens: vec![TOKEN.into()],
+            time_scale: cli.time_scale,
+            fleet: Some(sim_dir.join("fleet.yaml")),
+            hosts_dir: Some(HOSTS.into()),
+            ..SimConfig::new(sim_dir.join("state"))
+        })?,
+        "127.0.0.1:0",
+        None,
+    )
+    .await?;
+    // Background tasks, stopped before the API server goes so none of them complains.
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(labels::watch(sim.sim.clone(), client.clone())));
+    // No kubelet runs on a simulated worker: sbsim runs the probe Jobs itself.
+    tasks.push(tokio::spawn(jobs::watch(sim.sim.clone(), client.clone())));
+
+    step("starting the operator: admission webhooks over TLS, and its controllers");
+    let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
+        simplyblock_controlplane::Url::parse(&sim.url)?,
+        TOKEN,
+    ))?;
+    let ctx = Arc::new(
+        Context::new(client.clone(), cp, sim.url.clone(), NAMESPACE.into())
+            .with_snode_proxy(sim.addr),
+    );
+    let certs = ServingCertificates::new(
+        simplyblock_certs::Authority::new("simplyblock-demo-webhook-ca")?,
+        vec!["localhost".into()],
+        vec![Ipv4Addr::LOCALHOST.into()],
+        Duration::from_secs(24 * 3600),
+    )?;
+    let server = WebhookServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        certs.clone(),
+        webhooks::router(WebhookContext {
+            client: client.clone(),
+            operator_namespace: NAMESPACE.into(),
+        }),
+    )
+    .await?;
+    let webhook_url = format!(
+        "https://{}",
+        server
+            .local_addr()
+            .ok_or_else(|| anyhow::anyhow!("no webhook address"))?
+    );
+    tasks.push(tokio::spawn(server.run()));
+    webhooks::register(&client, &Endpoint::Url(webhook_url), &certs.ca_bundle()).await?;
+    tasks.push(tokio::spawn(cluster::controller::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(cluster::ops::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(deployment::controller::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(node::controller::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(node::workload::run(ctx.clone(), None)));
+    let probe = deployment::discovery::ProbeSettings {
+        image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
+        service_account: "simplyblock-nodeprobe".into(),
+    };
+    tasks.push(tokio::spawn(deployment::discovery::run(
+        ctx.clone(),
+        probe,
+        None,
+    )));
+
+    step("first install: discovering the fleet's disks (OperatorOps initial-discovery)");
+    let raised = deployment::discovery::bootstrap(&client, NAMESPACE)
+        .await
+        .map_err(|why| anyhow::anyhow!("the initial discovery was declined: {why}"))?;
+    eprintln!("    {raised}");
+    let ops: Api<OperatorOps> = Api::namespaced(client.clone(), NAMESPACE);
+    let run = wait_for("the discovery run", Duration::from_secs(60), async || {
+        let s = ops.get("initial-discovery").await.ok()?.status?;
+        s.phase.is_terminal().then_some(s)
+    })
+    .await?;
+    println!("\n$ kubectl get operatorops -n {NAMESPACE}");
+    print!(
+        "{}",
+        table::get(
+            &client,
+            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/operatorops")
+        )
+        .await?
+    );
+    let Some(name) = run
+        .config_ref
+        .clone()
+        .filter(|_| run.phase == OpsPhase::Succeeded)
+    else {
+        anyhow::bail!(
+            "discovery did not write a document: {}",
+            run.message.unwrap_or_default()
+        );
+    };
+    println!("discovery: {}", run.message.unwrap_or_default());
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_for(
+        "the document's review",
+        Duration::from_secs(30),
+        async || docs.get(&name).await.ok()?.status?.message,
+    )
+    .await?;
+    let cdc_path = format!(
         "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/clusterdeploymentconfigs"
     );
-    print!("{}", table::get(&client, &path).await?);
-    println!();
-    println!("kubeconfig: {}", env.kubeconfig_path().display());
-    println!(
-        "try:        KUBECONFIG={} kubectl explain clusterdeploymentconfig.spec",
-        env.kubeconfig_path().display()
-    );
+    println!("\n$ kubectl get clusterdeploymentconfigs -n {NAMESPACE}");
+    print!("{}", table::get(&client, &cdc_path).await?);
+    let review = docs
+        .get(&name)
+        .await?
+        .status
+        .and_then(|s| s.message)
+        .unwrap_or_default();
+    println!("review: {review}\n");
 
-    if cli.once {
-        return Ok(());
+    step(&format!(
+        "approving {name} (kubectl patch cdc {name} --type merge -p '{{\"spec\":{{\"approved\":true}}}}')"
+    ));
+    docs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"approved": true}})),
+    )
+    .await?;
+
+    let cluster_name = docs
+        .get(&name)
+        .await?
+        .spec
+        .cluster
+        .map(|c| c.name)
+        .ok_or_else(|| anyhow::anyhow!("the discovered document names no cluster"))?;
+    let clusters: Api<StorageCluster> = Api::namespaced(client.clone(), NAMESPACE);
+    let storage_nodes: Api<StorageNode> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    let mut last = String::new();
+    let outcome = loop {
+        let line = progress(&docs, &name, &cluster_name, &clusters, &storage_nodes).await;
+        if line != last {
+            println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+            last = line;
+        }
+        let phase = clusters
+            .get_opt(&cluster_name)
+            .await?
+            .and_then(|c| c.status)
+            .map(|s| s.phase);
+        if phase == Some(ClusterPhase::Online) {
+            break Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            break Err(anyhow::anyhow!(
+                "the cluster did not come Online within 3 minutes; last: {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+
+    println!("\n$ kubectl get storageclusters,storagenodes -n {NAMESPACE}");
+    print!(
+        "{}",
+        table::get(
+            &client,
+            &format!(
+                "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storageclusters"
+            )
+        )
+        .await?
+    );
+    print!(
+        "{}",
+        table::get(
+            &client,
+            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storagenodes")
+        )
+        .await?
+    );
+    println!(
+        "\n{}",
+        summary(&cluster_name, &clusters, &storage_nodes).await?
+    );
+    println!("kubeconfig: {}", env.kubeconfig_path().display());
+    if outcome.is_ok() && !cli.once {
+        println!("The API server, sbsim and the operator run until Ctrl-C.");
+        tokio::signal::ctrl_c().await?;
+        step("stopping");
     }
-    println!("The API server runs until Ctrl-C.");
-    tokio::signal::ctrl_c().await?;
-    step("stopping");
+    for task in tasks {
+        task.abort();
+    }
+    drop(sim);
     drop(env);
-    Ok(())
+    outcome
 }
 
 fn step(text: &str) {
     eprintln!("==> {text}");
+}
+
+async fn wait_for<T>(
+    what: &str,
+    limit: Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> anyhow::Result<T> {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One line a person can follow: the document's step, the cluster's phase, the nodes'.
+async fn progress(
+    docs: &Api<ClusterDeploymentConfig>,
+    name: &str,
+    cluster: &str,
+    clusters: &Api<StorageCluster>,
+    nodes: &Api<StorageNode>,
+) -> String {
+    let doc = docs
+        .get(name)
+        .await
+        .ok()
+        .and_then(|d| d.status)
+        .unwrap_or_default();
+    let mut line = format!(
+        "document {:?}{}",
+        doc.phase,
+        doc.step
+            .state
+            .as_deref()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default()
+    );
+    if let Some(c) = clusters.get_opt(cluster).await.ok().flatten() {
+        let s = c.status.unwrap_or_default();
+        line.push_str(&format!(
+            "; cluster {:?}{}",
+            s.phase,
+            s.step
+                .state
+                .as_deref()
+                .map(|x| format!("/{x}"))
+                .unwrap_or_default()
+        ));
+    }
+    let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+    for n in nodes
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let s = n.status.unwrap_or_default();
+        let key = match s.step.state {
+            Some(step) => format!("{:?}/{step}", s.phase),
+            None => format!("{:?}", s.phase),
+        };
+        *phases.entry(key).or_default() += 1;
+    }
+    if !phases.is_empty() {
+        let parts: Vec<String> = phases.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        line.push_str(&format!("; nodes {}", parts.join(", ")));
+    }
+    line
+}
+
+/// The closing line: the cluster, its phase, and its nodes' phases.
+async fn summary(
+    cluster: &str,
+    clusters: &Api<StorageCluster>,
+    nodes: &Api<StorageNode>,
+) -> anyhow::Result<String> {
+    let c = clusters.get(cluster).await?;
+    let s = c.status.unwrap_or_default();
+    let node_phases: Vec<String> = nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{} {:?}",
+                n.spec.worker_node,
+                n.status.map(|s| s.phase).unwrap_or_default()
+            )
+        })
+        .collect();
+    Ok(format!(
+        "cluster {cluster}: {:?} ({}); nodes: {}",
+        s.phase,
+        s.status.as_deref().unwrap_or("no control-plane status"),
+        node_phases.join(", ")
+    ))
 }

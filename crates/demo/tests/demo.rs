@@ -2,27 +2,55 @@
 
 use std::process::Command;
 
+fn columns(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 #[test]
-fn the_demo_shows_the_deployment_document() {
+fn the_demo_discovers_deploys_and_ends_online() {
     let out = Command::new(env!("CARGO_BIN_EXE_simplyblock-demo"))
-        .arg("--once")
+        .args(["--once", "--time-scale", "50"])
         .output()
         .expect("the demo runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
-    let header = stdout
-        .lines()
-        .find(|l| l.starts_with("NAME"))
-        .unwrap_or_else(|| panic!("no table in:\n{stdout}"));
-    let columns: Vec<&str> = header.split_whitespace().collect();
+    let lines: Vec<&str> = stdout.lines().collect();
+
+    // Discovery ran and wrote a draft, shown with the CRD's printer columns.
+    let run = lines
+        .iter()
+        .find(|l| l.starts_with("initial-discovery"))
+        .unwrap_or_else(|| panic!("no discovery run in:\n{stdout}"));
+    assert_eq!(&columns(run)[1..3], ["Discover", "Succeeded"], "{run}");
+    let header = lines
+        .iter()
+        .find(|l| l.starts_with("NAME") && l.contains("APPROVED"))
+        .unwrap_or_else(|| panic!("no document table in:\n{stdout}"));
     assert_eq!(
-        columns,
+        columns(header),
         ["NAME", "APPROVED", "PHASE", "STEP", "CLUSTER", "AGE"]
     );
-    let row = stdout
-        .lines()
-        .find(|l| l.starts_with("discovered-initial"))
-        .unwrap_or_else(|| panic!("the sample document is not listed:\n{stdout}"));
-    assert!(row.split_whitespace().nth(1) == Some("false"), "{row}");
+    let draft = lines
+        .iter()
+        .find(|l| l.starts_with("discovered-initial-discovery "))
+        .unwrap_or_else(|| panic!("no draft in:\n{stdout}"));
+    assert_eq!(&columns(draft)[1..3], ["false", "Draft"], "{draft}");
+    assert!(
+        stdout.contains("review: ready for review: 3 worker(s)"),
+        "{stdout}"
+    );
+
+    // The deployment ends with the cluster and every node Online.
+    let last = lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("cluster "))
+        .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
+    assert!(
+        last.ends_with(
+            ": Online (active); nodes: worker-1 Online, worker-2 Online, worker-3 Online"
+        ),
+        "{last}"
+    );
 }
