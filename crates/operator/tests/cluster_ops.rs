@@ -309,6 +309,23 @@ impl Harness {
             .expect("abort");
     }
 
+    /// How often `reason` was raised on `object`: the recorder folds repeats into one
+    /// Event with a series count.
+    async fn occurrences(&self, object: &str, reason: &str) -> i32 {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.kube.clone(), &self.ns);
+        events
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+            .map(|e| e.series.map(|s| s.count).unwrap_or(1))
+            .sum()
+    }
+
     fn activate_path(&self) -> String {
         format!("/api/v2/clusters/{}/activate", self.uuid)
     }
@@ -522,4 +539,67 @@ async fn abort_and_delete_are_refused_while_a_shutdown_awaits() {
             .await,
         1
     );
+}
+
+/// Brings the harness's cluster to active through the control plane itself.
+async fn activated(h: &Harness) {
+    h.cp.activate_cluster(h.uuid).await.expect("activate");
+    until("the cluster active", async || {
+        (h.cp.get_cluster(h.uuid).await.ok()?.status
+            == simplyblock_controlplane::ClusterStatus::Active)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn restart_shuts_down_then_starts_with_one_call_each() {
+    let h = harness("scops-cluster-restart", "", (1, 1)).await;
+    activated(&h).await;
+    let _c = h.start();
+    h.create_op("sb-restart", "Restart").await;
+    let op = h.phase_is("sb-restart", OpsPhase::Succeeded).await;
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Starting")
+    );
+    let path = |verb: &str| format!("/api/v2/clusters/{}/{verb}", h.uuid);
+    assert_eq!(h.calls("POST", &path("shutdown")).await, 1);
+    assert_eq!(h.calls("POST", &path("start")).await, 1);
+}
+
+#[tokio::test]
+async fn rolling_restart_restarts_every_node_once_in_order() {
+    let h = harness("scops-rolling", "", (1, 1)).await;
+    activated(&h).await;
+    let _c = h.start();
+    h.create_op("sb-rolling", "RollingRestart").await;
+    let op = h.phase_is("sb-rolling", OpsPhase::Succeeded).await;
+    let rr = op
+        .status
+        .and_then(|s| s.rolling_restart)
+        .expect("rollingRestart");
+    let listed: Vec<String> =
+        h.cp.list_storage_nodes(h.uuid)
+            .await
+            .expect("nodes")
+            .iter()
+            .map(|n| n.id.to_string())
+            .collect();
+    assert_eq!(rr.nodes, listed);
+    assert_eq!(rr.node_index, 3);
+    for node in &rr.nodes {
+        let base = format!("/api/v2/clusters/{}/storage-nodes/{node}", h.uuid);
+        assert_eq!(
+            h.calls("POST", &format!("{base}/shutdown")).await,
+            1,
+            "{node}"
+        );
+        assert_eq!(
+            h.calls("POST", &format!("{base}/restart")).await,
+            1,
+            "{node}"
+        );
+    }
+    assert_eq!(h.occurrences("sb-rolling", "NodeRestarted").await, 3);
 }

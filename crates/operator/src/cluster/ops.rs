@@ -191,6 +191,15 @@ impl Steps<StorageClusterOps> for ClusterSteps {
     }
 
     fn succeed_event(&self, op: &StorageClusterOps) -> Option<(&'static str, String)> {
+        if op.spec.action == ClusterAction::RollingRestart {
+            // The last node's restart ends the operation instead of advancing it.
+            let rr = op.status.as_ref()?.rolling_restart.as_ref()?;
+            let node = rr.nodes.last()?;
+            return Some((
+                "NodeRestarted",
+                format!("storage node {node} restarted and the cluster rebalanced"),
+            ));
+        }
         let task = &op.spec.cancel_task.as_ref()?.task_id;
         (op.spec.action == ClusterAction::CancelTask).then(|| {
             (
