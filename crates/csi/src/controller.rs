@@ -74,6 +74,12 @@ pub fn timestamp(iso: &str) -> Option<prost_types::Timestamp> {
     })
 }
 
+/// A snapshot being deleted (kept by the control plane only while clones refer to it) is
+/// gone as far as CSI is concerned.
+fn live(s: &CpSnapshot) -> bool {
+    s.status != SnapshotStatus::InDeletion
+}
+
 fn snapshot_entry(cluster: Uuid, pool: Uuid, s: &CpSnapshot) -> csi::Snapshot {
     let source = s
         .lvol
@@ -774,7 +780,9 @@ impl Controller for ControllerService {
                 for pool in pools {
                     match client.get_snapshot(h.cluster, pool, h.snapshot).await {
                         Ok(s) => {
-                            all.push(snapshot_entry(h.cluster, pool, &s));
+                            if live(&s) {
+                                all.push(snapshot_entry(h.cluster, pool, &s));
+                            }
                             break;
                         }
                         Err(e) if e.is_not_found() => continue,
@@ -791,7 +799,11 @@ impl Controller for ControllerService {
                     .list_volume_snapshots(h.cluster, pool, h.volume)
                     .await
                 {
-                    Ok(list) => all.extend(list.iter().map(|s| snapshot_entry(h.cluster, pool, s))),
+                    Ok(list) => all.extend(
+                        list.iter()
+                            .filter(|s| live(s))
+                            .map(|s| snapshot_entry(h.cluster, pool, s)),
+                    ),
                     Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(CsiError::from(e).into()),
                 }
@@ -804,12 +816,14 @@ impl Controller for ControllerService {
                         .list_snapshots(cluster, pool.id)
                         .await
                         .map_err(CsiError::from)?;
-                    all.extend(list.iter().map(|s| snapshot_entry(cluster, pool.id, s)));
+                    all.extend(
+                        list.iter()
+                            .filter(|s| live(s))
+                            .map(|s| snapshot_entry(cluster, pool.id, s)),
+                    );
                 }
             }
         }
-        // A snapshot being deleted (kept only while clones refer to it) is not listed.
-        all.retain(|s| !s.snapshot_id.is_empty());
         let (entries, next) = page(&all, req.max_entries, &req.starting_token)?;
         Ok(Response::new(csi::ListSnapshotsResponse {
             entries: entries
