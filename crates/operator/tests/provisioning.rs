@@ -158,23 +158,29 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         })
         .count();
     assert_eq!(adds, WORKERS.len(), "one node add per worker");
+    // Labels follow the nodes' status through the workload controller: eventually.
     for w in WORKERS {
-        let labels = nodes_api
-            .get(w)
-            .await
-            .expect("worker")
-            .metadata
-            .labels
-            .unwrap_or_default();
+        let labels = until(
+            "the worker's enrollment and topology labels",
+            Duration::from_secs(30),
+            async || {
+                let labels = nodes_api
+                    .get(w)
+                    .await
+                    .ok()?
+                    .metadata
+                    .labels
+                    .unwrap_or_default();
+                labels
+                    .keys()
+                    .any(|k| k.starts_with("storage.simplyblock.io/storage-node-uuid."))
+                    .then_some(labels)
+            },
+        )
+        .await;
         assert_eq!(
             labels.get(ENROLLMENT_LABEL).map(String::as_str),
             Some("simplyblock")
-        );
-        assert!(
-            labels
-                .keys()
-                .any(|k| k.starts_with("storage.simplyblock.io/storage-node-uuid.")),
-            "{labels:?}"
         );
     }
 

@@ -321,3 +321,27 @@ async fn peer_certificate(served: &Served) -> Vec<u8> {
         .expect("a peer certificate")[0]
         .to_vec()
 }
+
+#[tokio::test]
+async fn a_discovery_run_with_an_unreadable_size_range_is_refused() {
+    setup().await;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "operatorops").await;
+    let ops = api::<simplyblock_api::OperatorOps>(&client, "operatorops");
+    let run = |range: &str| {
+        obj(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "OperatorOps",
+            "metadata": {"name": format!("run-{}", range.len())},
+            "spec": {"action": "Discover", "discover": {"deviceFilter": {"driveSizeRange": range}}}
+        }))
+    };
+    let message = denied(ops.create(&PostParams::default(), &run("lots")).await);
+    assert!(
+        message.starts_with("admission webhook \"voperatorops.simplyblock.io\" denied the request: spec.discover.deviceFilter.driveSizeRange: "),
+        "{message}"
+    );
+    ops.create(&PostParams::default(), &run("100G-2T"))
+        .await
+        .expect("a readable range is admitted");
+}

@@ -817,7 +817,8 @@ async fn steady(
         && status.status == next.status
         && status.health == next.health
         && status.resources == next.resources
-        && status.uptime == next.uptime
+        // Uptime changes on every read; on its own it is no reason to write (a write
+        // would wake this controller again, for ever).
         && status.step.is_empty();
     if !same {
         let message = status.message.clone();

@@ -7,6 +7,7 @@
 
 pub mod cluster_ops;
 pub mod deployment;
+pub mod operator_ops;
 pub mod storage_node;
 pub mod tls;
 
@@ -54,6 +55,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(DEPLOYMENT_PATH, post(deployment::review))
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
+        .route(operator_ops::PATH, post(operator_ops::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -212,6 +214,7 @@ pub fn configuration(
                 STORAGE_NODE_PATH,
                 "storagenodes",
             ),
+            webhook(operator_ops::NAME, operator_ops::PATH, "operatorops"),
             cluster_ops::delete_only(webhook(
                 cluster_ops::NAME,
                 cluster_ops::PATH,

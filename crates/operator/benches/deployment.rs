@@ -1,0 +1,191 @@
+//! A deployment of many workers from approval to Online, against a zero-latency sbsim
+//! and a real API server, with the controllers in this process. Prints figures; asserts
+//! nothing about time.
+//!
+//! `cargo bench -p simplyblock-operator --bench deployment` (`WORKERS=N`, `BUDGET=N`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::StorageCluster;
+use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
+use simplyblock_api::storage_cluster::ClusterPhase;
+use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_simulator::{Server, Sim, SimConfig, labels};
+use simplyblock_testenv::TestEnv;
+
+const NS: &str = "bench";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Peak resident set of this process (the controllers run in it), from /proc.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The API server's count of mutating requests so far.
+async fn apiserver_writes(kube: &kube::Client) -> u64 {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = kube.request_text(req).await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            [
+                "verb=\"POST\"",
+                "verb=\"PUT\"",
+                "verb=\"PATCH\"",
+                "verb=\"APPLY\"",
+                "verb=\"DELETE\"",
+            ]
+            .iter()
+            .any(|v| l.contains(v))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+#[tokio::main]
+async fn main() {
+    let workers = env_usize("WORKERS", 50);
+    let budget = env_usize("BUDGET", 1);
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let names: Vec<String> = (1..=workers).map(|i| format!("bw{i}")).collect();
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let mut fleet = String::from("workers:\n");
+    for (i, w) in names.iter().enumerate() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": w}})).expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+        let address = format!("10.60.{}.{}", i / 200, i % 200 + 1);
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": address}], "conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes
+            .patch_status(w, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .expect("status");
+        fleet.push_str(&format!("  - hostname: {w}\n    addresses: [{address}]\n"));
+    }
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("fleet.yaml"), fleet).expect("fleet");
+    let config = SimConfig {
+        tokens: vec!["bench".into()],
+        // Zero latency in practice: a node add's reboot and creation take milliseconds.
+        time_scale: 10_000.0,
+        fleet: Some(dir.path().join("fleet.yaml")),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
+    let cp = Client::new(ClientConfig::new(
+        Url::parse(&sim.url).expect("url"),
+        "bench",
+    ))
+    .expect("client");
+    let ctx = Arc::new(
+        Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
+            .with_snode_proxy(sim.addr),
+    );
+    let scope = Some(NS.to_string());
+    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(cluster::ops::run(ctx.clone(), scope.clone()));
+    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec.node_sets[0].groups[0].workers = names.clone();
+    if let Some(t) = doc.spec.cluster.as_mut() {
+        t.node_provisioning_budget = Some(budget as i32);
+    }
+    let writes_before = apiserver_writes(&kube).await;
+    let started = Instant::now();
+    Api::<ClusterDeploymentConfig>::namespaced(kube.clone(), NS)
+        .create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), NS);
+    loop {
+        let online = clusters
+            .get_opt("simplyblock")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.status)
+            .map(|s| s.phase)
+            == Some(ClusterPhase::Online);
+        if online {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "no Online cluster after 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wall = started.elapsed();
+    let writes = apiserver_writes(&kube).await - writes_before;
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("calls");
+    let calls: Vec<Value> = serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+
+    // Converged: what the operator still writes in a minute with nothing to do.
+    let idle_before = apiserver_writes(&kube).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let idle = apiserver_writes(&kube).await - idle_before;
+
+    println!("workers: {workers}, node-add budget: {budget}");
+    println!("approval to Online: {:.1} s", wall.as_secs_f64());
+    println!(
+        "API-server writes during the deployment: {writes} ({:.1} per node)",
+        writes as f64 / workers as f64
+    );
+    println!(
+        "control-plane calls: {} ({:.1} per node)",
+        calls.len(),
+        calls.len() as f64 / workers as f64
+    );
+    println!("API-server writes in the converged minute after: {idle}");
+    println!(
+        "peak RSS of the process (controllers, sbsim, clients): {:.1} MiB",
+        peak_rss_kib() as f64 / 1024.0
+    );
+}
