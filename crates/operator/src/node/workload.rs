@@ -164,7 +164,6 @@ async fn render(
         "storage.simplyblock.io/cluster": name,
         "storage.simplyblock.io/managed-by": "storagecluster",
     });
-    let apply = PatchParams::apply(MANAGER).force();
 
     // One env file per worker: the config the init container reads.
     let mut data = BTreeMap::new();
@@ -213,9 +212,13 @@ async fn render(
         "metadata": {"name": config_name, "namespace": ns, "labels": labels, "ownerReferences": [owner(cluster, true)]},
         "data": data,
     });
-    Api::<ConfigMap>::namespaced(ctx.kube.clone(), &ns)
-        .patch(&config_name, &apply, &Patch::Apply(config))
-        .await?;
+    apply_changed(
+        &Api::<ConfigMap>::namespaced(ctx.kube.clone(), &ns),
+        &config_name,
+        MANAGER,
+        config,
+    )
+    .await?;
 
     // Each cluster of the namespace adds its owner reference under a field manager of its
     // own, so the Service goes when the last cluster does.
@@ -229,13 +232,13 @@ async fn render(
             "ports": [{"name": "api", "port": ctx.snode.port, "targetPort": ctx.snode.port}],
         },
     });
-    Api::<Service>::namespaced(ctx.kube.clone(), &ns)
-        .patch(
-            SERVICE_NAME,
-            &PatchParams::apply(&format!("{MANAGER}-{name}")).force(),
-            &Patch::Apply(service),
-        )
-        .await?;
+    apply_changed(
+        &Api::<Service>::namespaced(ctx.kube.clone(), &ns),
+        SERVICE_NAME,
+        &format!("{MANAGER}-{name}"),
+        service,
+    )
+    .await?;
 
     let image = storage
         .image
@@ -271,8 +274,71 @@ async fn render(
     });
     // Server-side apply with force: a concurrent writer's fields are taken over rather
     // than raced, and a conflict cannot leave half a DaemonSet.
-    Api::<DaemonSet>::namespaced(ctx.kube.clone(), &ns)
-        .patch(&daemonset_name, &apply, &Patch::Apply(daemonset))
+    apply_changed(
+        &Api::<DaemonSet>::namespaced(ctx.kube.clone(), &ns),
+        &daemonset_name,
+        MANAGER,
+        daemonset,
+    )
+    .await?;
+    Ok(())
+}
+
+/// What this process last applied to an object, by (kind, namespace, name, manager): the
+/// body and the resourceVersion the apply produced.
+type Applied = std::collections::HashMap<(String, String, String, String), (String, String)>;
+
+static APPLIED: std::sync::LazyLock<std::sync::Mutex<Applied>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Applies `body` (server-side, forced) unless the live object is still exactly what this
+/// process last applied: the same body, and nobody has written the object since (same
+/// resourceVersion). A no-op apply is still a write, and a converged cluster should write
+/// nothing; any other writer's change moves the resourceVersion and is overwritten again.
+async fn apply_changed<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    body: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let ns = body["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let key = (
+        K::kind(&()).to_string(),
+        ns,
+        name.to_string(),
+        manager.to_string(),
+    );
+    let text = body.to_string();
+    let remembered = APPLIED.lock().ok().and_then(|m| m.get(&key).cloned());
+    if let Some((last, rv)) = remembered
+        && last == text
+        && api
+            .get_metadata_opt(name)
+            .await?
+            .and_then(|o| o.metadata.resource_version)
+            == Some(rv)
+    {
+        return Ok(());
+    }
+    let applied = api
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
         .await?;
+    if let (Ok(mut m), Some(rv)) = (APPLIED.lock(), applied.meta().resource_version.clone()) {
+        m.insert(key, (text, rv));
+    }
     Ok(())
 }
