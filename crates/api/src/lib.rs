@@ -14,6 +14,8 @@ pub mod operator_ops;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
+pub mod storage_pool;
+pub mod storage_pool_ops;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -23,6 +25,8 @@ pub use operator_ops::OperatorOps;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
+pub use storage_pool::StoragePool;
+pub use storage_pool_ops::StoragePoolOps;
 
 /// The API group of every kind here.
 pub const GROUP: &str = "storage.simplyblock.io";
@@ -37,6 +41,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterDeploymentConfig::crd(),
         OperatorOps::crd(),
         StorageNode::crd(),
+        StoragePool::crd(),
+        StoragePoolOps::crd(),
     ]
 }
 

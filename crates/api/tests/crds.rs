@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps, StorageNode,
-    crd_file_name, crd_yaml, crds,
+    StoragePool, StoragePoolOps, crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -71,6 +71,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::storage_node::PROVISIONING_GRAPH.declared_state_names(),
         &step_schema(&StorageNode::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::storage_pool_ops::GRAPHS.declared_state_names(),
+        &step_schema(&StoragePoolOps::crd()),
+    );
 }
 
 #[test]
@@ -104,6 +108,8 @@ async fn samples_are_accepted_by_the_api_server() {
             "ClusterDeploymentConfig" => support::dynamic::<ClusterDeploymentConfig>(&client, &ns),
             "OperatorOps" => support::dynamic::<OperatorOps>(&client, &ns),
             "StorageNode" => support::dynamic::<StorageNode>(&client, &ns),
+            "StoragePool" => support::dynamic::<StoragePool>(&client, &ns),
+            "StoragePoolOps" => support::dynamic::<StoragePoolOps>(&client, &ns),
             other => panic!("no sample check for {other}"),
         };
         let created = api
@@ -123,6 +129,10 @@ async fn samples_are_accepted_by_the_api_server() {
                 drop(serde_json::from_value::<ClusterDeploymentConfig>(value).expect("typed"))
             }
             "StorageNode" => drop(serde_json::from_value::<StorageNode>(value).expect("typed")),
+            "StoragePool" => drop(serde_json::from_value::<StoragePool>(value).expect("typed")),
+            "StoragePoolOps" => {
+                drop(serde_json::from_value::<StoragePoolOps>(value).expect("typed"))
+            }
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }
     }

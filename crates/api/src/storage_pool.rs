@@ -1,0 +1,208 @@
+//! StoragePool (`sp`): one pool of a StorageCluster, the unit volumes are carved from and
+//! the unit StorageClasses name.
+//!
+//! The pool's name is its name in the control plane, so it is unique per cluster there and
+//! per namespace here. The operator creates one default pool for every new cluster;
+//! people create the others.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A pool of a StorageCluster: capacity limits, the defaults of the volumes carved from
+/// it, and the StorageClasses that provision from it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "storage.simplyblock.io",
+    version = "v1alpha2",
+    kind = "StoragePool",
+    namespaced,
+    status = "StoragePoolStatus",
+    shortname = "sp",
+    category = "simplyblock",
+    doc = "A pool of a StorageCluster: volumes are created in pools, and every pool has StorageClasses that provision from it.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Capacity", type_ = "string", json_path = ".spec.limits.capacity"),
+    printcolumn(name = "Classes", type_ = "string", json_path = ".status.storageClassNames"),
+    printcolumn(name = "UUID", type_ = "string", json_path = ".status.uuid", priority = 1),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.message", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message(
+        "a StoragePool name is at most 63 characters, because it is written into label values; choose a shorter name"
+    ),
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(oldSelf.volumeDefaults) || has(self.volumeDefaults)").message(
+    "volumeDefaults cannot be removed once set: volumes were created with them"
+))]
+pub struct StoragePoolSpec {
+    /// The StorageCluster, in this namespace, the pool belongs to. Immutable.
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(
+        "clusterRef is immutable: a pool belongs to one cluster for its life; create another pool for another cluster"
+    ))]
+    pub cluster_ref: String,
+
+    /// The Kubernetes nodes whose workloads may attach this pool's volumes. Absent means
+    /// every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub allowed_nodes: Vec<String>,
+
+    /// How much the pool may hold and how large one volume may be. Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PoolLimits>,
+
+    /// What every volume of the pool is created with. Set once: volumes already carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(
+        "volumeDefaults is immutable once set: the pool's volumes were created with them"
+    ))]
+    pub volume_defaults: Option<VolumeDefaults>,
+}
+
+/// A pool's limits.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.iops) && !has(self.throughput)").message(
+    "pool-wide iops and throughput limits are not supported yet; set per-volume limits in volumeDefaults"
+))]
+pub struct PoolLimits {
+    /// The pool's capacity, e.g. `10T`; absent or `0` means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
+    pub capacity: Option<String>,
+    /// The largest volume the pool admits, e.g. `2T`; absent means no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
+    pub max_volume_size: Option<String>,
+    /// Pool-wide I/O operations per second; 0 means unlimited. Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub iops: Option<i32>,
+    /// Pool-wide throughput in MB/s. Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+}
+
+/// Throughput limits in MB/s; 0 means unlimited.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Throughput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub read: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub write: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub read_write: Option<i32>,
+}
+
+/// The filesystem a volume is formatted with when it is mounted blank.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Filesystem {
+    #[serde(rename = "ext4")]
+    Ext4,
+    #[default]
+    #[serde(rename = "xfs")]
+    Xfs,
+}
+
+impl Filesystem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Filesystem::Ext4 => "ext4",
+            Filesystem::Xfs => "xfs",
+        }
+    }
+}
+
+/// The defaults of the pool's volumes, written into its StorageClasses' parameters.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeDefaults {
+    /// Per-volume I/O operations per second; 0 means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub iops: Option<i32>,
+    /// Per-volume throughput limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
+    /// The filesystem a blank volume is formatted with.
+    #[serde(default)]
+    pub filesystem: Filesystem,
+    /// Compress volumes in the storage nodes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_compression: bool,
+    /// Encrypt volumes at rest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_encryption: bool,
+    /// Replicate volumes to the cluster's replication target.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_replication: bool,
+    /// Authenticate hosts with DH-HMAC-CHAP; enforced only when allowedNodes is set.
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        rename = "enableDHCHAP"
+    )]
+    pub enable_dhchap: bool,
+    /// The volumes' priority class in the storage nodes (0 is the default class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub priority_class: Option<i32>,
+    /// At most this many namespaces share one NVMe subsystem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_namespaces_per_subsystem: Option<i32>,
+}
+
+/// The operator's reading of a pool.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PoolPhase {
+    /// Not yet in the control plane (its cluster may not be ready).
+    #[default]
+    Pending,
+    /// In the control plane, with its StorageClasses.
+    Ready,
+    /// Being removed; held while volumes remain.
+    Deleting,
+}
+
+/// What the operator knows of a pool.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StoragePoolStatus {
+    /// Pending, Ready or Deleting.
+    #[serde(default)]
+    pub phase: PoolPhase,
+    /// The control plane's id of the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// The control plane's own status word (`active`, `inactive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// The StorageClasses that provision from the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub storage_class_names: Vec<String>,
+    /// The StorageClass the operator created for the pool; recorded once, so a class a
+    /// person deleted is not created again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_storage_class_name: Option<String>,
+    /// Bytes used, as the control plane last reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<i64>,
+    /// The StoragePoolOps that holds the pool's lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_ops_ref: Option<String>,
+    /// Why the phase is what it is, in one sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
