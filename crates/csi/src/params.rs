@@ -97,6 +97,19 @@ fn parse_cluster_map(key: &str, v: &str) -> Result<BTreeMap<String, Uuid>> {
     Ok(out)
 }
 
+/// A QoS ceiling spelled `new` (current) or `old` (read forever); when both are given
+/// they must agree.
+fn parse_qos(p: &HashMap<String, String>, new: &str, old: &str) -> Result<u64> {
+    let read = |key: &str| p.get(key).map(|v| parse_num::<u64>(key, v)).transpose();
+    match (read(new)?, read(old)?) {
+        (Some(a), Some(b)) if a != b => Err(CsiError::InvalidArgument(format!(
+            "parameters {new}={a} and {old}={b} disagree: they are two spellings of one QoS ceiling; keep {new} and remove {old}"
+        ))),
+        (Some(v), _) | (None, Some(v)) => Ok(v),
+        (None, None) => Ok(0),
+    }
+}
+
 impl ClassParams {
     pub fn parse(p: &HashMap<String, String>) -> Result<Self> {
         let mut out = ClassParams {
@@ -120,10 +133,19 @@ impl ClassParams {
                 "type" => out.target_type = Some(v.to_ascii_lowercase()),
                 "max_namespace_per_subsys" => out.max_namespace_per_subsys = parse_num(k, v)?,
                 "encryption" => out.encryption = parse_bool(k, v)?,
-                "qos_rw_iops" => out.qos_rw_iops = parse_num(k, v)?,
-                "qos_rw_mbytes" => out.qos_rw_mbytes = parse_num(k, v)?,
-                "qos_r_mbytes" => out.qos_r_mbytes = parse_num(k, v)?,
-                "qos_w_mbytes" => out.qos_w_mbytes = parse_num(k, v)?,
+                // QoS: the new keys and the old ones are read alike; both at once must agree.
+                "max_iops" | "qos_rw_iops" => {
+                    out.qos_rw_iops = parse_qos(p, "max_iops", "qos_rw_iops")?
+                }
+                "max_mbytes_per_sec" | "qos_rw_mbytes" => {
+                    out.qos_rw_mbytes = parse_qos(p, "max_mbytes_per_sec", "qos_rw_mbytes")?
+                }
+                "max_read_mbytes_per_sec" | "qos_r_mbytes" => {
+                    out.qos_r_mbytes = parse_qos(p, "max_read_mbytes_per_sec", "qos_r_mbytes")?
+                }
+                "max_write_mbytes_per_sec" | "qos_w_mbytes" => {
+                    out.qos_w_mbytes = parse_qos(p, "max_write_mbytes_per_sec", "qos_w_mbytes")?
+                }
                 "distr_ndcs" => out.ndcs = parse_num(k, v)?,
                 "distr_npcs" => out.npcs = parse_num(k, v)?,
                 "lvol_priority_class" => out.priority_class = parse_num(k, v)?,
@@ -281,6 +303,25 @@ mod tests {
         assert!(p.encryption);
         assert_eq!(p.fabric, "tcp");
         assert_eq!(p.max_namespace_per_subsys, 1);
+    }
+
+    #[test]
+    fn qos_reads_both_spellings_and_refuses_disagreement() {
+        let base = [("cluster_id", C1), ("pool_name", "p")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut kv = base.to_vec();
+            kv.extend_from_slice(extra);
+            ClassParams::parse(&m(&kv))
+        };
+        let p = with(&[("max_iops", "500"), ("qos_r_mbytes", "40")]).expect("parse");
+        assert_eq!((p.qos_rw_iops, p.qos_r_mbytes), (500, 40));
+        let p = with(&[("max_iops", "500"), ("qos_rw_iops", "500")]).expect("agree");
+        assert_eq!(p.qos_rw_iops, 500);
+        let e = with(&[("max_iops", "500"), ("qos_rw_iops", "600")]).expect_err("disagree");
+        assert!(
+            e.to_string().contains("max_iops=500 and qos_rw_iops=600"),
+            "{e}"
+        );
     }
 
     #[test]
