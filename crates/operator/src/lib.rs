@@ -10,6 +10,7 @@ pub mod csi_secret;
 pub mod deployment;
 pub mod node;
 pub mod ops;
+pub mod pool;
 pub mod webhooks;
 
 /// What can go wrong in the operator's own machinery (controllers report their domain

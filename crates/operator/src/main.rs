@@ -13,7 +13,7 @@ use simplyblock_operator::context::Context;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
-use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_operator::{cluster, deployment, node, pool};
 
 #[derive(Parser)]
 #[command(name = "simplyblock-operator", about = "The simplyblock operator")]
@@ -203,6 +203,8 @@ async fn main() -> anyhow::Result<()> {
                 _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::workload::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = pool::controller::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = pool::ops::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::discovery::run(controllers, probe, watch_namespace) => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
             }

@@ -29,6 +29,7 @@ use super::observe;
 use super::params::{self, BackupCredentials};
 use crate::context::{Context, requeue};
 use crate::csi_secret;
+use crate::pool;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagecluster-finalizer";
 /// The finalizer older operators set; read and removed on delete.
@@ -43,6 +44,10 @@ pub enum Error {
     ControlPlane(#[from] simplyblock_controlplane::Error),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Deletion waits (the reason is in status and an event): an error, so the finalizer
+    /// stays, which an Ok from the cleanup would remove.
+    #[error("deletion held: {0}")]
+    Held(String),
 }
 
 /// Runs the controller until the stream ends, over every namespace or only `namespace`.
@@ -69,6 +74,12 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 }
 
 fn error_policy(cluster: Arc<StorageCluster>, error: &Error, _: Arc<Context>) -> Action {
+    if let Error::Finalizer(inner) = error
+        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Held(why)) = &**inner
+    {
+        tracing::debug!(cluster = %cluster.name_any(), why, "deletion held");
+        return Action::requeue(requeue::RETRY);
+    }
     tracing::warn!(cluster = %cluster.name_any(), error = %error, "reconciling a StorageCluster failed; retrying");
     Action::requeue(requeue::RETRY)
 }
@@ -632,11 +643,38 @@ async fn steady(
         ctx.event(cluster, false, reason, note).await;
     }
     write_steady(ctx, cluster, &next).await?;
+    if next.phase == ClusterPhase::Online {
+        pool::controller::ensure_default_pool(ctx, cluster).await?;
+    }
     Ok(Action::requeue(requeue::RESYNC))
 }
 
 async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
     let status = cluster.status.clone().unwrap_or_default();
+    // The control plane deletes only an empty cluster: its pools go first.
+    let pools = pool::controller::delete_cluster_pools(ctx, cluster).await?;
+    if !pools.is_empty() {
+        let message = format!(
+            "waiting for the cluster's StoragePools to be deleted: {}",
+            pools.join(", ")
+        );
+        if status.message.as_deref() != Some(message.as_str()) {
+            ctx.event(cluster, false, "WaitingForPools", message.clone())
+                .await;
+            let patch = json!({"status": {"message": &message}});
+            Api::<StorageCluster>::namespaced(
+                ctx.kube.clone(),
+                &cluster.namespace().unwrap_or_default(),
+            )
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+        }
+        return Err(Error::Held(message));
+    }
     if let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
         // Gone already (an earlier pass deleted it and failed later): nothing to call.
         let present = match ctx.cp.get_cluster(uuid).await {
@@ -655,9 +693,9 @@ async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Erro
                 let message = format!(
                     "the control plane refused to delete the cluster ({e}); the StorageCluster stays until it can"
                 );
-                ctx.event(cluster, true, "ClusterDeletionRefused", message)
+                ctx.event(cluster, true, "ClusterDeletionRefused", message.clone())
                     .await;
-                return Ok(Action::requeue(requeue::RETRY));
+                return Err(Error::Held(message));
             }
         }
         csi_secret::update(&ctx.kube, &ctx.namespace, |c| {

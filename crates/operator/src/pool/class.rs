@@ -1,0 +1,305 @@
+//! What a pool's StorageClass is: its name, labels and parameters, and what the pool asks
+//! of the control plane. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::ObjectMeta;
+use simplyblock_api::StoragePool;
+use simplyblock_api::names::derived_name;
+use simplyblock_api::storage_pool::{PoolLimits, VolumeDefaults};
+use simplyblock_controlplane::types::{Pool, PoolCreate, PoolUpdate};
+
+use crate::cluster::params::parse_size;
+
+pub const PROVISIONER: &str = "csi.simplyblock.io";
+pub const LABEL_NAMESPACE: &str = "storage.simplyblock.io/namespace";
+pub const LABEL_CLUSTER: &str = "storage.simplyblock.io/cluster";
+pub const LABEL_POOL: &str = "storage.simplyblock.io/pool";
+pub const LABEL_MANAGED_BY: &str = "storage.simplyblock.io/managed-by";
+/// The managed-by value of the classes this controller writes (and may delete).
+pub const MANAGED_BY: &str = "storagepool";
+/// Object names are at most 253 bytes.
+const MAX_OBJECT_NAME: usize = 253;
+
+/// `simplyblock-<namespace>-<cluster>-<pool>`: StorageClasses are cluster-scoped, so the
+/// name carries all three; cut and hashed when it would pass 253 bytes.
+pub fn storage_class_name(namespace: &str, cluster: &str, pool: &str) -> String {
+    derived_name(&["simplyblock", namespace, cluster, pool], MAX_OBJECT_NAME)
+}
+
+/// The three labels that assign a class to a pool (authored classes carry them too).
+pub fn assignment_labels(namespace: &str, cluster: &str, pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAMESPACE.to_owned(), namespace.to_owned()),
+        (LABEL_CLUSTER.to_owned(), cluster.to_owned()),
+        (LABEL_POOL.to_owned(), pool.to_owned()),
+    ])
+}
+
+/// The label selector of a pool's classes.
+pub fn assignment_selector(namespace: &str, cluster: &str, pool: &str) -> String {
+    assignment_labels(namespace, cluster, pool)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether this controller wrote `class` (so it may delete it).
+pub fn is_managed(class: &StorageClass) -> bool {
+    class
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_MANAGED_BY))
+        .is_some_and(|v| v == MANAGED_BY)
+}
+
+/// Whether `class` is assigned to the pool `namespace/pool` of `cluster`.
+pub fn is_assigned(class: &StorageClass, namespace: &str, cluster: &str, pool: &str) -> bool {
+    let Some(labels) = class.metadata.labels.as_ref() else {
+        return false;
+    };
+    assignment_labels(namespace, cluster, pool)
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The StorageClass parameters for a pool's volumes: where they go and their defaults.
+pub fn parameters(
+    cluster_uuid: &str,
+    pool: &str,
+    defaults: &VolumeDefaults,
+) -> BTreeMap<String, String> {
+    let mut p = BTreeMap::from([
+        ("cluster_id".to_owned(), cluster_uuid.to_owned()),
+        ("pool_name".to_owned(), pool.to_owned()),
+        (
+            "csi.storage.k8s.io/fstype".to_owned(),
+            defaults.filesystem.as_str().to_owned(),
+        ),
+    ]);
+    let mut set = |k: &str, v: Option<i32>| {
+        if let Some(v) = v.filter(|v| *v > 0) {
+            p.insert(k.to_owned(), v.to_string());
+        }
+    };
+    set("max_iops", defaults.iops);
+    if let Some(t) = &defaults.throughput {
+        set("max_mbytes_per_sec", t.read_write);
+        set("max_read_mbytes_per_sec", t.read);
+        set("max_write_mbytes_per_sec", t.write);
+    }
+    set("lvol_priority_class", defaults.priority_class);
+    set(
+        "max_namespace_per_subsys",
+        defaults.max_namespaces_per_subsystem,
+    );
+    for (key, on) in [
+        ("compression", defaults.enable_compression),
+        ("encryption", defaults.enable_encryption),
+        ("replicate", defaults.enable_replication),
+    ] {
+        if on {
+            p.insert(key.to_owned(), "true".to_owned());
+        }
+    }
+    p
+}
+
+/// The class the controller writes for a pool whose cluster has `cluster_uuid`.
+pub fn storage_class(pool: &StoragePool, cluster_uuid: &str) -> StorageClass {
+    let namespace = pool.metadata.namespace.clone().unwrap_or_default();
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let cluster = &pool.spec.cluster_ref;
+    let mut labels = assignment_labels(&namespace, cluster, &name);
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+    let defaults = pool.spec.volume_defaults.clone().unwrap_or_default();
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(storage_class_name(&namespace, cluster, &name)),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        provisioner: PROVISIONER.to_owned(),
+        parameters: Some(parameters(cluster_uuid, &name, &defaults)),
+        reclaim_policy: Some("Delete".to_owned()),
+        volume_binding_mode: Some("WaitForFirstConsumer".to_owned()),
+        allow_volume_expansion: Some(true),
+        ..StorageClass::default()
+    }
+}
+
+/// Why a pool's limits cannot be sent: every field that does not parse, at once.
+pub fn limit_errors(limits: Option<&PoolLimits>) -> Vec<String> {
+    let Some(l) = limits else { return Vec::new() };
+    let mut errors = Vec::new();
+    for (field, value) in [
+        ("capacity", &l.capacity),
+        ("maxVolumeSize", &l.max_volume_size),
+    ] {
+        if let Some(v) = value
+            && parse_size(v).is_none()
+        {
+            errors.push(format!(
+                "spec.limits.{field} {v:?} is not a size such as 500G or 10T"
+            ));
+        }
+    }
+    errors
+}
+
+fn bytes(v: Option<&String>) -> u64 {
+    v.and_then(|s| parse_size(s)).unwrap_or(0)
+}
+
+/// The control plane's create body for `pool`.
+pub fn create_params(pool: &StoragePool) -> PoolCreate {
+    let limits = pool.spec.limits.clone().unwrap_or_default();
+    PoolCreate {
+        name: pool.metadata.name.clone().unwrap_or_default(),
+        pool_max: bytes(limits.capacity.as_ref()),
+        volume_max_size: bytes(limits.max_volume_size.as_ref()),
+        dhchap: pool
+            .spec
+            .volume_defaults
+            .as_ref()
+            .is_some_and(|d| d.enable_dhchap && !pool.spec.allowed_nodes.is_empty()),
+        cr_name: pool.metadata.name.clone().unwrap_or_default(),
+        cr_namespace: pool.metadata.namespace.clone().unwrap_or_default(),
+        cr_plural: "storagepools".to_owned(),
+        ..PoolCreate::default()
+    }
+}
+
+/// The update that brings the control plane's limits to the spec's, if they differ.
+pub fn limits_update(pool: &StoragePool, found: &Pool) -> Option<PoolUpdate> {
+    let want = create_params(pool);
+    let mut update = PoolUpdate::default();
+    if found.max_size != want.pool_max {
+        update.max_size = Some(want.pool_max);
+    }
+    if found.volume_max_size != want.volume_max_size {
+        update.volume_max_size = Some(want.volume_max_size);
+    }
+    (update != PoolUpdate::default()).then_some(update)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simplyblock_api::storage_pool::{Filesystem, StoragePoolSpec, Throughput};
+
+    fn pool(limits: Option<PoolLimits>, defaults: Option<VolumeDefaults>) -> StoragePool {
+        let mut p = StoragePool::new(
+            "fast",
+            StoragePoolSpec {
+                cluster_ref: "prod".into(),
+                allowed_nodes: vec![],
+                limits,
+                volume_defaults: defaults,
+            },
+        );
+        p.metadata.namespace = Some("storage".into());
+        p
+    }
+
+    #[test]
+    fn the_class_name_carries_namespace_cluster_and_pool() {
+        assert_eq!(
+            storage_class_name("storage", "prod", "fast"),
+            "simplyblock-storage-prod-fast"
+        );
+        let long = storage_class_name("n".repeat(63).as_str(), &"c".repeat(63), &"p".repeat(63));
+        assert!(long.len() <= 253);
+        let longer = storage_class_name(&"n".repeat(200), "c", "p");
+        assert!(longer.len() <= 253, "{}", longer.len());
+        assert_ne!(longer, storage_class_name(&"n".repeat(201), "c", "p"));
+    }
+
+    #[test]
+    fn the_class_is_labelled_for_its_pool_and_names_it() {
+        let class = storage_class(&pool(None, None), "c1");
+        assert!(is_managed(&class));
+        assert!(is_assigned(&class, "storage", "prod", "fast"));
+        assert!(!is_assigned(&class, "storage", "prod", "slow"));
+        let params = class.parameters.expect("parameters");
+        assert_eq!(params["cluster_id"], "c1");
+        assert_eq!(params["pool_name"], "fast");
+        assert_eq!(params["csi.storage.k8s.io/fstype"], "xfs");
+        assert_eq!(
+            params.len(),
+            3,
+            "no default is written that was not asked: {params:?}"
+        );
+        assert_eq!(class.provisioner, PROVISIONER);
+    }
+
+    #[test]
+    fn volume_defaults_become_the_new_parameter_keys() {
+        let defaults = VolumeDefaults {
+            iops: Some(20000),
+            throughput: Some(Throughput {
+                read: Some(100),
+                write: Some(0),
+                read_write: Some(300),
+            }),
+            filesystem: Filesystem::Ext4,
+            enable_encryption: true,
+            ..VolumeDefaults::default()
+        };
+        let params = parameters("c1", "fast", &defaults);
+        assert_eq!(params["max_iops"], "20000");
+        assert_eq!(params["max_mbytes_per_sec"], "300");
+        assert_eq!(params["max_read_mbytes_per_sec"], "100");
+        assert!(
+            !params.contains_key("max_write_mbytes_per_sec"),
+            "0 is unlimited"
+        );
+        assert_eq!(params["encryption"], "true");
+        assert_eq!(params["csi.storage.k8s.io/fstype"], "ext4");
+        assert!(!params.contains_key("compression"));
+    }
+
+    #[test]
+    fn limits_are_sent_in_bytes_and_updated_only_when_they_differ() {
+        let p = pool(
+            Some(PoolLimits {
+                capacity: Some("10T".into()),
+                max_volume_size: Some("2T".into()),
+                ..PoolLimits::default()
+            }),
+            None,
+        );
+        let create = create_params(&p);
+        assert_eq!(create.pool_max, 10 << 40);
+        assert_eq!(create.volume_max_size, 2 << 40);
+        assert_eq!(create.cr_plural, "storagepools");
+        let mut found = Pool {
+            max_size: 10 << 40,
+            volume_max_size: 2 << 40,
+            ..Pool::default()
+        };
+        assert_eq!(limits_update(&p, &found), None);
+        found.volume_max_size = 0;
+        assert_eq!(
+            limits_update(&p, &found),
+            Some(PoolUpdate {
+                volume_max_size: Some(2 << 40),
+                ..PoolUpdate::default()
+            })
+        );
+    }
+
+    #[test]
+    fn every_bad_limit_is_reported_at_once() {
+        let errors = limit_errors(Some(&PoolLimits {
+            capacity: Some("lots".into()),
+            max_volume_size: Some("2X".into()),
+            ..PoolLimits::default()
+        }));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("spec.limits.capacity \"lots\""));
+    }
+}

@@ -1,0 +1,470 @@
+//! The StoragePool controller: the pool in the control plane, its StorageClass, its status,
+//! and its removal behind the finalizer.
+//!
+//! A create is preceded by a look-up by name, so a pool whose create answer was lost is
+//! adopted, never created twice; its id is written to status at once. The controller's
+//! own StorageClass is written once and recorded in `status.defaultStorageClassName`, so a
+//! class a person deleted stays deleted.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use simplyblock_api::storage_pool::{PoolPhase, StoragePoolStatus};
+use simplyblock_api::{StorageCluster, StoragePool};
+use simplyblock_controlplane::Uuid;
+
+use super::class;
+use crate::context::{Context, requeue};
+
+pub const FINALIZER: &str = "storage.simplyblock.io/storagepool-finalizer";
+const MANAGER: &str = "storagepool-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] simplyblock_controlplane::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Deletion waits (the reason is in status and an event): an error, so the finalizer
+    /// stays, which an Ok from the cleanup would remove.
+    #[error("deletion held: {0}")]
+    Held(String),
+}
+
+/// Runs the controller until the stream ends, over every namespace or only `namespace`.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let (pools, clusters): (Api<StoragePool>, Api<StorageCluster>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.kube.clone(), ns),
+            Api::namespaced(ctx.kube.clone(), ns),
+        ),
+        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
+    };
+    let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
+    let controller = Controller::new(pools, watcher::Config::default());
+    let store = controller.store();
+    // A cluster getting its uuid moves its pools on.
+    let of_cluster = move |c: StorageCluster| {
+        store
+            .state()
+            .into_iter()
+            .filter(|p| p.namespace() == c.namespace() && p.spec.cluster_ref == c.name_any())
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect::<Vec<_>>()
+    };
+    // A class appearing or going changes the pool's list of classes.
+    let of_class = |c: StorageClass| {
+        let labels = c.labels();
+        match (
+            labels.get(class::LABEL_NAMESPACE),
+            labels.get(class::LABEL_POOL),
+        ) {
+            (Some(ns), Some(pool)) => Some(ObjectRef::<StoragePool>::new(pool).within(ns)),
+            _ => None,
+        }
+    };
+    controller
+        .watches(clusters, watcher::Config::default(), of_cluster)
+        .watches(
+            classes,
+            watcher::Config::default().labels(class::LABEL_POOL),
+            of_class,
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "storagepool reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(pool: Arc<StoragePool>, error: &Error, _: Arc<Context>) -> Action {
+    if let Error::Finalizer(inner) = error
+        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Held(why)) = &**inner
+    {
+        tracing::debug!(pool = %pool.name_any(), why, "deletion held");
+        return Action::requeue(requeue::RETRY);
+    }
+    tracing::warn!(pool = %pool.name_any(), error = %error, "reconciling a StoragePool failed; retrying");
+    Action::requeue(requeue::RETRY)
+}
+
+pub async fn reconcile(pool: Arc<StoragePool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<StoragePool> =
+        Api::namespaced(ctx.kube.clone(), &pool.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, pool, |event| async {
+        match event {
+            Finalizer::Apply(p) => apply(&p, &ctx).await,
+            Finalizer::Cleanup(p) => cleanup(&p, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn cluster_uuid(cluster: &StorageCluster) -> Option<Uuid> {
+    cluster.status.as_ref()?.uuid.as_deref()?.parse().ok()
+}
+
+/// Writes `next` as the pool's status when it differs from what is stored.
+async fn write_status(
+    ctx: &Context,
+    pool: &StoragePool,
+    next: &StoragePoolStatus,
+) -> Result<(), Error> {
+    let mut next = next.clone();
+    next.observed_generation = pool.metadata.generation;
+    if pool.status.as_ref() == Some(&next) {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2",
+        "kind": "StoragePool",
+        "metadata": {"name": pool.name_any()},
+        "status": next,
+    });
+    Api::<StoragePool>::namespaced(ctx.kube.clone(), &pool.namespace().unwrap_or_default())
+        .patch_status(
+            &pool.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Records why the pool waits, with one event when the reason is new.
+async fn hold(
+    ctx: &Context,
+    pool: &StoragePool,
+    mut status: StoragePoolStatus,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    if status.message.as_deref() != Some(message.as_str()) {
+        ctx.event(pool, true, reason, message.clone()).await;
+    }
+    status.message = Some(message);
+    write_status(ctx, pool, &status).await
+}
+
+async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let status = pool.status.clone().unwrap_or_default();
+    let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
+    let Some(cluster) = clusters.get_opt(&pool.spec.cluster_ref).await? else {
+        let message = format!(
+            "StorageCluster {} does not exist in namespace {ns}; create it or correct spec.clusterRef",
+            pool.spec.cluster_ref
+        );
+        hold(ctx, pool, status, "ClusterNotFound", message).await?;
+        return Ok(Action::requeue(requeue::RESYNC));
+    };
+    let Some(cluster_id) = cluster_uuid(&cluster) else {
+        let message = format!(
+            "waiting for StorageCluster {} to be created in the control plane",
+            pool.spec.cluster_ref
+        );
+        hold(ctx, pool, status, "ClusterNotReady", message).await?;
+        return Ok(Action::requeue(requeue::RESYNC));
+    };
+    let errors = class::limit_errors(pool.spec.limits.as_ref());
+    if !errors.is_empty() {
+        let message = format!("the pool's limits cannot be applied: {}", errors.join("; "));
+        hold(ctx, pool, status, "InvalidLimits", message).await?;
+        return Ok(Action::await_change());
+    }
+
+    let mut next = status.clone();
+    let found = match status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
+        Some(uuid) => match ctx.cp.get_pool(cluster_id, uuid).await {
+            Ok(found) => found,
+            Err(e) if e.is_not_found() => {
+                next.phase = PoolPhase::Pending;
+                let message = format!(
+                    "the control plane no longer knows pool {uuid}; it was removed outside Kubernetes, so delete this StoragePool and create it again"
+                );
+                hold(ctx, pool, next, "PoolMissing", message).await?;
+                return Ok(Action::requeue(requeue::RESYNC));
+            }
+            Err(e) => return Err(e.into()),
+        },
+        None => {
+            let found = match ctx.cp.find_pool(cluster_id, &name).await? {
+                Some(existing) => existing,
+                None => {
+                    let created = ctx
+                        .cp
+                        .create_pool(cluster_id, &class::create_params(pool))
+                        .await?;
+                    ctx.event(
+                        pool,
+                        false,
+                        "PoolCreated",
+                        format!("created pool {name} ({}) in the control plane", created.id),
+                    )
+                    .await;
+                    created
+                }
+            };
+            // The durable record first: everything after it is re-entrant.
+            next.uuid = Some(found.id.to_string());
+            write_status(ctx, pool, &next).await?;
+            found
+        }
+    };
+    if let Some(update) = class::limits_update(pool, &found) {
+        ctx.cp.update_pool(cluster_id, found.id, &update).await?;
+    }
+
+    let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
+    if next.default_storage_class_name.is_none() {
+        let want = class::storage_class(pool, &cluster_id.to_string());
+        let class_name = want.name_any();
+        match classes.get_opt(&class_name).await? {
+            Some(existing)
+                if !(class::is_managed(&existing)
+                    && class::is_assigned(&existing, &ns, &pool.spec.cluster_ref, &name)) =>
+            {
+                let message = format!(
+                    "StorageClass {class_name} exists and belongs to something else; the pool gets no class of its own until it is renamed or removed"
+                );
+                hold(ctx, pool, next, "StorageClassNameTaken", message).await?;
+                return Ok(Action::requeue(requeue::RESYNC));
+            }
+            Some(_) => {}
+            None => {
+                classes.create(&PostParams::default(), &want).await?;
+                ctx.event(
+                    pool,
+                    false,
+                    "StorageClassCreated",
+                    format!("created StorageClass {class_name} for the pool"),
+                )
+                .await;
+            }
+        }
+        next.default_storage_class_name = Some(class_name);
+    }
+    let assigned = classes
+        .list(&ListParams::default().labels(&class::assignment_selector(
+            &ns,
+            &pool.spec.cluster_ref,
+            &name,
+        )))
+        .await?;
+    let mut names: Vec<String> = assigned.items.iter().map(|c| c.name_any()).collect();
+    names.sort();
+
+    next.phase = PoolPhase::Ready;
+    next.status = Some(found.status.to_string());
+    next.storage_class_names = names;
+    next.used_bytes = found.capacity.as_ref().map(|c| c.size_used);
+    next.message = None;
+    write_status(ctx, pool, &next).await?;
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let mut status = pool.status.clone().unwrap_or_default();
+    status.phase = PoolPhase::Deleting;
+
+    let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
+    let assigned = classes
+        .list(&ListParams::default().labels(&class::assignment_selector(
+            &ns,
+            &pool.spec.cluster_ref,
+            &name,
+        )))
+        .await?;
+    let authored: Vec<String> = assigned
+        .items
+        .iter()
+        .filter(|c| !class::is_managed(c))
+        .map(|c| c.name_any())
+        .collect();
+    if !authored.is_empty() {
+        let message = format!(
+            "StorageClasses {} still provision from the pool; delete them or move their {} label to another pool",
+            authored.join(", "),
+            class::LABEL_POOL
+        );
+        hold(
+            ctx,
+            pool,
+            status,
+            "StorageClassStillAssigned",
+            message.clone(),
+        )
+        .await?;
+        return Err(Error::Held(message));
+    }
+
+    let uuid = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok());
+    let cluster = Api::<StorageCluster>::namespaced(ctx.kube.clone(), &ns)
+        .get_opt(&pool.spec.cluster_ref)
+        .await?;
+    let cluster_id = cluster.as_ref().and_then(cluster_uuid);
+    if let (Some(cluster_id), Some(uuid)) = (cluster_id, uuid) {
+        let volumes = match ctx.cp.list_volumes(cluster_id, uuid).await {
+            Ok(v) => v,
+            Err(e) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        if !volumes.is_empty() {
+            let shown: Vec<&str> = volumes.iter().take(3).map(|v| v.name.as_str()).collect();
+            let message = format!(
+                "the pool still holds {} volume(s) ({}{}); delete their PersistentVolumeClaims first, the control plane does not delete a pool with volumes",
+                volumes.len(),
+                shown.join(", "),
+                if volumes.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            );
+            hold(ctx, pool, status, "VolumesStillBound", message.clone()).await?;
+            return Err(Error::Held(message));
+        }
+    }
+
+    // Nothing provisions from the pool once its own class is gone.
+    for own in assigned.items.iter().filter(|c| class::is_managed(c)) {
+        match classes
+            .delete(&own.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let (Some(cluster_id), Some(uuid)) = (cluster_id, uuid) {
+        match ctx.cp.delete_pool(cluster_id, uuid).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                let message = format!("the control plane refused to delete the pool: {e}");
+                hold(ctx, pool, status, "PoolDeletionFailed", message.clone()).await?;
+                return Err(Error::Held(message));
+            }
+        }
+        ctx.event(
+            pool,
+            false,
+            "PoolDeleted",
+            format!("deleted pool {name} ({uuid}) from the control plane"),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
+/// The name of the pool the operator creates for every new cluster.
+pub fn default_pool_name(cluster: &str) -> String {
+    simplyblock_api::names::derived_name(
+        &[cluster, "default"],
+        simplyblock_api::names::MAX_LABEL_VALUE,
+    )
+}
+
+/// The annotation on a StorageCluster naming the default pool the operator created for
+/// it; once there, the pool is never created again (a person may have deleted it).
+pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
+
+/// Creates the cluster's default pool once: the StoragePool `<cluster>-default`, owned by
+/// the cluster, then the annotation that records it. A crash between the two finds the
+/// pool on the next pass and only writes the annotation.
+pub async fn ensure_default_pool(
+    ctx: &Context,
+    cluster: &StorageCluster,
+) -> Result<(), kube::Error> {
+    if cluster.annotations().contains_key(DEFAULT_POOL_ANNOTATION) {
+        return Ok(());
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = default_pool_name(&cluster.name_any());
+    let pools: Api<StoragePool> = Api::namespaced(ctx.kube.clone(), &ns);
+    if pools.get_opt(&name).await?.is_none() {
+        let mut pool = StoragePool::new(
+            &name,
+            simplyblock_api::storage_pool::StoragePoolSpec {
+                cluster_ref: cluster.name_any(),
+                allowed_nodes: Vec::new(),
+                limits: None,
+                volume_defaults: None,
+            },
+        );
+        pool.metadata.namespace = Some(ns.clone());
+        pool.metadata.labels = Some(
+            [(class::LABEL_CLUSTER.to_owned(), cluster.name_any())]
+                .into_iter()
+                .collect(),
+        );
+        pool.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
+        match pools.create(&PostParams::default(), &pool).await {
+            Ok(_) => {
+                ctx.event(
+                    cluster,
+                    false,
+                    "DefaultPoolCreated",
+                    format!("created StoragePool {name}, the cluster's default pool"),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let patch = json!({"metadata": {"annotations": {DEFAULT_POOL_ANNOTATION: name}}});
+    Api::<StorageCluster>::namespaced(ctx.kube.clone(), &ns)
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes the cluster's pools (their finalizers remove them from the control plane) and
+/// says how many remain; the cluster is deleted in the control plane only when none do.
+pub async fn delete_cluster_pools(
+    ctx: &Context,
+    cluster: &StorageCluster,
+) -> Result<Vec<String>, kube::Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let pools: Api<StoragePool> = Api::namespaced(ctx.kube.clone(), &ns);
+    let mut remaining = Vec::new();
+    for pool in pools.list(&ListParams::default()).await? {
+        if pool.spec.cluster_ref != cluster.name_any() {
+            continue;
+        }
+        if pool.metadata.deletion_timestamp.is_none() {
+            match pools
+                .delete(&pool.name_any(), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        remaining.push(pool.name_any());
+    }
+    Ok(remaining)
+}

@@ -1,0 +1,5 @@
+//! StoragePool: the pool in the control plane and its StorageClasses; StoragePoolOps.
+
+pub mod class;
+pub mod controller;
+pub mod ops;

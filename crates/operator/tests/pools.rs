@@ -1,0 +1,546 @@
+//! StoragePools against a real API server and sbsim: the default pool of an Online
+//! cluster and its StorageClass, a pool created once also when the answer is lost, limits
+//! sent on change, a deleted class not recreated, deletion held while volumes remain,
+//! the cluster's deletion waiting for its pools, and StoragePoolOps refused.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::storage_pool::PoolPhase;
+use simplyblock_api::{StorageCluster, StoragePool, StoragePoolOps};
+use simplyblock_controlplane::{
+    Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, StorageNodeAdd, Url,
+    Uuid, VolumeCreate,
+};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::pool;
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+
+const TOKEN: &str = "operator-test-token";
+
+struct Harness {
+    kube: kube::Client,
+    ns: String,
+    _sim: Server,
+    cp: Client,
+    uuid: Uuid,
+    ctx: Arc<Context>,
+    _dir: tempfile::TempDir,
+}
+
+fn fleet(n: usize) -> String {
+    let mut s = String::from("workers:\n");
+    for i in 1..=n {
+        s.push_str(&format!(
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: c1}}\n"
+        ));
+    }
+    s
+}
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A namespace; an sbsim whose cluster `sb` has three online nodes and is active; the
+/// StorageCluster `sb` carrying its id. No controller runs until [`Harness::start`].
+async fn harness(ns: &str, faults: &str) -> Harness {
+    let env = TestEnv::shared().expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fleet_path = dir.path().join("fleet.yaml");
+    std::fs::write(&fleet_path, fleet(3)).expect("fleet");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        faults: faults.into(),
+        fleet: Some(fleet_path),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry_backoff = Duration::from_millis(20);
+    let cp = Client::new(cfg).expect("client");
+    let cluster = cp
+        .create_cluster(&ClusterCreate::new("sb", 10, 4))
+        .await
+        .expect("cluster");
+    for i in 1..=3 {
+        cp.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    until("three online nodes", async || {
+        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
+        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+    cp.activate_cluster(cluster.id).await.expect("activate");
+    until("the cluster active", async || {
+        (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+
+    let sc: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sb"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
+                 "stripe": {"dataChunks": 1, "parityChunks": 1}}
+    }))
+    .expect("cluster");
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
+    clusters
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("StorageCluster");
+    clusters
+        .patch_status(
+            "sb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
+        )
+        .await
+        .expect("uuid");
+    let ctx = Arc::new(Context::new(
+        kube.clone(),
+        cp.clone(),
+        sim.url.clone(),
+        ns.to_string(),
+    ));
+    Harness {
+        kube,
+        ns: ns.into(),
+        _sim: sim,
+        cp,
+        uuid: cluster.id,
+        ctx,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    /// The pool controllers; the cluster controller too when `with_cluster`.
+    fn start(&self, with_cluster: bool) -> Vec<tokio::task::JoinHandle<()>> {
+        let ns = Some(self.ns.clone());
+        let mut tasks = vec![
+            tokio::spawn(pool::controller::run(self.ctx.clone(), ns.clone())),
+            tokio::spawn(pool::ops::run(self.ctx.clone(), ns.clone())),
+        ];
+        if with_cluster {
+            tasks.push(tokio::spawn(
+                simplyblock_operator::cluster::controller::run(self.ctx.clone(), ns),
+            ));
+        }
+        tasks
+    }
+
+    fn pools(&self) -> Api<StoragePool> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    fn classes(&self) -> Api<StorageClass> {
+        Api::all(self.kube.clone())
+    }
+
+    async fn create_pool(&self, name: &str, spec: Value) {
+        let pool: StoragePool = serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StoragePool",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .expect("pool");
+        self.pools()
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("created");
+    }
+
+    async fn ready(&self, name: &str) -> StoragePool {
+        until(&format!("pool {name} Ready"), async || {
+            let p = self.pools().get(name).await.ok()?;
+            (p.status.as_ref()?.phase == PoolPhase::Ready
+                && !p.status.as_ref()?.storage_class_names.is_empty())
+            .then_some(p)
+        })
+        .await
+    }
+
+    async fn gone(&self, name: &str) {
+        until(&format!("pool {name} gone"), async || {
+            self.pools()
+                .get_opt(name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    async fn calls(&self, method: &str, path: &str) -> usize {
+        let r = self
+            .cp
+            .raw(Method::GET, "/../../_sim/calls", &[], None)
+            .await
+            .expect("call log");
+        let calls: Vec<Value> =
+            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+        calls
+            .iter()
+            .filter(|c| c["method"] == method && c["path"] == path)
+            .count()
+    }
+
+    fn pools_path(&self) -> String {
+        format!("/api/v2/clusters/{}/storage-pools/", self.uuid)
+    }
+
+    async fn message(&self, name: &str, starts: &str) -> String {
+        until(&format!("pool {name} saying {starts:?}"), async || {
+            let m = self.pools().get(name).await.ok()?.status?.message?;
+            m.starts_with(starts).then_some(m)
+        })
+        .await
+    }
+}
+
+#[tokio::test]
+async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
+    let h = harness("pools-default", "").await;
+    let _c = h.start(true);
+    let name = pool::controller::default_pool_name("sb");
+    assert_eq!(name, "sb-default");
+    let p = h.ready(&name).await;
+    let status = p.status.clone().expect("status");
+    let uuid = status.uuid.clone().expect("uuid");
+    let found =
+        h.cp.find_pool(h.uuid, &name)
+            .await
+            .expect("pools")
+            .expect("the pool is in the control plane");
+    assert_eq!(found.id.to_string(), uuid);
+    assert_eq!(status.status.as_deref(), Some("active"));
+
+    // Owned by the cluster, recorded on it.
+    let cluster = Api::<StorageCluster>::namespaced(h.kube.clone(), &h.ns)
+        .get("sb")
+        .await
+        .expect("cluster");
+    assert_eq!(
+        cluster.metadata.annotations.unwrap_or_default()[pool::controller::DEFAULT_POOL_ANNOTATION],
+        name
+    );
+    let owner = p.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owner.len(), 1);
+    assert_eq!(owner[0].kind, "StorageCluster");
+    assert_eq!(owner[0].controller, Some(true));
+
+    // Its class: named by the rule, labelled for the pool, naming cluster and pool.
+    let class_name = pool::class::storage_class_name(&h.ns, "sb", &name);
+    assert_eq!(status.storage_class_names, vec![class_name.clone()]);
+    assert_eq!(
+        status.default_storage_class_name.as_deref(),
+        Some(class_name.as_str())
+    );
+    let class = h.classes().get(&class_name).await.expect("class");
+    let labels = class.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["storage.simplyblock.io/pool"], name);
+    assert_eq!(labels["storage.simplyblock.io/cluster"], "sb");
+    assert_eq!(labels["storage.simplyblock.io/namespace"], h.ns);
+    assert_eq!(labels["storage.simplyblock.io/managed-by"], "storagepool");
+    let params = class.parameters.clone().unwrap_or_default();
+    assert_eq!(params["cluster_id"], h.uuid.to_string());
+    assert_eq!(params["pool_name"], name);
+    assert_eq!(class.provisioner, "csi.simplyblock.io");
+    assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
+
+    // Converged: nothing more is written.
+    let rv = p.metadata.resource_version.clone();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        h.pools()
+            .get(&name)
+            .await
+            .expect("pool")
+            .metadata
+            .resource_version,
+        rv
+    );
+
+    // A person deletes the class and the pool: neither comes back.
+    h.classes()
+        .delete(&class_name, &DeleteParams::default())
+        .await
+        .expect("class deleted");
+    until("the class list to empty", async || {
+        let s = h.pools().get(&name).await.ok()?.status?;
+        s.storage_class_names.is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        h.classes()
+            .get_opt(&class_name)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    h.pools()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("pool deleted");
+    h.gone(&name).await;
+    assert!(
+        h.cp.find_pool(h.uuid, &name)
+            .await
+            .expect("pools")
+            .is_none()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(h.pools().get_opt(&name).await.expect("get").is_none());
+    assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
+}
+
+#[tokio::test]
+async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spec() {
+    let h = harness(
+        "pools-lost-answer",
+        "drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1",
+    )
+    .await;
+    let _c = h.start(false);
+    h.create_pool(
+        "fast",
+        json!({"clusterRef": "sb", "limits": {"capacity": "10T", "maxVolumeSize": "1T"},
+               "volumeDefaults": {"filesystem": "ext4", "iops": 5000}}),
+    )
+    .await;
+    let p = h.ready("fast").await;
+    assert_eq!(
+        h.calls("POST", &h.pools_path()).await,
+        1,
+        "no second create"
+    );
+    let found =
+        h.cp.find_pool(h.uuid, "fast")
+            .await
+            .expect("pools")
+            .expect("pool");
+    assert_eq!(found.max_size, 10 << 40);
+    assert_eq!(found.volume_max_size, 1 << 40);
+    let class_name = p.status.expect("status").storage_class_names[0].clone();
+    let params = h
+        .classes()
+        .get(&class_name)
+        .await
+        .expect("class")
+        .parameters
+        .unwrap_or_default();
+    assert_eq!(params["csi.storage.k8s.io/fstype"], "ext4");
+    assert_eq!(params["max_iops"], "5000");
+
+    // A limit changed in the spec is sent once.
+    h.pools()
+        .patch(
+            "fast",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"limits": {"maxVolumeSize": "2T"}}})),
+        )
+        .await
+        .expect("patched");
+    until("the new limit in the control plane", async || {
+        let f = h.cp.find_pool(h.uuid, "fast").await.ok()??;
+        (f.volume_max_size == 2 << 40).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.calls("PUT", &format!("{}{}/", h.pools_path(), found.id))
+            .await,
+        1
+    );
+
+    // The API server refuses what the pool cannot take, every problem at once.
+    let bad: StoragePool = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StoragePool",
+        "metadata": {"name": "bad"},
+        "spec": {"clusterRef": "sb", "limits": {"capacity": "lots", "iops": 10}},
+    }))
+    .expect("pool");
+    let e = h
+        .pools()
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect_err("refused");
+    let text = e.to_string();
+    assert!(text.contains("spec.limits.capacity"), "{text}");
+    assert!(
+        text.contains("pool-wide iops and throughput limits are not supported yet"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn deletion_waits_for_volumes_then_removes_pool_and_class() {
+    let h = harness("pools-delete", "").await;
+    let _c = h.start(true);
+    h.create_pool("data", json!({"clusterRef": "sb"})).await;
+    let p = h.ready("data").await;
+    let class_name = p.status.clone().expect("status").storage_class_names[0].clone();
+    let pool_id: Uuid = p
+        .status
+        .expect("status")
+        .uuid
+        .expect("uuid")
+        .parse()
+        .expect("uuid");
+    let volume =
+        h.cp.create_volume(h.uuid, pool_id, &VolumeCreate::new("pvc-1", 1 << 30))
+            .await
+            .expect("volume");
+
+    // An authored class assigned to the pool holds deletion too.
+    let authored: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "pools-delete-authored", "labels": {
+            "storage.simplyblock.io/namespace": h.ns, "storage.simplyblock.io/cluster": "sb",
+            "storage.simplyblock.io/pool": "data"}},
+        "provisioner": "csi.simplyblock.io",
+        "parameters": {"cluster_id": h.uuid.to_string(), "pool_name": "data"},
+    }))
+    .expect("class");
+    h.classes()
+        .create(&PostParams::default(), &authored)
+        .await
+        .expect("authored class");
+    h.pools()
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let m = h
+        .message("data", "StorageClasses pools-delete-authored")
+        .await;
+    assert!(m.contains("still provision from the pool"), "{m}");
+    h.classes()
+        .delete("pools-delete-authored", &DeleteParams::default())
+        .await
+        .expect("authored deleted");
+
+    let m = h.message("data", "the pool still holds 1 volume").await;
+    assert!(m.contains("pvc-1"), "{m}");
+    let p = h.pools().get("data").await.expect("held");
+    assert_eq!(p.status.expect("status").phase, PoolPhase::Deleting);
+    assert_eq!(
+        h.calls("DELETE", &format!("{}{pool_id}/", h.pools_path()))
+            .await,
+        0,
+        "no delete is sent while volumes remain"
+    );
+    assert!(
+        h.classes()
+            .get_opt(&class_name)
+            .await
+            .expect("get")
+            .is_some()
+    );
+
+    h.cp.delete_volume(h.uuid, pool_id, volume)
+        .await
+        .expect("volume deleted");
+    h.gone("data").await;
+    assert!(
+        h.classes()
+            .get_opt(&class_name)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        h.cp.find_pool(h.uuid, "data")
+            .await
+            .expect("pools")
+            .is_none()
+    );
+    assert_eq!(
+        h.calls("DELETE", &format!("{}{pool_id}/", h.pools_path()))
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_cluster_takes_its_pools_first() {
+    let h = harness("pools-cluster-delete", "").await;
+    let _c = h.start(true);
+    let name = pool::controller::default_pool_name("sb");
+    h.ready(&name).await;
+    let clusters: Api<StorageCluster> = Api::namespaced(h.kube.clone(), &h.ns);
+    clusters
+        .delete("sb", &DeleteParams::default())
+        .await
+        .expect("delete");
+    h.gone(&name).await;
+    assert!(
+        h.cp.find_pool(h.uuid, &name)
+            .await
+            .map(|p| p.is_none())
+            .unwrap_or(true)
+    );
+}
+
+#[tokio::test]
+async fn a_pool_operation_is_refused_with_a_reason() {
+    let h = harness("pools-ops", "").await;
+    let _c = h.start(false);
+    let op: StoragePoolOps = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StoragePoolOps",
+        "metadata": {"name": "rebalance"},
+        "spec": {"poolRef": "sb-default", "action": "Rebalance"},
+    }))
+    .expect("op");
+    let ops: Api<StoragePoolOps> = Api::namespaced(h.kube.clone(), &h.ns);
+    ops.create(&PostParams::default(), &op)
+        .await
+        .expect("created");
+    let status = until("the operation Failed", async || {
+        let s = ops.get("rebalance").await.ok()?.status?;
+        (s.phase == OpsPhase::Failed).then_some(s)
+    })
+    .await;
+    assert_eq!(status.message.as_deref(), Some(pool::ops::UNSUPPORTED));
+    assert!(status.completed_at.is_some());
+}
