@@ -8,6 +8,7 @@
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
 mod table;
+mod volume;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -21,12 +22,13 @@ use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_cluster::ClusterPhase;
-use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_api::storage_pool::PoolPhase;
+use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_operator::context::Context;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
-use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_operator::{cluster, deployment, node, pool};
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::TestEnv;
 
@@ -116,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
             time_scale: cli.time_scale,
             fleet: Some(sim_dir.join("fleet.yaml")),
             hosts_dir: Some(HOSTS.into()),
+            volume_files: Some(sim_dir.join("volumes")),
             ..SimConfig::new(sim_dir.join("state"))
         })?,
         "127.0.0.1:0",
@@ -165,6 +168,8 @@ async fn main() -> anyhow::Result<()> {
     tasks.push(tokio::spawn(deployment::controller::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(node::controller::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(node::workload::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(pool::controller::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(pool::ops::run(ctx.clone(), None)));
     let probe = deployment::discovery::ProbeSettings {
         image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
         service_account: "simplyblock-nodeprobe".into(),
@@ -292,18 +297,172 @@ async fn main() -> anyhow::Result<()> {
         "\n{}",
         summary(&cluster_name, &clusters, &storage_nodes).await?
     );
+    let served = match outcome {
+        Ok(()) => day_one(
+            &client,
+            &cluster_name,
+            &env.dir().join("csi"),
+            &sim_dir.join("volumes"),
+        )
+        .await
+        .map(Some),
+        Err(e) => Err(e),
+    };
     println!("kubeconfig: {}", env.kubeconfig_path().display());
-    if outcome.is_ok() && !cli.once {
-        println!("The API server, sbsim and the operator run until Ctrl-C.");
+    if served.is_ok() && !cli.once {
+        println!("The API server, sbsim, the operator and the CSI driver run until Ctrl-C.");
         tokio::signal::ctrl_c().await?;
         step("stopping");
     }
+    let outcome = match served {
+        Ok(Some(served)) => served.stop().await,
+        Ok(None) => Ok(()),
+        Err(e) => Err(e),
+    };
     for task in tasks {
         task.abort();
     }
     drop(sim);
     drop(env);
     outcome
+}
+
+/// After the cluster is Online: its default pool and StorageClass, a volume provisioned,
+/// mounted and written through the CSI driver, then a RollingRestart of the cluster while
+/// the volume stays mounted, and the file read back.
+async fn day_one(
+    client: &kube::Client,
+    cluster: &str,
+    csi_dir: &std::path::Path,
+    volume_files: &std::path::Path,
+) -> anyhow::Result<volume::Served> {
+    step("the operator gives the Online cluster its default pool and a StorageClass for it");
+    let pools: Api<StoragePool> = Api::namespaced(client.clone(), NAMESPACE);
+    let pool_name = pool::controller::default_pool_name(cluster);
+    let class = wait_for("the default pool", Duration::from_secs(60), async || {
+        let s = pools.get(&pool_name).await.ok()?.status?;
+        (s.phase == PoolPhase::Ready)
+            .then_some(s.default_storage_class_name)
+            .flatten()
+    })
+    .await?;
+    println!("\n$ kubectl get storagepools -n {NAMESPACE}");
+    print!(
+        "{}",
+        table::get(
+            client,
+            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storagepools")
+        )
+        .await?
+    );
+    println!("\n$ kubectl get storageclass {class}");
+    print!(
+        "{}",
+        table::get(
+            client,
+            &format!("/apis/storage.k8s.io/v1/storageclasses/{class}")
+        )
+        .await?
+    );
+
+    step("provisioning a 1 GiB volume from that class through the CSI driver, and mounting it");
+    let mut served =
+        volume::serve(client, NAMESPACE, &class, "pvc-demo", csi_dir, volume_files).await?;
+    println!(
+        "\nvolume {} ({} bytes, {}) from {class}",
+        served.volume.volume_id, served.volume.capacity_bytes, served.fs_type
+    );
+    if let Some(note) = &served.note {
+        println!("note: {note}");
+    }
+    let file = served.target.join("hello.txt");
+    let greeting = format!(
+        "written by the simplyblock demo into volume {}\n",
+        served.volume.volume_id
+    );
+    if served.mounted() {
+        std::fs::write(&file, &greeting)?;
+        let (used, total) = served.usage().await?;
+        println!(
+            "mounted at {}; wrote {}",
+            served.target.display(),
+            file.display()
+        );
+        println!(
+            "$ cat {}\n{greeting}filesystem: {used} of {total} bytes used",
+            file.display()
+        );
+    }
+
+    step("restarting the cluster's storage nodes one at a time (StorageClusterOps RollingRestart)");
+    let ops: Api<StorageClusterOps> = Api::namespaced(client.clone(), NAMESPACE);
+    let op_name = format!("{cluster}-rolling-restart");
+    let op: StorageClusterOps = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+        "metadata": {"name": op_name},
+        "spec": {"clusterRef": cluster, "action": "RollingRestart"},
+    }))?;
+    ops.create(&Default::default(), &op).await?;
+    let started = Instant::now();
+    let mut last = String::new();
+    let done = loop {
+        let s = ops.get(&op_name).await?.status.unwrap_or_default();
+        let line = format!(
+            "{:?}{}{}",
+            s.phase,
+            s.step
+                .state
+                .as_deref()
+                .map(|x| format!("/{x}"))
+                .unwrap_or_default(),
+            s.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+        if line != last {
+            println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+            last = line;
+        }
+        if s.phase.is_terminal() {
+            break s;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(180),
+            "the rolling restart did not finish within 3 minutes; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    println!("\n$ kubectl get storageclusterops -n {NAMESPACE}");
+    print!(
+        "{}",
+        table::get(
+            client,
+            &format!(
+                "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storageclusterops"
+            )
+        )
+        .await?
+    );
+    anyhow::ensure!(
+        done.phase == OpsPhase::Succeeded,
+        "the rolling restart ended {:?}: {}",
+        done.phase,
+        done.message.unwrap_or_default()
+    );
+    if served.mounted() {
+        let back = std::fs::read_to_string(&file)?;
+        anyhow::ensure!(
+            back == greeting,
+            "the file changed across the restart: {back:?}"
+        );
+        println!(
+            "after the rolling restart, {} still reads: {}",
+            file.display(),
+            back.trim_end()
+        );
+    }
+    Ok(served)
 }
 
 fn step(text: &str) {

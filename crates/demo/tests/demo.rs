@@ -53,4 +53,55 @@ fn the_demo_discovers_deploys_and_ends_online() {
         ),
         "{last}"
     );
+
+    // Day one: the default pool and its class, a volume through the driver, a rolling
+    // restart that leaves it readable.
+    let pool = lines
+        .iter()
+        .find(|l| l.starts_with("discovered-initial-discovery-cluster-default "))
+        .unwrap_or_else(|| panic!("no default pool in:\n{stdout}"));
+    assert_eq!(
+        &columns(pool)[1..3],
+        ["discovered-initial-discovery-cluster", "Ready"],
+        "{pool}"
+    );
+    assert!(
+        stdout.contains("$ kubectl get storageclass simplyblock-simplyblock-discovered-initial-discovery-cluster-"),
+        "{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("volume ") && l.contains(" (1073741824 bytes, ")),
+        "no volume in:\n{stdout}"
+    );
+    let restart = lines
+        .iter()
+        .find(|l| l.starts_with("discovered-initial-discovery-cluster-rolling-restart "))
+        .unwrap_or_else(|| panic!("no rolling restart in the operations table:\n{stdout}"));
+    assert_eq!(
+        &columns(restart)[1..4],
+        [
+            "discovered-initial-discovery-cluster",
+            "RollingRestart",
+            "Succeeded"
+        ],
+        "{restart}"
+    );
+    assert!(
+        stdout.contains(": Node 3/3 ("),
+        "the restart's progress names each node:\n{stdout}"
+    );
+    // Mounted where the machine can attach loop devices (CI runs as root).
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")
+        .is_ok()
+    {
+        assert!(
+            stdout.contains("still reads: written by the simplyblock demo into volume "),
+            "{stdout}"
+        );
+    }
 }
