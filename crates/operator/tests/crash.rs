@@ -8,11 +8,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
 use simplyblock_api::storage_node::NodePhase;
-use simplyblock_api::{StorageClusterOps, StorageNode};
+use simplyblock_api::storage_pool::PoolPhase;
+use simplyblock_api::{StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
@@ -204,7 +206,19 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
                     .is_some_and(|s| s.phase == NodePhase::Online)
             })
             .count();
-        if doc.phase == DeploymentPhase::Expanded && online == WORKERS.len() {
+        // The last step of the path: the Online cluster's default pool with its class.
+        let pool_ready = Api::<StoragePool>::namespaced(kube.clone(), ns)
+            .list(&Default::default())
+            .await
+            .expect("pools")
+            .items
+            .iter()
+            .any(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.phase == PoolPhase::Ready && !s.storage_class_names.is_empty()
+                })
+            });
+        if doc.phase == DeploymentPhase::Expanded && online == WORKERS.len() && pool_ready {
             break;
         }
         assert!(
@@ -265,6 +279,34 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
         .expect("ops")
         .items;
     assert_eq!(ops.len(), 1, "one activation request");
+
+    let pool_creates = log
+        .iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/storage-pools/"))
+                && answered(c)
+        })
+        .count();
+    assert_eq!(pool_creates, 1, "one pool create reached the control plane");
+    assert_eq!(cp.list_pools(clusters[0].id).await.expect("pools").len(), 1);
+    let pools = Api::<StoragePool>::namespaced(kube.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("pools")
+        .items;
+    assert_eq!(pools.len(), 1, "one default pool");
+    let classes = Api::<StorageClass>::all(kube.clone())
+        .list(&ListParams::default().labels(&format!(
+            "storage.simplyblock.io/namespace={ns},storage.simplyblock.io/pool={}",
+            pools[0].metadata.name.as_deref().unwrap_or_default()
+        )))
+        .await
+        .expect("classes")
+        .items;
+    assert_eq!(classes.len(), 1, "one StorageClass for the pool");
 }
 
 #[tokio::test]
@@ -276,7 +318,7 @@ async fn kills_at_random_moments_change_nothing() {
 async fn kills_under_control_plane_faults_change_nothing() {
     deploy_through_kills(
         "crash-faults",
-        "error:method=GET,rate=0.05,status=503;drop:method=POST,path=/api/v2/clusters/,count=1;latency:ms=20,rate=0.2",
+        "error:method=GET,rate=0.05,status=503;drop:method=POST,path=/api/v2/clusters/,count=1;drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1;latency:ms=20,rate=0.2",
         11,
     )
     .await;
