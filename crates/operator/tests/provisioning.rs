@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
@@ -193,11 +196,63 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .spec
         .template
         .spec
+        .clone()
         .and_then(|s| s.node_selector)
         .unwrap_or_default();
     assert_eq!(
         selector.get(ENROLLMENT_LABEL).map(String::as_str),
         Some("simplyblock")
+    );
+    let pod_spec = ds.spec.template.spec.clone().unwrap_or_default();
+    assert_eq!(
+        pod_spec.service_account_name.as_deref(),
+        Some("simplyblock-storage-node-simplyblock")
+    );
+    // The pods' identity may read their configuration and nothing else.
+    let role = Api::<Role>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-simplyblock")
+        .await
+        .expect("Role");
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resource_names.clone().unwrap_or_default(),
+        ["simplyblock-storage-node-config-simplyblock"]
+    );
+    assert_eq!(rules[0].verbs, ["get", "watch"]);
+    let binding = Api::<RoleBinding>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-simplyblock")
+        .await
+        .expect("RoleBinding");
+    assert_eq!(
+        binding.subjects.unwrap_or_default()[0].name,
+        "simplyblock-storage-node-simplyblock"
+    );
+    Api::<ServiceAccount>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-simplyblock")
+        .await
+        .expect("ServiceAccount");
+    // Each worker is an endpoint of the storage-node Service under its own name.
+    let slice = Api::<EndpointSlice>::namespaced(kube.clone(), NS)
+        .get("simplyblock-storage-node-api-simplyblock")
+        .await
+        .expect("EndpointSlice");
+    let mut named: Vec<(String, Vec<String>)> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .map(|e| (e.hostname.clone().unwrap_or_default(), e.addresses.clone()))
+        .collect();
+    named.sort();
+    let expected: Vec<(String, Vec<String>)> = WORKERS
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), vec![format!("10.30.0.{}", i + 1)]))
+        .collect();
+    assert_eq!(named, expected);
+    assert_eq!(
+        slice.metadata.labels.unwrap_or_default()["kubernetes.io/service-name"],
+        "simplyblock-storage-node-api"
     );
     let config = Api::<ConfigMap>::namespaced(kube.clone(), NS)
         .get("simplyblock-storage-node-config-simplyblock")

@@ -1,5 +1,6 @@
 //! The storage-node workload of a cluster: worker enrollment, the DaemonSet, the headless
-//! Service and the per-node configuration. A second controller on StorageCluster that
+//! Service with the cluster's EndpointSlice, the pods' ServiceAccount and Role, and the
+//! per-node configuration. A second controller on StorageCluster that
 //! writes none of its status.
 //!
 //! Enrollment comes first: the DaemonSet only schedules on workers carrying the
@@ -11,7 +12,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -226,9 +229,12 @@ async fn render(
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": SERVICE_NAME, "namespace": ns, "ownerReferences": [owner(cluster, false)],
                      "labels": {"app.kubernetes.io/name": "simplyblock-storage-node"}},
+        // No selector: the pods run on the host network, so the endpoint controller
+        // would publish bare addresses; the slices below give each worker its own name,
+        // `<worker>.simplyblock-storage-node-api.<namespace>.svc`, which is how the control
+        // plane reaches a node.
         "spec": {
             "clusterIP": "None",
-            "selector": {"app.kubernetes.io/name": "simplyblock-storage-node"},
             "ports": [{"name": "api", "port": ctx.snode.port, "targetPort": ctx.snode.port}],
         },
     });
@@ -237,6 +243,56 @@ async fn render(
         SERVICE_NAME,
         &format!("{MANAGER}-{name}"),
         service,
+    )
+    .await?;
+
+    let slice_name = format!("{SERVICE_NAME}-{name}");
+    let slice = endpoint_slice(
+        &ns,
+        &slice_name,
+        &name,
+        owner(cluster, true),
+        ctx.snode.port,
+        &workers(ctx, nodes).await?,
+    );
+    apply_changed(
+        &Api::<EndpointSlice>::namespaced(ctx.kube.clone(), &ns),
+        &slice_name,
+        MANAGER,
+        slice,
+    )
+    .await?;
+
+    // The pods' identity: a ServiceAccount of the cluster, allowed to read its own
+    // configuration and nothing else.
+    let account = format!("simplyblock-storage-node-{name}");
+    let owned = json!({"name": account, "namespace": ns, "labels": labels, "ownerReferences": [owner(cluster, true)]});
+    apply_changed(
+        &Api::<ServiceAccount>::namespaced(ctx.kube.clone(), &ns),
+        &account,
+        MANAGER,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned, "automountServiceAccountToken": true}),
+    )
+    .await?;
+    apply_changed(
+        &Api::<Role>::namespaced(ctx.kube.clone(), &ns),
+        &account,
+        MANAGER,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": owned,
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [config_name], "verbs": ["get", "watch"]}],
+        }),
+    )
+    .await?;
+    apply_changed(
+        &Api::<RoleBinding>::namespaced(ctx.kube.clone(), &ns),
+        &account,
+        MANAGER,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": owned,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        }),
     )
     .await?;
 
@@ -255,6 +311,7 @@ async fn render(
                 "metadata": {"labels": labels},
                 "spec": {
                     "nodeSelector": {ENROLLMENT_LABEL: name},
+                    "serviceAccountName": account,
                     "hostNetwork": true,
                     "tolerations": storage.tolerations,
                     "containers": [{
@@ -282,6 +339,84 @@ async fn render(
     )
     .await?;
     Ok(())
+}
+
+/// A worker as its endpoint: name, first internal address, readiness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    pub name: String,
+    pub address: Option<String>,
+    pub ready: bool,
+}
+
+/// The cluster's workers, read from their Nodes; a worker whose Node is gone is left out.
+async fn workers(ctx: &Context, nodes: &[StorageNode]) -> Result<Vec<Worker>, Error> {
+    let names: BTreeSet<&str> = nodes.iter().map(|n| n.spec.worker_node.as_str()).collect();
+    let api: Api<Node> = Api::all(ctx.kube.clone());
+    let mut out = Vec::new();
+    for name in names {
+        let Some(node) = api.get_opt(name).await? else {
+            continue;
+        };
+        let status = node.status.unwrap_or_default();
+        let address = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address);
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        out.push(Worker {
+            name: name.to_owned(),
+            address,
+            ready,
+        });
+    }
+    Ok(out)
+}
+
+/// The cluster's EndpointSlice of the storage-node Service: one endpoint per worker with
+/// an address, named after the worker so each gets its own DNS name. Pure.
+pub fn endpoint_slice(
+    namespace: &str,
+    name: &str,
+    cluster: &str,
+    owner: serde_json::Value,
+    port: u16,
+    workers: &[Worker],
+) -> serde_json::Value {
+    let endpoints: Vec<serde_json::Value> = workers
+        .iter()
+        .filter_map(|w| {
+            let address = w.address.as_ref()?;
+            Some(json!({
+                "addresses": [address],
+                "hostname": w.name,
+                "nodeName": w.name,
+                "conditions": {"ready": w.ready},
+            }))
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": SERVICE_NAME,
+                "endpointslice.kubernetes.io/managed-by": "storage.simplyblock.io",
+                "storage.simplyblock.io/cluster": cluster,
+                "storage.simplyblock.io/managed-by": "storagecluster",
+            },
+            "ownerReferences": [owner],
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "api", "port": port, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    })
 }
 
 /// What this process last applied to an object, by (kind, namespace, name, manager): the
@@ -341,4 +476,45 @@ where
         m.insert(key, (text, rv));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_worker_with_an_address_is_a_named_endpoint() {
+        let workers = [
+            Worker {
+                name: "worker-1".into(),
+                address: Some("10.0.0.11".into()),
+                ready: true,
+            },
+            Worker {
+                name: "worker-2".into(),
+                address: None,
+                ready: true,
+            },
+            Worker {
+                name: "worker-3".into(),
+                address: Some("10.0.0.13".into()),
+                ready: false,
+            },
+        ];
+        let slice = endpoint_slice("ns", "s", "sb", json!({}), 5000, &workers);
+        let endpoints = slice["endpoints"].as_array().expect("endpoints");
+        assert_eq!(
+            endpoints.len(),
+            2,
+            "a worker without an address is left out"
+        );
+        assert_eq!(endpoints[0]["hostname"], "worker-1");
+        assert_eq!(endpoints[0]["addresses"], json!(["10.0.0.11"]));
+        assert_eq!(endpoints[1]["conditions"]["ready"], false);
+        assert_eq!(
+            slice["metadata"]["labels"]["kubernetes.io/service-name"],
+            SERVICE_NAME
+        );
+        assert_eq!(slice["ports"][0]["port"], 5000);
+    }
 }
