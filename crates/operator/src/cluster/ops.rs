@@ -158,9 +158,9 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         target: &StorageCluster,
         machine: &Machine<'static, ClusterOpsStep>,
         obs: &Observed,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> Plan<ClusterOpsStep, Call> {
-        plan(op, target, machine, obs)
+        plan(op, target, machine, obs, now)
     }
 
     async fn execute(
@@ -407,6 +407,7 @@ pub fn plan(
     target: &StorageCluster,
     machine: &Machine<'_, ClusterOpsStep>,
     obs: &Observed,
+    now: Timestamp,
 ) -> Plan<ClusterOpsStep, Call> {
     use ClusterOpsStep::*;
     let name = &op.spec.cluster_ref;
@@ -517,7 +518,7 @@ pub fn plan(
             }
         }
         (ClusterAction::CancelTask, _) => plan_cancel(op, uuid, step, &obs.tasks),
-        (ClusterAction::RollingRestart, _) => plan_rolling(op, machine, uuid, cluster, obs),
+        (ClusterAction::RollingRestart, _) => plan_rolling(op, machine, uuid, cluster, obs, now),
         (action, step) => Plan::Fail(format!(
             "step {step} is not part of action {}; the stored status was edited by hand",
             simplyblock_statemachine::Action::name(action)
@@ -608,6 +609,7 @@ pub fn plan_rolling(
     cluster_id: Uuid,
     cluster: &simplyblock_controlplane::Cluster,
     obs: &Observed,
+    now: Timestamp,
 ) -> Plan<ClusterOpsStep, Call> {
     use ClusterOpsStep::*;
     let step = machine.state();
@@ -708,6 +710,18 @@ pub fn plan_rolling(
                 .collect();
             if live.is_empty() {
                 return wait(msg("RefreshingPod (the old pod is terminating)"));
+            }
+            // The entry time is rounded up to the second and pod creation times down: a
+            // replacement made within the entry's second would look older than the step.
+            // Deleting only from the entry's next second on keeps every replacement newer.
+            if let Some(e) = entered
+                && now < e
+            {
+                return Plan::Wait {
+                    message: msg("RefreshingPod"),
+                    after: Duration::try_from(now.duration_until(e)).unwrap_or(AWAIT_POLL),
+                    event: None,
+                };
             }
             Plan::Call {
                 call: Call::DeletePods(live),

@@ -75,7 +75,7 @@ fn plan_of(
     obs: &Observed,
 ) -> Plan<ClusterOpsStep, Call> {
     let m = ClusterSteps.machine(op, now()).expect("machine");
-    plan(op, t, &m, obs)
+    plan(op, t, &m, obs, now())
 }
 
 fn online(n: u128) -> Vec<CpNode> {
@@ -425,7 +425,7 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
     );
     // No pod at all (no kubelet): gone.
     assert!(matches!(
-        plan(&o, &t, &m, &w),
+        plan(&o, &t, &m, &w, now()),
         Plan::Advance {
             to: Move::To(AwaitingPod),
             ..
@@ -437,7 +437,7 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
         true,
     )];
     assert_eq!(
-        plan(&o, &t, &m, &w),
+        plan(&o, &t, &m, &w, now()),
         Plan::Call {
             call: Call::DeletePods(vec!["old".into()]),
             message: format!("Node 1/2 ({}): RefreshingPod", uuid(1)),
@@ -449,7 +449,7 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
         false,
     )];
     assert!(matches!(
-        plan(&o, &t, &m, &w),
+        plan(&o, &t, &m, &w, now()),
         Plan::Advance {
             to: Move::To(AwaitingPod),
             ..
@@ -457,7 +457,7 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
     ));
     let o = op("RollingRestart", Some("AwaitingPod"), rr(0, true));
     let m = ClusterSteps.machine(&o, now()).expect("machine");
-    let Plan::Wait { message, .. } = plan(&o, &t, &m, &w) else {
+    let Plan::Wait { message, .. } = plan(&o, &t, &m, &w, now()) else {
         panic!("waits for Ready");
     };
     assert!(
@@ -466,9 +466,52 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
     );
     w.pods[0].ready = true;
     assert!(matches!(
-        plan(&o, &t, &m, &w),
+        plan(&o, &t, &m, &w, now()),
         Plan::Advance {
             to: Move::To(RestartingNode),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn refreshing_deletes_only_after_the_entry_second() {
+    // Entered 300 ms into a second: the entry reads as the next whole second, and a
+    // replacement made before then would carry the earlier second and look old.
+    let t = target((1, 1));
+    let o = op("RollingRestart", Some("RefreshingPod"), rr(0, true));
+    let mid = now() + jiff::SignedDuration::from_millis(300);
+    let m = ClusterSteps.machine(&o, mid).expect("machine");
+    let entered = step_entered(&m).expect("entered");
+    assert_eq!(entered, now() + jiff::SignedDuration::from_secs(1));
+    let mut w = world(
+        ClusterStatus::Active,
+        vec![node(1, NodeStatus::Offline), node(2, NodeStatus::Online)],
+    );
+    w.pods = vec![PodView {
+        name: "old".into(),
+        created: Some(now() - jiff::SignedDuration::from_secs(60)),
+        ready: true,
+        deleting: false,
+    }];
+    let Plan::Wait { after, .. } = plan(&o, &t, &m, &w, mid) else {
+        panic!("deleted within the entry's second");
+    };
+    assert_eq!(after, Duration::from_millis(700));
+    assert_eq!(
+        plan(&o, &t, &m, &w, entered),
+        Plan::Call {
+            call: Call::DeletePods(vec!["old".into()]),
+            message: format!("Node 1/2 ({}): RefreshingPod", uuid(1)),
+        }
+    );
+    // A replacement made in the entry's next second is not old.
+    w.pods[0].name = "new".into();
+    w.pods[0].created = Some(entered);
+    assert!(matches!(
+        plan(&o, &t, &m, &w, entered),
+        Plan::Advance {
+            to: Move::To(AwaitingPod),
             ..
         }
     ));
