@@ -187,7 +187,14 @@ async fn a_cluster_is_created_once_and_reported() {
         String::from_utf8_lossy(&data["secret"].0)
     );
 
-    // Converged: further passes write nothing.
+    // Converged: once the control plane's tasks of the new cluster are done (each one
+    // leaving the window is a status change), further passes write nothing.
+    h.until("the cluster's task window empty", async |h| {
+        let c = h.clusters().get("sb").await.ok()?;
+        c.status?.tasks.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let rv = h
         .clusters()
         .get("sb")

@@ -352,6 +352,12 @@ async fn lifecycles_conform_to_the_openapi_document() {
             .find(|n| n.hostname == "w4" && n.status == NodeStatus::Online)
     })
     .await;
+    // A shutdown during the expansion is refused inside the background job, invisibly,
+    // as the control plane does: wait for the expansion to end first.
+    eventually("the expansion over", Duration::from_secs(10), || async {
+        (c.get_cluster(cid).await.ok()?.status != ClusterStatus::InExpansion).then_some(())
+    })
+    .await;
     c.suspend_storage_node(cid, n4.id, false)
         .await
         .expect("suspend");
@@ -359,7 +365,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.shutdown_storage_node(cid, n4.id, false)
         .await
         .expect("shutdown");
-    eventually("offline", Duration::from_secs(10), || async {
+    eventually("offline", Duration::from_secs(60), || async {
         (c.get_storage_node(cid, n4.id).await.ok()?.status == NodeStatus::Offline).then_some(())
     })
     .await;
