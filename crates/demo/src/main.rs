@@ -380,7 +380,7 @@ async fn day_one(
         "written by the simplyblock demo into volume {}\n",
         served.volume.volume_id
     );
-    if served.mounted() {
+    if served.mounted {
         std::fs::write(&file, &greeting)?;
         let (used, total) = served.usage().await?;
         println!(
@@ -450,7 +450,7 @@ async fn day_one(
         done.phase,
         done.message.unwrap_or_default()
     );
-    if served.mounted() {
+    if served.mounted {
         let back = std::fs::read_to_string(&file)?;
         anyhow::ensure!(
             back == greeting,

@@ -29,6 +29,8 @@ pub struct Served {
     pub volume: csi::Volume,
     pub fs_type: String,
     pub note: Option<String>,
+    /// Whether the volume is staged (and then published) on this machine.
+    pub mounted: bool,
     pub target: PathBuf,
     staging: PathBuf,
     node: NodeClient<Channel>,
@@ -178,6 +180,7 @@ pub async fn serve(
         volume,
         fs_type,
         note,
+        mounted: false,
         target,
         staging,
         node,
@@ -185,7 +188,10 @@ pub async fn serve(
         task: Some(task),
     };
     if let Some(why) = cannot_attach() {
-        served.note = Some(why);
+        served.note = Some(match served.note.take() {
+            Some(earlier) => format!("{earlier}; {why}"),
+            None => why,
+        });
         return Ok(served);
     }
     served
@@ -198,6 +204,8 @@ pub async fn serve(
             ..Default::default()
         })
         .await?;
+    // From here on, stop() releases it (unpublish of an unpublished target is a no-op).
+    served.mounted = true;
     served
         .node
         .node_publish_volume(csi::NodePublishVolumeRequest {
@@ -213,13 +221,6 @@ pub async fn serve(
 }
 
 impl Served {
-    /// Whether the volume is mounted at [`Served::target`].
-    pub fn mounted(&self) -> bool {
-        self.note
-            .as_deref()
-            .is_none_or(|n| !n.starts_with("the volume is created but not mounted"))
-    }
-
     /// Used and total bytes of the mounted filesystem, as the kubelet reads them.
     pub async fn usage(&mut self) -> anyhow::Result<(i64, i64)> {
         let stats = self
@@ -242,7 +243,7 @@ impl Served {
     /// Unpublishes and unstages (nothing stays mounted or attached), then stops the driver.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let mut result = Ok(());
-        if self.mounted() {
+        if self.mounted {
             let unpublished = self
                 .node
                 .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
