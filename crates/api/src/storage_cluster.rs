@@ -11,7 +11,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use simplyblock_statemachine::{Graph, GraphDef, StateDef, StepSnapshot, state_enum};
 
-use crate::common::{self, Stripe};
+use crate::common::{self, OpsPhase, Stripe};
+use crate::storage_cluster_ops::ClusterAction;
 
 /// The desired state of one simplyblock backend cluster.
 ///
@@ -143,6 +144,14 @@ pub struct StorageClusterSpec {
     #[schemars(range(min = 1))]
     pub max_concurrent_worker_restarts: i32,
 
+    /// How many finished StorageClusterOps (Succeeded, Failed or Aborted) of this cluster
+    /// are kept. Beyond that the operator deletes the oldest, by completion time; an
+    /// operation that has not finished is never deleted. The newest five stay listed in
+    /// `status.recentOperations` after their objects are gone. 0 keeps none.
+    #[serde(default = "default_ops_history_limit")]
+    #[schemars(range(min = 0))]
+    pub ops_history_limit: i32,
+
     /// The S3 location backups are written to, and its credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupStore>,
@@ -179,6 +188,13 @@ fn default_snode_api_port() -> i32 {
 }
 fn one() -> i32 {
     1
+}
+
+/// The default of `spec.opsHistoryLimit`.
+pub const DEFAULT_OPS_HISTORY_LIMIT: i32 = 20;
+
+fn default_ops_history_limit() -> i32 {
+    DEFAULT_OPS_HISTORY_LIMIT
 }
 
 /// The class of backend storage a cluster is built from.
@@ -638,6 +654,11 @@ pub struct StorageClusterStatus {
     /// The StorageClusterOps that holds the cluster's lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_ops_ref: Option<String>,
+    /// The cluster's last finished operations, newest first (at most 5). An entry stays
+    /// after its StorageClusterOps is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub recent_operations: Vec<OperationRecord>,
     /// What the automatic rebalancer measured last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalancing_metrics: Option<RebalancingMetrics>,
@@ -664,6 +685,24 @@ pub struct ClusterTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub retry: Option<i32>,
+}
+
+/// One finished StorageClusterOps, as the cluster remembers it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationRecord {
+    /// The name of the StorageClusterOps.
+    pub name: String,
+    /// What it did.
+    pub action: ClusterAction,
+    /// How it ended: Succeeded, Failed or Aborted.
+    pub phase: OpsPhase,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Its last status message: what it did, or why it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A worker in the node-add process.

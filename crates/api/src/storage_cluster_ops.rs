@@ -23,11 +23,13 @@ use crate::common::OpsPhase;
     status = "StorageClusterOpsStatus",
     shortname = "scops",
     category = "simplyblock",
-    doc = "One operation on a StorageCluster (activate, expand, shut down, start, restart, rolling restart, cancel a task), kept as an audit record.",
+    doc = "One operation on a StorageCluster (activate, expand, shut down, start, restart, rolling restart, cancel a task), kept as an audit record once it has finished; the cluster's spec.opsHistoryLimit says how many are kept.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
+    printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
+    printcolumn(name = "Completed", type_ = "date", json_path = ".status.completedAt"),
     printcolumn(
         name = "Message",
         type_ = "string",
@@ -38,7 +40,8 @@ use crate::common::OpsPhase;
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    selectable = ".spec.clusterRef"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.action != 'CancelTask' || has(self.cancelTask)").message(
@@ -47,7 +50,8 @@ use crate::common::OpsPhase;
 #[x_kube(validation = Rule::new("has(self.cancelTask) == has(oldSelf.cancelTask)").message("spec.cancelTask is immutable"))]
 #[x_kube(validation = Rule::new("has(self.rollingRestart) == has(oldSelf.rollingRestart)").message("spec.rollingRestart is immutable"))]
 pub struct StorageClusterOpsSpec {
-    /// The StorageCluster, in this namespace, the operation acts on. Immutable.
+    /// The StorageCluster, in this namespace, the operation acts on. Immutable. Selectable:
+    /// `kubectl get scops --field-selector spec.clusterRef=<cluster>`.
     #[schemars(length(max = 63))]
     #[x_kube(validation = Rule::new("self == oldSelf").message(
         "spec.clusterRef is immutable: an operation acts on one cluster; create another operation for another cluster"

@@ -253,6 +253,31 @@ async fn atomic_4k_writes_need_checksums() {
 }
 
 #[tokio::test]
+async fn the_ops_history_limit_defaults_to_twenty_and_is_not_negative() {
+    let (client, ns) = support::namespace("cel-ops-history").await;
+    let api = dynamic::<StorageCluster>(&client, &ns);
+    let created = create(&api, cluster("a", json!({})))
+        .await
+        .expect("a cluster without the field is admitted");
+    assert_eq!(created.data["spec"]["opsHistoryLimit"], json!(20));
+    let typed: StorageCluster =
+        serde_json::from_value(serde_json::to_value(&created).expect("json")).expect("typed");
+    assert_eq!(typed.spec.ops_history_limit, 20);
+
+    let none_kept = create(&api, cluster("b", json!({"opsHistoryLimit": 0})))
+        .await
+        .expect("0 keeps no finished operation, and is admitted");
+    assert_eq!(none_kept.data["spec"]["opsHistoryLimit"], json!(0));
+    let result = create(&api, cluster("c", json!({"opsHistoryLimit": -1}))).await;
+    assert_eq!(
+        refusal(result),
+        [
+            "spec.opsHistoryLimit: Invalid value: -1: spec.opsHistoryLimit in body should be greater than or equal to 0"
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_cluster_name_fits_a_label_value() {
     let (client, ns) = support::namespace("cel-cluster-name").await;
     let api = dynamic::<StorageCluster>(&client, &ns);

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod context;
 pub mod csi_secret;
 pub mod deployment;
+pub mod metrics_server;
 pub mod node;
 pub mod ops;
 pub mod pool;
@@ -19,8 +20,10 @@ pub mod webhooks;
 pub enum Error {
     #[error("TLS setup of the webhook server failed: {0}")]
     Tls(String),
-    #[error("the webhook server could not listen on {addr}: {source}")]
+    #[error("the {server} could not listen on {addr}: {source}")]
     Listen {
+        /// Which server: the webhook server, the metrics server.
+        server: &'static str,
         addr: String,
         #[source]
         source: std::io::Error,

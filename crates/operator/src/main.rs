@@ -2,7 +2,7 @@
 //!
 //! `run` serves the admission webhooks over TLS from a certificate issued by the
 //! operator's own CA, registers them with the API server (caBundle included), keeps the
-//! certificate fresh, and runs the controllers.
+//! certificate fresh, serves its metrics over plain HTTP, and runs the controllers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use simplyblock_operator::context::Context;
+use simplyblock_operator::metrics_server::{self, MetricsServer};
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -55,6 +56,15 @@ struct RunArgs {
         env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
     )]
     webhook_listen: SocketAddr,
+    /// Where `/metrics` (Prometheus text format) and `/healthz` are served over plain
+    /// HTTP; empty or `off` serves neither.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        env = "SIMPLYBLOCK_METRICS_ADDR",
+        value_parser = parse_listen
+    )]
+    metrics_addr: Listen,
     /// The operator's namespace: its service accounts write the single-writer fields.
     #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
     namespace: String,
@@ -105,6 +115,14 @@ struct RunArgs {
     storage_node_proxy: Option<SocketAddr>,
 }
 
+/// An address to listen on, or none.
+#[derive(Clone, Copy, Debug)]
+struct Listen(Option<SocketAddr>);
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    metrics_server::parse_listen(text).map(Listen)
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let span: jiff::Span = text
         .parse()
@@ -127,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             let RunArgs {
                 webhook_listen,
+                metrics_addr,
                 namespace,
                 webhook_service,
                 webhook_url,
@@ -183,6 +202,20 @@ async fn main() -> anyhow::Result<()> {
             };
             let server =
                 WebhookServer::bind(webhook_listen, certs.clone(), webhooks::router(ctx)).await?;
+            let metrics = match metrics_addr.0 {
+                Some(addr) => {
+                    let metrics = MetricsServer::bind(addr).await?;
+                    tracing::info!(listen = %addr, "serving /metrics and /healthz");
+                    Some(metrics)
+                }
+                None => None,
+            };
+            let metrics = async move {
+                match metrics {
+                    Some(m) => m.run().await,
+                    None => std::future::pending().await,
+                }
+            };
             webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
             tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
             tokio::spawn(certs.clone().rotate_forever());
@@ -198,6 +231,7 @@ async fn main() -> anyhow::Result<()> {
             };
             tokio::select! {
                 _ = server.run() => {}
+                _ = metrics => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}

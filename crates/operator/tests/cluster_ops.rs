@@ -1,6 +1,8 @@
 //! The StorageClusterOps controller against a real API server and sbsim: activation with
 //! exactly one control-plane call (also when its answer is lost), queueing in creation
-//! order, abort honoured and refused, and the DELETE guard answering a real delete.
+//! order, abort honoured and refused, the DELETE guard answering a real delete, the
+//! cluster's retention of finished operations and its recent history, and the metrics
+//! served over HTTP.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -212,15 +214,36 @@ impl Harness {
         ))
     }
 
+    /// The StorageCluster controller too: its steady state keeps the history.
+    fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(simplyblock_operator::cluster::controller::run(
+            self.ctx.clone(),
+            Some(self.ns.clone()),
+        ))
+    }
+
     fn ops(&self) -> Api<StorageClusterOps> {
         Api::namespaced(self.kube.clone(), &self.ns)
     }
 
+    fn clusters(&self) -> Api<StorageCluster> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
     async fn create_op(&self, name: &str, action: &str) {
+        self.create_op_with(name, action, json!({})).await;
+    }
+
+    /// An operation whose spec also carries `extra` (parameters, `abort`).
+    async fn create_op_with(&self, name: &str, action: &str, extra: Value) {
+        let mut spec = json!({"clusterRef": "sb", "action": action});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
         let op: StorageClusterOps = serde_json::from_value(json!({
             "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
             "metadata": {"name": name},
-            "spec": {"clusterRef": "sb", "action": action}
+            "spec": spec
         }))
         .expect("op");
         self.ops()
@@ -602,4 +625,221 @@ async fn rolling_restart_restarts_every_node_once_in_order() {
         );
     }
     assert_eq!(h.occurrences("sb-rolling", "NodeRestarted").await, 3);
+}
+
+/// `status.recentOperations` of the harness's cluster as (name, phase) pairs.
+async fn recent(h: &Harness) -> Vec<(String, OpsPhase)> {
+    h.clusters()
+        .get("sb")
+        .await
+        .expect("cluster")
+        .status
+        .map(|s| s.recent_operations)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.name, r.phase))
+        .collect()
+}
+
+fn named(list: &[(&str, OpsPhase)]) -> Vec<(String, OpsPhase)> {
+    list.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+}
+
+async fn gone(h: &Harness, name: &str) {
+    until(&format!("{name} deleted"), async || {
+        h.ops().get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+async fn set_history_limit(h: &Harness, limit: i32) {
+    h.clusters()
+        .patch(
+            "sb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"opsHistoryLimit": limit}})),
+        )
+        .await
+        .expect("opsHistoryLimit");
+}
+
+#[tokio::test]
+async fn finished_operations_beyond_the_limit_are_deleted_oldest_first() {
+    use OpsPhase::*;
+    let h = harness("scops-history", "", (1, 1)).await;
+    set_history_limit(&h, 2).await;
+    let _ops = h.start();
+    let _clusters = h.start_cluster_controller();
+    // One after the other, so creation and completion order agree with the names.
+    let unknown_task = json!({"cancelTask": {"taskID": "00000000-0000-0000-0000-0000000000aa"}});
+    h.create_op_with("h-1", "CancelTask", unknown_task.clone())
+        .await;
+    h.phase_is("h-1", Succeeded).await;
+    h.create_op_with(
+        "h-2",
+        "CancelTask",
+        json!({"cancelTask": {"taskID": "not-a-uuid"}}),
+    )
+    .await;
+    h.phase_is("h-2", Failed).await;
+    let mut aborted = unknown_task.clone();
+    aborted["abort"] = json!(true);
+    h.create_op_with("h-3", "CancelTask", aborted).await;
+    h.phase_is("h-3", Aborted).await;
+    h.create_op_with("h-4", "CancelTask", unknown_task.clone())
+        .await;
+    h.phase_is("h-4", Succeeded).await;
+
+    gone(&h, "h-1").await;
+    gone(&h, "h-2").await;
+    for kept in ["h-3", "h-4"] {
+        let op = h.ops().get(kept).await.expect(kept);
+        assert!(op.metadata.deletion_timestamp.is_none(), "{kept} is kept");
+    }
+    // The history outlives the objects.
+    let expected = named(&[
+        ("h-4", Succeeded),
+        ("h-3", Aborted),
+        ("h-2", Failed),
+        ("h-1", Succeeded),
+    ]);
+    until("the history of four", async || {
+        (recent(&h).await == expected).then_some(())
+    })
+    .await;
+    let records = h
+        .clusters()
+        .get("sb")
+        .await
+        .expect("cluster")
+        .status
+        .expect("status")
+        .recent_operations;
+    assert!(
+        records.iter().all(|r| r.completed_at.is_some()),
+        "{records:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.action == simplyblock_api::storage_cluster_ops::ClusterAction::CancelTask),
+        "{records:?}"
+    );
+    let failed = records.iter().find(|r| r.name == "h-2").expect("h-2");
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("not a control-plane task id")),
+        "{failed:?}"
+    );
+
+    // A running operation (frozen time holds the shutdown in Awaiting) and one queued
+    // behind it survive a limit of 0, which deletes every finished one.
+    h.clock(0.0).await;
+    h.create_op("h-5", "Shutdown").await;
+    h.step_is("h-5", "Awaiting").await;
+    h.create_op_with("h-6", "CancelTask", unknown_task).await;
+    h.phase_is("h-6", Pending).await;
+    set_history_limit(&h, 0).await;
+    gone(&h, "h-3").await;
+    gone(&h, "h-4").await;
+    for name in ["h-5", "h-6"] {
+        let op = h.ops().get(name).await.expect(name);
+        assert!(
+            op.metadata.deletion_timestamp.is_none(),
+            "{name} is not deleted"
+        );
+        assert!(!op.status.expect("status").phase.is_terminal(), "{name}");
+    }
+
+    // Both finish and go; the history keeps the newest five.
+    h.clock(1000.0).await;
+    gone(&h, "h-5").await;
+    gone(&h, "h-6").await;
+    let expected = named(&[
+        ("h-6", Succeeded),
+        ("h-5", Succeeded),
+        ("h-4", Succeeded),
+        ("h-3", Aborted),
+        ("h-2", Failed),
+    ]);
+    until("the history of the newest five", async || {
+        (recent(&h).await == expected).then_some(())
+    })
+    .await;
+}
+
+/// A GET over plain HTTP/1.1: the response's head (status line and headers) and body.
+async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.expect("response");
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    (head.to_string(), body.to_string())
+}
+
+/// The value of the sample `line_start` (name and labels) in a scrape, 0 when absent.
+fn scraped(body: &str, line_start: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn the_operation_metrics_are_served_over_http() {
+    let h = harness("scops-metrics", "", (1, 1)).await;
+    let server = simplyblock_operator::metrics_server::MetricsServer::bind(SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        0,
+    )))
+    .await
+    .expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let _served = tokio::spawn(server.run());
+
+    let (head, body) = http_get(addr, "/healthz").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "ok");
+
+    // Other tests of this binary count into the same process-wide series: compare.
+    let series = "simplyblock_storagecluster_operations_total{cluster=\"sb\",action=\"CancelTask\",result=\"failed\"}";
+    let (_, before) = http_get(addr, "/metrics").await;
+    let _c = h.start();
+    h.create_op_with(
+        "sb-cancel",
+        "CancelTask",
+        json!({"cancelTask": {"taskID": "not-a-uuid"}}),
+    )
+    .await;
+    h.phase_is("sb-cancel", OpsPhase::Failed).await;
+    // The count follows the terminal status write and its event.
+    let after = until("the failed CancelTask counted", async || {
+        let (_, after) = http_get(addr, "/metrics").await;
+        (scraped(&after, series) >= scraped(&before, series) + 1.0).then_some(after)
+    })
+    .await;
+    let (head, _) = http_get(addr, "/metrics").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    assert!(
+        after.contains("# TYPE simplyblock_storagecluster_operations_total counter"),
+        "{after}"
+    );
+    // The controller's own reconciles are counted too.
+    assert!(
+        scraped(
+            &after,
+            "simplyblock_reconcile_total{controller=\"storageclusterops\",result=\"success\"}"
+        ) >= 1.0,
+        "{after}"
+    );
 }

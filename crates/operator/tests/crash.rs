@@ -45,6 +45,8 @@ fn operator(env: &TestEnv, sim: &Server, token_file: &std::path::Path, ns: &str)
         .args(["run", "--disable-initial-discovery"])
         .arg(format!("--webhook-listen=127.0.0.1:{port}"))
         .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+        // Two runs share the machine: the metrics port is whatever is free.
+        .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--namespace={ns}"))
         .arg(format!("--watch-namespace={ns}"))
         .arg(format!("--control-plane-url={}", sim.url))

@@ -1,6 +1,7 @@
 //! The StorageCluster controller: the creation machine until the control plane has the
-//! cluster, then the steady state that reports what the control plane says, and the
-//! teardown behind the finalizer.
+//! cluster, then the steady state that reports what the control plane says and keeps the
+//! history of the cluster's operations ([`super::history`]), and the teardown behind the
+//! finalizer.
 //!
 //! Every creation step is written to `status.step` before its side effect, and every side
 //! effect is preceded by a look at whether it already happened: a cluster created by a
@@ -15,16 +16,18 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::{
     CREATION_GRAPH, ClusterPhase, CreationStep, StorageClusterStatus,
 };
+use simplyblock_api::{StorageCluster, StorageClusterOps};
 use simplyblock_controlplane::Uuid;
 use simplyblock_statemachine::{Machine, State};
 
+use super::history::History;
 use super::observe;
 use super::params::{self, BackupCredentials};
 use crate::context::{Context, requeue};
@@ -52,20 +55,33 @@ pub enum Error {
 
 /// Runs the controller until the stream ends, over every namespace or only `namespace`.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (clusters, secrets): (Api<StorageCluster>, Api<Secret>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
-    };
+    let (clusters, secrets, ops): (Api<StorageCluster>, Api<Secret>, Api<StorageClusterOps>) =
+        match &namespace {
+            Some(ns) => (
+                Api::namespaced(ctx.kube.clone(), ns),
+                Api::namespaced(ctx.kube.clone(), ns),
+                Api::namespaced(ctx.kube.clone(), ns),
+            ),
+            None => (
+                Api::all(ctx.kube.clone()),
+                Api::all(ctx.kube.clone()),
+                Api::all(ctx.kube.clone()),
+            ),
+        };
     Controller::new(clusters, watcher::Config::default())
         .owns(
             secrets,
             watcher::Config::default().labels("storage.simplyblock.io/managed-by=storagecluster"),
         )
+        // A finished operation is history for its cluster to record, and perhaps to prune.
+        .watches(ops, watcher::Config::default(), |op| {
+            let ns = op.namespace()?;
+            let finished = op.status.as_ref().is_some_and(|s| s.phase.is_terminal());
+            finished.then(|| ObjectRef::new(&op.spec.cluster_ref).within(&ns))
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("storagecluster", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "storagecluster reconcile");
             }
@@ -558,22 +574,29 @@ async fn publish_csi_entry(ctx: &Context, id: &Identity) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes the steady-state status, only when it differs from what is stored.
+/// Writes the steady-state status, only when it differs from what is stored. `false`: the
+/// history changed and the object moved since it was read (409); nothing was written.
 async fn write_steady(
     ctx: &Context,
     cluster: &StorageCluster,
     next: &StorageClusterStatus,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let current = cluster.status.clone().unwrap_or_default();
     let mut next = next.clone();
     next.observed_generation = cluster.metadata.generation;
     if current == next {
-        return Ok(());
+        return Ok(true);
+    }
+    let mut metadata = json!({"name": cluster.name_any()});
+    // The history is merged into what was read: a stale read must not overwrite entries a
+    // newer write recorded.
+    if current.recent_operations != next.recent_operations {
+        metadata["resourceVersion"] = json!(cluster.resource_version());
     }
     let body = json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2",
         "kind": "StorageCluster",
-        "metadata": {"name": cluster.name_any()},
+        "metadata": metadata,
         "status": {
             "phase": next.phase,
             "uuid": next.uuid,
@@ -585,18 +608,26 @@ async fn write_steady(
             "maxFaultTolerance": next.max_fault_tolerance,
             "maxConcurrentWorkerRestarts": next.max_fault_tolerance.map(|ftt| cluster.spec.max_concurrent_worker_restarts.min(ftt.max(1))),
             "tasks": next.tasks,
+            "recentOperations": next.recent_operations,
             "message": next.message,
             "observedGeneration": next.observed_generation,
         },
     });
-    Api::<StorageCluster>::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default())
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
-    Ok(())
+    match Api::<StorageCluster>::namespaced(
+        ctx.kube.clone(),
+        &cluster.namespace().unwrap_or_default(),
+    )
+    .patch_status(
+        &cluster.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn steady(
@@ -625,7 +656,9 @@ async fn steady(
         publish_csi_entry(ctx, &id).await?;
     }
     let tasks = ctx.cp.list_tasks(uuid).await?;
+    let history = History::read(&ctx.kube, cluster).await?;
     let mut next = observe::steady_status(status, &found, &tasks);
+    next.recent_operations = history.recent(&status.recent_operations);
     if next
         .message
         .as_deref()
@@ -642,10 +675,14 @@ async fn steady(
         );
         ctx.event(cluster, false, reason, note).await;
     }
-    write_steady(ctx, cluster, &next).await?;
+    if !write_steady(ctx, cluster, &next).await? {
+        return Ok(Action::requeue(requeue::CONFLICT));
+    }
     if next.phase == ClusterPhase::Online {
         pool::controller::ensure_default_pool(ctx, cluster).await?;
     }
+    // Only now that their records are stored.
+    history.prune(&ctx.kube, cluster).await?;
     Ok(Action::requeue(requeue::RESYNC))
 }
 

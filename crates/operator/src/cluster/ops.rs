@@ -240,6 +240,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             ctx,
         )
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("storageclusterops", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "storageclusterops reconcile");
             }

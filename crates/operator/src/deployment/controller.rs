@@ -83,6 +83,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("clusterdeploymentconfig", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "clusterdeploymentconfig reconcile");
             }

@@ -87,6 +87,7 @@ pub async fn run(ctx: Arc<Context>, probe: ProbeSettings, namespace: Option<Stri
             ctx,
         )
         .for_each(|r| async move {
+            crate::ops::metrics::reconciled("operatorops", &r);
             if let Err(e) = r {
                 tracing::debug!(error = %e, "operatorops reconcile");
             }

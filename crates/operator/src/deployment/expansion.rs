@@ -9,7 +9,8 @@ use kube::{Resource, ResourceExt};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, Environment, NodeGroup};
 use simplyblock_api::names::{label_value, storage_node_name};
 use simplyblock_api::storage_cluster::{
-    DeviceClass, OpenShift, StorageCluster, StorageClusterSpec, StorageNodesSpec,
+    DEFAULT_OPS_HISTORY_LIMIT, DeviceClass, OpenShift, StorageCluster, StorageClusterSpec,
+    StorageNodesSpec,
 };
 use simplyblock_api::storage_node::{Sizing, StorageNode, StorageNodeConfig, StorageNodeSpec};
 
@@ -104,6 +105,7 @@ pub fn cluster(doc: &ClusterDeploymentConfig) -> Option<StorageCluster> {
             warning_threshold: None,
             critical_threshold: None,
             max_concurrent_worker_restarts: 1,
+            ops_history_limit: DEFAULT_OPS_HISTORY_LIMIT,
             backup: None,
             disable_data_realignment: None,
             enable_volume_auto_placement: None,

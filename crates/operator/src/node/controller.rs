@@ -65,6 +65,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         .watches(clusters, watcher::Config::default(), of_cluster)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("storagenode", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "storagenode reconcile");
             }

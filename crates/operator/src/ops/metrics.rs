@@ -2,8 +2,11 @@
 //! `operations_total{<target>,action,result}`, `operation_duration_seconds{…}` (sum and
 //! count) and `operation_active_state{<target>}` (1 while an operation holds the lock).
 //!
+//! Beside them, for every controller, `simplyblock_reconcile_total{controller,result}`
+//! ([`reconciled`]).
+//!
 //! Kept in one process-wide registry and rendered in the Prometheus text format by
-//! [`render`]; the operator has no metrics listener yet, so nothing serves it.
+//! [`render`], which [`crate::metrics_server`] serves at `/metrics`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -71,6 +74,30 @@ pub fn finished<K: OpsResource>(op: &K, phase: OpsPhase, started_at: Option<&Tim
             ),
             0.0,
         );
+    });
+}
+
+/// A controller's reconcile ended: `result` is `success` or `error`. Results of the
+/// controller's own machinery (an object gone from its cache, a watch error) are not
+/// reconciles and are not counted.
+pub fn reconciled<T, E: 'static, Q: 'static>(
+    controller: &'static str,
+    outcome: &Result<T, kube::runtime::controller::Error<E, Q>>,
+) {
+    use kube::runtime::controller::Error;
+    let result = match outcome {
+        Ok(_) => "success",
+        Err(Error::ReconcilerFailed(..)) => "error",
+        Err(_) => return,
+    };
+    let labels: Labels = vec![
+        ("controller", controller.to_owned()),
+        ("result", result.to_owned()),
+    ];
+    with(|r| {
+        *r.counters
+            .entry(("simplyblock_reconcile_total".to_owned(), labels))
+            .or_default() += 1.0;
     });
 }
 

@@ -76,6 +76,7 @@ impl WebhookServer {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Listen {
+                server: "webhook server",
                 addr: addr.to_string(),
                 source,
             })?;
