@@ -353,11 +353,28 @@ async fn lifecycles_conform_to_the_openapi_document() {
     })
     .await;
     // A shutdown during the expansion is refused inside the background job, invisibly,
-    // as the control plane does: wait for the expansion to end first.
-    eventually("the expansion over", Duration::from_secs(10), || async {
-        (c.get_cluster(cid).await.ok()?.status != ClusterStatus::InExpansion).then_some(())
+    // as the control plane does. The node is online before the expansion task even
+    // starts, so wait for that task to finish, not for the cluster status to change. The
+    // task is read from the simulator's tables: listing a `cluster_expand` task over the
+    // API is a 500 on the real control plane, and the contract check refuses it.
+    eventually("the expansion over", Duration::from_secs(30), || async {
+        env.server
+            .sim
+            .read(|t, _| {
+                let mut expansions = t
+                    .tasks
+                    .values()
+                    .filter(|t| t.cluster_id == cid && t.function_name == "cluster_expand")
+                    .peekable();
+                expansions.peek().is_some() && expansions.all(|t| t.status == TaskStatus::Done)
+            })
+            .then_some(())
     })
     .await;
+    assert_ne!(
+        c.get_cluster(cid).await.expect("cluster").status,
+        ClusterStatus::InExpansion
+    );
     c.suspend_storage_node(cid, n4.id, false)
         .await
         .expect("suspend");
