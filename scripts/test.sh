@@ -43,4 +43,4 @@ step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests (cargo test)"
-cargo test --workspace
+cargo test --workspace --no-fail-fast
