@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -35,34 +35,52 @@ impl std::fmt::Debug for Pair {
 
 /// A CA that issues certificates.
 pub struct Authority {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
     key_pem: String,
 }
 
 impl Authority {
     /// A new self-signed CA.
     pub fn new(common_name: &str) -> Result<Authority, Error> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = name(common_name, None);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let key = KeyPair::generate().map_err(err)?;
         let key_pem = key.serialize_pem();
-        let issuer = CertifiedIssuer::self_signed(params, key).map_err(err)?;
-        Ok(Authority { issuer, key_pem })
+        let params = ca_params(common_name);
+        let cert_pem = params.self_signed(&key).map_err(err)?.pem();
+        Ok(Authority {
+            issuer: Issuer::new(params, key),
+            cert_pem,
+            key_pem,
+        })
+    }
+
+    /// A CA stored earlier as [`Authority::pair`], under the common name it was made with.
+    /// What it issues chains to the stored certificate: the issuer name is that common
+    /// name, and the key identifier is derived from the key alone.
+    pub fn from_pair(common_name: &str, pair: &Pair) -> Result<Authority, Error> {
+        let key = KeyPair::from_pem(&pair.key)
+            .map_err(|e| Error(format!("the stored CA key does not parse: {e}")))?;
+        if !pair.cert.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(Error("the stored CA certificate is not PEM".into()));
+        }
+        Ok(Authority {
+            issuer: Issuer::new(ca_params(common_name), key),
+            cert_pem: pair.cert.clone(),
+            key_pem: pair.key.clone(),
+        })
     }
 
     /// The CA certificate and key.
     pub fn pair(&self) -> Pair {
         Pair {
-            cert: self.issuer.pem(),
+            cert: self.cert_pem.clone(),
             key: self.key_pem.clone(),
         }
     }
 
     /// The CA certificate alone: what clients trust.
     pub fn cert_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
     }
 
     /// A server certificate for these DNS names and addresses.
@@ -133,6 +151,14 @@ pub fn key_pair() -> Result<(String, String), Error> {
     Ok((key.serialize_pem(), key.public_key_pem()))
 }
 
+fn ca_params(common_name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name(common_name, None);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params
+}
+
 fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
@@ -187,6 +213,45 @@ mod tests {
                 .verify_server_cert(&foreign, &[], &localhost, &[], now)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_stored_authority_issues_what_its_certificate_verifies() {
+        let original = Authority::new("stored-ca").expect("ca");
+        let reloaded = Authority::from_pair("stored-ca", &original.pair()).expect("reload");
+        assert_eq!(reloaded.cert_pem(), original.cert_pem());
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(original.cert_pem().as_bytes()).expect("ca pem"))
+            .expect("root");
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.into(),
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .build()
+        .expect("verifier");
+        let leaf = reloaded.loopback_serving("server").expect("serving");
+        let leaf = CertificateDer::from_pem_slice(leaf.cert.as_bytes()).expect("leaf pem");
+        let localhost = ServerName::try_from("localhost").expect("name");
+        verifier
+            .verify_server_cert(&leaf, &[], &localhost, &[], UnixTime::now())
+            .expect("a certificate from the reloaded CA verifies");
+
+        // The name is part of the chain: under another one nothing verifies.
+        let renamed = Authority::from_pair("another-name", &original.pair()).expect("reload");
+        let leaf = renamed.loopback_serving("server").expect("serving");
+        let leaf = CertificateDer::from_pem_slice(leaf.cert.as_bytes()).expect("leaf pem");
+        assert!(
+            verifier
+                .verify_server_cert(&leaf, &[], &localhost, &[], UnixTime::now())
+                .is_err()
+        );
+
+        let broken = Pair {
+            cert: original.cert_pem(),
+            key: "not a key".into(),
+        };
+        assert!(Authority::from_pair("stored-ca", &broken).is_err());
     }
 
     #[test]
