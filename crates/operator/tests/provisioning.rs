@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
 use simplyblock_api::storage_node::NodePhase;
@@ -266,6 +266,105 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         data["pw1"]
     );
 
+    // The storage-node API serves TLS from the cluster's own CA, for every worker's name.
+    let secrets = Api::<Secret>::namespaced(kube.clone(), NS);
+    let ca = secrets
+        .get("simplyblock-storage-node-ca-simplyblock")
+        .await
+        .expect("the CA Secret");
+    let ca_pem = ca.data.clone().unwrap_or_default()["ca.crt"].0.clone();
+    let tls = secrets
+        .get("simplyblock-storage-node-tls-simplyblock")
+        .await
+        .expect("the serving Secret");
+    assert_eq!(tls.type_.as_deref(), Some("kubernetes.io/tls"));
+    let tls_data = tls.data.clone().unwrap_or_default();
+    assert_eq!(tls_data["ca.crt"].0, ca_pem);
+    verifies(
+        &ca_pem,
+        &tls_data["tls.crt"].0,
+        "pw1.simplyblock-storage-node-api.provision.svc.cluster.local",
+    );
+    verifies(
+        &ca_pem,
+        &tls_data["tls.crt"].0,
+        "pw3.simplyblock-storage-node-api.provision.svc",
+    );
+    let template = ds.spec.template.metadata.clone().unwrap_or_default();
+    assert_eq!(
+        template.annotations.unwrap_or_default()["storage.simplyblock.io/serving-certificate-version"],
+        tls.metadata.resource_version.clone().unwrap_or_default(),
+        "the pod template names the certificate its pods get"
+    );
+    assert_eq!(
+        ds.spec
+            .update_strategy
+            .clone()
+            .and_then(|u| u.type_)
+            .as_deref(),
+        Some("OnDelete"),
+        "storage nodes restart only through the control plane"
+    );
+    assert!(
+        pod_spec
+            .volumes
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
+                == Some("simplyblock-storage-node-tls-simplyblock"))
+    );
+    // A lost serving Secret is issued again from the same CA; the CA itself stays.
+    secrets
+        .delete(
+            "simplyblock-storage-node-tls-simplyblock",
+            &DeleteParams::default(),
+        )
+        .await
+        .expect("delete the serving Secret");
+    let reissued = until(
+        "the serving Secret again",
+        Duration::from_secs(60),
+        async || {
+            secrets
+                .get_opt("simplyblock-storage-node-tls-simplyblock")
+                .await
+                .ok()?
+        },
+    )
+    .await;
+    let reissued_data = reissued.data.clone().unwrap_or_default();
+    assert_eq!(reissued_data["ca.crt"].0, ca_pem);
+    assert_ne!(reissued_data["tls.crt"].0, tls_data["tls.crt"].0);
+    verifies(
+        &ca_pem,
+        &reissued_data["tls.crt"].0,
+        "pw2.simplyblock-storage-node-api.provision.svc",
+    );
+    let ca_after = secrets
+        .get("simplyblock-storage-node-ca-simplyblock")
+        .await
+        .expect("the CA Secret");
+    assert_eq!(
+        ca_after.metadata.resource_version,
+        ca.metadata.resource_version
+    );
+    until(
+        "the template names the new certificate",
+        Duration::from_secs(60),
+        async || {
+            let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS)
+                .get("simplyblock-storage-node-simplyblock")
+                .await
+                .ok()?;
+            let a = ds.spec.template.metadata?.annotations?;
+            (a.get("storage.simplyblock.io/serving-certificate-version")
+                == reissued.metadata.resource_version.as_ref())
+            .then_some(())
+        },
+    )
+    .await;
+
     let expanded = until(
         "the document Expanded",
         Duration::from_secs(30),
@@ -280,4 +379,26 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .get("simplyblock-activate")
         .await
         .expect("activation requested");
+}
+
+/// The leaf certificate chains to the CA for `name`.
+fn verifies(ca_pem: &[u8], leaf_pem: &[u8], name: &str) {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem).expect("CA PEM"))
+        .expect("root");
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        roots.into(),
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .build()
+    .expect("verifier");
+    let leaf = CertificateDer::from_pem_slice(leaf_pem).expect("leaf PEM");
+    let server = ServerName::try_from(name.to_string()).expect("name");
+    verifier
+        .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
+        .unwrap_or_else(|e| panic!("the serving certificate does not verify for {name}: {e}"));
 }

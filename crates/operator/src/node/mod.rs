@@ -1,4 +1,5 @@
 //! StorageNode: provisioning and steady state, and the storage-node workload.
 
 pub mod controller;
+pub mod serving;
 pub mod workload;

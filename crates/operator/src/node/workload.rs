@@ -1,7 +1,7 @@
 //! The storage-node workload of a cluster: worker enrollment, the DaemonSet, the headless
-//! Service with the cluster's EndpointSlice, the pods' ServiceAccount and Role, and the
-//! per-node configuration. A second controller on StorageCluster that
-//! writes none of its status.
+//! Service with the cluster's EndpointSlice, the pods' ServiceAccount and Role, the serving
+//! certificate of the storage-node API ([`super::serving`]), and the per-node
+//! configuration. A second controller on StorageCluster that writes none of its status.
 //!
 //! Enrollment comes first: the DaemonSet only schedules on workers carrying the
 //! enrollment label, and a node waits at CheckingHost for the pod that DaemonSet runs, so
@@ -11,18 +11,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_certs::{Authority, Pair};
 
+use super::serving::{self, Decision, Recorded};
 use crate::context::{Context, requeue};
 
 /// The label whose value names the cluster a worker serves; the DaemonSet selects on it.
@@ -37,6 +40,14 @@ const MANAGER: &str = "storagenode-workload";
 pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error(
+        "the storage-node CA in Secret {secret} is unusable ({reason}); delete the Secret and a new CA is made, after which every storage node gets a new serving certificate"
+    )]
+    BrokenCa { secret: String, reason: String },
+    #[error("issuing the storage-node serving certificate failed: {0}")]
+    Issue(#[from] simplyblock_certs::Error),
+    #[error("Secret {0} changed while it was being written; retrying with a fresh read")]
+    Conflict(String),
 }
 
 /// `storage.simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label
@@ -46,14 +57,25 @@ pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
 }
 
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (clusters, nodes): (Api<StorageCluster>, Api<StorageNode>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
-    };
+    let (clusters, nodes, secrets): (Api<StorageCluster>, Api<StorageNode>, Api<Secret>) =
+        match &namespace {
+            Some(ns) => (
+                Api::namespaced(ctx.kube.clone(), ns),
+                Api::namespaced(ctx.kube.clone(), ns),
+                Api::namespaced(ctx.kube.clone(), ns),
+            ),
+            None => (
+                Api::all(ctx.kube.clone()),
+                Api::all(ctx.kube.clone()),
+                Api::all(ctx.kube.clone()),
+            ),
+        };
     Controller::new(clusters, watcher::Config::default())
+        // A lost or edited serving Secret is issued again at once, not at the next resync.
+        .owns(
+            secrets,
+            watcher::Config::default().labels("storage.simplyblock.io/managed-by=storagecluster"),
+        )
         .watches(nodes, watcher::Config::default(), |n: StorageNode| {
             Some(
                 ObjectRef::<StorageCluster>::new(&n.spec.cluster_ref)
@@ -71,6 +93,9 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 }
 
 fn error_policy(cluster: Arc<StorageCluster>, error: &Error, _: Arc<Context>) -> Action {
+    if let Error::Conflict(_) = error {
+        return Action::requeue(requeue::CONFLICT);
+    }
     tracing::warn!(cluster = %cluster.name_any(), error = %error, "rendering the storage-node workload failed; retrying");
     Action::requeue(requeue::RETRY)
 }
@@ -297,6 +322,9 @@ async fn render(
     )
     .await?;
 
+    let certificate_version = serving_certificate(ctx, cluster).await?;
+    let tls_secret = serving::tls_secret_name(&name);
+
     let image = storage
         .image
         .clone()
@@ -308,8 +336,15 @@ async fn render(
         "metadata": {"name": daemonset_name, "namespace": ns, "labels": labels, "ownerReferences": [owner(cluster, true)]},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": "simplyblock-storage-node", "storage.simplyblock.io/cluster": name}},
+            // A storage node restarts only through the control plane (Restart,
+            // RollingRestart): a changed template, a new image or certificate, reaches a
+            // node when that operation recreates its pod, never by the DaemonSet alone.
+            "updateStrategy": {"type": "OnDelete"},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {serving::TEMPLATE_ANNOTATION: certificate_version},
+                },
                 "spec": {
                     "nodeSelector": {ENROLLMENT_LABEL: name},
                     "serviceAccountName": account,
@@ -321,11 +356,20 @@ async fn render(
                         "imagePullPolicy": storage.image_pull_policy,
                         "ports": [{"name": "api", "containerPort": ctx.snode.port}],
                         "securityContext": {"privileged": true},
-                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                        "volumeMounts": [{"name": "config", "mountPath": "/etc/simplyblock/node"}],
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "SB_TLS_SERVE", "value": "1"},
+                        ],
+                        "volumeMounts": [
+                            {"name": "config", "mountPath": "/etc/simplyblock/node"},
+                            {"name": "tls", "mountPath": "/etc/simplyblock/tls", "readOnly": true},
+                        ],
                         "resources": storage.container_resources,
                     }],
-                    "volumes": [{"name": "config", "configMap": {"name": config_name}}],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": config_name}},
+                        {"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o400}},
+                    ],
                 },
             },
         },
@@ -340,6 +384,144 @@ async fn render(
     )
     .await?;
     Ok(())
+}
+
+/// The cluster's CA, made once and stored in its Secret; a concurrent maker's CA wins.
+async fn cluster_ca(ctx: &Context, cluster: &StorageCluster) -> Result<Authority, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let secret_name = serving::ca_secret_name(&cluster.name_any());
+    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    let stored = match api.get_opt(&secret_name).await? {
+        Some(s) => s,
+        None => {
+            let ca = Authority::new(serving::CA_COMMON_NAME)?;
+            let pair = ca.pair();
+            let secret: Secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {
+                    "name": secret_name, "namespace": ns,
+                    "labels": {"storage.simplyblock.io/cluster": cluster.name_any(), "storage.simplyblock.io/managed-by": "storagecluster"},
+                    "ownerReferences": [owner(cluster, true)],
+                },
+                "type": "Opaque",
+                "stringData": {"ca.crt": pair.cert, "ca.key": pair.key},
+            }))
+            .map_err(|e| Error::BrokenCa {
+                secret: secret_name.clone(),
+                reason: e.to_string(),
+            })?;
+            match api.create(&PostParams::default(), &secret).await {
+                Ok(_) => return Ok(ca),
+                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&secret_name).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let data = stored.data.unwrap_or_default();
+    let text = |k: &str| {
+        data.get(k)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .ok_or_else(|| Error::BrokenCa {
+                secret: secret_name.clone(),
+                reason: format!("{k} is missing"),
+            })
+    };
+    let pair = Pair {
+        cert: text("ca.crt")?,
+        key: text("ca.key")?,
+    };
+    Authority::from_pair(serving::CA_COMMON_NAME, &pair).map_err(|e| Error::BrokenCa {
+        secret: secret_name.clone(),
+        reason: e.to_string(),
+    })
+}
+
+/// Makes sure the serving Secret holds a current certificate from the cluster's CA; returns
+/// the Secret's resourceVersion. A new certificate is written with the resourceVersion
+/// read, so a concurrent issuer's certificate is never overwritten by a second one.
+async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<String, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let secret_name = serving::tls_secret_name(&name);
+    let ca = cluster_ca(ctx, cluster).await?;
+    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    let current = api.get_opt(&secret_name).await?;
+    let recorded = current.as_ref().map(|s| {
+        let data: BTreeMap<String, Vec<u8>> = s
+            .data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        Recorded::from_parts(&s.annotations().clone(), &data)
+    });
+    let names = serving::dns_names(&ns);
+    let now = jiff::Timestamp::now();
+    let reason = match serving::decide(now, recorded.as_ref(), &ca.cert_pem(), &names) {
+        Decision::Keep => {
+            let rv = current.and_then(|s| s.metadata.resource_version);
+            return Ok(rv.unwrap_or_default());
+        }
+        Decision::Issue(reason) => reason,
+    };
+    let not_after = now + serving::VALIDITY;
+    let dns: Vec<&str> = names.iter().map(String::as_str).collect();
+    let issued = ca.serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
+    let bytes = |s: String| ByteString(s.into_bytes());
+    let mut secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name.clone()),
+            namespace: Some(ns.clone()),
+            labels: Some(BTreeMap::from([
+                ("storage.simplyblock.io/cluster".to_string(), name.clone()),
+                (
+                    "storage.simplyblock.io/managed-by".to_string(),
+                    "storagecluster".to_string(),
+                ),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    serving::NOT_AFTER_ANNOTATION.to_string(),
+                    not_after.to_string(),
+                ),
+                (serving::NAMES_ANNOTATION.to_string(), names.join(",")),
+            ])),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), bytes(issued.cert)),
+            ("tls.key".to_string(), bytes(issued.key)),
+            ("ca.crt".to_string(), bytes(ca.cert_pem())),
+        ])),
+        ..Secret::default()
+    };
+    let written = match current {
+        None => api.create(&PostParams::default(), &secret).await,
+        Some(old) => {
+            secret.metadata.resource_version = old.metadata.resource_version;
+            api.replace(&secret_name, &PostParams::default(), &secret)
+                .await
+        }
+    };
+    let written = match written {
+        Ok(s) => s,
+        Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Conflict(secret_name)),
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(cluster = %name, secret = %secret_name, reason, not_after = %not_after, "issued the storage-node serving certificate");
+    ctx.event(
+        cluster,
+        false,
+        "ServingCertificateIssued",
+        format!(
+            "Issued the storage-node API's serving certificate in Secret {secret_name}, valid until {not_after}: {reason}."
+        ),
+    )
+    .await;
+    Ok(written.metadata.resource_version.unwrap_or_default())
 }
 
 /// A worker as its endpoint: name, first internal address, readiness.
