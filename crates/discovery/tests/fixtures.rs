@@ -38,7 +38,7 @@ fn every_fixture_reads_back_to_its_live_report() {
         assert_eq!(got, want, "{}", dir.display());
         seen += 1;
     }
-    assert!(seen >= 2, "expected the captured fixtures, found {seen}");
+    assert!(seen >= 4, "expected the captured fixtures, found {seen}");
 }
 
 #[test]
@@ -58,6 +58,50 @@ fn the_qemu_guest_shows_what_it_was_built_with() {
     let vda = r.devices.iter().find(|d| d.name == "vda").expect("vda");
     assert_eq!(vda.partition_table.as_deref(), Some("dos"));
     assert!(r.nvme_controllers.iter().any(|c| c.numa_node == 1));
+}
+
+#[test]
+fn one_controller_with_two_namespaces_backs_two_disks_and_a_gpt_is_seen() {
+    let r = probe_fixture(&hosts().join("qemu-small-multins/root"), "g");
+    let disks = |serial: &str| -> Vec<&simplyblock_discovery::report::Device> {
+        r.devices
+            .iter()
+            .filter(|d| d.serial == serial && d.parent.is_empty())
+            .collect()
+    };
+    let multi = disks("SBMULTI");
+    let names: Vec<&str> = multi.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["nvme0n1", "nvme0n2"]);
+    assert!(!multi[0].pci_address.is_empty());
+    assert_eq!(multi[0].pci_address, multi[1].pci_address, "one controller");
+    let gpt = disks("SBGPT");
+    assert_eq!(gpt.len(), 1);
+    assert_eq!(gpt[0].partition_table.as_deref(), Some("gpt"));
+    assert!(
+        r.devices.iter().any(|d| d.parent == gpt[0].name),
+        "its partition is listed"
+    );
+}
+
+#[test]
+fn controllers_on_vfio_held_by_a_process_name_that_process() {
+    use simplyblock_discovery::report::{ControllerDriver, InUse, Transport};
+    let r = probe_fixture(&hosts().join("qemu-vfio-held/root"), "g");
+    assert_eq!(r.nvme_controllers.len(), 2);
+    for c in &r.nvme_controllers {
+        assert_eq!(c.driver, ControllerDriver::VfioPci, "{c:?}");
+        assert_eq!(c.in_use, InUse::Held, "{c:?}");
+        assert!(
+            c.holders
+                .iter()
+                .any(|h| h.command == "sleep" && h.via.starts_with("/dev/vfio/")),
+            "{c:?}"
+        );
+    }
+    assert!(
+        r.devices.iter().all(|d| d.transport != Transport::NVMe),
+        "no NVMe block device while the kernel driver is not bound"
+    );
 }
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -95,7 +139,7 @@ proptest! {
     #[test]
     fn a_corrupted_fixture_never_panics_the_probe(
         picks in proptest::collection::vec((any::<prop::sample::Index>(), proptest::collection::vec(any::<u8>(), 0..64)), 1..40),
-        host in prop::sample::select(vec!["qemu-numa2-nvme", "this-machine-virtio"]),
+        host in prop::sample::select(vec!["qemu-numa2-nvme", "qemu-small-multins", "qemu-vfio-held", "this-machine-virtio"]),
     ) {
         let tmp = tempfile::tempdir().expect("tempdir");
         copy_tree(&hosts().join(host).join("root"), tmp.path());
