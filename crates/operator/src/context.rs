@@ -1,10 +1,9 @@
-//! What every controller shares: the two API clients, the event recorder, and where the
+//! What every controller shares: the two API clients, the event publisher, and where the
 //! operator runs.
 
 use std::time::Duration;
 
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// Shared by the controllers of one operator process.
 pub struct Context {
@@ -14,7 +13,7 @@ pub struct Context {
     pub cp_endpoint: String,
     /// The operator's namespace, where the CSI secret lives.
     pub namespace: String,
-    pub recorder: Recorder,
+    pub events: crate::events::Publisher,
     /// Where workers' storage-node APIs are reached.
     pub snode: SnodeSettings,
 }
@@ -50,12 +49,12 @@ impl Context {
         cp_endpoint: String,
         namespace: String,
     ) -> Context {
-        let reporter = Reporter {
-            controller: "simplyblock-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Context {
-            recorder: Recorder::new(kube.clone(), reporter),
+            events: crate::events::Publisher::new(
+                kube.clone(),
+                "simplyblock-operator",
+                std::env::var("POD_NAME").ok(),
+            ),
             kube,
             cp,
             cp_endpoint,
@@ -82,18 +81,11 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(e) = self
+            .events
+            .publish(&object.object_ref(&()), warning, reason, &note)
+            .await
+        {
             tracing::warn!(error = %e, reason, "publishing an event failed");
         }
     }

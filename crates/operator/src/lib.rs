@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod context;
 pub mod csi_secret;
 pub mod deployment;
+pub mod events;
 pub mod metrics_server;
 pub mod node;
 pub mod ops;
