@@ -38,7 +38,7 @@ fn every_fixture_reads_back_to_its_live_report() {
         assert_eq!(got, want, "{}", dir.display());
         seen += 1;
     }
-    assert!(seen >= 4, "expected the captured fixtures, found {seen}");
+    assert!(seen >= 5, "expected the captured fixtures, found {seen}");
 }
 
 #[test]
@@ -104,6 +104,35 @@ fn controllers_on_vfio_held_by_a_process_name_that_process() {
     );
 }
 
+#[test]
+fn the_full_guest_has_held_idle_and_unbound_controllers_and_a_mounted_disk() {
+    use simplyblock_discovery::report::{ControllerDriver, InUse, InterfaceKind};
+    let r = probe_fixture(&hosts().join("qemu-numa2-vfio/root"), "g");
+    assert_eq!(r.cpu.numa_nodes.len(), 2);
+    let on = |driver: ControllerDriver, in_use: InUse| {
+        r.nvme_controllers
+            .iter()
+            .filter(|c| c.driver == driver && c.in_use == in_use)
+            .count()
+    };
+    assert_eq!(on(ControllerDriver::Nvme, InUse::NotApplicable), 3);
+    assert_eq!(on(ControllerDriver::None, InUse::NotApplicable), 1);
+    assert_eq!(on(ControllerDriver::VfioPci, InUse::Held), 1);
+    assert_eq!(on(ControllerDriver::VfioPci, InUse::Idle), 1);
+    let sda = r.devices.iter().find(|d| d.name == "sda").expect("sda");
+    assert!(sda.mounts.iter().any(|m| m == "/mnt/data"), "{sda:?}");
+    let kinds: Vec<InterfaceKind> = r.interfaces.iter().map(|i| i.kind).collect();
+    for k in [
+        InterfaceKind::Bond,
+        InterfaceKind::Bridge,
+        InterfaceKind::Vlan,
+        InterfaceKind::Veth,
+        InterfaceKind::Dummy,
+    ] {
+        assert!(kinds.contains(&k), "{k:?} in {kinds:?}");
+    }
+}
+
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
@@ -139,7 +168,7 @@ proptest! {
     #[test]
     fn a_corrupted_fixture_never_panics_the_probe(
         picks in proptest::collection::vec((any::<prop::sample::Index>(), proptest::collection::vec(any::<u8>(), 0..64)), 1..40),
-        host in prop::sample::select(vec!["qemu-numa2-nvme", "qemu-small-multins", "qemu-vfio-held", "this-machine-virtio"]),
+        host in prop::sample::select(vec!["qemu-numa2-nvme", "qemu-numa2-vfio", "qemu-small-multins", "qemu-vfio-held", "this-machine-virtio"]),
     ) {
         let tmp = tempfile::tempdir().expect("tempdir");
         copy_tree(&hosts().join(host).join("root"), tmp.path());
