@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
@@ -88,9 +88,7 @@ async fn main() {
         .await
         .expect("CRDs");
     let kube = env.client().await.expect("client");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    simplyblock_testenv::create_namespace(&kube, NS)
         .await
         .expect("namespace");
     let names: Vec<String> = (1..=workers).map(|i| format!("bw{i}")).collect();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use simplyblock_api::cluster_deployment_config::{
@@ -41,9 +41,7 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
         .await
         .expect("CRDs");
     let kube = env.client().await.expect("client");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    simplyblock_testenv::create_namespace(&kube, NS)
         .await
         .expect("namespace");
     for w in ["w1", "w2", "w3"] {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -39,9 +39,7 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
         .await
         .expect("CRDs");
     let kube = env.client().await.expect("client");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    simplyblock_testenv::create_namespace(&kube, NS)
         .await
         .expect("namespace");
     let nodes: Api<Node> = Api::all(kube.clone());

@@ -1,7 +1,7 @@
 //! Events on a real API server: distinct notes stay distinct events, a repeated note
 //! becomes a series on one event.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::Resource;
 use kube::api::{Api, PostParams};
@@ -15,9 +15,7 @@ const NS: &str = "events-test";
 async fn different_notes_are_different_events_and_a_repeat_is_a_series() {
     let env = TestEnv::shared().expect("API server");
     let kube = env.client().await.expect("client");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    simplyblock_testenv::create_namespace(&kube, NS)
         .await
         .expect("namespace");
     let cm: ConfigMap =

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -55,9 +55,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .await
         .expect("CRDs");
     let kube = env.client().await.expect("client");
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    simplyblock_testenv::create_namespace(&kube, NS)
         .await
         .expect("namespace");
     let nodes_api: Api<Node> = Api::all(kube.clone());

@@ -431,3 +431,19 @@ fn kubeconfig_yaml(url: &str, ca: &Path, cert: &Path, key: &Path) -> String {
         key = key.display(),
     )
 }
+
+/// Creates the namespace a test works in; each test takes one of its own, so the tests of
+/// one binary share the API server without seeing each other's objects.
+pub async fn create_namespace(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
+    let namespace = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::all(client.clone())
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+        .map(|_| ())
+}
