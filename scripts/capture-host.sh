@@ -31,6 +31,9 @@ install_capture() { # $1 = capture output folder
     mkdir -p "$dest"
     cp -a "$1/root" "$dest/root"
     cp "$1/live-report.json" "$dest/live-report.json"
+    # git keeps no empty directory, and an empty /sys/block is not a missing one: a dot
+    # file keeps each (the probe skips dot names, which the kernel never writes).
+    find "$dest/root" -type d -empty -exec touch {}/.gitkeep \;
 }
 
 case "$mode" in

@@ -41,6 +41,33 @@ fn every_fixture_reads_back_to_its_live_report() {
     assert!(seen >= 5, "expected the captured fixtures, found {seen}");
 }
 
+/// git keeps no empty directory, so a fixture with one reads differently from a clean
+/// checkout (an empty `/sys/block` becomes a missing one); the capture keeps each with a
+/// dot file.
+#[test]
+fn no_fixture_directory_is_empty() {
+    fn walk(dir: &Path, empty: &mut Vec<PathBuf>) {
+        let mut entries = 0;
+        for entry in fs::read_dir(dir).expect("read_dir") {
+            let entry = entry.expect("entry");
+            entries += 1;
+            let kind = entry.file_type().expect("file type");
+            if kind.is_dir() {
+                walk(&entry.path(), empty);
+            }
+        }
+        if entries == 0 {
+            empty.push(dir.to_path_buf());
+        }
+    }
+    let mut empty = Vec::new();
+    walk(&hosts(), &mut empty);
+    assert!(
+        empty.is_empty(),
+        "empty directories, which git drops; touch a .gitkeep in each: {empty:?}"
+    );
+}
+
 #[test]
 fn the_qemu_guest_shows_what_it_was_built_with() {
     let r = probe_fixture(&hosts().join("qemu-numa2-nvme/root"), "g");

@@ -139,7 +139,13 @@ impl Fs for RootFs {
         self.note(path);
         let mut names = Vec::new();
         for entry in fs::read_dir(self.inside(path)?)? {
-            names.push(entry?.file_name().to_string_lossy().into_owned());
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            // The kernel's filesystems name nothing with a leading dot; a stored host tree
+            // keeps its empty directories with one, since git keeps no empty directory.
+            if name.starts_with('.') {
+                continue;
+            }
+            names.push(name);
             if names.len() > MAX_DIR_ENTRIES {
                 return Err(io::Error::other(format!("{path} has too many entries")));
             }
