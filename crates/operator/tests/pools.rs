@@ -502,6 +502,52 @@ async fn deletion_waits_for_volumes_then_removes_pool_and_class() {
     );
 }
 
+/// A pass that finds the control-plane pool already gone (a stale copy read just after the
+/// finalizer came off, or a pool deleted by hand) sends no delete of its own.
+#[tokio::test]
+async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
+    let h = harness("pools-gone", "").await;
+    let controllers = h.start(true);
+    h.create_pool("data", json!({"clusterRef": "sb"})).await;
+    let p = h.ready("data").await;
+    let pool_id: Uuid = p
+        .status
+        .expect("status")
+        .uuid
+        .expect("uuid")
+        .parse()
+        .expect("uuid");
+    let volume =
+        h.cp.create_volume(h.uuid, pool_id, &VolumeCreate::new("pvc-1", 1 << 30))
+            .await
+            .expect("volume");
+    h.pools()
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("delete");
+    h.message("data", "the pool still holds 1 volume").await;
+
+    // Stopped, so no retry slips in between the two deletes by hand; restarted, it finds
+    // the pool gone, as it would after a crash right after its own delete.
+    for task in &controllers {
+        task.abort();
+    }
+    h.cp.delete_volume(h.uuid, pool_id, volume)
+        .await
+        .expect("volume deleted");
+    h.cp.delete_pool(h.uuid, pool_id)
+        .await
+        .expect("pool deleted");
+    let _c = h.start(true);
+    h.gone("data").await;
+    assert_eq!(
+        h.calls("DELETE", &format!("{}{pool_id}/", h.pools_path()))
+            .await,
+        1,
+        "only the delete sent by hand"
+    );
+}
+
 #[tokio::test]
 async fn a_deleted_cluster_takes_its_pools_first() {
     let h = harness("pools-cluster-delete", "").await;

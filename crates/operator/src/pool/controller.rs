@@ -319,9 +319,15 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         .get_opt(&pool.spec.cluster_ref)
         .await?;
     let cluster_id = cluster.as_ref().and_then(cluster_uuid);
+    // The control-plane pool still to delete. A pass that reads a stale copy of a pool whose
+    // finalizer was just removed finds it already gone and sends no second delete.
+    let mut on_control_plane = None;
     if let (Some(cluster_id), Some(uuid)) = (cluster_id, uuid) {
         let volumes = match ctx.cp.list_volumes(cluster_id, uuid).await {
-            Ok(v) => v,
+            Ok(v) => {
+                on_control_plane = Some((cluster_id, uuid));
+                v
+            }
             Err(e) if e.is_not_found() => Vec::new(),
             Err(e) => return Err(e.into()),
         };
@@ -353,7 +359,7 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             Err(e) => return Err(e.into()),
         }
     }
-    if let (Some(cluster_id), Some(uuid)) = (cluster_id, uuid) {
+    if let Some((cluster_id, uuid)) = on_control_plane {
         match ctx.cp.delete_pool(cluster_id, uuid).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
