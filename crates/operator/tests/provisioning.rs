@@ -377,6 +377,66 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .get("simplyblock-activate")
         .await
         .expect("activation requested");
+
+    // A node the control plane has removed already (by hand, or by a pass that crashed
+    // before its finalizer came off) is not removed again: a second removal is refused,
+    // and the StorageNode would never go.
+    let pw3 = online
+        .iter()
+        .find(|n| n.spec.worker_node == "pw3")
+        .expect("pw3");
+    let cluster_id: simplyblock_controlplane::Uuid =
+        cp.list_clusters().await.expect("clusters")[0].id;
+    let node_id: simplyblock_controlplane::Uuid = pw3
+        .status
+        .as_ref()
+        .and_then(|s| s.uuid.as_deref())
+        .expect("uuid")
+        .parse()
+        .expect("uuid");
+    cp.remove_storage_node(
+        cluster_id,
+        node_id,
+        simplyblock_controlplane::NodeRemoveOptions {
+            force_remove: false,
+            force_delete: false,
+        },
+    )
+    .await
+    .expect("removed by hand");
+    until("pw3 removed", Duration::from_secs(60), async || {
+        let n = cp.get_storage_node(cluster_id, node_id).await.ok()?;
+        (n.status == simplyblock_controlplane::types::NodeStatus::Removed).then_some(())
+    })
+    .await;
+    let pw3_name = pw3.metadata.name.clone().expect("name");
+    let pw3_uid = pw3.metadata.uid.clone();
+    storage_nodes
+        .delete(&pw3_name, &DeleteParams::default())
+        .await
+        .expect("delete pw3");
+    until(
+        "the StorageNode of pw3 gone",
+        Duration::from_secs(30),
+        async || match storage_nodes.get_opt(&pw3_name).await.ok()? {
+            Some(n) if n.metadata.uid == pw3_uid => None,
+            _ => Some(()),
+        },
+    )
+    .await;
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    let calls: Vec<Value> = serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+    let removals = calls
+        .iter()
+        .filter(|c| {
+            c["method"] == "DELETE"
+                && c["path"] == format!("/api/v2/clusters/{cluster_id}/storage-nodes/{node_id}/")
+        })
+        .count();
+    assert_eq!(removals, 1, "only the removal sent by hand");
 }
 
 /// The leaf certificate chains to the CA for `name`.

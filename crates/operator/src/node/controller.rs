@@ -24,7 +24,9 @@ use simplyblock_api::storage_node::{
     DeviceCounts, NodePhase, NodeResources, PROVISIONING_GRAPH, ProvisioningStep, StorageNodeStatus,
 };
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_controlplane::{NodeRemoveOptions, SnodeClient, SnodeConfig, StorageNodeAdd, Uuid};
+use simplyblock_controlplane::{
+    NodeRemoveOptions, SnodeClient, SnodeConfig, StorageNodeAdd, Uuid, types::NodeStatus,
+};
 use simplyblock_statemachine::Machine;
 
 use crate::context::{Context, requeue};
@@ -857,6 +859,14 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     else {
         return Ok(Action::await_change());
     };
+    // Already removed (a pass before a crash, or a stale copy read just after the finalizer
+    // came off): the control plane refuses a second removal, so none is sent.
+    match ctx.cp.get_storage_node(cluster_id, uuid).await {
+        Ok(n) if n.status == NodeStatus::Removed => return Ok(Action::await_change()),
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => return Ok(Action::await_change()),
+        Err(e) => return Err(e.into()),
+    }
     // Removing is one call here; the audited StorageNodeOps Remove replaces it.
     match ctx
         .cp
