@@ -61,6 +61,10 @@ struct Args {
     /// The host NQN; by default derived from the Node's UID (or the node name without Kubernetes).
     #[arg(long)]
     host_nqn: Option<String>,
+    /// The NVMe host id sent with the host NQN; by default the UUID the host NQN carries
+    /// (the Node's UID), or one derived from the NQN's text.
+    #[arg(long)]
+    host_id: Option<uuid::Uuid>,
     /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG).
     /// `--kubernetes=false` skips it: topology is then the hostname segment only. The
     /// default is true inside a pod (KUBERNETES_SERVICE_HOST set), else false.
@@ -122,7 +126,10 @@ async fn main() -> anyhow::Result<()> {
             )
         });
         let attacher: Arc<dyn Attacher> = match a.attacher {
-            AttacherKind::Nvmeof => Arc::new(NvmeofAttacher::default()),
+            AttacherKind::Nvmeof => Arc::new(NvmeofAttacher {
+                host_id: a.host_id,
+                ..NvmeofAttacher::default()
+            }),
             AttacherKind::Loop => {
                 Arc::new(LoopAttacher::new(a.loop_dir.clone().unwrap_or_default()))
             }

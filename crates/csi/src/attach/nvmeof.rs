@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use simplyblock_controlplane::ConnectEntry;
+use uuid::Uuid;
 
 use super::{Attacher, Target};
 use crate::error::{CsiError, Result};
@@ -26,7 +27,9 @@ const EALREADY: i32 = 114;
 pub struct NvmeofAttacher {
     pub sys: PathBuf,
     pub fabrics: PathBuf,
-    pub host_id: Option<String>,
+    /// The host id sent with the node's own host NQN; `None` derives it from the NQN
+    /// ([`host_id_for`]).
+    pub host_id: Option<Uuid>,
 }
 
 impl Default for NvmeofAttacher {
@@ -45,7 +48,21 @@ pub struct ConnectAuth {
     pub dhchap_secret: Option<String>,
     pub dhchap_ctrl_secret: Option<String>,
     pub hostnqn: Option<String>,
+    pub hostid: Option<String>,
     pub tls: bool,
+}
+
+/// The NVMe host id that goes with a host NQN. The kernel keeps one host per
+/// (hostnqn, hostid) pair and refuses a connect whose hostnqn or hostid another pair
+/// already holds, which a custom hostnqn sent with the default hostid runs into. A
+/// `…:uuid:<uuid>` NQN (ours carry the Node's UID) pairs with that UUID, as nvme-cli
+/// pairs `/etc/nvme/hostnqn` with `/etc/nvme/hostid`; any other NQN gets a UUID derived
+/// from its text, the same on every connect and every restart.
+pub fn host_id_for(host_nqn: &str) -> Uuid {
+    host_nqn
+        .rsplit_once(":uuid:")
+        .and_then(|(_, u)| Uuid::parse_str(u).ok())
+        .unwrap_or_else(|| crate::handle::uuid_for_name(host_nqn))
 }
 
 /// Parse `--flag=value` and `--flag value` forms out of a connect command line.
@@ -70,6 +87,7 @@ pub fn parse_connect_auth(line: &str) -> ConnectAuth {
             "--dhchap-secret" | "-S" => a.dhchap_secret = value(),
             "--dhchap-ctrl-secret" | "-C" => a.dhchap_ctrl_secret = value(),
             "--hostnqn" | "-q" => a.hostnqn = value(),
+            "--hostid" | "-I" => a.hostid = value(),
             "--tls" => a.tls = true,
             _ => {}
         }
@@ -78,12 +96,14 @@ pub fn parse_connect_auth(line: &str) -> ConnectAuth {
     a
 }
 
-/// The option string written to `/dev/nvme-fabrics` for one path.
+/// The option string written to `/dev/nvme-fabrics` for one path. The host is the
+/// connect line's `--hostnqn` if it names one, else the node's; its id is the line's
+/// `--hostid`, else `host_id` when the host is the node's own, else derived from the NQN.
 pub fn fabrics_options(
     e: &ConnectEntry,
     nqn: &str,
     host_nqn: &str,
-    host_id: Option<&str>,
+    host_id: Option<Uuid>,
 ) -> String {
     let auth = parse_connect_auth(&e.connect);
     let transport = if e.transport.is_empty() {
@@ -105,8 +125,11 @@ pub fn fabrics_options(
     ];
     if !host.is_empty() {
         o.push(format!("hostnqn={host}"));
-    }
-    if let Some(id) = host_id {
+        let id = match (&auth.hostid, host_id) {
+            (Some(line), _) => line.clone(),
+            (None, Some(own)) if host == host_nqn => own.to_string(),
+            _ => host_id_for(host).to_string(),
+        };
         o.push(format!("hostid={id}"));
     }
     if !e.host_iface.is_empty() {
@@ -291,7 +314,7 @@ impl NvmeofAttacher {
         {
             return Ok(());
         }
-        let options = fabrics_options(e, &t.nqn, &t.host_nqn, self.host_id.as_deref());
+        let options = fabrics_options(e, &t.nqn, &t.host_nqn, self.host_id);
         let fabrics = self.fabrics.clone();
         let opts = options.clone();
         let job = tokio::task::spawn_blocking(move || write_fabrics(&fabrics, &opts));
@@ -429,12 +452,21 @@ mod tests {
 
     #[test]
     fn fabrics_options_use_the_node_ctrl_loss_and_the_line_credentials() {
-        let o = fabrics_options(&entry("10.0.0.1"), "ignored", "nqn.node", Some("hid"));
+        // The line names its own host: its id is derived from that NQN, not the node's.
+        let o = fabrics_options(
+            &entry("10.0.0.1"),
+            "ignored",
+            "nqn.node",
+            Some(Uuid::from_u128(7)),
+        );
         assert_eq!(
             o,
-            "nqn=nqn.2023-02.io.simplyblock:c:lvol:v,transport=tcp,traddr=10.0.0.1,trsvcid=4420,\
-             hostnqn=nqn.h:1,hostid=hid,nr_io_queues=4,reconnect_delay=2,ctrl_loss_tmo=1800,\
-             keep_alive_tmo=5,dhchap_secret=DHHC-1:00:abc:,dhchap_ctrl_secret=DHHC-1:00:def:"
+            format!(
+                "nqn=nqn.2023-02.io.simplyblock:c:lvol:v,transport=tcp,traddr=10.0.0.1,trsvcid=4420,\
+                 hostnqn=nqn.h:1,hostid={},nr_io_queues=4,reconnect_delay=2,ctrl_loss_tmo=1800,\
+                 keep_alive_tmo=5,dhchap_secret=DHHC-1:00:abc:,dhchap_ctrl_secret=DHHC-1:00:def:",
+                host_id_for("nqn.h:1")
+            )
         );
         assert!(!redact(&o).contains("abc"));
         let bare = ConnectEntry {
@@ -444,8 +476,44 @@ mod tests {
         };
         assert_eq!(
             fabrics_options(&bare, "nqn.x", "nqn.node", None),
-            "nqn=nqn.x,transport=tcp,traddr=1.2.3.4,trsvcid=4420,hostnqn=nqn.node,ctrl_loss_tmo=1800"
+            format!(
+                "nqn=nqn.x,transport=tcp,traddr=1.2.3.4,trsvcid=4420,hostnqn=nqn.node,hostid={},ctrl_loss_tmo=1800",
+                host_id_for("nqn.node")
+            )
         );
+    }
+
+    #[test]
+    fn the_host_id_pairs_with_the_host_nqn() {
+        // Regression: a custom hostnqn went out with the kernel's default hostid, which
+        // kernels that keep one host per (hostnqn, hostid) refuse.
+        let uid = "3f0e3a52-7b1c-4e39-9d6e-0c1e1d2f3a4b";
+        let node = crate::handle::host_nqn(uid);
+        assert_eq!(host_id_for(&node).to_string(), uid);
+        let bare = ConnectEntry {
+            ip: "1.2.3.4".into(),
+            port: 4420,
+            ..Default::default()
+        };
+        assert!(
+            fabrics_options(&bare, "nqn.x", &node, None).contains(&format!(",hostid={uid},")),
+            "the Node UID in the host NQN is the host id"
+        );
+        // A configured id wins for the node's own NQN.
+        let own = Uuid::from_u128(9);
+        assert!(
+            fabrics_options(&bare, "nqn.x", &node, Some(own)).contains(&format!(",hostid={own},"))
+        );
+        // An NQN without a UUID gets a derived id, stable and distinct per NQN.
+        assert_eq!(host_id_for("nqn.a"), host_id_for("nqn.a"));
+        assert_ne!(host_id_for("nqn.a"), host_id_for("nqn.b"));
+        // A --hostid on the control plane's line is sent as given.
+        let lined = ConnectEntry {
+            connect: "nvme connect --hostnqn=nqn.h:1 --hostid=abc-1".into(),
+            ..bare
+        };
+        let o = fabrics_options(&lined, "nqn.x", &node, Some(own));
+        assert!(o.contains(",hostnqn=nqn.h:1,hostid=abc-1,"), "{o}");
     }
 
     #[test]
