@@ -13,7 +13,10 @@ pub enum Access {
     Mount { fs_type: String, flags: Vec<String> },
 }
 
-/// Check one capability: single-node access only, a known fsType.
+/// Check one capability: single-node writer or reader access, a known fsType. The
+/// single-writer and multi-writer modes are for drivers that advertise the
+/// `SINGLE_NODE_MULTI_WRITER` capability, which this one does not: a CO that honours the
+/// spec sends SINGLE_NODE_WRITER for ReadWriteOnce and ReadWriteOncePod alike.
 pub fn check(cap: &VolumeCapability) -> Result<(Access, bool)> {
     let mode = cap
         .access_mode
@@ -21,10 +24,14 @@ pub fn check(cap: &VolumeCapability) -> Result<(Access, bool)> {
         .map(|m| Mode::try_from(m.mode).unwrap_or(Mode::Unknown))
         .unwrap_or(Mode::Unknown);
     let read_only = match mode {
-        Mode::SingleNodeWriter | Mode::SingleNodeSingleWriter | Mode::SingleNodeMultiWriter => {
-            false
-        }
+        Mode::SingleNodeWriter => false,
         Mode::SingleNodeReaderOnly => true,
+        Mode::SingleNodeSingleWriter | Mode::SingleNodeMultiWriter => {
+            return Err(CsiError::InvalidArgument(format!(
+                "access mode {} is not supported: the driver does not advertise SINGLE_NODE_MULTI_WRITER; use SINGLE_NODE_WRITER (ReadWriteOnce)",
+                mode.as_str_name()
+            )));
+        }
         Mode::Unknown => {
             return Err(CsiError::InvalidArgument(
                 "volume_capability has no access_mode".into(),
@@ -108,6 +115,13 @@ mod tests {
             .expect("ro block"),
             (Access::Block, true)
         );
+        for m in [Mode::SingleNodeMultiWriter, Mode::SingleNodeSingleWriter] {
+            let e = check(&cap(m, mount(""))).expect_err("not advertised");
+            assert!(
+                e.to_string().contains("SINGLE_NODE_WRITER"),
+                "says what to use: {e}"
+            );
+        }
         let e = check(&cap(Mode::MultiNodeMultiWriter, mount(""))).expect_err("multi");
         assert!(e.to_string().contains("MULTI_NODE_MULTI_WRITER"), "{e}");
         assert!(check(&cap(Mode::SingleNodeWriter, None)).is_err());
