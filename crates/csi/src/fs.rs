@@ -180,6 +180,32 @@ pub fn umount_cmd(target: &Path) -> Cmd {
     Cmd::new("umount", &[]).arg(target.display().to_string())
 }
 
+/// A lazy unmount: detaches a dead mount at once, where a plain unmount can hang or fail
+/// on a filesystem whose device is gone.
+pub fn lazy_umount_cmd(target: &Path) -> Cmd {
+    Cmd::new("umount", &["-l"]).arg(target.display().to_string())
+}
+
+/// Whether the mount at `path` is dead (host I/O): its root answers EIO, ENOTCONN or
+/// ESTALE (a shut-down filesystem, a device that went away after every path was lost), or
+/// the block device it was mounted from no longer exists. statvfs alone does not tell: a
+/// shut-down xfs still answers it, and ext4 keeps answering from cache after its device
+/// is gone.
+pub fn is_dead(path: &Path) -> bool {
+    use rustix::io::Errno;
+    let dead = |e: &Errno| matches!(*e, Errno::IO | Errno::NOTCONN | Errno::STALE);
+    match rustix::fs::stat(path) {
+        Err(e) => dead(&e),
+        Ok(st) => {
+            let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+            if major != 0 && !Path::new(&format!("/sys/dev/block/{major}:{minor}")).exists() {
+                return true;
+            }
+            matches!(rustix::fs::statvfs(path), Err(e) if dead(&e))
+        }
+    }
+}
+
 /// Grow a mounted filesystem to its device.
 pub fn grow_cmd(fs: &str, dev: &Path, mount_point: &Path) -> Result<Cmd> {
     match fs {
@@ -274,7 +300,17 @@ pub async fn unmount_all(path: &Path) -> Result<()> {
         if mount_at(&mounts()?, path).is_none() {
             return Ok(());
         }
-        run(&umount_cmd(path)).await?;
+        if is_dead(path) {
+            tracing::warn!(path = %path.display(), "the mount is dead; unmounting it lazily");
+            run(&lazy_umount_cmd(path)).await?;
+            continue;
+        }
+        if let Err(e) = run(&umount_cmd(path)).await {
+            if !is_dead(path) {
+                return Err(e);
+            }
+            run(&lazy_umount_cmd(path)).await?;
+        }
     }
     Err(CsiError::Internal(format!(
         "{} is still mounted after 8 unmounts",

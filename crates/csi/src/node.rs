@@ -189,13 +189,14 @@ impl NodeService {
             && !block
             && r.device.as_ref().is_some_and(|d| Path::new(&m.source) == d)
         {
-            // Mounted and ours. A dead mount (all paths lost) answers statvfs with EIO:
-            // restage it, remounting what was recorded, never formatting.
-            if fs::usage(&staging).is_ok() {
+            // Mounted and ours. A dead mount (all paths lost, the filesystem shut down) is
+            // restaged: unmounted lazily, reattached, and what was recorded remounted,
+            // never formatted.
+            if !fs::is_dead(&staging) {
                 return Ok(());
             }
             tracing::warn!(volume = %req.volume_id, "staged mount is dead; restaging");
-            fs::run(&fs::umount_cmd(&staging)).await?;
+            fs::run(&fs::lazy_umount_cmd(&staging)).await?;
         }
 
         let target = self.target(&h, &req.volume_id).await?;

@@ -598,3 +598,66 @@ async fn node_labels_become_the_node_topology() {
         .expect("delete node");
     driver.stop().await;
 }
+
+/// A command's stdout, panicking with its stderr when it fails.
+fn sh(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_staging_mount_is_restaged_and_unstaged_lazily() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let v = create(&mut ctl, "dead", s.sim.params(), None)
+        .await
+        .expect("create");
+    let (staging, _) = paths(s.dir.path(), "dead");
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("stage");
+    {
+        let f = std::fs::File::create(staging.join("f")).expect("create file");
+        use std::io::Write;
+        (&f).write_all(b"kept").expect("write");
+        f.sync_all().expect("sync");
+    }
+    // Shut the filesystem down, as xfs does when its device fails: the mount stays in the
+    // table but its root answers EIO (statvfs still succeeds).
+    let shutdown = || {
+        sh(
+            "xfs_io",
+            &["-x", "-c", "shutdown", &staging.display().to_string()],
+        )
+    };
+    shutdown();
+    assert!(fs::is_dead(&staging), "the shut-down mount reads as dead");
+
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("restage");
+    assert!(!fs::is_dead(&staging), "restaged: a live mount");
+    assert_eq!(mounted(&staging).expect("mounted").fs_type, "xfs");
+    assert_eq!(
+        std::fs::read_to_string(staging.join("f")).expect("read"),
+        "kept",
+        "the recorded filesystem was remounted, not formatted"
+    );
+
+    shutdown();
+    unstage(&mut node, &v, &staging).await;
+    assert!(mounted(&staging).is_none(), "the dead mount is gone");
+    assert!(
+        simplyblock_csi::record::load(&s.driver.state_dir, &v.volume_id)
+            .expect("r")
+            .is_none()
+    );
+}
