@@ -145,6 +145,17 @@ pub fn page<T: Clone>(all: &[T], max: i32, token: &str) -> Result<(Vec<T>, Strin
     Ok((all[start..end].to_vec(), next))
 }
 
+/// How long CreateVolume waits for a leftover of the same name to be deleted.
+const LEFTOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// What one create attempt found.
+enum Created {
+    /// The volume (new or adopted) and its pool.
+    Volume(Uuid, Box<CpVolume>),
+    /// A leftover of the same name is being deleted: its pool and id.
+    Leftover(Uuid, Uuid),
+}
+
 struct Placement {
     cluster: Uuid,
     pool: Uuid,
@@ -204,8 +215,9 @@ impl ControllerService {
         Ok(None)
     }
 
-    /// Send the create (plain, from a snapshot, or a clone of a volume); returns the
-    /// volume's pool and id. A 409 is reconciled by name.
+    /// Create the volume, or adopt the online one of the same name and size. A leftover of
+    /// the same name that is not online (a create that failed half-way) is deleted, its
+    /// deletion waited for, and the volume created again, all in this call.
     async fn create_or_adopt(
         &self,
         pl: &Placement,
@@ -213,6 +225,46 @@ impl ControllerService {
         p: &ClassParams,
         size: u64,
     ) -> Result<(Uuid, CpVolume)> {
+        for _ in 0..2 {
+            match self.create_once(pl, req, p, size).await? {
+                Created::Volume(pool, v) => return Ok((pool, *v)),
+                Created::Leftover(pool, id) => self.wait_deleted(pl, pool, id, &req.name).await?,
+            }
+        }
+        Err(CsiError::Aborted(format!(
+            "the name {:?} was taken again by a volume that is not online while it was being recreated; the create is retried",
+            req.name
+        )))
+    }
+
+    /// Wait until the control plane has finished deleting volume `id`.
+    async fn wait_deleted(&self, pl: &Placement, pool: Uuid, id: Uuid, name: &str) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            match pl.client.get_volume(pl.cluster, pool, id).await {
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.into()),
+                Ok(v) if v.status == VolumeStatus::Deleted => return Ok(()),
+                Ok(_) => {}
+            }
+            if start.elapsed() > LEFTOVER_WAIT {
+                return Err(CsiError::Aborted(format!(
+                    "the leftover volume {id} named {name:?} is still being deleted after {LEFTOVER_WAIT:?}; the create is retried"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Send the create (plain, from a snapshot, or a clone of a volume) once. A 409 is
+    /// reconciled by name.
+    async fn create_once(
+        &self,
+        pl: &Placement,
+        req: &csi::CreateVolumeRequest,
+        p: &ClassParams,
+        size: u64,
+    ) -> Result<Created> {
         use csi::volume_content_source::Type as Src;
         let name = req.name.as_str();
         let src = req
@@ -317,7 +369,7 @@ impl ControllerService {
             Ok(id) => {
                 for pool in &pools {
                     match pl.client.get_volume(pl.cluster, *pool, id).await {
-                        Ok(v) => return Ok((*pool, v)),
+                        Ok(v) => return Ok(Created::Volume(*pool, Box::new(v))),
                         Err(e) if e.is_not_found() => continue,
                         Err(e) => return Err(e.into()),
                     }
@@ -336,12 +388,16 @@ impl ControllerService {
                     )));
                 };
                 if v.status == VolumeStatus::InDeletion {
-                    return Err(CsiError::ControlPlane(e));
+                    return Ok(Created::Leftover(pool, v.id));
                 }
                 if !is_online(&v) {
                     tracing::warn!(volume = %v.id, status = %v.status, "deleting a leftover volume of the same name before recreating it");
-                    pl.client.delete_volume(pl.cluster, pool, v.id).await?;
-                    return Err(CsiError::ControlPlane(e));
+                    match pl.client.delete_volume(pl.cluster, pool, v.id).await {
+                        Ok(()) => {}
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    return Ok(Created::Leftover(pool, v.id));
                 }
                 if v.size != want {
                     return Err(CsiError::AlreadyExists(format!(
@@ -349,7 +405,7 @@ impl ControllerService {
                         v.size
                     )));
                 }
-                Ok((pool, v))
+                Ok(Created::Volume(pool, Box::new(v)))
             }
             Err(e) => Err(e.into()),
         }

@@ -23,6 +23,9 @@ pub enum CsiError {
     /// No cluster or pool can take the volume.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// Another operation on the same object is still under way; a retry will succeed.
+    #[error("{0}")]
+    Aborted(String),
     /// A pagination token the driver did not hand out.
     #[error("starting token {0:?} is not one this driver issued; restart the listing without it")]
     BadToken(String),
@@ -70,7 +73,7 @@ impl CsiError {
             CsiError::FailedPrecondition(_) => Code::FailedPrecondition,
             CsiError::OutOfRange(_) => Code::OutOfRange,
             CsiError::ResourceExhausted(_) => Code::ResourceExhausted,
-            CsiError::BadToken(_) => Code::Aborted,
+            CsiError::BadToken(_) | CsiError::Aborted(_) => Code::Aborted,
             CsiError::Unimplemented(_) => Code::Unimplemented,
             CsiError::UnknownCluster(_) => Code::Unavailable,
             CsiError::ControlPlane(e) => match e {

@@ -661,3 +661,61 @@ async fn a_dead_staging_mount_is_restaged_and_unstaged_lazily() {
             .is_none()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_of_the_same_name_is_deleted_and_recreated_in_one_call() {
+    let s = setup().await;
+    let (_, ctl, _) = s.driver.clients().await;
+    let c = &s.sim.client;
+    let old = c
+        .create_volume(
+            s.sim.cluster,
+            s.sim.pool,
+            &simplyblock_controlplane::VolumeCreate::new("leftover", 1 << 30),
+        )
+        .await
+        .expect("leftover");
+    // Freeze sim time: the deletion stays in progress and holds the name.
+    s.sim.server.sim.clock.set_scale(0.0);
+    c.delete_volume(s.sim.cluster, s.sim.pool, old)
+        .await
+        .expect("delete");
+    let mut ctl2 = ctl.clone();
+    let params = s.sim.params();
+    let call = tokio::spawn(async move { create(&mut ctl2, "leftover", params, None).await });
+    // The driver's create met the name (409) while the leftover was being deleted.
+    eventually(
+        "the driver's create to meet the leftover",
+        std::time::Duration::from_secs(30),
+        || async {
+            let calls = c
+                .raw(
+                    simplyblock_controlplane::Method::GET,
+                    "/../../_sim/calls",
+                    &[],
+                    None,
+                )
+                .await
+                .ok()?;
+            let calls: Vec<serde_json::Value> = serde_json::from_slice(&calls.body).ok()?;
+            calls
+                .iter()
+                .any(|x| x["method"] == "POST" && x["status"] == 409)
+                .then_some(())
+        },
+    )
+    .await;
+    s.sim.server.sim.clock.set_scale(1000.0);
+    let v = call
+        .await
+        .expect("join")
+        .expect("recreated in the same call");
+    let h = simplyblock_csi::handle::VolumeHandle::parse(&v.volume_id).expect("handle");
+    assert_ne!(h.volume, old, "a new volume");
+    let got = c
+        .get_volume(s.sim.cluster, s.sim.pool, h.volume)
+        .await
+        .expect("get");
+    assert_eq!(got.name, "leftover");
+    assert_eq!(got.status, simplyblock_controlplane::VolumeStatus::Online);
+}
