@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use simplyblock_controlplane::{
-    Client, Snapshot as CpSnapshot, SnapshotStatus, Volume as CpVolume, VolumeClone, VolumeCreate,
-    VolumeStatus,
+    Client, ConnectEntry, Snapshot as CpSnapshot, SnapshotStatus, Volume as CpVolume, VolumeClone,
+    VolumeCreate, VolumeStatus,
 };
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
@@ -297,6 +297,7 @@ impl ControllerService {
                     max_namespace_per_subsys: Some(p.max_namespace_per_subsys.max(1)),
                     namespaced: p.max_namespace_per_subsys > 1,
                     encrypt: p.encryption,
+                    do_replicate: p.replicate,
                     ..VolumeCreate::new(name, size)
                 };
                 pl.client.create_volume(pl.cluster, pl.pool, &body).await
@@ -426,12 +427,13 @@ fn volume_context(
     v: &CpVolume,
     p: &ClassParams,
     seg: &Option<(String, String)>,
-    connections: Option<String>,
+    paths: Option<&[ConnectEntry]>,
 ) -> HashMap<String, String> {
     let mut m = HashMap::new();
     m.insert(vc::CLUSTER_ID.into(), cluster.to_string());
     m.insert(vc::NAME.into(), v.id.to_string());
     m.insert(vc::UUID.into(), v.id.to_string());
+    m.insert(vc::MODEL.into(), v.id.to_string());
     m.insert(vc::NQN.into(), v.nqn.clone());
     m.insert(vc::NS_ID.into(), v.ns_id.to_string());
     m.insert(vc::POOL_ID.into(), pool.to_string());
@@ -447,10 +449,45 @@ fn volume_context(
     if let Some((k, val)) = seg {
         m.insert(k.clone(), val.clone());
     }
-    if let Some(c) = connections {
-        m.insert(vc::CONNECTIONS.into(), c);
+    p.format.to_context(&mut m);
+    if let Some(paths) = paths {
+        if let Ok(c) = serde_json::to_string(
+            &paths
+                .iter()
+                .map(|e| serde_json::json!({"ip": e.ip, "port": e.port}))
+                .collect::<Vec<_>>(),
+        ) {
+            m.insert(vc::CONNECTIONS.into(), c);
+        }
+        // One set of tunables for every path: the primary's.
+        if let Some(primary) = paths.first() {
+            params::PathTunables::from_entry(primary).to_context(&mut m);
+        }
+        if let Some(t) = paths
+            .iter()
+            .find_map(|e| e.target_lvol_id.clone().filter(|t| !t.is_empty()))
+        {
+            m.insert(vc::TARGET_LVOL_ID.into(), t);
+        }
     }
     m
+}
+
+/// The topology a new volume is reachable from: the segment its cluster was chosen by and
+/// the DHCHAP pool label, in one segment set (a Node must match both).
+fn accessible_topology(seg: &Option<(String, String)>, dhchap: Option<&str>) -> Vec<csi::Topology> {
+    let mut segments: HashMap<String, String> = HashMap::new();
+    if let Some((k, v)) = seg {
+        segments.insert(k.clone(), v.clone());
+    }
+    if let Some(key) = dhchap {
+        segments.insert(key.to_string(), "allowed".into());
+    }
+    if segments.is_empty() {
+        vec![]
+    } else {
+        vec![csi::Topology { segments }]
+    }
 }
 
 fn caps_of(list: &[Cap]) -> Vec<csi::ControllerServiceCapability> {
@@ -491,31 +528,25 @@ impl Controller for ControllerService {
         let p = ClassParams::parse(&req.parameters)?;
         let range = req.capacity_range.unwrap_or_default();
         let size = params::volume_size(range.required_bytes, range.limit_bytes)?;
+        if let Some(max) = p.max_size
+            && size > max
+        {
+            return Err(CsiError::OutOfRange(format!(
+                "the volume would have {size} bytes, above the StorageClass's max_size of {max} bytes; ask for less or use a class with a larger max_size"
+            ))
+            .into());
+        }
         let _g = self.names.lock(&req.name).await;
         let pl = self.place(&p, &req).await?;
         let (pool, v) = self.create_or_adopt(&pl, &req, &p, size).await?;
         // Publish: the paths go into the volume context, primary first.
-        let connections = match pl.client.connect_volume(pl.cluster, pool, v.id, None).await {
-            Ok(c) => serde_json::to_string(
-                &c.iter()
-                    .map(|e| serde_json::json!({"ip": e.ip, "port": e.port}))
-                    .collect::<Vec<_>>(),
-            )
-            .ok(),
+        let paths = match pl.client.connect_volume(pl.cluster, pool, v.id, None).await {
+            Ok(c) => Some(c),
             Err(e) => {
                 tracing::warn!(volume = %v.id, error = %e, "no connection info at create; the node refreshes it at stage");
                 None
             }
         };
-        let topology = pl
-            .segment
-            .as_ref()
-            .map(|(k, val)| {
-                vec![csi::Topology {
-                    segments: [(k.clone(), val.clone())].into_iter().collect(),
-                }]
-            })
-            .unwrap_or_default();
         let handle = VolumeHandle {
             cluster: pl.cluster,
             pool: PoolRef::Id(pool),
@@ -525,9 +556,19 @@ impl Controller for ControllerService {
             volume: Some(csi::Volume {
                 capacity_bytes: v.size as i64,
                 volume_id: handle.to_string(),
-                volume_context: volume_context(pl.cluster, pool, &v, &p, &pl.segment, connections),
+                volume_context: volume_context(
+                    pl.cluster,
+                    pool,
+                    &v,
+                    &p,
+                    &pl.segment,
+                    paths.as_deref(),
+                ),
                 content_source: req.volume_content_source,
-                accessible_topology: topology,
+                accessible_topology: accessible_topology(
+                    &pl.segment,
+                    p.dhchap_node_selector.as_deref(),
+                ),
             }),
         }))
     }
@@ -1025,6 +1066,91 @@ mod tests {
             page(&all, -1, "").expect_err("neg").code(),
             tonic::Code::InvalidArgument
         );
+    }
+
+    #[test]
+    fn the_volume_context_carries_the_keys_the_node_reads() {
+        let (c, pool, id) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let v = CpVolume {
+            id,
+            nqn: "nqn.x".into(),
+            ns_id: 1,
+            fabric: "TCP".into(),
+            ..Default::default()
+        };
+        let mut params = HashMap::new();
+        params.insert("cluster_id".to_string(), c.to_string());
+        params.insert("pool_name".to_string(), "p".to_string());
+        params.insert("tune2fs_reserved_blocks".to_string(), "1".to_string());
+        params.insert("xfs_su".to_string(), "16k".to_string());
+        params.insert("xfs_sw".to_string(), "2".to_string());
+        params.insert("mkfs_options".to_string(), "-b 4096".to_string());
+        let p = ClassParams::parse(&params).expect("params");
+        let paths = [
+            ConnectEntry {
+                ip: "10.0.0.1".into(),
+                port: 4420,
+                reconnect_delay: 2,
+                nr_io_queues: 3,
+                ctrl_loss_tmo: 60,
+                host_iface: "eth1".into(),
+                ..Default::default()
+            },
+            ConnectEntry {
+                ip: "10.0.0.2".into(),
+                port: 4420,
+                target_lvol_id: Some("lvol-b".into()),
+                ..Default::default()
+            },
+        ];
+        let m = volume_context(c, pool, &v, &p, &None, Some(&paths));
+        let get = |k: &str| m.get(k).map(String::as_str);
+        assert_eq!(get("model"), Some(id.to_string()).as_deref());
+        assert_eq!(get("uuid"), get("model"));
+        assert_eq!(get("targetType"), Some("tcp"));
+        assert_eq!(get("reconnectDelay"), Some("2"), "the primary's tunables");
+        assert_eq!(get("nrIoQueues"), Some("3"));
+        assert_eq!(get("ctrlLossTmo"), Some("60"));
+        assert_eq!(get("hostIface"), Some("eth1"));
+        assert_eq!(get("targetLvolID"), Some("lvol-b"));
+        assert_eq!(
+            get("connections"),
+            Some(r#"[{"ip":"10.0.0.1","port":4420},{"ip":"10.0.0.2","port":4420}]"#)
+        );
+        assert_eq!(get("tune2fs_reserved_blocks"), Some("1"));
+        assert_eq!((get("xfs_su"), get("xfs_sw")), (Some("16k"), Some("2")));
+        assert_eq!(get("mkfs_options"), Some("-b 4096"));
+        assert!(!m.contains_key("encryption"));
+        // Without connection info: no path keys at all.
+        let m = volume_context(c, pool, &v, &p, &None, None);
+        for k in [
+            "connections",
+            "reconnectDelay",
+            "nrIoQueues",
+            "targetLvolID",
+        ] {
+            assert!(!m.contains_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn accessible_topology_joins_the_zone_and_the_dhchap_pool() {
+        assert!(accessible_topology(&None, None).is_empty());
+        let zone = Some((params::topo::ZONE.to_string(), "z1".to_string()));
+        let t = accessible_topology(&zone, Some("simplyblock.io/pool.p1"));
+        assert_eq!(t.len(), 1, "one segment set: a Node must match both");
+        assert_eq!(
+            t[0].segments.get(params::topo::ZONE).map(String::as_str),
+            Some("z1")
+        );
+        assert_eq!(
+            t[0].segments
+                .get("simplyblock.io/pool.p1")
+                .map(String::as_str),
+            Some("allowed")
+        );
+        let t = accessible_topology(&None, Some("simplyblock.io/pool.p1"));
+        assert_eq!(t[0].segments.len(), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::error::{CsiError, Result};
 use crate::exec::{self, Cmd};
+use crate::params::FormatParams;
 
 /// The filesystem formatted onto a blank device when the request names none.
 pub const DEFAULT_FS: &str = "ext4";
@@ -112,18 +113,51 @@ pub fn blkid_cmd(dev: &Path) -> Cmd {
     Cmd::new("blkid", &["-p", "-o", "export"]).arg(dev.display().to_string())
 }
 
-/// mkfs with the default options: ext4 without `orphan_file` (older kernels cannot mount
-/// it), xfs without large extent counters (likewise).
-pub fn mkfs_cmd(fs: &str, dev: &Path) -> Result<Cmd> {
+/// mkfs for a proven-blank device. The default options keep the filesystem mountable by
+/// older kernels: ext4 without `orphan_file`, xfs without large extent counters. The
+/// class's `mkfs_options` replace those defaults rather than adding to them; the quiet
+/// flag and ext4's `-F` (the device is whole, with no partition table, which mke2fs
+/// would otherwise ask about) stay. xfs gets the class's stripe geometry for its data and
+/// log sections.
+pub fn mkfs_cmd(fs: &str, dev: &Path, p: &FormatParams) -> Result<Cmd> {
     let d = dev.display().to_string();
-    match fs {
-        // -F: the device is whole (no partition table), which mke2fs would otherwise ask
-        // about; the probe already proved it blank.
-        "ext4" => Ok(Cmd::new("mkfs.ext4", &["-F", "-q", "-O", "^orphan_file"]).arg(d)),
+    let (mut c, defaults): (Cmd, &[&str]) = match fs {
+        "ext4" => (
+            Cmd::new("mkfs.ext4", &["-F", "-q"]),
+            &["-O", "^orphan_file"],
+        ),
         // No -f: mkfs.xfs itself refuses a device with a signature, a second guard.
-        "xfs" => Ok(Cmd::new("mkfs.xfs", &["-q", "-i", "nrext64=0"]).arg(d)),
-        other => Err(unsupported(other)),
+        "xfs" => (Cmd::new("mkfs.xfs", &["-q"]), &["-i", "nrext64=0"]),
+        other => return Err(unsupported(other)),
+    };
+    match &p.mkfs_options {
+        Some(o) => {
+            for w in o {
+                c = c.arg(w.clone());
+            }
+        }
+        None => {
+            for w in defaults {
+                c = c.arg(*w);
+            }
+        }
     }
+    if fs == "xfs"
+        && let Some((su, sw)) = &p.xfs_stripe
+    {
+        c = c
+            .arg("-d")
+            .arg(format!("su={su},sw={sw}"))
+            .arg("-l")
+            .arg(format!("su={su}"));
+    }
+    Ok(c.arg(d))
+}
+
+/// `tune2fs -m`: the class's reserved-block percentage, applied to ext4 right after mkfs.
+pub fn tune2fs_cmd(fs: &str, dev: &Path, p: &FormatParams) -> Option<Cmd> {
+    let pct = p.reserved_blocks.as_ref().filter(|_| fs == "ext4")?;
+    Some(Cmd::new("tune2fs", &["-m", pct]).arg(dev.display().to_string()))
 }
 
 fn unsupported(fs: &str) -> CsiError {
@@ -295,6 +329,7 @@ pub async fn run(cmd: &Cmd) -> Result<()> {
 }
 
 /// Unmount every mount stacked at `path` (repeated publish after a crash can stack them).
+/// A dead mount is unmounted lazily.
 pub async fn unmount_all(path: &Path) -> Result<()> {
     for _ in 0..8 {
         if mount_at(&mounts()?, path).is_none() {
@@ -378,17 +413,54 @@ mod tests {
     #[test]
     fn mkfs_commands_carry_the_default_options() {
         let d = Path::new("/dev/loop3");
+        let none = FormatParams::default();
         assert_eq!(
-            mkfs_cmd("ext4", d).expect("ext4").to_string(),
+            mkfs_cmd("ext4", d, &none).expect("ext4").to_string(),
             "mkfs.ext4 -F -q -O ^orphan_file /dev/loop3"
         );
         assert_eq!(
-            mkfs_cmd("xfs", d).expect("xfs").to_string(),
+            mkfs_cmd("xfs", d, &none).expect("xfs").to_string(),
             "mkfs.xfs -q -i nrext64=0 /dev/loop3"
         );
-        assert!(mkfs_cmd("btrfs", d).is_err());
+        assert!(mkfs_cmd("btrfs", d, &none).is_err());
+        assert!(
+            tune2fs_cmd("ext4", d, &none).is_none(),
+            "unset leaves mke2fs's default"
+        );
         assert!(check_fs_type("").is_ok());
         assert!(check_fs_type("vfat").is_err());
+    }
+
+    #[test]
+    fn class_format_parameters_replace_the_defaults_and_add_the_stripe() {
+        let d = Path::new("/dev/loop3");
+        let p = FormatParams {
+            mkfs_options: Some(vec!["-b".into(), "4096".into()]),
+            xfs_stripe: Some(("64k".into(), 4)),
+            reserved_blocks: Some("0".into()),
+        };
+        assert_eq!(
+            mkfs_cmd("ext4", d, &p).expect("ext4").to_string(),
+            "mkfs.ext4 -F -q -b 4096 /dev/loop3",
+            "class options replace -O ^orphan_file; the stripe is xfs-only"
+        );
+        assert_eq!(
+            mkfs_cmd("xfs", d, &p).expect("xfs").to_string(),
+            "mkfs.xfs -q -b 4096 -d su=64k,sw=4 -l su=64k /dev/loop3"
+        );
+        let stripe_only = FormatParams {
+            xfs_stripe: Some(("16k".into(), 1)),
+            ..Default::default()
+        };
+        assert_eq!(
+            mkfs_cmd("xfs", d, &stripe_only).expect("xfs").to_string(),
+            "mkfs.xfs -q -i nrext64=0 -d su=16k,sw=1 -l su=16k /dev/loop3"
+        );
+        assert_eq!(
+            tune2fs_cmd("ext4", d, &p).map(|c| c.to_string()).as_deref(),
+            Some("tune2fs -m 0 /dev/loop3")
+        );
+        assert!(tune2fs_cmd("xfs", d, &p).is_none());
     }
 
     #[test]

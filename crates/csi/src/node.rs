@@ -15,6 +15,7 @@ use crate::error::{CsiError, Result};
 use crate::fs::{self, Probe};
 use crate::handle::{self, VolumeHandle};
 use crate::locks::KeyLocks;
+use crate::params::{FormatParams, PathTunables};
 use crate::proto::csi::v1 as csi;
 use crate::proto::csi::v1::node_server::Node;
 use crate::record::{self, StageRecord};
@@ -169,6 +170,8 @@ impl NodeService {
             .ok_or_else(|| CsiError::InvalidArgument("volume_capability is required".into()))?;
         let (access, read_only) = caps::check(cap)?;
         let h = VolumeHandle::parse(&req.volume_id)?;
+        let format_params = FormatParams::parse(&req.volume_context)?;
+        let tunables = PathTunables::from_context(&req.volume_context)?;
         let staging = PathBuf::from(&req.staging_target_path);
         let _g = self.locks.lock(&req.volume_id).await;
 
@@ -199,7 +202,10 @@ impl NodeService {
             fs::run(&fs::lazy_umount_cmd(&staging)).await?;
         }
 
-        let target = self.target(&h, &req.volume_id).await?;
+        let mut target = self.target(&h, &req.volume_id).await?;
+        for p in &mut target.paths {
+            tunables.fill(p);
+        }
         let mut rec = old.clone().unwrap_or(StageRecord {
             volume_id: req.volume_id.clone(),
             cluster: h.cluster,
@@ -241,7 +247,7 @@ impl NodeService {
         let (fs_name, format) = plan_filesystem(&probe, &fs_type, rec.fs_type.as_deref())?;
         if format {
             tracing::info!(volume = %req.volume_id, device = %device.display(), fs = %fs_name, "formatting a blank volume");
-            fs::run(&fs::mkfs_cmd(&fs_name, &device)?).await?;
+            fs::run(&fs::mkfs_cmd(&fs_name, &device, &format_params)?).await?;
             // Prove the format took before mounting it.
             match fs::probe(&device).await {
                 Probe::Filesystem(f) if f == fs_name => {}
@@ -250,6 +256,9 @@ impl NodeService {
                         "mkfs.{fs_name} ran but the device probes as {other:?}"
                     )));
                 }
+            }
+            if let Some(c) = fs::tune2fs_cmd(&fs_name, &device, &format_params) {
+                fs::run(&c).await?;
             }
         }
         let opts = fs::mount_options(&fs_name, &flags, read_only);

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use simplyblock_controlplane::ConnectEntry;
 use uuid::Uuid;
 
 use crate::error::{CsiError, Result};
@@ -19,6 +20,19 @@ pub mod vc {
     pub const CONNECTIONS: &str = "connections";
     pub const POOL_ID: &str = "poolID";
     pub const ENCRYPTION: &str = "encryption";
+    /// The lvol id again, under the name the node's device lookup reads.
+    pub const MODEL: &str = "model";
+    /// Set after a failover: the volume that now serves; preferred over `uuid`.
+    pub const TARGET_LVOL_ID: &str = "targetLvolID";
+    pub const RECONNECT_DELAY: &str = "reconnectDelay";
+    pub const NR_IO_QUEUES: &str = "nrIoQueues";
+    pub const CTRL_LOSS_TMO: &str = "ctrlLossTmo";
+    pub const HOST_IFACE: &str = "hostIface";
+    // Class parameters the node applies when it formats, carried under their own names.
+    pub const TUNE2FS_RESERVED_BLOCKS: &str = "tune2fs_reserved_blocks";
+    pub const MKFS_OPTIONS: &str = "mkfs_options";
+    pub const XFS_SU: &str = "xfs_su";
+    pub const XFS_SW: &str = "xfs_sw";
 }
 
 /// Topology keys.
@@ -50,6 +64,256 @@ pub struct ClassParams {
     pub npcs: u32,
     pub priority_class: u32,
     pub pvc_name: Option<String>,
+    /// Growth cap in bytes (`max_size`); volumes are not created above it.
+    pub max_size: Option<u64>,
+    /// `replicate`: sent as `do_replicate`.
+    pub replicate: bool,
+    /// `dhchap_node_selector`: a `simplyblock.io/pool.<…>` Node label key; the volume is
+    /// reachable only from Nodes labelled with it `allowed`.
+    pub dhchap_node_selector: Option<String>,
+    /// How the node formats the volume.
+    pub format: FormatParams,
+}
+
+/// How a blank volume is formatted: read from the StorageClass at CreateVolume, carried in
+/// the volume context under the same keys, read again by the node (which also serves
+/// volumes whose context was written by hand).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FormatParams {
+    /// `mkfs_options`: replaces the default mkfs options.
+    pub mkfs_options: Option<Vec<String>>,
+    /// `xfs_su` and `xfs_sw`: the stripe unit (as mkfs.xfs spells sizes) and width.
+    pub xfs_stripe: Option<(String, u32)>,
+    /// `tune2fs_reserved_blocks`: the percentage of ext4 blocks reserved for root, set by
+    /// `tune2fs -m` after mkfs. Unset leaves mke2fs's default.
+    pub reserved_blocks: Option<String>,
+}
+
+/// `xfs_su`: a number of bytes with an optional `k`, `m` or `g`, a multiple of the 4 KiB
+/// block size (mkfs.xfs refuses a log stripe unit that is not).
+fn parse_stripe_unit(v: &str) -> Result<String> {
+    let t = v.trim().to_ascii_lowercase();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'g')) => (&t[..i], 1 << 30),
+        _ => (t.as_str(), 1),
+    };
+    let bytes = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|b| *b > 0);
+    match bytes {
+        Some(b) if b % 4096 == 0 => Ok(t),
+        Some(_) => Err(CsiError::InvalidArgument(format!(
+            "parameter xfs_su={v:?} is not a multiple of the 4 KiB filesystem block, which mkfs.xfs requires of a stripe unit; use for example 16k or 64k"
+        ))),
+        None => Err(CsiError::InvalidArgument(format!(
+            "parameter xfs_su={v:?} is not a stripe unit: give bytes or a k, m or g suffix, for example 16k"
+        ))),
+    }
+}
+
+impl FormatParams {
+    /// Read and check the format keys of a StorageClass or a volume context.
+    pub fn parse(p: &HashMap<String, String>) -> Result<Self> {
+        let get = |k: &str| p.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let mut out = FormatParams::default();
+        if let Some(v) = get(vc::MKFS_OPTIONS) {
+            let words: Vec<String> = v.split_whitespace().map(String::from).collect();
+            if !words[0].starts_with('-') {
+                return Err(CsiError::InvalidArgument(format!(
+                    "parameter mkfs_options={v:?} must start with an option (-…); the driver adds the device itself"
+                )));
+            }
+            out.mkfs_options = Some(words);
+        }
+        match (get(vc::XFS_SU), get(vc::XFS_SW)) {
+            (None, None) => {}
+            (Some(su), Some(sw)) => {
+                let su = parse_stripe_unit(su)?;
+                let sw = sw.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    CsiError::InvalidArgument(format!(
+                        "parameter xfs_sw={sw:?} is not a stripe width: give a positive whole number of stripe units, for example 1"
+                    ))
+                })?;
+                out.xfs_stripe = Some((su, sw));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(CsiError::InvalidArgument(
+                    "parameters xfs_su and xfs_sw describe one stripe geometry: set both or neither"
+                        .into(),
+                ));
+            }
+        }
+        if let Some(v) = get(vc::TUNE2FS_RESERVED_BLOCKS) {
+            match v.parse::<f64>() {
+                Ok(pct) if (0.0..=50.0).contains(&pct) => out.reserved_blocks = Some(v.into()),
+                _ => {
+                    return Err(CsiError::InvalidArgument(format!(
+                        "parameter tune2fs_reserved_blocks={v:?} is not a percentage tune2fs -m accepts: give a number from 0 to 50, for example 0 or 5"
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The keys to carry in the volume context (only those set).
+    pub fn to_context(&self, m: &mut HashMap<String, String>) {
+        if let Some(o) = &self.mkfs_options {
+            m.insert(vc::MKFS_OPTIONS.into(), o.join(" "));
+        }
+        if let Some((su, sw)) = &self.xfs_stripe {
+            m.insert(vc::XFS_SU.into(), su.clone());
+            m.insert(vc::XFS_SW.into(), sw.to_string());
+        }
+        if let Some(r) = &self.reserved_blocks {
+            m.insert(vc::TUNE2FS_RESERVED_BLOCKS.into(), r.clone());
+        }
+    }
+}
+
+/// Per-path NVMe-oF tunables carried in the volume context, one set for every path. The
+/// node fills them into the paths the control plane gives at stage only where a path
+/// leaves them unset: the fresh answer is the newer word. The controller-loss timeout is
+/// recorded but the node always uses its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathTunables {
+    pub reconnect_delay: Option<u32>,
+    pub nr_io_queues: Option<u32>,
+    pub ctrl_loss_tmo: Option<i64>,
+    pub host_iface: Option<String>,
+}
+
+impl PathTunables {
+    /// The tunables of one path as the control plane publishes it (zero or empty is unset).
+    pub fn from_entry(e: &ConnectEntry) -> Self {
+        PathTunables {
+            reconnect_delay: Some(e.reconnect_delay).filter(|n| *n > 0),
+            nr_io_queues: Some(e.nr_io_queues).filter(|n| *n > 0),
+            ctrl_loss_tmo: Some(e.ctrl_loss_tmo).filter(|n| *n != 0),
+            host_iface: Some(e.host_iface.clone()).filter(|s| !s.is_empty()),
+        }
+    }
+
+    pub fn to_context(&self, m: &mut HashMap<String, String>) {
+        if let Some(v) = self.reconnect_delay {
+            m.insert(vc::RECONNECT_DELAY.into(), v.to_string());
+        }
+        if let Some(v) = self.nr_io_queues {
+            m.insert(vc::NR_IO_QUEUES.into(), v.to_string());
+        }
+        if let Some(v) = self.ctrl_loss_tmo {
+            m.insert(vc::CTRL_LOSS_TMO.into(), v.to_string());
+        }
+        if let Some(v) = &self.host_iface {
+            m.insert(vc::HOST_IFACE.into(), v.clone());
+        }
+    }
+
+    pub fn from_context(m: &HashMap<String, String>) -> Result<Self> {
+        fn num<T: std::str::FromStr>(m: &HashMap<String, String>, key: &str) -> Result<Option<T>> {
+            match m.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => v.parse().map(Some).map_err(|_| {
+                    CsiError::InvalidArgument(format!(
+                        "volume context {key}={v:?} is not a whole number; correct or remove it in the PersistentVolume's volumeAttributes"
+                    ))
+                }),
+            }
+        }
+        Ok(PathTunables {
+            reconnect_delay: num(m, vc::RECONNECT_DELAY)?,
+            nr_io_queues: num(m, vc::NR_IO_QUEUES)?,
+            ctrl_loss_tmo: num(m, vc::CTRL_LOSS_TMO)?,
+            host_iface: m
+                .get(vc::HOST_IFACE)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
+        })
+    }
+
+    /// Fill what the path leaves unset.
+    pub fn fill(&self, e: &mut ConnectEntry) {
+        if e.reconnect_delay == 0
+            && let Some(v) = self.reconnect_delay
+        {
+            e.reconnect_delay = v;
+        }
+        if e.nr_io_queues == 0
+            && let Some(v) = self.nr_io_queues
+        {
+            e.nr_io_queues = v;
+        }
+        if e.ctrl_loss_tmo == 0
+            && let Some(v) = self.ctrl_loss_tmo
+        {
+            e.ctrl_loss_tmo = v;
+        }
+        if e.host_iface.is_empty()
+            && let Some(v) = &self.host_iface
+        {
+            e.host_iface = v.clone();
+        }
+    }
+}
+
+/// A size with an optional suffix, as the control plane reads sizes: `G` is 10^9, `Gi`
+/// is 2^30 (likewise K, M, T, P); a bare number is bytes.
+pub fn parse_size(key: &str, v: &str) -> Result<u64> {
+    let t = v.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let mult: Option<u64> = match suffix.trim() {
+        "" | "B" => Some(1),
+        "K" | "k" | "KB" => Some(1_000),
+        "M" | "MB" => Some(1_000_000),
+        "G" | "GB" => Some(1_000_000_000),
+        "T" | "TB" => Some(1_000_000_000_000),
+        "P" | "PB" => Some(1_000_000_000_000_000),
+        "Ki" | "KiB" => Some(1 << 10),
+        "Mi" | "MiB" => Some(1 << 20),
+        "Gi" | "GiB" => Some(1 << 30),
+        "Ti" | "TiB" => Some(1 << 40),
+        "Pi" | "PiB" => Some(1 << 50),
+        _ => None,
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .zip(mult)
+        .and_then(|(n, m)| n.checked_mul(m))
+        .ok_or_else(|| {
+            CsiError::InvalidArgument(format!(
+                "parameter {key}={v:?} is not a size: give bytes or a number with a suffix such as 500Gi or 1T"
+            ))
+        })
+}
+
+/// The prefix of the Node labels that gate DHCHAP pools.
+fn check_dhchap_selector(v: &str) -> Result<String> {
+    let key = v.trim();
+    let name = key.strip_prefix(topo::POOL_PREFIX).unwrap_or_default();
+    let valid_name = !name.is_empty()
+        && key.len() - "simplyblock.io/".len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if valid_name {
+        Ok(key.to_string())
+    } else {
+        Err(CsiError::InvalidArgument(format!(
+            "parameter dhchap_node_selector={v:?} is not a pool label key: the node plugin reports only Node labels {}<pool> (valued allowed) as topology, so use that form, for example {}pool1",
+            topo::POOL_PREFIX,
+            topo::POOL_PREFIX
+        )))
+    }
 }
 
 fn parse_bool(key: &str, v: &str) -> Result<bool> {
@@ -150,6 +414,22 @@ impl ClassParams {
                 "distr_npcs" => out.npcs = parse_num(k, v)?,
                 "lvol_priority_class" => out.priority_class = parse_num(k, v)?,
                 "csi.storage.k8s.io/pvc/name" => out.pvc_name = Some(v.clone()),
+                "max_size" => {
+                    out.max_size = Some(parse_size(k, v)?).filter(|n| *n > 0);
+                }
+                "replicate" => out.replicate = parse_bool(k, v)?,
+                // The v2 create has no compression setting: only "false" can be honoured.
+                "compression" if parse_bool(k, v)? => {
+                    return Err(CsiError::InvalidArgument(
+                        "parameter compression=true cannot be honoured: the control plane's volume API has no compression setting, so the volume would be created uncompressed; remove the parameter or set it to false".into(),
+                    ));
+                }
+                "dhchap_node_selector" => {
+                    out.dhchap_node_selector = Some(v.as_str())
+                        .filter(|s| !s.trim().is_empty())
+                        .map(check_dhchap_selector)
+                        .transpose()?;
+                }
                 // Everything else (fstype, chart-era keys, provisioner metadata) is read
                 // elsewhere or passed through unused.
                 _ => {}
@@ -168,6 +448,7 @@ impl ClassParams {
                 "the StorageClass names no pool: set pool_name".into(),
             ));
         }
+        out.format = FormatParams::parse(p)?;
         Ok(out)
     }
 
@@ -343,6 +624,172 @@ mod tests {
         ]))
         .expect_err("empty map");
         assert!(e.to_string().contains("maps no zone"), "{e}");
+    }
+
+    fn with(extra: &[(&str, &str)]) -> Result<ClassParams> {
+        let mut kv = vec![("cluster_id", C1), ("pool_name", "p")];
+        kv.extend_from_slice(extra);
+        ClassParams::parse(&m(&kv))
+    }
+
+    fn refused(extra: &[(&str, &str)], names: &str) -> String {
+        let e = with(extra).expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(names), "{text} should name {names}");
+        text
+    }
+
+    #[test]
+    fn max_size_reads_si_and_iec_suffixes() {
+        let p = with(&[("max_size", "2Gi")]).expect("iec");
+        assert_eq!(p.max_size, Some(2 * GIB));
+        assert_eq!(
+            with(&[("max_size", "1T")]).expect("si").max_size,
+            Some(1_000_000_000_000)
+        );
+        assert_eq!(
+            with(&[("max_size", "4096")]).expect("bytes").max_size,
+            Some(4096)
+        );
+        assert_eq!(
+            with(&[("max_size", "0")]).expect("zero").max_size,
+            None,
+            "0 is no cap"
+        );
+        assert_eq!(with(&[]).expect("unset").max_size, None);
+        let t = refused(&[("max_size", "lots")], "max_size=\"lots\"");
+        assert!(t.contains("500Gi"), "says what to use: {t}");
+        refused(&[("max_size", "1.5Gi")], "max_size");
+        refused(&[("max_size", "-1")], "max_size");
+    }
+
+    #[test]
+    fn replicate_and_compression_are_read() {
+        assert!(with(&[("replicate", "True")]).expect("on").replicate);
+        assert!(!with(&[("replicate", "False")]).expect("off").replicate);
+        refused(&[("replicate", "maybe")], "replicate");
+        // The chart writes compression "False": accepted.
+        assert!(with(&[("compression", "False")]).is_ok());
+        let t = refused(&[("compression", "true")], "compression=true");
+        assert!(t.contains("remove the parameter"), "{t}");
+    }
+
+    #[test]
+    fn dhchap_selector_must_be_a_pool_label_key() {
+        let p = with(&[("dhchap_node_selector", "simplyblock.io/pool.pool1")]).expect("ok");
+        assert_eq!(
+            p.dhchap_node_selector.as_deref(),
+            Some("simplyblock.io/pool.pool1")
+        );
+        assert_eq!(
+            with(&[("dhchap_node_selector", "")])
+                .expect("blank")
+                .dhchap_node_selector,
+            None
+        );
+        let t = refused(
+            &[("dhchap_node_selector", "kubernetes.io/hostname")],
+            "dhchap_node_selector",
+        );
+        assert!(
+            t.contains("simplyblock.io/pool.pool1"),
+            "says what to use: {t}"
+        );
+        refused(
+            &[("dhchap_node_selector", "simplyblock.io/pool.")],
+            "dhchap_node_selector",
+        );
+        refused(
+            &[("dhchap_node_selector", "simplyblock.io/pool.a b")],
+            "dhchap_node_selector",
+        );
+        let long = format!("simplyblock.io/pool.{}", "x".repeat(59));
+        refused(&[("dhchap_node_selector", &long)], "dhchap_node_selector");
+    }
+
+    #[test]
+    fn format_parameters_are_checked_and_carried_in_the_context() {
+        let p = with(&[
+            ("mkfs_options", " -b 4096  -m 1 "),
+            ("xfs_su", "64K"),
+            ("xfs_sw", "4"),
+            ("tune2fs_reserved_blocks", "0"),
+        ])
+        .expect("parse");
+        assert_eq!(
+            p.format,
+            FormatParams {
+                mkfs_options: Some(vec!["-b".into(), "4096".into(), "-m".into(), "1".into()]),
+                xfs_stripe: Some(("64k".into(), 4)),
+                reserved_blocks: Some("0".into()),
+            }
+        );
+        let mut ctx = HashMap::new();
+        p.format.to_context(&mut ctx);
+        assert_eq!(FormatParams::parse(&ctx).expect("round trip"), p.format);
+        assert_eq!(ctx.get("xfs_su").map(String::as_str), Some("64k"));
+        // Blank values are unset, as the chart renders them.
+        assert_eq!(
+            with(&[("tune2fs_reserved_blocks", ""), ("mkfs_options", " ")])
+                .expect("blank")
+                .format,
+            FormatParams::default()
+        );
+        refused(&[("xfs_su", "16k")], "xfs_su and xfs_sw");
+        refused(&[("xfs_sw", "2")], "xfs_su and xfs_sw");
+        let t = refused(&[("xfs_su", "1000"), ("xfs_sw", "1")], "xfs_su=\"1000\"");
+        assert!(t.contains("4 KiB"), "{t}");
+        refused(&[("xfs_su", "16q"), ("xfs_sw", "1")], "xfs_su");
+        refused(&[("xfs_su", "16k"), ("xfs_sw", "0")], "xfs_sw");
+        refused(
+            &[("tune2fs_reserved_blocks", "60")],
+            "tune2fs_reserved_blocks",
+        );
+        refused(
+            &[("tune2fs_reserved_blocks", "five")],
+            "tune2fs_reserved_blocks",
+        );
+        refused(&[("mkfs_options", "/dev/sda")], "mkfs_options");
+    }
+
+    #[test]
+    fn path_tunables_round_trip_and_fill_only_what_a_path_leaves_unset() {
+        let primary = ConnectEntry {
+            reconnect_delay: 2,
+            nr_io_queues: 4,
+            ctrl_loss_tmo: 3600,
+            host_iface: "eth1".into(),
+            ..Default::default()
+        };
+        let t = PathTunables::from_entry(&primary);
+        let mut ctx = HashMap::new();
+        t.to_context(&mut ctx);
+        assert_eq!(ctx.get("reconnectDelay").map(String::as_str), Some("2"));
+        assert_eq!(ctx.get("nrIoQueues").map(String::as_str), Some("4"));
+        assert_eq!(ctx.get("ctrlLossTmo").map(String::as_str), Some("3600"));
+        assert_eq!(ctx.get("hostIface").map(String::as_str), Some("eth1"));
+        assert_eq!(PathTunables::from_context(&ctx).expect("parse"), t);
+        // A path without tunables takes the context's; one with its own keeps them.
+        let mut bare = ConnectEntry::default();
+        t.fill(&mut bare);
+        assert_eq!(
+            (
+                bare.reconnect_delay,
+                bare.nr_io_queues,
+                bare.host_iface.as_str()
+            ),
+            (2, 4, "eth1")
+        );
+        let mut own = ConnectEntry {
+            nr_io_queues: 8,
+            ..Default::default()
+        };
+        t.fill(&mut own);
+        assert_eq!(own.nr_io_queues, 8);
+        assert!(PathTunables::from_entry(&ConnectEntry::default()) == PathTunables::default());
+        let e = PathTunables::from_context(&m(&[("nrIoQueues", "many")])).expect_err("bad");
+        assert!(e.to_string().contains("nrIoQueues"), "{e}");
     }
 
     #[test]

@@ -719,3 +719,130 @@ async fn a_leftover_of_the_same_name_is_deleted_and_recreated_in_one_call() {
     assert_eq!(got.name, "leftover");
     assert_eq!(got.status, simplyblock_controlplane::VolumeStatus::Online);
 }
+
+fn staged_device(driver: &DriverProc, v: &csi::Volume) -> String {
+    simplyblock_csi::record::load(&driver.state_dir, &v.volume_id)
+        .expect("record")
+        .and_then(|r| r.device)
+        .expect("device")
+        .display()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn class_format_parameters_reach_mkfs_and_tune2fs() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let with = |extra: &[(&str, &str)]| {
+        let mut p = s.sim.params();
+        for (k, v) in extra {
+            p.insert(k.to_string(), v.to_string());
+        }
+        p
+    };
+
+    // ext4: the class's mkfs options replace the defaults, tune2fs runs after mkfs.
+    let v = create(
+        &mut ctl,
+        "fmt-ext4",
+        with(&[
+            ("mkfs_options", "-L sbclass -O ^orphan_file"),
+            ("tune2fs_reserved_blocks", "0"),
+        ]),
+        None,
+    )
+    .await
+    .expect("create");
+    let ctx = &v.volume_context;
+    assert_eq!(
+        ctx.get("tune2fs_reserved_blocks").map(String::as_str),
+        Some("0")
+    );
+    assert_eq!(ctx.get("model"), ctx.get("uuid"), "model names the lvol");
+    assert!(ctx.contains_key("connections"), "{ctx:?}");
+    let (staging, _) = paths(s.dir.path(), "fmt-ext4");
+    stage(&mut node, &v, &staging, mount_cap("ext4"))
+        .await
+        .expect("stage");
+    let dev = staged_device(&s.driver, &v);
+    let info = sh("tune2fs", &["-l", &dev]);
+    assert!(info.contains("Reserved block count:     0\n"), "{info}");
+    assert!(
+        info.contains("Filesystem volume name:   sbclass\n"),
+        "{info}"
+    );
+    unstage(&mut node, &v, &staging).await;
+
+    // xfs: the stripe geometry of xfs_su and xfs_sw (64 KiB = 16 blocks of 4 KiB, width 2).
+    let v = create(
+        &mut ctl,
+        "fmt-xfs",
+        with(&[("xfs_su", "64k"), ("xfs_sw", "2")]),
+        None,
+    )
+    .await
+    .expect("create");
+    let (staging, _) = paths(s.dir.path(), "fmt-xfs");
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("stage");
+    let info = sh("xfs_info", &[&staging.display().to_string()]);
+    assert!(
+        info.contains("sunit=16") && info.contains("swidth=32 blks"),
+        "{info}"
+    );
+    unstage(&mut node, &v, &staging).await;
+
+    // Bad values are refused before anything is created, naming the parameter.
+    for (extra, names) in [
+        (&[("compression", "true")][..], "compression"),
+        (&[("xfs_su", "64k")][..], "xfs_sw"),
+        (
+            &[("tune2fs_reserved_blocks", "90")][..],
+            "tune2fs_reserved_blocks",
+        ),
+        (
+            &[("dhchap_node_selector", "zone")][..],
+            "dhchap_node_selector",
+        ),
+        (&[("max_size", "big")][..], "max_size"),
+    ] {
+        let e = create(&mut ctl, "refused", with(extra), None)
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(names), "{e:?}");
+    }
+    // A volume above the class's max_size is out of range.
+    let e = create(&mut ctl, "too-big", with(&[("max_size", "512Mi")]), None)
+        .await
+        .expect_err("above max_size");
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert!(
+        s.sim
+            .client
+            .list_volumes(s.sim.cluster, s.sim.pool)
+            .await
+            .expect("list")
+            .iter()
+            .all(|v| v.name != "refused" && v.name != "too-big"),
+        "nothing was created"
+    );
+
+    // The DHCHAP pool label becomes part of the volume's topology.
+    let v = create(
+        &mut ctl,
+        "dhchap",
+        with(&[("dhchap_node_selector", "simplyblock.io/pool.gold")]),
+        None,
+    )
+    .await
+    .expect("create");
+    assert_eq!(
+        v.accessible_topology[0]
+            .segments
+            .get("simplyblock.io/pool.gold")
+            .map(String::as_str),
+        Some("allowed")
+    );
+}
