@@ -162,7 +162,7 @@ impl Sim {
         if let Some(path) = &config.fleet {
             let fleet = fleet::load(path)?;
             for w in &fleet.workers {
-                let fresh = fleet::worker_record(w, config.hosts_dir.as_deref());
+                let fresh = fleet::worker_record(w, config.hosts_dir.as_deref())?;
                 match tables.workers.get_mut(&w.hostname) {
                     // Keep what happened to it (labels, reboots); refresh the hardware.
                     Some(old) => {
