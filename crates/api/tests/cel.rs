@@ -253,6 +253,47 @@ async fn atomic_4k_writes_need_checksums() {
 }
 
 #[tokio::test]
+async fn volume_auto_placement_is_defaulted_by_the_server() {
+    let (client, ns) = support::namespace("cel-auto-placement").await;
+    let api = dynamic::<StorageCluster>(&client, &ns);
+    let created = create(&api, cluster("c", json!({"volumeAutoPlacement": {}})))
+        .await
+        .expect("an empty volumeAutoPlacement is admitted");
+    assert_eq!(
+        created.data["spec"]["volumeAutoPlacement"],
+        json!({
+            "evaluationInterval": "60s",
+            "imbalanceThreshold": 80,
+            "minHotColdDifferencePct": 20,
+            "defaultCoolDownSeconds": 600,
+            "maxVolumeMigrationsPerCycle": 10,
+            "storageNodeCandidateCount": 3,
+            "metricsBackend": "Prometheus",
+            "latencyBenchmarkInterval": "5m",
+            "baselineStrategy": "RollingWindow",
+            "baselineWindow": "6h",
+            "baselineColdStart": "PartialWindow",
+            "baselineMinSamples": 6,
+            // The API server keeps whole numbers whole.
+            "baselineOutlierK": 3,
+            "iopsWeight": 1,
+            "throughputWeight": 0.1,
+        })
+    );
+    let typed: StorageCluster =
+        serde_json::from_value(serde_json::to_value(&created).expect("json")).expect("typed");
+    assert_eq!(
+        typed.spec.volume_auto_placement,
+        Some(simplyblock_api::storage_cluster::VolumeAutoPlacement::default())
+    );
+    // Without the block nothing is invented.
+    let bare = create(&api, cluster("d", json!({})))
+        .await
+        .expect("admitted");
+    assert!(bare.data["spec"].get("volumeAutoPlacement").is_none());
+}
+
+#[tokio::test]
 async fn the_ops_history_limit_defaults_to_twenty_and_is_not_negative() {
     let (client, ns) = support::namespace("cel-ops-history").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
