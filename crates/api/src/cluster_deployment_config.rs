@@ -112,6 +112,9 @@ pub enum Environment {
 /// change later, so a reviewer sees it before the cluster exists.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!(has(self.enableAtomicity4K) && self.enableAtomicity4K) || (has(self.enableChecksumValidation) && self.enableChecksumValidation)"
+).message("enableAtomicity4K requires enableChecksumValidation to be true"))]
 pub struct ClusterTemplate {
     /// The StorageCluster's name (at most 63 characters, as a cluster name must be).
     #[schemars(length(max = 63))]

@@ -253,6 +253,61 @@ async fn atomic_4k_writes_need_checksums() {
 }
 
 #[tokio::test]
+async fn a_document_cannot_carry_atomic_4k_writes_without_checksums() {
+    let (client, ns) = support::namespace("cel-cdc-atomic4k").await;
+    let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
+    let with = |name: &str, extra: Value, approved: bool| {
+        let mut doc = cdc(name, json!([nvme_group("g")]));
+        if let (Some(c), Some(extra)) = (doc["spec"]["cluster"].as_object_mut(), extra.as_object())
+        {
+            c.extend(extra.clone());
+        }
+        doc["spec"]["approved"] = json!(approved);
+        doc
+    };
+    let expected = [
+        "spec.cluster: Invalid value: enableAtomicity4K requires enableChecksumValidation to be true",
+    ];
+    for approved in [false, true] {
+        let result = create(
+            &api,
+            with("doc", json!({"enableAtomicity4K": true}), approved),
+        )
+        .await;
+        assert_eq!(refusal(result), expected, "approved: {approved}");
+        let result = create(
+            &api,
+            with(
+                "doc",
+                json!({"enableAtomicity4K": true, "enableChecksumValidation": false}),
+                approved,
+            ),
+        )
+        .await;
+        assert_eq!(refusal(result), expected, "approved: {approved}");
+    }
+    create(
+        &api,
+        with(
+            "doc",
+            json!({"enableAtomicity4K": true, "enableChecksumValidation": true}),
+            true,
+        ),
+    )
+    .await
+    .expect("with checksums it is admitted");
+    // A draft that would fail cannot be fixed up into the combination either.
+    create(&api, with("draft", json!({}), false))
+        .await
+        .expect("a draft without either is admitted");
+    let edit = update(&api, "draft", |d| {
+        d["spec"]["cluster"]["enableAtomicity4K"] = json!(true)
+    })
+    .await;
+    assert_eq!(refusal(edit), expected);
+}
+
+#[tokio::test]
 async fn volume_auto_placement_is_defaulted_by_the_server() {
     let (client, ns) = support::namespace("cel-auto-placement").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
