@@ -445,6 +445,28 @@ async fn an_action_is_fixed_at_creation_and_abort_is_not() {
 }
 
 #[tokio::test]
+async fn an_operator_ops_action_is_known_and_fixed() {
+    let (client, ns) = support::namespace("cel-oops-action").await;
+    let api = dynamic::<OperatorOps>(&client, &ns);
+    // Discover is the only action, so a changed action is always an unknown one and the
+    // enum refuses it before the immutability rule is evaluated.
+    let expected = [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        "spec.action: Unsupported value: \"Inspect\": supported values: \"Discover\"",
+    ];
+    let mut unknown = discover("inspect", json!({}));
+    unknown["spec"]["action"] = json!("Inspect");
+    assert_eq!(refusal(create(&api, unknown).await), expected);
+    create(&api, discover("run", json!({})))
+        .await
+        .expect("created");
+    let change = update(&api, "run", |o| o["spec"]["action"] = json!("Inspect")).await;
+    assert_eq!(refusal(change), expected);
+    let stored = api.get("run").await.expect("still there");
+    assert_eq!(stored.data["spec"]["action"], json!("Discover"));
+}
+
+#[tokio::test]
 async fn cancel_task_names_its_task() {
     let (client, ns) = support::namespace("cel-cancel-task").await;
     let api = dynamic::<StorageClusterOps>(&client, &ns);
