@@ -112,6 +112,9 @@ pub enum Environment {
 /// change later, so a reviewer sees it before the cluster exists.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!(has(self.enableAtomicity4K) && self.enableAtomicity4K) || (has(self.enableChecksumValidation) && self.enableChecksumValidation)"
+).message("enableAtomicity4K requires enableChecksumValidation to be true"))]
 pub struct ClusterTemplate {
     /// The StorageCluster's name (at most 63 characters, as a cluster name must be).
     #[schemars(length(max = 63))]
@@ -280,10 +283,16 @@ pub struct JournalManager {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Images {
+    /// The storage-node image the cluster's nodes run (the StorageCluster's
+    /// spec.storageNodes.image); without it, the ControlPlane's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ImageRef>,
+    /// The SPDK image of every storage node (each StorageNode's spec.config.spdkImage);
+    /// without it, the control plane's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spdk: Option<ImageRef>,
+    /// The SPDK proxy image of every storage node (spec.config.spdkProxyImage); without
+    /// it, the control plane's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spdk_proxy: Option<ImageRef>,
 }
@@ -292,7 +301,10 @@ pub struct Images {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageRef {
+    /// The image reference, `registry/repository:tag` or `…@sha256:digest`.
     pub image: String,
+    /// When the image is pulled: Always, Never or IfNotPresent. The expansion does not
+    /// carry it into the objects it writes yet, so the nodes pull Always.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<crate::storage_cluster::PullPolicy>,
 }

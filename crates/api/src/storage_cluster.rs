@@ -296,34 +296,35 @@ fn ten_minutes() -> common::Duration {
     common::Duration("10m".into())
 }
 
-/// Tuning of latency-driven volume placement. Unset fields take the defaults named.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+/// Tuning of latency-driven volume placement. The API server fills in every default named
+/// here, so a stored object shows the values in force.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeAutoPlacement {
     /// Dry run: evaluate and report, but create no migrations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_migration: Option<bool>,
     /// How often load is evaluated. Default 60s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evaluation_interval: Option<common::Duration>,
+    #[serde(default = "sixty_seconds")]
+    pub evaluation_interval: common::Duration,
     /// Latency deviation from baseline, in percent, that makes a node a source. Default 80.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub imbalance_threshold: Option<i32>,
+    #[serde(default = "eighty")]
+    pub imbalance_threshold: i32,
     /// How many points of deviation below the source a target must be. Default 20.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_hot_cold_difference_pct: Option<i32>,
+    #[serde(default = "twenty")]
+    pub min_hot_cold_difference_pct: i32,
     /// Seconds a migrated volume is left alone. Default 600.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_cool_down_seconds: Option<i32>,
+    #[serde(default = "six_hundred")]
+    pub default_cool_down_seconds: i32,
     /// Most volumes moved in one cycle. Default 10.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_volume_migrations_per_cycle: Option<i32>,
+    #[serde(default = "ten")]
+    pub max_volume_migrations_per_cycle: i32,
     /// How many of the most loaded nodes are considered as sources. Default 3.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_node_candidate_count: Option<i32>,
+    #[serde(default = "three")]
+    pub storage_node_candidate_count: i32,
     /// Where node I/O load is read from. Default Prometheus.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metrics_backend: Option<MetricsBackend>,
+    #[serde(default = "prometheus")]
+    pub metrics_backend: MetricsBackend,
     /// The Prometheus to query when metricsBackend is Prometheus.
     #[serde(
         default,
@@ -335,33 +336,101 @@ pub struct VolumeAutoPlacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_latency_benchmark: Option<bool>,
     /// How often the latency Jobs run. Default 5m.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latency_benchmark_interval: Option<common::Duration>,
+    #[serde(default = "five_minutes")]
+    pub latency_benchmark_interval: common::Duration,
     /// How the per-node latency baseline is derived. Default RollingWindow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_strategy: Option<BaselineStrategy>,
+    #[serde(default = "rolling_window")]
+    pub baseline_strategy: BaselineStrategy,
     /// The look-back of the rolling-window baseline. Default 6h.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_window: Option<common::Duration>,
+    #[serde(default = "six_hours")]
+    pub baseline_window: common::Duration,
     /// What to do with a node that has too few samples. Default PartialWindow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_cold_start: Option<BaselineColdStart>,
+    #[serde(default = "partial_window")]
+    pub baseline_cold_start: BaselineColdStart,
     /// Samples below which a node counts as under-sampled. Default 6.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_min_samples: Option<i32>,
+    #[serde(default = "six")]
+    pub baseline_min_samples: i32,
     /// Outlier threshold k of the Hampel filter. Default 3.0.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        rename = "baselineOutlierK"
-    )]
-    pub baseline_outlier_k: Option<f64>,
+    #[serde(default = "three_f", rename = "baselineOutlierK")]
+    pub baseline_outlier_k: f64,
     /// Weight of per-volume IOPS in the I/O score. Default 1.0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iops_weight: Option<f64>,
+    #[serde(default = "one_f")]
+    pub iops_weight: f64,
     /// Weight of per-volume MB/s in the I/O score. Default 0.1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throughput_weight: Option<f64>,
+    #[serde(default = "one_tenth")]
+    pub throughput_weight: f64,
+}
+
+impl Default for VolumeAutoPlacement {
+    fn default() -> Self {
+        Self {
+            disable_migration: None,
+            evaluation_interval: sixty_seconds(),
+            imbalance_threshold: eighty(),
+            min_hot_cold_difference_pct: twenty(),
+            default_cool_down_seconds: six_hundred(),
+            max_volume_migrations_per_cycle: ten(),
+            storage_node_candidate_count: three(),
+            metrics_backend: prometheus(),
+            prometheus_url: None,
+            enable_latency_benchmark: None,
+            latency_benchmark_interval: five_minutes(),
+            baseline_strategy: rolling_window(),
+            baseline_window: six_hours(),
+            baseline_cold_start: partial_window(),
+            baseline_min_samples: six(),
+            baseline_outlier_k: three_f(),
+            iops_weight: one_f(),
+            throughput_weight: one_tenth(),
+        }
+    }
+}
+
+// The defaults of volumeAutoPlacement, as the reference gives them.
+fn sixty_seconds() -> common::Duration {
+    common::Duration("60s".into())
+}
+fn five_minutes() -> common::Duration {
+    common::Duration("5m".into())
+}
+fn six_hours() -> common::Duration {
+    common::Duration("6h".into())
+}
+fn three() -> i32 {
+    3
+}
+fn six() -> i32 {
+    6
+}
+fn ten() -> i32 {
+    10
+}
+fn twenty() -> i32 {
+    20
+}
+fn eighty() -> i32 {
+    80
+}
+fn six_hundred() -> i32 {
+    600
+}
+fn three_f() -> f64 {
+    3.0
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn one_tenth() -> f64 {
+    0.1
+}
+fn prometheus() -> MetricsBackend {
+    MetricsBackend::Prometheus
+}
+fn rolling_window() -> BaselineStrategy {
+    BaselineStrategy::RollingWindow
+}
+fn partial_window() -> BaselineColdStart {
+    BaselineColdStart::PartialWindow
 }
 
 /// Where the rebalancer reads node I/O load from.
@@ -721,17 +790,28 @@ pub struct ProvisioningSlot {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RebalancingMetrics {
+    /// The mean over the storage nodes of their latency deviation from baseline, in percent.
     pub avg_deviation_pct: f64,
+    /// The largest latency deviation from baseline of any storage node, in percent.
     pub max_deviation_pct: f64,
+    /// The control-plane id of the storage node with the largest deviation: the first
+    /// node volumes are moved away from.
     #[serde(rename = "hottestNodeUUID")]
     pub hottest_node_uuid: String,
+    /// The control-plane id of the storage node with the smallest deviation: the first
+    /// candidate to receive moved volumes.
     #[serde(rename = "coolestNodeUUID")]
     pub coolest_node_uuid: String,
+    /// How far apart the hottest and the coolest node are, in percent; volumes move when
+    /// it passes volumeAutoPlacement.imbalanceThreshold.
     pub imbalance_percent: f64,
+    /// When the rebalancer last evaluated the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_evaluated_at: Option<Time>,
+    /// When the rebalancer last started a volume migration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_migration_at: Option<Time>,
+    /// Each storage node's load in the last evaluation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_metrics: Vec<NodeLoad>,
 }
@@ -740,10 +820,14 @@ pub struct RebalancingMetrics {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeLoad {
+    /// The storage node's control-plane id.
     #[serde(rename = "nodeUUID")]
     pub node_uuid: String,
+    /// Its latency deviation from its baseline, in percent; positive is slower.
     pub latency_deviation_pct: f64,
+    /// How many volumes it serves as primary.
     pub volume_count: i32,
+    /// When these figures were measured.
     pub last_updated: Time,
 }
 

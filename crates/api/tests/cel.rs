@@ -253,6 +253,102 @@ async fn atomic_4k_writes_need_checksums() {
 }
 
 #[tokio::test]
+async fn a_document_cannot_carry_atomic_4k_writes_without_checksums() {
+    let (client, ns) = support::namespace("cel-cdc-atomic4k").await;
+    let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
+    let with = |name: &str, extra: Value, approved: bool| {
+        let mut doc = cdc(name, json!([nvme_group("g")]));
+        if let (Some(c), Some(extra)) = (doc["spec"]["cluster"].as_object_mut(), extra.as_object())
+        {
+            c.extend(extra.clone());
+        }
+        doc["spec"]["approved"] = json!(approved);
+        doc
+    };
+    let expected = [
+        "spec.cluster: Invalid value: enableAtomicity4K requires enableChecksumValidation to be true",
+    ];
+    for approved in [false, true] {
+        let result = create(
+            &api,
+            with("doc", json!({"enableAtomicity4K": true}), approved),
+        )
+        .await;
+        assert_eq!(refusal(result), expected, "approved: {approved}");
+        let result = create(
+            &api,
+            with(
+                "doc",
+                json!({"enableAtomicity4K": true, "enableChecksumValidation": false}),
+                approved,
+            ),
+        )
+        .await;
+        assert_eq!(refusal(result), expected, "approved: {approved}");
+    }
+    create(
+        &api,
+        with(
+            "doc",
+            json!({"enableAtomicity4K": true, "enableChecksumValidation": true}),
+            true,
+        ),
+    )
+    .await
+    .expect("with checksums it is admitted");
+    // A draft that would fail cannot be fixed up into the combination either.
+    create(&api, with("draft", json!({}), false))
+        .await
+        .expect("a draft without either is admitted");
+    let edit = update(&api, "draft", |d| {
+        d["spec"]["cluster"]["enableAtomicity4K"] = json!(true)
+    })
+    .await;
+    assert_eq!(refusal(edit), expected);
+}
+
+#[tokio::test]
+async fn volume_auto_placement_is_defaulted_by_the_server() {
+    let (client, ns) = support::namespace("cel-auto-placement").await;
+    let api = dynamic::<StorageCluster>(&client, &ns);
+    let created = create(&api, cluster("c", json!({"volumeAutoPlacement": {}})))
+        .await
+        .expect("an empty volumeAutoPlacement is admitted");
+    assert_eq!(
+        created.data["spec"]["volumeAutoPlacement"],
+        json!({
+            "evaluationInterval": "60s",
+            "imbalanceThreshold": 80,
+            "minHotColdDifferencePct": 20,
+            "defaultCoolDownSeconds": 600,
+            "maxVolumeMigrationsPerCycle": 10,
+            "storageNodeCandidateCount": 3,
+            "metricsBackend": "Prometheus",
+            "latencyBenchmarkInterval": "5m",
+            "baselineStrategy": "RollingWindow",
+            "baselineWindow": "6h",
+            "baselineColdStart": "PartialWindow",
+            "baselineMinSamples": 6,
+            // The API server keeps whole numbers whole.
+            "baselineOutlierK": 3,
+            "iopsWeight": 1,
+            "throughputWeight": 0.1,
+        })
+    );
+    let typed: StorageCluster =
+        serde_json::from_value(serde_json::to_value(&created).expect("json")).expect("typed");
+    assert_eq!(
+        typed.spec.volume_auto_placement,
+        Some(simplyblock_api::storage_cluster::VolumeAutoPlacement::default())
+    );
+    // Without the block nothing is invented.
+    let bare = create(&api, cluster("d", json!({})))
+        .await
+        .expect("admitted");
+    assert!(bare.data["spec"].get("volumeAutoPlacement").is_none());
+}
+
+#[tokio::test]
 async fn the_ops_history_limit_defaults_to_twenty_and_is_not_negative() {
     let (client, ns) = support::namespace("cel-ops-history").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
@@ -346,6 +442,28 @@ async fn an_action_is_fixed_at_creation_and_abort_is_not() {
         refusal(edit),
         ["spec.discover: Invalid value: spec.discover is immutable"]
     );
+}
+
+#[tokio::test]
+async fn an_operator_ops_action_is_known_and_fixed() {
+    let (client, ns) = support::namespace("cel-oops-action").await;
+    let api = dynamic::<OperatorOps>(&client, &ns);
+    // Discover is the only action, so a changed action is always an unknown one and the
+    // enum refuses it before the immutability rule is evaluated.
+    let expected = [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        "spec.action: Unsupported value: \"Inspect\": supported values: \"Discover\"",
+    ];
+    let mut unknown = discover("inspect", json!({}));
+    unknown["spec"]["action"] = json!("Inspect");
+    assert_eq!(refusal(create(&api, unknown).await), expected);
+    create(&api, discover("run", json!({})))
+        .await
+        .expect("created");
+    let change = update(&api, "run", |o| o["spec"]["action"] = json!("Inspect")).await;
+    assert_eq!(refusal(change), expected);
+    let stored = api.get("run").await.expect("still there");
+    assert_eq!(stored.data["spec"]["action"], json!("Discover"));
 }
 
 #[tokio::test]

@@ -296,25 +296,12 @@ impl Client {
 
     // ---- readiness -------------------------------------------------------------------
 
-    /// `GET /_meta/ready`: Ok when the control plane's database answers.
+    /// `GET /_meta/ready`: Ok when the control plane's database answers; its 503 while
+    /// unready is [`Error::Unavailable`], as every 503 is.
     pub async fn ready(&self) -> Result<()> {
         self.call(Method::GET, "/_meta/ready", &[], None)
             .await
             .map(|_| ())
-            .map_err(|e| match e {
-                Error::Refused {
-                    method,
-                    path,
-                    status: 503,
-                    message,
-                    ..
-                } => Error::Unavailable {
-                    method,
-                    path,
-                    message,
-                },
-                other => other,
-            })
     }
 
     /// `GET /_meta/health`.

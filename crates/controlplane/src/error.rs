@@ -176,9 +176,12 @@ pub(crate) fn message_from_body(body: &[u8]) -> String {
         .unwrap_or(text)
 }
 
+/// The text of a Python `KeyError`, whose `str()` is the repr of its message: in single
+/// quotes, or in double quotes when the message itself holds a single quote.
 fn unquote(s: &str) -> &str {
-    s.strip_prefix('\'')
-        .and_then(|r| r.strip_suffix('\''))
+    ['\'', '"']
+        .iter()
+        .find_map(|q| s.strip_prefix(*q)?.strip_suffix(*q))
         .unwrap_or(s)
 }
 
@@ -190,6 +193,15 @@ mod tests {
     fn quoted_not_found_is_unquoted() {
         let m = message_from_body(br#"{"detail":"'Cluster 1 not found'"}"#);
         assert_eq!(m, "Cluster 1 not found");
+    }
+
+    #[test]
+    fn double_quoted_not_found_is_unquoted() {
+        let m = message_from_body(br#"{"detail":"\"Volume 'db-1' not found\""}"#);
+        assert_eq!(m, "Volume 'db-1' not found");
+        assert_eq!(unquote("\"LVol 7 not found\""), "LVol 7 not found");
+        // One quote alone is text, not a repr.
+        assert_eq!(unquote("\"half"), "\"half");
     }
 
     #[test]

@@ -657,6 +657,14 @@ pub fn handle(sim: &Sim, req: &ApiReq) -> ApiResult {
             ("GET", "/clusters/{cluster_id}/backups/")
             | ("GET", "/clusters/{cluster_id}/backups/backup-policies/")
             | ("GET", "/clusters/{cluster_id}/backups/sources") => Ok(Reply::ok(json!([]))),
+            // sbsim keeps no backups, so every backup id is unknown: the lookup's 404.
+            ("GET", "/clusters/{cluster_id}/backups/{backup_id}/") => Err(ApiError::not_found(
+                format!("Backup {} not found", req.id("backup_id")),
+            )),
+            ("GET", "/clusters/{cluster_id}/backups/export") => match req.query.get("backup_id") {
+                Some(b) => Err(ApiError::not_found(format!("Backup {b} not found"))),
+                None => Ok(Reply::ok(json!([]))),
+            },
             ("DELETE", "/clusters/{cluster_id}/backups/{volume_id}") => Err(ApiError::bad_request(
                 format!("No backups found for lvol {}", req.id("volume_id")),
             )),

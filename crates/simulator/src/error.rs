@@ -25,6 +25,14 @@ pub enum SimError {
     )]
     Fleet { path: String, reason: String },
     #[error(
+        "worker {worker}'s hardware profile {profile} cannot be used ({reason}); fix the profile name or --hosts-dir, or leave `profile` out to serve the synthetic `devices` block"
+    )]
+    HostTree {
+        worker: String,
+        profile: String,
+        reason: String,
+    },
+    #[error(
         "the fault spec is invalid at {rule:?}: {reason}; see the sbsim README for the grammar"
     )]
     Faults { rule: String, reason: String },

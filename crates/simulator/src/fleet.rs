@@ -4,12 +4,12 @@
 //! workers:
 //!   - hostname: worker-1
 //!     addresses: [10.10.0.11, 10.20.0.11]   # first = management, rest = data plane
-//!     profile: r650-4nvme                   # optional host tree under the hosts dir
+//!     profile: qemu-numa2-nvme              # optional host tree under the hosts dir
 //!     cpus: 32                              # default 16
 //!     memory_gib: 128                       # default 64
 //!     storage_nodes: 1                      # storage nodes (sockets) per worker, default 1
 //!     labels: {io.simplyblock.storagenodeset: cluster-a}
-//!     devices:                              # used when the profile's tree is absent
+//!     devices:                              # only without a profile: synthetic devices
 //!       count: 4                            # default 2
 //!       size: 1.92T                         # bytes or SI/IEC string, default 1T
 //!       model: "SAMSUNG MZQL21T9HCJR-00A07" # default "SIM NVMe SSD"
@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use simplyblock_discovery::probe::{ProbeOptions, RootFs, probe_with};
+use simplyblock_discovery::report::{DeviceKind, Transport};
 
 use crate::error::SimError;
 use crate::model::{WorkerDevice, WorkerRec};
@@ -127,33 +129,33 @@ pub fn load(path: &Path) -> Result<FleetFile, SimError> {
     Ok(fleet)
 }
 
-/// Devices from a host tree `<hosts_dir>/<profile>/sys/class/nvme/nvmeN/` (sysfs layout:
-/// `model`, `serial`, `address`, and `nvmeNn1/size` in 512-byte sectors), if present.
-fn devices_from_tree(dir: &Path) -> Option<Vec<WorkerDevice>> {
-    let nvme = dir.join("sys/class/nvme");
-    let mut entries: Vec<_> = std::fs::read_dir(&nvme).ok()?.flatten().collect();
-    entries.sort_by_key(|e| e.file_name());
-    let read = |p: &Path| {
-        std::fs::read_to_string(p)
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    let mut out = Vec::new();
-    for e in entries {
-        let ctrl = e.path();
-        let name = e.file_name().to_string_lossy().to_string();
-        let size = read(&ctrl.join(format!("{name}n1/size")))
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(|sectors| sectors * 512)
-            .unwrap_or(1_000_000_000_000);
-        out.push(WorkerDevice {
-            model: read(&ctrl.join("model")).unwrap_or_else(|| "NVMe SSD".into()),
-            serial: read(&ctrl.join("serial")).unwrap_or_else(|| format!("SIM-{name}")),
-            pcie: read(&ctrl.join("address")).unwrap_or_default(),
-            size,
-        });
+/// The worker's devices as the discovery probe reports them from its host tree: one per
+/// NVMe namespace (a whole disk on NVMe over PCIe), with the model, serial, PCI address and
+/// size the probe read, so what sbsim serves is what discovery showed the reviewer. A
+/// controller with no kernel namespace (on vfio-pci or no driver) is not served: the probe
+/// cannot read its size.
+fn devices_from_tree(root: &Path, worker: &str) -> Result<Vec<WorkerDevice>, String> {
+    if !root.is_dir() {
+        return Err("there is no such directory".into());
     }
-    if out.is_empty() { None } else { Some(out) }
+    let block = root.join("sys/block");
+    std::fs::read_dir(&block).map_err(|e| format!("{} is unreadable: {e}", block.display()))?;
+    let options = ProbeOptions {
+        node: Some(worker.to_string()),
+        ..ProbeOptions::default()
+    };
+    let report = probe_with(&RootFs::new(root), &options);
+    Ok(report
+        .devices
+        .iter()
+        .filter(|d| d.kind == DeviceKind::Disk && d.transport == Transport::NVMe)
+        .map(|d| WorkerDevice {
+            model: d.model.clone(),
+            serial: d.serial.clone(),
+            pcie: d.pci_address.clone(),
+            size: d.size_bytes,
+        })
+        .collect())
 }
 
 /// The root of a profile's host tree: `<hosts_dir>/<profile>/root` as the fixtures are
@@ -170,41 +172,38 @@ pub fn host_root(hosts_dir: &Path, profile: &str) -> Option<std::path::PathBuf> 
     }
 }
 
-/// Build a worker record from its fleet entry. `hosts_dir` is where hardware profiles
-/// (host trees) live; a missing tree falls back to the synthetic `devices` block.
-pub fn worker_record(w: &FleetWorker, hosts_dir: Option<&Path>) -> WorkerRec {
-    let from_tree = match (hosts_dir, &w.profile) {
-        (Some(dir), Some(profile)) => host_root(dir, profile).and_then(|r| devices_from_tree(&r)),
-        _ => None,
+/// Build a worker record from its fleet entry. A worker with a `profile` gets the devices
+/// the probe finds in that host tree under `hosts_dir`, and a tree that is missing or
+/// unreadable is an error; a worker without one gets the synthetic `devices` block.
+pub fn worker_record(w: &FleetWorker, hosts_dir: Option<&Path>) -> Result<WorkerRec, SimError> {
+    let devices = match &w.profile {
+        Some(profile) => {
+            let fail = |reason: String| SimError::HostTree {
+                worker: w.hostname.clone(),
+                profile: profile.clone(),
+                reason,
+            };
+            if w.devices.is_some() {
+                return Err(fail(
+                    "the worker also has a `devices` block, which only a worker without a profile uses".into(),
+                ));
+            }
+            let Some(dir) = hosts_dir else {
+                return Err(fail("no hosts directory was given to find it in".into()));
+            };
+            let root = host_root(dir, profile).unwrap_or_else(|| dir.join(profile));
+            devices_from_tree(&root, &w.hostname)
+                .map_err(|reason| fail(format!("{}: {reason}", root.display())))?
+        }
+        None => synthetic_devices(w),
     };
-    let devices = from_tree.unwrap_or_else(|| {
-        let d = w.devices.clone().unwrap_or_default();
-        let count = d.count.unwrap_or(2).max(d.pci.len() as u32);
-        let size = match &d.size {
-            Some(SizeValue::Bytes(b)) => *b,
-            Some(SizeValue::Text(t)) => parse_size(t).unwrap_or(1_000_000_000_000),
-            None => 1_000_000_000_000,
-        };
-        (0..count)
-            .map(|i| WorkerDevice {
-                model: d.model.clone().unwrap_or_else(|| "SIM NVMe SSD".into()),
-                serial: format!("SIM{:08X}{:02}", fnv(&w.hostname), i),
-                pcie: d
-                    .pci
-                    .get(i as usize)
-                    .cloned()
-                    .unwrap_or_else(|| format!("0000:{:02x}:00.0", 0x3b + i)),
-                size,
-            })
-            .collect()
-    });
     let nics = w
         .addresses
         .iter()
         .enumerate()
         .map(|(i, a)| (format!("eth{i}"), a.clone()))
         .collect();
-    WorkerRec {
+    Ok(WorkerRec {
         hostname: w.hostname.clone(),
         addresses: w.addresses.clone(),
         nics,
@@ -216,7 +215,30 @@ pub fn worker_record(w: &FleetWorker, hosts_dir: Option<&Path>) -> WorkerRec {
         labels: w.labels.clone(),
         reboot_until_ms: None,
         topology_applied: false,
-    }
+    })
+}
+
+/// The `devices` block of a worker without a hardware profile.
+fn synthetic_devices(w: &FleetWorker) -> Vec<WorkerDevice> {
+    let d = w.devices.clone().unwrap_or_default();
+    let count = d.count.unwrap_or(2).max(d.pci.len() as u32);
+    let size = match &d.size {
+        Some(SizeValue::Bytes(b)) => *b,
+        Some(SizeValue::Text(t)) => parse_size(t).unwrap_or(1_000_000_000_000),
+        None => 1_000_000_000_000,
+    };
+    (0..count)
+        .map(|i| WorkerDevice {
+            model: d.model.clone().unwrap_or_else(|| "SIM NVMe SSD".into()),
+            serial: format!("SIM{:08X}{:02}", fnv(&w.hostname), i),
+            pcie: d
+                .pci
+                .get(i as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("0000:{:02x}:00.0", 0x3b + i)),
+            size,
+        })
+        .collect()
 }
 
 fn fnv(s: &str) -> u32 {
@@ -251,40 +273,100 @@ mod tests {
         )
         .expect("write");
         let f = load(&p).expect("fleet");
-        let w = worker_record(&f.workers[0], Some(dir.path()));
+        let w = worker_record(&f.workers[0], Some(dir.path())).expect("record");
         assert_eq!(w.devices.len(), 3);
         assert_eq!(w.devices[0].size, 2_000_000_000_000);
         assert_eq!(w.mgmt_ip(), "10.0.0.1");
         assert_eq!(w.storage_nodes, 1);
     }
 
-    #[test]
-    fn host_tree_wins_when_present() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ctrl = dir.path().join("p1/sys/class/nvme/nvme0");
-        std::fs::create_dir_all(ctrl.join("nvme0n1")).expect("mkdir");
-        std::fs::write(ctrl.join("model"), "TREE MODEL\n").expect("w");
-        std::fs::write(ctrl.join("address"), "0000:5e:00.0\n").expect("w");
-        std::fs::write(ctrl.join("nvme0n1/size"), "2000\n").expect("w");
-        let w = FleetWorker {
+    const HOSTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hosts");
+
+    fn worker(profile: Option<&str>) -> FleetWorker {
+        FleetWorker {
             hostname: "w".into(),
             addresses: vec!["10.0.0.9".into()],
-            profile: Some("p1".into()),
+            profile: profile.map(str::to_string),
             cpus: None,
             memory_gib: None,
             storage_nodes: None,
             labels: BTreeMap::new(),
             devices: None,
+        }
+    }
+
+    #[test]
+    fn a_profile_serves_the_namespaces_the_probe_reports() {
+        let hosts = Path::new(HOSTS);
+        let rec = worker_record(&worker(Some("qemu-numa2-nvme")), Some(hosts)).expect("record");
+        let report = simplyblock_discovery::probe::probe(&hosts.join("qemu-numa2-nvme/root"));
+        let nvme: Vec<_> = report
+            .devices
+            .iter()
+            .filter(|d| d.kind == DeviceKind::Disk && d.transport == Transport::NVMe)
+            .map(|d| {
+                (
+                    d.pci_address.clone(),
+                    d.serial.clone(),
+                    d.model.clone(),
+                    d.size_bytes,
+                )
+            })
+            .collect();
+        let served: Vec<_> = rec
+            .devices
+            .iter()
+            .map(|d| (d.pcie.clone(), d.serial.clone(), d.model.clone(), d.size))
+            .collect();
+        assert_eq!(served, nvme);
+        // The capture: three controllers on the kernel driver, each one 64 MiB namespace;
+        // the SATA and virtio disks and the three unbound controllers are not served.
+        let pcie: Vec<&str> = rec.devices.iter().map(|d| d.pcie.as_str()).collect();
+        assert_eq!(pcie, ["0000:00:03.0", "0000:00:04.0", "0000:81:00.0"]);
+        assert_eq!(rec.devices[0].serial, "SBNODE0A");
+        assert_eq!(rec.devices[0].model, "QEMU NVMe Ctrl");
+        assert!(rec.devices.iter().all(|d| d.size == 64 << 20));
+    }
+
+    #[test]
+    fn a_missing_tree_is_an_error_not_synthetic_devices() {
+        let err = worker_record(&worker(Some("r650-4nvme")), Some(Path::new(HOSTS)))
+            .expect_err("no such profile");
+        let text = err.to_string();
+        assert!(
+            text.contains("worker w's hardware profile r650-4nvme"),
+            "{text}"
+        );
+        assert!(text.contains("no such directory"), "{text}");
+        let err = worker_record(&worker(Some("qemu-numa2-nvme")), None).expect_err("no hosts dir");
+        assert!(err.to_string().contains("no hosts directory"), "{err}");
+    }
+
+    #[test]
+    fn a_tree_without_sys_block_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("p1/root/proc")).expect("mkdir");
+        let err = worker_record(&worker(Some("p1")), Some(dir.path())).expect_err("unreadable");
+        assert!(err.to_string().contains("sys/block is unreadable"), "{err}");
+    }
+
+    #[test]
+    fn a_profile_and_a_devices_block_are_refused_together() {
+        let w = FleetWorker {
+            devices: Some(FleetDevices::default()),
+            ..worker(Some("qemu-numa2-nvme"))
         };
-        let rec = worker_record(&w, Some(dir.path()));
-        assert_eq!(rec.devices.len(), 1);
-        assert_eq!(rec.devices[0].model, "TREE MODEL");
-        assert_eq!(rec.devices[0].size, 2000 * 512);
-        // An absent profile tree falls back to the synthetic devices.
-        let w2 = FleetWorker {
-            profile: Some("missing".into()),
-            ..w
-        };
-        assert_eq!(worker_record(&w2, Some(dir.path())).devices.len(), 2);
+        let err = worker_record(&w, Some(Path::new(HOSTS))).expect_err("both");
+        assert!(err.to_string().contains("`devices` block"), "{err}");
+    }
+
+    #[test]
+    fn the_example_fleet_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet.yaml");
+        let fleet = load(&path).expect("example fleet");
+        for w in &fleet.workers {
+            let rec = worker_record(w, Some(Path::new(HOSTS))).expect("worker");
+            assert!(!rec.devices.is_empty(), "{} has no devices", w.hostname);
+        }
     }
 }

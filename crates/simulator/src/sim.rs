@@ -162,7 +162,7 @@ impl Sim {
         if let Some(path) = &config.fleet {
             let fleet = fleet::load(path)?;
             for w in &fleet.workers {
-                let fresh = fleet::worker_record(w, config.hosts_dir.as_deref());
+                let fresh = fleet::worker_record(w, config.hosts_dir.as_deref())?;
                 match tables.workers.get_mut(&w.hostname) {
                     // Keep what happened to it (labels, reboots); refresh the hardware.
                     Some(old) => {
@@ -193,8 +193,10 @@ impl Sim {
         }))
     }
 
-    /// Run `f` on the state and commit what it changed before returning. A failed commit
-    /// turns the answer into an opaque 500, as a database error does on the real server.
+    /// Run `f` on the state and commit what it changed before returning, all or nothing:
+    /// when `f` answers an error, or the commit fails, every change it made is undone, so
+    /// memory never holds what the database does not. A failed commit turns the answer
+    /// into an opaque 500, as a database error does on the real server.
     pub fn mutate<R>(
         &self,
         f: impl FnOnce(&mut St<'_>) -> Result<R, ApiError>,
@@ -207,16 +209,28 @@ impl Sim {
             sim: self,
         };
         let out = f(&mut st);
-        if tables.is_dirty() {
-            if let Some(m) = tables.meta.get_mut("meta") {
-                m.sim_ms = now;
-            }
-            if let Err(e) = self.db.commit(&mut tables) {
-                tracing::error!(error = %e, "state commit failed");
-                return Err(ApiError::opaque(e.to_string()));
-            }
+        if !tables.is_dirty() {
+            return out;
         }
-        out
+        let committed = match out {
+            Ok(v) => {
+                if let Some(m) = tables.meta.get_mut("meta") {
+                    m.sim_ms = now;
+                }
+                match self.db.commit(&mut tables) {
+                    Ok(()) => return Ok(v),
+                    Err(e) => {
+                        tracing::error!(error = %e, "state commit failed; the change is undone");
+                        Err(ApiError::opaque(e.to_string()))
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = self.db.rollback(&mut tables) {
+            tracing::error!(error = %e, "undoing a failed change failed; memory may hold it");
+        }
+        committed
     }
 
     /// Read-only access.
@@ -395,5 +409,67 @@ impl St<'_> {
         );
         self.sim.wake.notify_one();
         id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::fleet::FleetWorker;
+
+    fn worker(name: &str) -> WorkerRec {
+        let w = FleetWorker {
+            hostname: name.into(),
+            addresses: vec!["10.0.0.1".into()],
+            profile: None,
+            cpus: None,
+            memory_gib: None,
+            storage_nodes: None,
+            labels: BTreeMap::new(),
+            devices: None,
+        };
+        fleet::worker_record(&w, None).expect("worker")
+    }
+
+    fn names(sim: &Sim) -> Vec<String> {
+        sim.read(|t, _| t.workers.keys().cloned().collect())
+    }
+
+    /// Regression: a handler that changed records and then answered an error left the
+    /// changes in memory, and the next successful change committed them.
+    #[test]
+    fn a_failed_mutation_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sim = Sim::open(SimConfig::new(dir.path())).expect("open");
+        sim.mutate(|st| {
+            st.t.workers.insert("kept", worker("kept"));
+            Ok(())
+        })
+        .expect("first change");
+        let err = sim
+            .mutate(|st| -> Result<(), ApiError> {
+                st.t.workers.insert("added", worker("added"));
+                if let Some(w) = st.t.workers.get_mut("kept") {
+                    w.labels.insert("half".into(), "done".into());
+                }
+                Err(ApiError::opaque("refused halfway"))
+            })
+            .expect_err("the handler failed");
+        assert!(format!("{err:?}").contains("refused halfway"), "{err:?}");
+        assert_eq!(names(&sim), ["kept"]);
+        let labelled = sim.read(|t, _| t.workers.get("kept").map(|w| w.labels.clone()));
+        assert_eq!(labelled, Some(BTreeMap::new()));
+        sim.mutate(|st| {
+            st.t.workers.insert("later", worker("later"));
+            Ok(())
+        })
+        .expect("a later change");
+        drop(sim);
+        let sim = Sim::open(SimConfig::new(dir.path())).expect("reopen");
+        assert_eq!(names(&sim), ["kept", "later"]);
+        let labelled = sim.read(|t, _| t.workers.get("kept").map(|w| w.labels.clone()));
+        assert_eq!(labelled, Some(BTreeMap::new()));
     }
 }

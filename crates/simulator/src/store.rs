@@ -87,14 +87,16 @@ impl<T: Serialize + DeserializeOwned> Table<T> {
         }
     }
 
-    fn flush(&mut self, name: &str, txn: &redb::WriteTransaction) -> Result<(), SimError> {
+    /// Writes the changed records into `txn`. They stay marked until the transaction
+    /// commits, so a failed commit can still be rolled back.
+    fn flush(&self, name: &str, txn: &redb::WriteTransaction) -> Result<(), SimError> {
         if self.dirty.is_empty() {
             return Ok(());
         }
         let def: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
         let mut table = txn.open_table(def).map_err(SimError::db)?;
-        for key in std::mem::take(&mut self.dirty) {
-            match self.rows.get(&key) {
+        for key in &self.dirty {
+            match self.rows.get(key) {
                 Some(row) => {
                     let bytes = serde_json::to_vec(row).map_err(SimError::encode)?;
                     table
@@ -103,6 +105,40 @@ impl<T: Serialize + DeserializeOwned> Table<T> {
                 }
                 None => {
                     table.remove(key.as_str()).map_err(SimError::db)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts every changed record back as the database holds it.
+    fn rollback(&mut self, name: &str, txn: &redb::ReadTransaction) -> Result<(), SimError> {
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
+        let table = match txn.open_table(def) {
+            Ok(t) => Some(t),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(SimError::db(e)),
+        };
+        for key in std::mem::take(&mut self.dirty) {
+            let stored = match &table {
+                Some(t) => t.get(key.as_str()).map_err(SimError::db)?,
+                None => None,
+            };
+            match stored {
+                Some(v) => {
+                    let row: T =
+                        serde_json::from_slice(v.value()).map_err(|e| SimError::Corrupt {
+                            table: name.to_string(),
+                            key: key.clone(),
+                            reason: e.to_string(),
+                        })?;
+                    self.rows.insert(key, row);
+                }
+                None => {
+                    self.rows.remove(&key);
                 }
             }
         }
@@ -148,8 +184,17 @@ macro_rules! tables {
                 Ok(Self { $($field: Table::load(stringify!($field), db)?,)+ })
             }
 
-            fn flush(&mut self, txn: &redb::WriteTransaction) -> Result<(), SimError> {
+            fn flush(&self, txn: &redb::WriteTransaction) -> Result<(), SimError> {
                 $(self.$field.flush(stringify!($field), txn)?;)+
+                Ok(())
+            }
+
+            fn mark_clean(&mut self) {
+                $(self.$field.dirty.clear();)+
+            }
+
+            fn rollback(&mut self, txn: &redb::ReadTransaction) -> Result<(), SimError> {
+                $(self.$field.rollback(stringify!($field), txn)?;)+
                 Ok(())
             }
 
@@ -203,7 +248,8 @@ impl Db {
         Tables::load(&self.db)
     }
 
-    /// Write every changed record in one durable transaction.
+    /// Write every changed record in one durable transaction. On failure the records stay
+    /// marked changed, for [`Db::rollback`].
     pub fn commit(&self, tables: &mut Tables) -> Result<(), SimError> {
         if !tables.is_dirty() {
             return Ok(());
@@ -211,6 +257,17 @@ impl Db {
         let txn = self.db.begin_write().map_err(SimError::db)?;
         tables.flush(&txn)?;
         txn.commit().map_err(SimError::db)?;
+        tables.mark_clean();
         Ok(())
+    }
+
+    /// Undo every uncommitted change in memory: each changed record is read back from
+    /// the database, or dropped when the database has none.
+    pub fn rollback(&self, tables: &mut Tables) -> Result<(), SimError> {
+        if !tables.is_dirty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_read().map_err(SimError::db)?;
+        tables.rollback(&txn)
     }
 }

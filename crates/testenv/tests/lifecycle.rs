@@ -111,3 +111,84 @@ async fn the_shared_environment_is_started_once() {
     let v = client.apiserver_version().await.expect("version");
     assert_eq!(format!("v{}.{}", v.major, v.minor), "v1.37");
 }
+
+/// `testenv build` with this cache directory and a PATH holding no Go.
+fn build_without_go(cache: &std::path::Path, path: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_testenv"));
+    cmd.arg("build")
+        .env("SIMPLYBLOCK_TESTENV_CACHE", cache)
+        .env("PATH", path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+#[test]
+fn a_build_without_go_says_what_to_install() {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let empty = tempfile::tempdir().expect("an empty PATH");
+    let out = build_without_go(cache.path(), empty.path())
+        .output()
+        .expect("testenv build runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it succeeded without Go: {stderr}");
+    assert!(
+        stderr.contains("Go is needed to build kube-apiserver and etcd"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("https://go.dev/doc/install"), "{stderr}");
+    assert!(stderr.contains("`go` could not be run"), "{stderr}");
+}
+
+#[test]
+fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
+    use simplyblock_testenv::assets::{ETCD_VERSION, KUBERNETES_VERSION};
+
+    let cache = tempfile::tempdir().expect("cache dir");
+    let empty = tempfile::tempdir().expect("an empty PATH");
+    let lock = std::fs::File::create(cache.path().join("build.lock")).expect("lock file");
+    lock.lock().expect("hold the build lock");
+    let mut child = build_without_go(cache.path(), empty.path())
+        .spawn()
+        .expect("testenv build starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let waiting = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("another process is building the test binaries; waiting for it"));
+    assert!(waiting.is_some(), "testenv build did not say it waits");
+    // What the holder of the lock builds: the second build must take these, and with no
+    // Go on its PATH it could not build them itself.
+    let apiserver = cache
+        .path()
+        .join(format!("kube-apiserver-{KUBERNETES_VERSION}"))
+        .join("kube-apiserver");
+    let etcd = cache
+        .path()
+        .join(format!("etcd-{ETCD_VERSION}"))
+        .join("etcd");
+    for bin in [&apiserver, &etcd] {
+        std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
+        std::fs::write(bin, "built by the lock holder").expect("write");
+    }
+    drop(lock);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().expect("testenv build ends");
+    assert!(out.status.success(), "{}", rest.join("\n"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("kube-apiserver: {}", apiserver.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("etcd: {}", etcd.display())),
+        "{stdout}"
+    );
+    for bin in [&apiserver, &etcd] {
+        assert_eq!(
+            std::fs::read_to_string(bin).expect("read"),
+            "built by the lock holder"
+        );
+    }
+}
