@@ -1268,3 +1268,67 @@ async fn a_cluster_deleted_mid_run_ends_its_operation_aborted() {
         [202]
     );
 }
+
+#[tokio::test]
+async fn cancel_task_on_an_open_task_calls_once_and_waits_for_it_to_leave() {
+    // Every node add attempt fails: the task ends on its own at max_retry. The control
+    // plane has no cancel route, so the cancel answers 404.
+    let h = harness("scops-cancel-open", "", (1, 1)).await;
+    let r =
+        h.cp.raw(
+            Method::PUT,
+            "/../../_sim/faults",
+            &[],
+            Some(&json!({"spec": "taskfail:name=node_add"})),
+        )
+        .await
+        .expect("faults");
+    assert!(r.status < 300, "faults: {}", r.status);
+    // Frozen time holds the new add open.
+    h.clock(0.0).await;
+    let task =
+        h.cp.add_storage_node(
+            h.uuid,
+            &StorageNodeAdd::new(
+                "w9.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000",
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    let _c = h.start();
+    h.create_op_with(
+        "sb-cancel",
+        "CancelTask",
+        json!({"cancelTask": {"taskID": task.to_string()}}),
+    )
+    .await;
+    let waiting = h.step_is("sb-cancel", "Awaiting").await;
+    let message = waiting.status.and_then(|s| s.message).unwrap_or_default();
+    let cancel = format!("/api/v2/clusters/{}/tasks/{task}/cancel", h.uuid);
+    until("the cancel answered", async || {
+        (!h.answers("POST", &cancel).await.is_empty()).then_some(())
+    })
+    .await;
+    // Looks while the task is open do not cancel again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.answers("POST", &cancel).await, [404], "{message}");
+    assert_eq!(
+        h.ops()
+            .get("sb-cancel")
+            .await
+            .expect("op")
+            .status
+            .expect("s")
+            .phase,
+        OpsPhase::Running
+    );
+    h.clock(1000.0).await;
+    h.phase_is("sb-cancel", OpsPhase::Succeeded).await;
+    assert_eq!(h.answers("POST", &cancel).await, [404]);
+    assert_eq!(h.events("sb-cancel", "TaskCanceled").await.len(), 1);
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+}

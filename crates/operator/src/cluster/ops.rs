@@ -12,7 +12,7 @@
 //! | Shutdown | Requesting → Awaiting | shutdown; every node in_shutdown/offline | every node offline, cluster not active |
 //! | Start | Requesting → Awaiting | start; active, or every node in_restart/online | active |
 //! | Restart | ShuttingDown → Starting | shutdown, then start, as above | not active, then active |
-//! | CancelTask | Requesting → Awaiting | cancel (404 is success); task no longer open | task no longer open |
+//! | CancelTask | Requesting → Awaiting | cancel once (404 is success); task no longer open | task no longer open |
 //! | RollingRestart | per node, see [`plan_rolling`] | | nodeIndex = len(nodes) |
 
 use std::collections::BTreeMap;
@@ -688,9 +688,13 @@ fn plan_cancel(
     };
     let open = task_open(tasks, task);
     match (step, open) {
-        (ClusterOpsStep::Requesting, true) => Plan::Call {
+        // The task stays open after a cancel that the control plane answers 404 (it has
+        // no such route): one call, then Awaiting waits for the task to leave the queue.
+        (ClusterOpsStep::Requesting, true) => Plan::CallOnce {
+            to: ClusterOpsStep::Awaiting,
             call: Call::CancelTask(cluster, task),
             message: format!("canceling task {task}"),
+            accepted: format!("cancel of task {task} sent; waiting for it to leave the queue"),
         },
         (ClusterOpsStep::Requesting, false) => advance(
             ClusterOpsStep::Awaiting,

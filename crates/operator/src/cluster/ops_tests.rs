@@ -244,9 +244,12 @@ fn cancel_task_succeeds_once_the_task_is_not_open() {
     let mut w = world(ClusterStatus::Active, vec![]);
     w.tasks = vec![open.clone()];
     let o = op("CancelTask", Some("Requesting"), spec.clone());
+    // One call, Awaiting written first: a look while the task is still open never
+    // cancels again.
     assert!(matches!(
         plan_of(&o, &t, &w),
-        Plan::Call {
+        Plan::CallOnce {
+            to: Awaiting,
             call: Call::CancelTask(_, _),
             ..
         }
