@@ -16,6 +16,10 @@ pub struct Context {
     pub events: crate::events::Publisher,
     /// Where workers' storage-node APIs are reached.
     pub snode: SnodeSettings,
+    /// Multiplies every Ops step deadline (1: the declared ones, 30 minutes for a cluster
+    /// shutdown). Tests set it below 1 to see a deadline pass within seconds
+    /// ([`Context::with_step_deadline_scale`]); it is read when a controller starts.
+    pub step_deadline_scale: f64,
 }
 
 /// How to reach a worker's storage-node API.
@@ -64,7 +68,15 @@ impl Context {
                 proxy: None,
             },
             namespace,
+            step_deadline_scale: 1.0,
         }
+    }
+
+    /// Scale every Ops step deadline by `factor` (see [`Context::step_deadline_scale`]);
+    /// a factor that is not a positive number keeps the declared deadlines.
+    pub fn with_step_deadline_scale(mut self, factor: f64) -> Context {
+        self.step_deadline_scale = factor;
+        self
     }
 
     /// Reach storage-node APIs through `proxy` (see [`SnodeSettings::proxy`]).

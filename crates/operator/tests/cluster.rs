@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::ClusterPhase;
@@ -284,4 +284,123 @@ async fn an_unready_control_plane_holds_creation_and_says_why() {
     h.until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
         .await;
     assert_eq!(h.calls("POST", "/api/v2/clusters/").await, 1);
+}
+
+impl Harness {
+    async fn clock(&self, scale: f64) {
+        let r = self
+            .cp
+            .raw(
+                Method::PUT,
+                "/../../_sim/clock",
+                &[],
+                Some(&json!({"scale": scale})),
+            )
+            .await
+            .expect("clock");
+        assert!(r.status < 300, "clock: {}", r.status);
+    }
+
+    /// A metadata change: the controller looks again at once instead of at its resync.
+    async fn nudge(&self, name: &str, n: usize) {
+        self.clusters()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/nudge": n.to_string()}}})),
+            )
+            .await
+            .expect("nudge");
+    }
+
+    /// (type, note) of every event with `reason`.
+    async fn typed_events(&self, reason: &str) -> Vec<(String, String)> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.kube.clone(), &self.ns);
+        events
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
+    // Every attempt of a node add fails: the control plane gives up at max_retry.
+    let h = harness("cluster-task-verdict", "taskfail:name=node_add").await;
+    h.create("sb").await;
+    let uuid: simplyblock_controlplane::Uuid = h
+        .until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
+        .await
+        .parse()
+        .expect("uuid");
+    h.until("the creation tasks done", async |h| {
+        let c = h.clusters().get("sb").await.ok()?;
+        c.status?.tasks.is_empty().then_some(())
+    })
+    .await;
+    // Frozen sim time holds the add open until the window has shown it.
+    h.clock(0.0).await;
+    let task =
+        h.cp.add_storage_node(
+            uuid,
+            &simplyblock_controlplane::StorageNodeAdd::new(
+                "w1.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000",
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add")
+        .to_string();
+    let mut n = 0;
+    h.until("the add in the task window", async |h| {
+        n += 1;
+        h.nudge("sb", n).await;
+        let c = h.clusters().get("sb").await.ok()?;
+        c.status?.tasks.iter().any(|t| t.id == task).then_some(())
+    })
+    .await;
+    h.clock(1000.0).await;
+    let last = h
+        .until("the add's final state", async |h| {
+            let t = h.cp.get_task(uuid, task.parse().ok()?).await.ok()?;
+            (t.status == simplyblock_controlplane::TaskStatus::Done).then_some(t)
+        })
+        .await;
+    assert_eq!(last.function_result, "max retry reached");
+    let verdicts = h
+        .until("the add's verdict", async |h| {
+            n += 1;
+            h.nudge("sb", n).await;
+            let v: Vec<(String, String)> = h
+                .typed_events("TaskFailed")
+                .await
+                .into_iter()
+                .filter(|(_, note)| note.contains(&task))
+                .collect();
+            (!v.is_empty()).then_some(v)
+        })
+        .await;
+    assert_eq!(verdicts.len(), 1, "one event: {verdicts:?}");
+    let (kind, note) = &verdicts[0];
+    assert_eq!(kind, "Warning", "{note}");
+    assert!(
+        note.contains("node_add") && note.contains("max retry reached"),
+        "{note}"
+    );
+    // No Normal verdict for the same task beside it.
+    for reason in ["TaskCompleted", "TaskCanceled", "TaskLeftQueue"] {
+        let normal: Vec<_> = h
+            .typed_events(reason)
+            .await
+            .into_iter()
+            .filter(|(_, note)| note.contains(&task))
+            .collect();
+        assert!(normal.is_empty(), "{reason}: {normal:?}");
+    }
 }

@@ -214,6 +214,21 @@ impl Harness {
         ))
     }
 
+    /// The controller with every step deadline multiplied by `scale`.
+    fn start_scaled(&self, scale: f64) -> tokio::task::JoinHandle<()> {
+        let ctx = Context::new(
+            self.kube.clone(),
+            self.cp.clone(),
+            self._sim.url.clone(),
+            self.ns.clone(),
+        )
+        .with_step_deadline_scale(scale);
+        tokio::spawn(simplyblock_operator::cluster::ops::run(
+            Arc::new(ctx),
+            Some(self.ns.clone()),
+        ))
+    }
+
     /// The StorageCluster controller too: its steady state keeps the history.
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
         tokio::spawn(simplyblock_operator::cluster::controller::run(
@@ -281,6 +296,22 @@ impl Harness {
             .iter()
             .filter(|c| c["method"] == method && c["path"] == path)
             .count()
+    }
+
+    /// The statuses sbsim answered `method path` with, in order.
+    async fn answers(&self, method: &str, path: &str) -> Vec<u64> {
+        let r = self
+            .cp
+            .raw(Method::GET, "/../../_sim/calls", &[], None)
+            .await
+            .expect("call log");
+        let calls: Vec<Value> =
+            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+        calls
+            .iter()
+            .filter(|c| c["method"] == method && c["path"] == path)
+            .filter_map(|c| c["status"].as_u64())
+            .collect()
     }
 
     async fn events(&self, object: &str, reason: &str) -> Vec<String> {
@@ -414,6 +445,57 @@ async fn a_lost_activate_answer_is_not_repeated() {
     h.create_op("sb-activate", "Activate").await;
     h.phase_is("sb-activate", OpsPhase::Succeeded).await;
     assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
+}
+
+#[tokio::test]
+async fn an_activate_answered_500_after_it_committed_is_not_repeated() {
+    // sbsim activates the cluster and then answers 500: the controller records the
+    // failure, and its next look finds the cluster activating rather than calling again.
+    let h = harness(
+        "scops-commit-500",
+        "commiterror:method=POST,path=/api/v2/clusters/*/activate,count=1",
+        (1, 1),
+    )
+    .await;
+    let _c = h.start();
+    h.create_op("sb-activate", "Activate").await;
+    let op = h.phase_is("sb-activate", OpsPhase::Succeeded).await;
+    assert_eq!(h.answers("POST", &h.activate_path()).await, [500]);
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Awaiting")
+    );
+    assert_eq!(
+        h.cp.get_cluster(h.uuid).await.expect("cluster").status,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+}
+
+#[tokio::test]
+async fn conflicts_on_the_calls_are_retried_until_one_goes_through() {
+    // A 409 answers before the control plane changes anything: the call is repeated, and
+    // exactly one of each goes through.
+    let h = harness(
+        "scops-conflicts",
+        "conflict:method=POST,path=/api/v2/clusters/*/shutdown,count=2;conflict:method=POST,path=/api/v2/clusters/*/start,count=1",
+        (1, 1),
+    )
+    .await;
+    activated(&h).await;
+    let _c = h.start();
+    h.create_op("sb-restart", "Restart").await;
+    let op = h.phase_is("sb-restart", OpsPhase::Succeeded).await;
+    let path = |verb: &str| format!("/api/v2/clusters/{}/{verb}", h.uuid);
+    assert_eq!(h.answers("POST", &path("shutdown")).await, [409, 409, 202]);
+    assert_eq!(h.answers("POST", &path("start")).await, [409, 202]);
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Starting")
+    );
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -625,6 +707,45 @@ async fn rolling_restart_restarts_every_node_once_in_order() {
         );
     }
     assert_eq!(h.occurrences("sb-rolling", "NodeRestarted").await, 3);
+    // The cluster `sb` of other tests' namespaces counts into the same series: the gauges
+    // are this run's last word, the summaries only grow.
+    use simplyblock_operator::ops::metrics::{render, sample};
+    let sb = [("cluster", "sb")];
+    assert_eq!(
+        sample("simplyblock_storagecluster_rolling_restart_node_count", &sb),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            "simplyblock_storagecluster_rolling_restart_node_index_count",
+            &sb
+        ),
+        Some(3.0)
+    );
+    let held = sample(
+        "simplyblock_storagecluster_rolling_restart_peer_hold_seconds_count",
+        &sb,
+    );
+    assert!(held.is_some_and(|n| n >= 3.0), "{held:?}");
+    let rebalanced = sample(
+        "simplyblock_storagecluster_operation_step_duration_seconds_count",
+        &[
+            ("cluster", "sb"),
+            ("action", "RollingRestart"),
+            ("step", "Rebalancing"),
+        ],
+    );
+    assert!(rebalanced.is_some_and(|n| n >= 3.0), "{rebalanced:?}");
+    let text = render();
+    for typed in [
+        "# TYPE simplyblock_storagecluster_rolling_restart_node_index_count gauge",
+        "# TYPE simplyblock_storagecluster_rolling_restart_node_count gauge",
+        "# TYPE simplyblock_storagecluster_rolling_restart_peer_hold_seconds summary",
+        "# TYPE simplyblock_storagecluster_operation_step_duration_seconds summary",
+        "# TYPE simplyblock_storagecluster_operation_lock_wait_seconds summary",
+    ] {
+        assert!(text.contains(typed), "{typed} in {text}");
+    }
 }
 
 /// `status.recentOperations` of the harness's cluster as (name, phase) pairs.
@@ -842,4 +963,372 @@ async fn the_operation_metrics_are_served_over_http() {
         ) >= 1.0,
         "{after}"
     );
+}
+
+#[tokio::test]
+async fn a_control_plane_slower_than_the_step_deadline_fails_the_operation() {
+    // Deadlines at 1/200: Requesting has 600ms, and every read of the cluster takes 1.5s.
+    let h = harness(
+        "scops-deadline",
+        "latency:method=GET,path=/api/v2/clusters/*/,ms=1500",
+        (1, 1),
+    )
+    .await;
+    let _c = h.start_scaled(0.005);
+    h.create_op("sb-activate", "Activate").await;
+    let op = h.phase_is("sb-activate", OpsPhase::Failed).await;
+    let status = op.status.expect("status");
+    assert_eq!(status.step.state.as_deref(), Some("Requesting"));
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.starts_with("step Requesting exceeded its deadline"),
+        "{message}"
+    );
+    let exceeded = h.events("sb-activate", "StepDeadlineExceeded").await;
+    assert_eq!(exceeded.len(), 1, "{exceeded:?}");
+    assert_eq!(h.events("sb-activate", "OperationFailed").await.len(), 1);
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+    // The late look found the step out of time before it called.
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 0);
+    let counted = simplyblock_operator::ops::metrics::sample(
+        "simplyblock_storagecluster_operation_step_deadline_exceeded_total",
+        &[
+            ("cluster", "sb"),
+            ("action", "Activate"),
+            ("step", "Requesting"),
+        ],
+    );
+    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+}
+
+/// Replaces the controller every time the operation shows a new (step, message) — after a
+/// write-ahead record, after a call, while it waits — until the operation ends.
+async fn replacing_the_controller(h: &Harness, name: &str) -> (StorageClusterOps, usize) {
+    let mut controller = h.start();
+    let mut replaced = 0;
+    let mut last = String::new();
+    let start = Instant::now();
+    loop {
+        let op = h.ops().get(name).await.expect("op");
+        let status = op.status.clone().unwrap_or_default();
+        if status.phase.is_terminal() {
+            controller.abort();
+            return (op, replaced);
+        }
+        let at = format!(
+            "{}|{}",
+            status.step.state.clone().unwrap_or_default(),
+            status.message.clone().unwrap_or_default()
+        );
+        if status.phase == OpsPhase::Running && at != last {
+            controller.abort();
+            let _ = controller.await;
+            replaced += 1;
+            controller = h.start();
+            last = at;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out at {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Shuts the harness's active cluster down through the control plane itself.
+async fn shut_down(h: &Harness) {
+    h.cp.shutdown_cluster(h.uuid).await.expect("shutdown");
+    until("every node offline", async || {
+        let nodes = h.cp.list_storage_nodes(h.uuid).await.ok()?;
+        nodes
+            .iter()
+            .all(|n| n.status == NodeStatus::Offline)
+            .then_some(())
+    })
+    .await;
+}
+
+fn cluster_path(h: &Harness, verb: &str) -> String {
+    format!("/api/v2/clusters/{}/{verb}", h.uuid)
+}
+
+async fn cluster_status(h: &Harness) -> simplyblock_controlplane::ClusterStatus {
+    h.cp.get_cluster(h.uuid).await.expect("cluster").status
+}
+
+#[tokio::test]
+async fn start_brings_a_shut_down_cluster_back_with_one_call() {
+    let h = harness("scops-start", "", (1, 1)).await;
+    activated(&h).await;
+    shut_down(&h).await;
+    let _c = h.start();
+    h.create_op("sb-start", "Start").await;
+    let op = h.phase_is("sb-start", OpsPhase::Succeeded).await;
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Awaiting")
+    );
+    assert_eq!(h.answers("POST", &cluster_path(&h, "start")).await, [202]);
+    assert_eq!(
+        cluster_status(&h).await,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+    let nodes = h.cp.list_storage_nodes(h.uuid).await.expect("nodes");
+    assert!(
+        nodes.iter().all(|n| n.status == NodeStatus::Online),
+        "{nodes:?}"
+    );
+}
+
+#[tokio::test]
+async fn expand_calls_once_although_the_cluster_reads_active_before_and_after() {
+    let h = harness("scops-expand", "", (1, 1)).await;
+    activated(&h).await;
+    let _c = h.start();
+    h.create_op("sb-expand", "Expand").await;
+    let op = h.phase_is("sb-expand", OpsPhase::Succeeded).await;
+    assert_eq!(
+        op.status.and_then(|s| s.step.state).as_deref(),
+        Some("Awaiting")
+    );
+    // Give a second call the time it would need.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.answers("POST", &cluster_path(&h, "expand")).await, [202]);
+    assert_eq!(
+        cluster_status(&h).await,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+}
+
+#[tokio::test]
+async fn an_expand_call_that_failed_is_not_repeated() {
+    // A 500 may hide an expansion that happened: the operation fails and says so.
+    let h = harness(
+        "scops-expand-500",
+        "commiterror:method=POST,path=/api/v2/clusters/*/expand,count=1",
+        (1, 1),
+    )
+    .await;
+    activated(&h).await;
+    let _c = h.start();
+    h.create_op("sb-expand", "Expand").await;
+    let op = h.phase_is("sb-expand", OpsPhase::Failed).await;
+    let message = op.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("it is not repeated"), "{message}");
+    assert_eq!(h.answers("POST", &cluster_path(&h, "expand")).await, [500]);
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
+    let h = harness("scops-crash-shutdown", "", (1, 1)).await;
+    activated(&h).await;
+    h.clock(20.0).await;
+    h.create_op("sb-shutdown", "Shutdown").await;
+    let (op, replaced) = replacing_the_controller(&h, "sb-shutdown").await;
+    assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
+    assert!(replaced >= 2, "replaced {replaced} times");
+    assert_eq!(
+        h.answers("POST", &cluster_path(&h, "shutdown")).await,
+        [202]
+    );
+    let nodes = h.cp.list_storage_nodes(h.uuid).await.expect("nodes");
+    assert!(
+        nodes.iter().all(|n| n.status == NodeStatus::Offline),
+        "{nodes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_start_survives_a_controller_replaced_at_every_step() {
+    let h = harness("scops-crash-start", "", (1, 1)).await;
+    activated(&h).await;
+    shut_down(&h).await;
+    h.clock(20.0).await;
+    h.create_op("sb-start", "Start").await;
+    let (op, replaced) = replacing_the_controller(&h, "sb-start").await;
+    assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
+    assert!(replaced >= 2, "replaced {replaced} times");
+    assert_eq!(h.answers("POST", &cluster_path(&h, "start")).await, [202]);
+    assert_eq!(
+        cluster_status(&h).await,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+}
+
+#[tokio::test]
+async fn a_restart_survives_a_controller_replaced_at_every_step() {
+    let h = harness("scops-crash-restart", "", (1, 1)).await;
+    activated(&h).await;
+    h.clock(20.0).await;
+    h.create_op("sb-restart", "Restart").await;
+    let (op, replaced) = replacing_the_controller(&h, "sb-restart").await;
+    assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
+    assert!(replaced >= 3, "replaced {replaced} times");
+    assert_eq!(
+        h.answers("POST", &cluster_path(&h, "shutdown")).await,
+        [202]
+    );
+    assert_eq!(h.answers("POST", &cluster_path(&h, "start")).await, [202]);
+    assert_eq!(
+        cluster_status(&h).await,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+}
+
+#[tokio::test]
+async fn an_expand_survives_a_controller_replaced_at_every_step() {
+    let h = harness("scops-crash-expand", "", (1, 1)).await;
+    activated(&h).await;
+    h.clock(20.0).await;
+    h.create_op("sb-expand", "Expand").await;
+    let (op, replaced) = replacing_the_controller(&h, "sb-expand").await;
+    let status = op.status.expect("status");
+    assert!(replaced >= 2, "replaced {replaced} times");
+    // Never two calls. A replacement between the record and the answer leaves the
+    // outcome unknown (the call may not have gone out), which fails the operation rather
+    // than calling again.
+    let answers = h.answers("POST", &cluster_path(&h, "expand")).await;
+    match status.phase {
+        OpsPhase::Succeeded => assert_eq!(answers, [202]),
+        OpsPhase::Failed => assert!(
+            answers.len() <= 1
+                && status
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("is unknown")),
+            "{status:?}"
+        ),
+        other => panic!("{other:?}: {status:?}"),
+    }
+    assert_eq!(
+        cluster_status(&h).await,
+        simplyblock_controlplane::ClusterStatus::Active
+    );
+}
+
+#[tokio::test]
+async fn a_rolling_restart_survives_a_controller_replaced_at_every_step() {
+    let h = harness("scops-crash-rolling", "", (1, 1)).await;
+    activated(&h).await;
+    h.clock(20.0).await;
+    h.create_op("sb-rolling", "RollingRestart").await;
+    let (op, replaced) = replacing_the_controller(&h, "sb-rolling").await;
+    let status = op.status.expect("status");
+    assert_eq!(status.phase, OpsPhase::Succeeded, "{status:?}");
+    // Three nodes, four steps each at least.
+    assert!(replaced >= 12, "replaced {replaced} times");
+    let rr = status.rolling_restart.expect("rollingRestart");
+    assert_eq!(rr.node_index, 3);
+    for node in &rr.nodes {
+        let base = format!("/api/v2/clusters/{}/storage-nodes/{node}", h.uuid);
+        assert_eq!(
+            h.calls("POST", &format!("{base}/shutdown")).await,
+            1,
+            "{node}"
+        );
+        assert_eq!(
+            h.calls("POST", &format!("{base}/restart")).await,
+            1,
+            "{node}"
+        );
+    }
+    let nodes = h.cp.list_storage_nodes(h.uuid).await.expect("nodes");
+    assert!(
+        nodes.iter().all(|n| n.status == NodeStatus::Online),
+        "{nodes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_deleted_mid_run_ends_its_operation_aborted() {
+    let h = harness("scops-target-gone", "", (1, 1)).await;
+    activated(&h).await;
+    // Frozen time holds the shutdown in Awaiting.
+    h.clock(0.0).await;
+    let _c = h.start();
+    h.create_op("sb-shutdown", "Shutdown").await;
+    h.step_is("sb-shutdown", "Awaiting").await;
+    h.clusters()
+        .delete("sb", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let op = h.phase_is("sb-shutdown", OpsPhase::Aborted).await;
+    let message = op.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("disappeared"), "{message}");
+    assert_eq!(h.events("sb-shutdown", "OperationAborted").await.len(), 1);
+    assert_eq!(
+        h.answers("POST", &cluster_path(&h, "shutdown")).await,
+        [202]
+    );
+}
+
+#[tokio::test]
+async fn cancel_task_on_an_open_task_calls_once_and_waits_for_it_to_leave() {
+    // Every node add attempt fails: the task ends on its own at max_retry. The control
+    // plane has no cancel route, so the cancel answers 404.
+    let h = harness("scops-cancel-open", "", (1, 1)).await;
+    let r =
+        h.cp.raw(
+            Method::PUT,
+            "/../../_sim/faults",
+            &[],
+            Some(&json!({"spec": "taskfail:name=node_add"})),
+        )
+        .await
+        .expect("faults");
+    assert!(r.status < 300, "faults: {}", r.status);
+    // Frozen time holds the new add open.
+    h.clock(0.0).await;
+    let task =
+        h.cp.add_storage_node(
+            h.uuid,
+            &StorageNodeAdd::new(
+                "w9.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000",
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    let _c = h.start();
+    h.create_op_with(
+        "sb-cancel",
+        "CancelTask",
+        json!({"cancelTask": {"taskID": task.to_string()}}),
+    )
+    .await;
+    let waiting = h.step_is("sb-cancel", "Awaiting").await;
+    let message = waiting.status.and_then(|s| s.message).unwrap_or_default();
+    let cancel = format!("/api/v2/clusters/{}/tasks/{task}/cancel", h.uuid);
+    until("the cancel answered", async || {
+        (!h.answers("POST", &cancel).await.is_empty()).then_some(())
+    })
+    .await;
+    // Looks while the task is open do not cancel again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.answers("POST", &cancel).await, [404], "{message}");
+    assert_eq!(
+        h.ops()
+            .get("sb-cancel")
+            .await
+            .expect("op")
+            .status
+            .expect("s")
+            .phase,
+        OpsPhase::Running
+    );
+    h.clock(1000.0).await;
+    h.phase_is("sb-cancel", OpsPhase::Succeeded).await;
+    assert_eq!(h.answers("POST", &cancel).await, [404]);
+    assert_eq!(h.events("sb-cancel", "TaskCanceled").await.len(), 1);
+    until("the lock released", async || {
+        h.lock().await.is_none().then_some(())
+    })
+    .await;
 }

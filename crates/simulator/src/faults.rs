@@ -5,19 +5,20 @@
 //! ```text
 //! SPEC := RULE { ";" RULE }
 //! RULE := KIND [ ":" OPT { "," OPT } ]
-//! KIND := error | latency | drop | conflict | unready | taskfail
+//! KIND := error | commiterror | latency | drop | conflict | unready | taskfail
 //! OPT  := method=GET|POST|PUT|DELETE   only requests with this method
 //!       | path=GLOB                    request path; `*` = one segment, `**` = any number
 //!       | rate=FLOAT                   probability per matching request, default 1
 //!       | after=N                      let the first N matching requests through
 //!       | count=N                      fire at most N times
-//!       | status=CODE                  error: the status (default 500, plain-text body)
+//!       | status=CODE                  error, commiterror: the status (default 500, plain-text body)
 //!       | ms=N                         latency: added milliseconds (real time)
 //!       | for=DURATION                 unready: how long (`500ms`, `5s`, `2m`), from now
 //!       | name=FUNCTION                taskfail: the task's function_name (e.g. node_add)
 //! ```
 //!
-//! `error` and `conflict` answer before the request touches state; `drop` lets the
+//! `error` and `conflict` answer before the request touches state; `commiterror` lets the
+//! request commit and then answers `status` as if it had failed; `drop` lets the
 //! request commit and then closes the connection without an answer; `latency` delays
 //! the answer; `unready` makes `/_meta/ready` answer 503 `FDB not ready`; `taskfail`
 //! makes attempts of matching tasks fail (charged as a retry), so retries up to
@@ -33,12 +34,24 @@ use crate::rng::SimRng;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FaultKind {
-    Error { status: u16 },
-    Latency { ms: u64 },
+    Error {
+        status: u16,
+    },
+    /// The request commits; its answer is replaced by this status.
+    Commiterror {
+        status: u16,
+    },
+    Latency {
+        ms: u64,
+    },
     Drop,
     Conflict,
-    Unready { seconds: f64 },
-    Taskfail { name: String },
+    Unready {
+        seconds: f64,
+    },
+    Taskfail {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -141,6 +154,7 @@ fn parse_rule(text: &str) -> Result<FaultRule, SimError> {
     }
     let kind = match kind.trim() {
         "error" => FaultKind::Error { status },
+        "commiterror" => FaultKind::Commiterror { status },
         "latency" => FaultKind::Latency {
             ms: ms.ok_or_else(|| bad(text, "latency needs ms=N"))?,
         },
@@ -194,6 +208,8 @@ pub struct Verdict {
     pub error: Option<u16>,
     pub conflict: bool,
     pub drop: bool,
+    /// Answer this status once the request has committed.
+    pub commit_error: Option<u16>,
     /// The rules that fired, for the call log.
     pub fired: Vec<String>,
 }
@@ -260,6 +276,9 @@ impl Faults {
                 }
                 FaultKind::Conflict if v.error.is_none() => v.conflict = true,
                 FaultKind::Drop => v.drop = true,
+                FaultKind::Commiterror { status } if v.commit_error.is_none() => {
+                    v.commit_error = Some(status)
+                }
                 _ => {}
             }
         }
@@ -310,6 +329,17 @@ mod tests {
         assert_eq!(rules[1].kind, FaultKind::Latency { ms: 20 });
         assert_eq!(rules[2].count, Some(1));
         assert!(matches!(rules[3].kind, FaultKind::Unready { seconds } if seconds == 2.0));
+        let late = parse("commiterror:method=POST,count=1;commiterror:status=503").expect("parse");
+        assert_eq!(late[0].kind, FaultKind::Commiterror { status: 500 });
+        assert_eq!(late[1].kind, FaultKind::Commiterror { status: 503 });
+    }
+
+    #[test]
+    fn a_commit_error_lets_the_request_through_and_answers_after() {
+        let mut f = Faults::new(parse("commiterror:method=POST,count=1").expect("parse"), 1);
+        let first = f.on_request("POST", "/x");
+        assert_eq!((first.error, first.commit_error), (None, Some(500)));
+        assert_eq!(f.on_request("POST", "/x").commit_error, None);
     }
 
     #[test]

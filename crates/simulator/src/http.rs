@@ -281,6 +281,17 @@ async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
     } else {
         err(ApiError::not_found("Not Found"))
     };
+    // The request committed; its answer says it failed.
+    let outcome = match verdict.commit_error {
+        Some(500) => err(ApiError::opaque(
+            "injected fault after the request committed",
+        )),
+        Some(status) => err(ApiError::Http(
+            status,
+            "sbsim injected fault after the request committed".into(),
+        )),
+        None => outcome,
+    };
     if verdict.drop
         && let Some(c) = &conn
     {

@@ -168,6 +168,39 @@ async fn drop_commits_then_loses_the_answer() {
 }
 
 #[tokio::test]
+async fn commiterror_commits_then_answers_500() {
+    let env = start(1, 1).await;
+    set_faults(
+        &env,
+        "commiterror:method=POST,path=/api/v2/clusters/,count=1",
+    )
+    .await;
+    let e = env
+        .client
+        .create_cluster(&ClusterCreate::new("committed", 10, 4))
+        .await
+        .expect_err("answered 500");
+    assert!(e.is_retryable(), "an opaque 500: {e}");
+    // The create happened all the same.
+    let list = env.client.list_clusters().await.expect("list");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].name.as_deref(), Some("committed"));
+    let calls: Vec<Value> =
+        serde_json::from_value(admin(&env, Method::GET, "/_sim/calls", None).await).expect("calls");
+    let post = calls
+        .iter()
+        .find(|c| c["method"] == "POST" && c["path"] == "/api/v2/clusters/")
+        .expect("the create");
+    assert_eq!(post["status"], 500);
+    assert!(
+        post["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("after the request committed")),
+        "{post}"
+    );
+}
+
+#[tokio::test]
 async fn latency_and_unready_windows() {
     let env = start(1, 1).await;
     set_faults(&env, "latency:ms=120,path=/api/v2/_meta/health").await;

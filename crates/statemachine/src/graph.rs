@@ -288,6 +288,24 @@ impl<A: Action, S: State> MultiGraph<A, S> {
         Ok(Self { graphs })
     }
 
+    /// The same graphs with every deadline multiplied by `factor` (e.g. 0.01 to make a test
+    /// meet a deadline in seconds); a deadline that would round to zero becomes a
+    /// millisecond, so no step times out as it is entered. A factor that is not a positive
+    /// finite number leaves the deadlines as they are.
+    pub fn scaled(&self, factor: f64) -> Self {
+        let mut graphs = self.graphs.clone();
+        if factor.is_finite() && factor > 0.0 {
+            for graph in graphs.values_mut() {
+                for node in graph.nodes.values_mut() {
+                    node.deadline = node
+                        .deadline
+                        .map(|d| d.mul_f64(factor).max(Duration::from_millis(1)));
+                }
+            }
+        }
+        Self { graphs }
+    }
+
     /// The graph of `action`.
     pub fn graph(&self, action: A) -> Result<&Graph<S>, Error> {
         self.graphs.get(&action).ok_or(Error::UnknownAction {
@@ -532,5 +550,25 @@ mod tests {
         const STRICT: GraphDef<'static, S> = GraphDef::new(S::A, &[StateDef::new(S::A)]);
         let mg = MultiGraph::new(&[("Lax", TWO), ("Strict", STRICT)]).expect("valid");
         assert_eq!(mg.unabortable_states(), vec![S::A, S::B]);
+    }
+
+    #[test]
+    fn a_scaled_multi_graph_changes_only_the_deadlines() {
+        let mg = MultiGraph::new(&[("Two", TWO), ("One", ONE)]).expect("valid");
+        let fast = mg.scaled(0.01);
+        let two = fast.graph("Two").expect("Two");
+        assert_eq!(two.deadline(S::A), Some(Duration::from_millis(600)));
+        assert_eq!(two.deadline(S::B), None);
+        assert!(two.allows(S::A, S::B) && two.is_abortable(S::A));
+        assert_eq!(fast.declared_states(), mg.declared_states());
+        // Never zero, and a nonsense factor changes nothing.
+        let tiny = mg.scaled(1e-12);
+        assert_eq!(
+            tiny.graph("Two").expect("Two").deadline(S::A),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(mg.scaled(0.0), mg);
+        assert_eq!(mg.scaled(f64::NAN), mg);
+        assert_eq!(mg.scaled(1.0), mg);
     }
 }

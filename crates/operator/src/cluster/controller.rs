@@ -667,13 +667,19 @@ async fn steady(
     {
         next.message = None;
     }
-    for (task, reason) in observe::finished_tasks(status, &next, &tasks) {
-        let note = format!(
-            "task {} ({}) left the control plane's queue",
-            task.id,
-            task.type_.as_deref().unwrap_or("task")
-        );
-        ctx.event(cluster, false, reason, note).await;
+    for (seen, listed) in observe::finished_tasks(status, &next, &tasks) {
+        // Not in the list any more: its own read is the last word (the control plane
+        // answers an unknown id with a 500, which leaves the ending unknown).
+        let read = match listed {
+            Some(_) => None,
+            None => match seen.id.parse::<Uuid>() {
+                Ok(id) => ctx.cp.get_task(uuid, id).await.ok(),
+                Err(_) => None,
+            },
+        };
+        let verdict = observe::task_verdict(seen, listed.or(read.as_ref()));
+        ctx.event(cluster, verdict.warning, verdict.reason, verdict.note)
+            .await;
     }
     if !write_steady(ctx, cluster, &next).await? {
         return Ok(Action::requeue(requeue::CONFLICT));

@@ -8,14 +8,15 @@
 //! | action | steps | call, skipped when | done when |
 //! |---|---|---|---|
 //! | Activate | Requesting → Awaiting | activate; active or in_activation. Gate: enough online nodes for the stripe | active |
-//! | Expand | Requesting → Awaiting | expand; in_expansion | active |
+//! | Expand | Requesting → Awaiting | expand, at most once (Awaiting is written first); in_expansion | active |
 //! | Shutdown | Requesting → Awaiting | shutdown; every node in_shutdown/offline | every node offline, cluster not active |
 //! | Start | Requesting → Awaiting | start; active, or every node in_restart/online | active |
 //! | Restart | ShuttingDown → Starting | shutdown, then start, as above | not active, then active |
-//! | CancelTask | Requesting → Awaiting | cancel (404 is success); task no longer open | task no longer open |
+//! | CancelTask | Requesting → Awaiting | cancel once (404 is success); task no longer open | task no longer open |
 //! | RollingRestart | per node, see [`plan_rolling`] | | nodeIndex = len(nodes) |
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -35,15 +36,24 @@ use simplyblock_api::storage_cluster_ops::{
 use simplyblock_controlplane::{
     ClusterStatus, Method, NodeRestart, NodeStatus, StorageNode as CpNode, Task, TaskStatus, Uuid,
 };
-use simplyblock_statemachine::{Machine, State};
+use simplyblock_statemachine::{Machine, MultiGraph, State};
 
 use crate::context::{Context, requeue};
 use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";
+const METRIC_PREFIX: &str = "simplyblock_storagecluster_";
 /// The label every storage-node pod of a cluster carries (the workload's selector).
 pub const POD_CLUSTER_LABEL: &str = "storage.simplyblock.io/cluster";
+
+/// The message written before the expand call; still there in Awaiting, nothing was
+/// recorded after it.
+const EXPAND_PENDING: &str = "calling expand: the cluster grows onto its new storage nodes";
+
+/// Seconds after entering Awaiting before an expand record without its answer counts as
+/// an operator stopped between the two.
+const EXPAND_RECORD_GRACE: f64 = 10.0;
 
 /// How often an awaited step looks at the control plane.
 const AWAIT_POLL: Duration = Duration::from_secs(1);
@@ -52,7 +62,7 @@ impl OpsResource for StorageClusterOps {
     type Target = StorageCluster;
     const FINALIZER: &'static str = FINALIZER;
     const MANAGER: &'static str = MANAGER;
-    const METRIC_PREFIX: &'static str = "simplyblock_storagecluster_";
+    const METRIC_PREFIX: &'static str = METRIC_PREFIX;
     const TARGET_LABEL: &'static str = "cluster";
 
     fn target_name(&self) -> &str {
@@ -126,7 +136,37 @@ pub enum Call {
     DeletePods(Vec<String>),
 }
 
-pub struct ClusterSteps;
+/// The steps of every action, over the graphs with their deadlines scaled by
+/// [`Context::step_deadline_scale`].
+#[derive(Clone, Copy)]
+pub struct ClusterSteps {
+    graphs: &'static MultiGraph<ClusterAction, ClusterOpsStep>,
+}
+
+impl Default for ClusterSteps {
+    fn default() -> Self {
+        ClusterSteps { graphs: &GRAPHS }
+    }
+}
+
+impl ClusterSteps {
+    /// The graphs with every deadline multiplied by `scale` (1: as declared).
+    pub fn with_deadline_scale(scale: f64) -> Self {
+        if scale == 1.0 {
+            return Self::default();
+        }
+        // One copy per distinct factor for the life of the process: a handful in tests,
+        // none in production.
+        static SCALED: LazyLock<
+            Mutex<BTreeMap<u64, &'static MultiGraph<ClusterAction, ClusterOpsStep>>>,
+        > = LazyLock::new(Mutex::default);
+        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
+        let graphs = *scaled
+            .entry(scale.to_bits())
+            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
+        ClusterSteps { graphs }
+    }
+}
 
 impl Steps<StorageClusterOps> for ClusterSteps {
     type Step = ClusterOpsStep;
@@ -139,7 +179,7 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         now: Timestamp,
     ) -> Result<Machine<'static, ClusterOpsStep>, simplyblock_statemachine::Error> {
         let snapshot = op.status.clone().unwrap_or_default().step;
-        GRAPHS.restore(op.spec.action, &snapshot, now)
+        self.graphs.restore(op.spec.action, &snapshot, now)
     }
 
     async fn observe(
@@ -190,6 +230,37 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         None
     }
 
+    fn step_left(&self, op: &StorageClusterOps, step: ClusterOpsStep, seconds: f64) {
+        if step == ClusterOpsStep::CheckingPeers {
+            ops::metrics::observe(
+                format!("{METRIC_PREFIX}rolling_restart_peer_hold_seconds"),
+                vec![("cluster", op.spec.cluster_ref.clone())],
+                seconds,
+            );
+        }
+    }
+
+    fn kind_status_written(&self, op: &StorageClusterOps, kind: &Map<String, Value>) {
+        let Some(rr) = kind.get("rollingRestart") else {
+            return;
+        };
+        let labels = || vec![("cluster", op.spec.cluster_ref.clone())];
+        if let Some(nodes) = rr["nodes"].as_array() {
+            ops::metrics::set_gauge(
+                format!("{METRIC_PREFIX}rolling_restart_node_count"),
+                labels(),
+                nodes.len() as f64,
+            );
+        }
+        if let Some(index) = rr["nodeIndex"].as_f64() {
+            ops::metrics::set_gauge(
+                format!("{METRIC_PREFIX}rolling_restart_node_index_count"),
+                labels(),
+                index,
+            );
+        }
+    }
+
     fn succeed_event(&self, op: &StorageClusterOps) -> Option<(&'static str, String)> {
         if op.spec.action == ClusterAction::RollingRestart {
             // The last node's restart ends the operation instead of advancing it.
@@ -221,6 +292,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         ),
         None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
     };
+    let steps = ClusterSteps::with_deadline_scale(ctx.step_deadline_scale);
     let controller = Controller::new(opses, watcher::Config::default());
     let store = controller.store();
     controller
@@ -235,7 +307,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                 .collect::<Vec<_>>()
         })
         .run(
-            |op, ctx| async move { ops::reconcile(op, ctx, &ClusterSteps).await },
+            move |op, ctx| async move { ops::reconcile(op, ctx, &steps).await },
             error_policy,
             ctx,
         )
@@ -453,9 +525,45 @@ pub fn plan(
             if status == ClusterStatus::InExpansion {
                 return advance(Awaiting, "the cluster is already expanding");
             }
-            Plan::Call {
+            // The cluster reads active before the expansion starts and after it ends, so
+            // no look can tell whether a call went out: Awaiting is written first and
+            // never calls.
+            Plan::CallOnce {
+                to: Awaiting,
                 call: Call::Expand(uuid),
-                message: "expanding the cluster onto its new nodes".into(),
+                message: EXPAND_PENDING.into(),
+                accepted: "the control plane accepted the expansion; waiting for active".into(),
+            }
+        }
+        (ClusterAction::Expand, Awaiting) => {
+            let pending = op
+                .status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.ends_with(EXPAND_PENDING));
+            // A read from a cache may still show the record written just before the call
+            // while the answer's record is on its way: give it time to arrive.
+            let settled = ops::step_entered(machine)
+                .is_none_or(|e| now.duration_since(e).as_secs_f64() >= EXPAND_RECORD_GRACE);
+            match status {
+                // Seen expanding: the call arrived, whatever the record says.
+                ClusterStatus::InExpansion => {
+                    wait("the cluster is expanding; waiting for active".into())
+                }
+                // Waits keep the record's words, so a later look still knows.
+                _ if pending && !settled => wait(format!(
+                    "cluster {status}, no answer on record yet — {EXPAND_PENDING}"
+                )),
+                ClusterStatus::Active if pending => Plan::Fail(format!(
+                    "the operator stopped between recording the expand call and its answer, and the cluster reads {status}: whether the control plane received the call is unknown, and it is not repeated; if the new storage nodes did not join, create a new Expand"
+                )),
+                ClusterStatus::Active => succeed("the cluster is active"),
+                _ if pending => wait(format!(
+                    "cluster {status}, no answer on record — {EXPAND_PENDING}"
+                )),
+                _ => wait(format!(
+                    "the control plane reports the cluster {status}; waiting for active"
+                )),
             }
         }
         (ClusterAction::Shutdown, Requesting) | (ClusterAction::Restart, ShuttingDown)
@@ -509,7 +617,7 @@ pub fn plan(
                 }
             }
         }
-        (ClusterAction::Activate | ClusterAction::Expand | ClusterAction::Start, Awaiting) => {
+        (ClusterAction::Activate | ClusterAction::Start, Awaiting) => {
             if status == ClusterStatus::Active {
                 succeed("the cluster is active")
             } else {
@@ -580,9 +688,13 @@ fn plan_cancel(
     };
     let open = task_open(tasks, task);
     match (step, open) {
-        (ClusterOpsStep::Requesting, true) => Plan::Call {
+        // The task stays open after a cancel that the control plane answers 404 (it has
+        // no such route): one call, then Awaiting waits for the task to leave the queue.
+        (ClusterOpsStep::Requesting, true) => Plan::CallOnce {
+            to: ClusterOpsStep::Awaiting,
             call: Call::CancelTask(cluster, task),
             message: format!("canceling task {task}"),
+            accepted: format!("cancel of task {task} sent; waiting for it to leave the queue"),
         },
         (ClusterOpsStep::Requesting, false) => advance(
             ClusterOpsStep::Awaiting,
@@ -695,7 +807,7 @@ pub fn plan_rolling(
         RefreshingPod => {
             // "Old" is older than this step: a replacement the DaemonSet made after the
             // delete is never deleted again, with no flag to remember the delete.
-            let entered = step_entered(machine);
+            let entered = ops::step_entered(machine);
             let old: Vec<&PodView> = obs
                 .pods
                 .iter()
@@ -786,12 +898,6 @@ fn rr_status(rr: &RollingRestartStatus) -> Map<String, Value> {
         json!({"nodes": rr.nodes, "nodeIndex": rr.node_index}),
     );
     m
-}
-
-/// When the current step was entered: its deadline minus its budget.
-fn step_entered(machine: &Machine<'_, ClusterOpsStep>) -> Option<Timestamp> {
-    let budget = machine.graph().deadline(machine.state())?;
-    machine.deadline()?.checked_sub(budget).ok()
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ fn plan_of(
     t: &StorageCluster,
     obs: &Observed,
 ) -> Plan<ClusterOpsStep, Call> {
-    let m = ClusterSteps.machine(op, now()).expect("machine");
+    let m = ClusterSteps::default().machine(op, now()).expect("machine");
     plan(op, t, &m, obs, now())
 }
 
@@ -244,9 +244,12 @@ fn cancel_task_succeeds_once_the_task_is_not_open() {
     let mut w = world(ClusterStatus::Active, vec![]);
     w.tasks = vec![open.clone()];
     let o = op("CancelTask", Some("Requesting"), spec.clone());
+    // One call, Awaiting written first: a look while the task is still open never
+    // cancels again.
     assert!(matches!(
         plan_of(&o, &t, &w),
-        Plan::Call {
+        Plan::CallOnce {
+            to: Awaiting,
             call: Call::CancelTask(_, _),
             ..
         }
@@ -411,8 +414,8 @@ fn rebalancing_holds_the_node_index() {
 fn refreshing_deletes_only_pods_older_than_the_step() {
     let t = target((1, 1));
     let o = op("RollingRestart", Some("RefreshingPod"), rr(0, true));
-    let m = ClusterSteps.machine(&o, now()).expect("machine");
-    let entered = step_entered(&m).expect("entered");
+    let m = ClusterSteps::default().machine(&o, now()).expect("machine");
+    let entered = ops::step_entered(&m).expect("entered");
     let pod = |name: &str, created: Timestamp, ready| PodView {
         name: name.into(),
         created: Some(created),
@@ -456,7 +459,7 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
         }
     ));
     let o = op("RollingRestart", Some("AwaitingPod"), rr(0, true));
-    let m = ClusterSteps.machine(&o, now()).expect("machine");
+    let m = ClusterSteps::default().machine(&o, now()).expect("machine");
     let Plan::Wait { message, .. } = plan(&o, &t, &m, &w, now()) else {
         panic!("waits for Ready");
     };
@@ -481,8 +484,8 @@ fn refreshing_deletes_only_after_the_entry_second() {
     let t = target((1, 1));
     let o = op("RollingRestart", Some("RefreshingPod"), rr(0, true));
     let mid = now() + jiff::SignedDuration::from_millis(300);
-    let m = ClusterSteps.machine(&o, mid).expect("machine");
-    let entered = step_entered(&m).expect("entered");
+    let m = ClusterSteps::default().machine(&o, mid).expect("machine");
+    let entered = ops::step_entered(&m).expect("entered");
     assert_eq!(entered, now() + jiff::SignedDuration::from_secs(1));
     let mut w = world(
         ClusterStatus::Active,
@@ -520,5 +523,93 @@ fn refreshing_deletes_only_after_the_entry_second() {
 #[test]
 fn an_unknown_stored_step_cannot_be_restored() {
     let o = op("Activate", Some("Rebalancing"), json!({}));
-    assert!(ClusterSteps.machine(&o, now()).is_err());
+    assert!(ClusterSteps::default().machine(&o, now()).is_err());
+}
+
+/// The defect: the cluster reads active before an accepted expansion starts, so a second
+/// look in Requesting called expand again.
+#[test]
+fn expand_records_awaiting_before_its_one_call_and_awaiting_never_calls() {
+    let t = target((1, 1));
+    let requesting = op("Expand", Some("Requesting"), json!({}));
+    let p = plan_of(&requesting, &t, &world(ClusterStatus::Active, online(3)));
+    let Plan::CallOnce {
+        to, call, message, ..
+    } = p
+    else {
+        panic!("a call recorded first: {p:?}");
+    };
+    assert_eq!((to, call), (Awaiting, Call::Expand(uuid(99))));
+    assert_eq!(message, EXPAND_PENDING);
+    // Already expanding: no call at all.
+    let p = plan_of(
+        &requesting,
+        &t,
+        &world(ClusterStatus::InExpansion, online(3)),
+    );
+    assert!(
+        matches!(
+            p,
+            Plan::Advance {
+                to: Move::To(Awaiting),
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+
+    let mut accepted = op("Expand", Some("Awaiting"), json!({}));
+    accepted.status.as_mut().expect("status").message =
+        Some("the control plane accepted the expansion; waiting for active".into());
+    for (status, done) in [
+        (ClusterStatus::Active, true),
+        (ClusterStatus::InExpansion, false),
+        (ClusterStatus::Unready, false),
+    ] {
+        let p = plan_of(&accepted, &t, &world(status, online(3)));
+        assert!(
+            !matches!(p, Plan::Call { .. } | Plan::CallOnce { .. }),
+            "{p:?}"
+        );
+        assert_eq!(matches!(p, Plan::Succeed { .. }), done, "{status}: {p:?}");
+    }
+
+    // Only the record, and the cluster active: the call may or may not have gone out. A
+    // read just after the record waits for the answer's record; later it fails.
+    let mut pending = op("Expand", Some("Awaiting"), json!({}));
+    pending.status.as_mut().expect("status").message = Some(EXPAND_PENDING.into());
+    let budget = GRAPHS
+        .graph(ClusterAction::Expand)
+        .expect("graph")
+        .deadline(Awaiting)
+        .expect("deadline");
+    let entered_at = |secs: i64| {
+        let mut o = pending.clone();
+        let deadline = now()
+            .checked_sub(jiff::SignedDuration::from_secs(secs))
+            .expect("ts")
+            .checked_add(budget)
+            .expect("ts");
+        o.status.as_mut().expect("status").step.deadline = Some(deadline);
+        o
+    };
+    for status in [ClusterStatus::Active, ClusterStatus::Degraded] {
+        let p = plan_of(&entered_at(1), &t, &world(status, online(3)));
+        let Plan::Wait { message, .. } = p else {
+            panic!("waits: {p:?}");
+        };
+        // The wait keeps the record, so the next look still knows.
+        assert!(message.ends_with(EXPAND_PENDING), "{message}");
+    }
+    let p = plan_of(
+        &entered_at(60),
+        &t,
+        &world(ClusterStatus::Active, online(3)),
+    );
+    let Plan::Fail(why) = p else {
+        panic!("unknown outcome fails: {p:?}");
+    };
+    assert!(why.contains("not repeated"), "{why}");
+    let p = plan_of(&pending, &t, &world(ClusterStatus::InExpansion, online(3)));
+    assert!(matches!(p, Plan::Wait { .. }), "{p:?}");
 }

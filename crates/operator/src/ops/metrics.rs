@@ -1,12 +1,23 @@
 //! The Ops metrics, per kind prefix (`simplyblock_<kind>_`):
-//! `operations_total{<target>,action,result}`, `operation_duration_seconds{…}` (sum and
-//! count) and `operation_active_state{<target>}` (1 while an operation holds the lock).
 //!
-//! Beside them, for every controller, `simplyblock_reconcile_total{controller,result}`
-//! ([`reconciled`]).
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `operations_total` | counter | `<target>, action, result` |
+//! | `operation_duration_seconds` | summary | `<target>, action, result` |
+//! | `operation_step_duration_seconds` | summary | `<target>, action, step` (a step left) |
+//! | `operation_step_deadline_exceeded_total` | counter | `<target>, action, step` |
+//! | `operation_lock_wait_seconds` | summary | `<target>, action` (creation to lock) |
+//! | `operation_active_state` | gauge | `<target>` (1 while an operation holds the lock) |
+//!
+//! Kinds add their own through [`observe`] and [`set_gauge`] (StorageClusterOps:
+//! `rolling_restart_peer_hold_seconds`, `rolling_restart_node_index_count`,
+//! `rolling_restart_node_count`). Beside them, for every controller,
+//! `simplyblock_reconcile_total{controller,result}` ([`reconciled`]).
 //!
 //! Kept in one process-wide registry and rendered in the Prometheus text format by
-//! [`render`], which [`crate::metrics_server`] serves at `/metrics`.
+//! [`render`], which [`crate::metrics_server`] serves at `/metrics`. A family's type is
+//! the one it was registered with, never guessed from its name: a gauge may end in
+//! `_count`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -18,13 +29,16 @@ use simplyblock_api::common::OpsPhase;
 
 use super::OpsResource;
 
-type Labels = Vec<(&'static str, String)>;
+/// A sample's labels, in the order they are rendered.
+pub type Labels = Vec<(&'static str, String)>;
 
 #[derive(Default)]
 struct Registry {
     /// (metric name, labels) → value.
     counters: BTreeMap<(String, Labels), f64>,
     gauges: BTreeMap<(String, Labels), f64>,
+    /// (family name, labels) → (sum, count).
+    summaries: BTreeMap<(String, Labels), (f64, f64)>,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
@@ -32,6 +46,32 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
 fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     f(&mut r)
+}
+
+/// Adds one observation of `value` to the summary `name` (its `_sum` and `_count`).
+pub fn observe(name: String, labels: Labels, value: f64) {
+    with(|r| {
+        let entry = r.summaries.entry((name, labels)).or_default();
+        entry.0 += value.max(0.0);
+        entry.1 += 1.0;
+    });
+}
+
+/// Sets the gauge `name`.
+pub fn set_gauge(name: String, labels: Labels, value: f64) {
+    with(|r| {
+        r.gauges.insert((name, labels), value);
+    });
+}
+
+fn count(name: String, labels: Labels) {
+    with(|r| {
+        *r.counters.entry((name, labels)).or_default() += 1.0;
+    });
+}
+
+fn seconds_since(t: Timestamp) -> f64 {
+    Timestamp::now().duration_since(t).as_secs_f64().max(0.0)
 }
 
 fn result(phase: OpsPhase) -> &'static str {
@@ -53,28 +93,40 @@ pub fn finished<K: OpsResource>(op: &K, phase: OpsPhase, started_at: Option<&Tim
         ("action", op.action_name().to_owned()),
         ("result", result(phase).to_owned()),
     ];
-    let seconds = started_at
-        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64().max(0.0))
-        .unwrap_or(0.0);
-    with(|r| {
-        let name = |item: &str| format!("{}{item}", K::METRIC_PREFIX);
-        *r.counters
-            .entry((name("operations_total"), labels.clone()))
-            .or_default() += 1.0;
-        *r.counters
-            .entry((name("operation_duration_seconds_sum"), labels.clone()))
-            .or_default() += seconds;
-        *r.counters
-            .entry((name("operation_duration_seconds_count"), labels))
-            .or_default() += 1.0;
-        r.gauges.insert(
-            (
-                name("operation_active_state"),
-                vec![(K::TARGET_LABEL, target)],
-            ),
-            0.0,
-        );
-    });
+    let name = |item: &str| format!("{}{item}", K::METRIC_PREFIX);
+    count(name("operations_total"), labels.clone());
+    let seconds = started_at.map(|t| seconds_since(t.0)).unwrap_or(0.0);
+    observe(name("operation_duration_seconds"), labels, seconds);
+    set_gauge(
+        name("operation_active_state"),
+        vec![(K::TARGET_LABEL, target)],
+        0.0,
+    );
+}
+
+fn step_labels<K: OpsResource>(op: &K, step: &str) -> Labels {
+    vec![
+        (K::TARGET_LABEL, op.target_name().to_owned()),
+        ("action", op.action_name().to_owned()),
+        ("step", step.to_owned()),
+    ]
+}
+
+/// An operation left `step`, which it entered at `entered`.
+pub fn step_left<K: OpsResource>(op: &K, step: &str, entered: Timestamp) {
+    observe(
+        format!("{}operation_step_duration_seconds", K::METRIC_PREFIX),
+        step_labels(op, step),
+        seconds_since(entered),
+    );
+}
+
+/// An operation failed because `step` outlived its deadline.
+pub fn deadline_exceeded<K: OpsResource>(op: &K, step: &str) {
+    count(
+        format!("{}operation_step_deadline_exceeded_total", K::METRIC_PREFIX),
+        step_labels(op, step),
+    );
 }
 
 /// A controller's reconcile ended: `result` is `success` or `error`. Results of the
@@ -101,63 +153,137 @@ pub fn reconciled<T, E: 'static, Q: 'static>(
     });
 }
 
-/// An operation took its target's lock and started.
-pub fn started<K: OpsResource>(op: &K) {
-    with(|r| {
-        r.gauges.insert(
-            (
-                format!("{}operation_active_state", K::METRIC_PREFIX),
-                vec![(K::TARGET_LABEL, op.target_name().to_owned())],
-            ),
-            1.0,
+/// An operation took its target's lock and started, having waited since `created`.
+pub fn started<K: OpsResource>(op: &K, created: Option<Timestamp>) {
+    let target = op.target_name().to_owned();
+    if let Some(created) = created {
+        observe(
+            format!("{}operation_lock_wait_seconds", K::METRIC_PREFIX),
+            vec![
+                (K::TARGET_LABEL, target.clone()),
+                ("action", op.action_name().to_owned()),
+            ],
+            seconds_since(created),
         );
-    });
+    }
+    set_gauge(
+        format!("{}operation_active_state", K::METRIC_PREFIX),
+        vec![(K::TARGET_LABEL, target)],
+        1.0,
+    );
 }
 
-/// Every metric in the Prometheus text exposition format.
+fn sample_line(out: &mut String, name: &str, labels: &Labels, v: f64) {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    let _ = writeln!(out, "{name}{{{}}} {v}", labels.join(","));
+}
+
+/// Every metric in the Prometheus text exposition format: one `# TYPE` line per family,
+/// with the type it was registered with.
 pub fn render() -> String {
     with(|r| {
         let mut out = String::new();
-        let mut last = String::new();
-        let mut line = |out: &mut String, kind: &str, name: &str, labels: &Labels, v: f64| {
-            let family = name
-                .trim_end_matches("_sum")
-                .trim_end_matches("_count")
-                .to_owned();
-            if family != last {
-                let kind = if family != name { "summary" } else { kind };
-                let _ = writeln!(out, "# TYPE {family} {kind}");
-                last = family;
+        let typed = |out: &mut String, last: &mut String, name: &str, kind: &str| {
+            if last != name {
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+                *last = name.to_owned();
             }
-            let labels: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-                .collect();
-            let _ = writeln!(out, "{name}{{{}}} {v}", labels.join(","));
         };
+        let mut last = String::new();
         for ((name, labels), v) in &r.counters {
-            line(&mut out, "counter", name, labels, *v);
+            typed(&mut out, &mut last, name, "counter");
+            sample_line(&mut out, name, labels, *v);
         }
         for ((name, labels), v) in &r.gauges {
-            line(&mut out, "gauge", name, labels, *v);
+            typed(&mut out, &mut last, name, "gauge");
+            sample_line(&mut out, name, labels, *v);
+        }
+        for ((name, labels), (sum, n)) in &r.summaries {
+            typed(&mut out, &mut last, name, "summary");
+            sample_line(&mut out, &format!("{name}_sum"), labels, *sum);
+            sample_line(&mut out, &format!("{name}_count"), labels, *n);
         }
         out
     })
 }
 
-/// The value of one sample, for tests.
+/// The value of one sample, for tests; a summary's parts are `<name>_sum` and
+/// `<name>_count`.
 pub fn sample(name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let same = |l: &Labels| {
+        l.len() == labels.len()
+            && l.iter()
+                .zip(labels)
+                .all(|((k, v), (k2, v2))| k == k2 && v == v2)
+    };
     with(|r| {
-        r.counters
+        let plain = r
+            .counters
             .iter()
             .chain(r.gauges.iter())
-            .find(|((n, l), _)| {
-                n == name
-                    && l.len() == labels.len()
-                    && l.iter()
-                        .zip(labels)
-                        .all(|((k, v), (k2, v2))| k == k2 && v == v2)
+            .find(|((n, l), _)| n == name && same(l))
+            .map(|(_, v)| *v);
+        plain.or_else(|| {
+            r.summaries.iter().find_map(|((n, l), (sum, count))| {
+                if !same(l) {
+                    return None;
+                }
+                match name.strip_prefix(n.as_str())? {
+                    "_sum" => Some(*sum),
+                    "_count" => Some(*count),
+                    _ => None,
+                }
             })
-            .map(|(_, v)| *v)
+        })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defect: every name ending in `_count` was typed a summary, and a summary's
+    /// family was guessed by trimming suffixes.
+    #[test]
+    fn a_gauge_ending_in_count_is_a_gauge_and_a_summary_is_one_family() {
+        set_gauge(
+            "test_render_node_index_count".into(),
+            vec![("cluster", "a".into())],
+            2.0,
+        );
+        observe(
+            "test_render_wait_seconds".into(),
+            vec![("cluster", "a".into())],
+            1.5,
+        );
+        observe(
+            "test_render_wait_seconds".into(),
+            vec![("cluster", "a".into())],
+            0.5,
+        );
+        let text = render();
+        assert!(
+            text.contains("# TYPE test_render_node_index_count gauge\ntest_render_node_index_count{cluster=\"a\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE test_render_wait_seconds summary\ntest_render_wait_seconds_sum{cluster=\"a\"} 2\ntest_render_wait_seconds_count{cluster=\"a\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# TYPE test_render_node_index summary"),
+            "{text}"
+        );
+        assert_eq!(
+            sample("test_render_wait_seconds_count", &[("cluster", "a")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample("test_render_node_index_count", &[("cluster", "a")]),
+            Some(2.0)
+        );
+    }
 }

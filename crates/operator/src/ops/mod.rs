@@ -128,6 +128,16 @@ pub enum Plan<S, C> {
     Fail(String),
     /// The outcome is not there and nothing has produced it yet: issue `call`.
     Call { call: C, message: String },
+    /// A call that must never be issued twice and whose effect may not show at once: the
+    /// move to `to` is written first (the record that the call is under way; `to` never
+    /// calls again), then the call, then `accepted` as the message. A failed call ends the
+    /// operation Failed: the control plane may have acted on it.
+    CallOnce {
+        to: S,
+        call: C,
+        message: String,
+        accepted: String,
+    },
     /// The outcome is not there yet but is on its way (or blocked): look again later.
     /// `event` is raised once, when the message first appears.
     Wait {
@@ -192,6 +202,13 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         None
     }
 
+    /// The operation left `step` after `seconds` in it: kind-specific metrics. Default none.
+    fn step_left(&self, _op: &K, _step: Self::Step, _seconds: f64) {}
+
+    /// The kind's own status fields were written as `kind`: kind-specific gauges. Default
+    /// none.
+    fn kind_status_written(&self, _op: &K, _kind: &Map<String, Value>) {}
+
     /// Kind-specific events beside the standard ones (e.g. `NodeRestarted`), raised when a
     /// plan advances. Default none.
     fn advance_event(
@@ -202,6 +219,13 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
     ) -> Option<(&'static str, String)> {
         None
     }
+}
+
+/// When the current step was entered: its deadline minus its budget (`None` for a step
+/// without a deadline).
+pub fn step_entered<S: State>(machine: &Machine<'_, S>) -> Option<Timestamp> {
+    let budget = machine.graph().deadline(machine.state())?;
+    machine.deadline()?.checked_sub(budget).ok()
 }
 
 /// What the runtime sees before the step machine runs.
@@ -333,6 +357,13 @@ pub enum Decision<S, C> {
         message: String,
         after: Duration,
     },
+    /// Move to `to` and write it, issue the call once, write `accepted`.
+    CallOnce {
+        to: S,
+        call: C,
+        message: String,
+        accepted: String,
+    },
     /// Write the message, look again after `after`.
     Wait {
         message: String,
@@ -421,9 +452,24 @@ pub fn running<S: State, C>(
             kind_status: None,
             deadline_exceeded: false,
         },
-        Plan::Call { message, .. } | Plan::Wait { message, .. } if machine.timed_out(now) => {
+        Plan::Call { message, .. }
+        | Plan::CallOnce { message, .. }
+        | Plan::Wait { message, .. }
+            if machine.timed_out(now) =>
+        {
             late(&message)
         }
+        Plan::CallOnce {
+            to,
+            call,
+            message,
+            accepted,
+        } => Decision::CallOnce {
+            to,
+            call,
+            message: with_note(message),
+            accepted,
+        },
         Plan::Call { call, message } => Decision::Call {
             call,
             message: with_note(message),

@@ -146,7 +146,7 @@ async fn apply<K: OpsResource, S: Steps<K>>(
             };
             write_status(&ctx.kube, op, &next, op.kind_status()).await?;
             ctx.event(op, false, reason::STARTED, message).await;
-            super::metrics::started(op);
+            super::metrics::started(op, created(op));
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Gate::Run => {
@@ -187,6 +187,9 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         }
     };
     let obs = steps.observe(op, target, &machine, ctx).await?;
+    // The deadline is judged when the observation is in: a slow control plane makes a late
+    // look, and a late look must not call.
+    let now = Timestamp::now();
     let plan = steps.plan(op, target, &machine, &obs, now);
     let running_status = |machine: &Machine<'static, S::Step>, message: String| OpsStatus {
         phase: OpsPhase::Running,
@@ -203,6 +206,11 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         } => {
             if deadline_exceeded {
                 ctx.event(op, true, reason::DEADLINE, message.clone()).await;
+                super::metrics::deadline_exceeded(op, machine.state().name());
+            }
+            left(op, steps, &machine);
+            if let Some(kind) = &kind_status {
+                steps.kind_status_written(op, kind);
             }
             if phase == OpsPhase::Succeeded
                 && let Some((reason, note)) = steps.succeed_event(op)
@@ -217,6 +225,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             kind_status,
         } => {
             let from = machine.state();
+            let before = machine.clone();
             match to {
                 Move::To(next) => {
                     if let Err(e) = machine.transition_to(next, now) {
@@ -229,7 +238,15 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 Move::Restart => machine.reset(now),
             }
             let kind = kind_status.unwrap_or_else(|| op.kind_status());
-            write_status(&ctx.kube, op, &running_status(&machine, message), kind).await?;
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message),
+                kind.clone(),
+            )
+            .await?;
+            left(op, steps, &before);
+            steps.kind_status_written(op, &kind);
             if let Some((reason, note)) = steps.advance_event(op, from, to) {
                 ctx.event(op, false, reason, note).await;
             }
@@ -243,9 +260,10 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 &ctx.kube,
                 op,
                 &running_status(&machine, message),
-                kind_status,
+                kind_status.clone(),
             )
             .await?;
+            steps.kind_status_written(op, &kind_status);
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Decision::Call {
@@ -277,6 +295,49 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 }
             }
         }
+        Decision::CallOnce {
+            to,
+            call,
+            message,
+            accepted,
+        } => {
+            let before = machine.clone();
+            if let Err(e) = machine.transition_to(to, now) {
+                let message = format!(
+                    "the operator tried an illegal step ({e}); this is a bug in the operator, please report it"
+                );
+                return finish(op, ctx, OpsPhase::Failed, message, None).await;
+            }
+            // Write-ahead: from here on the call counts as issued, whatever happens next.
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message.clone()),
+                op.kind_status(),
+            )
+            .await?;
+            left(op, steps, &before);
+            tracing::info!(op = %op.name_any(), ?call, "issuing once");
+            match steps.execute(op, target, &call, ctx).await {
+                Ok(()) => {
+                    write_status(
+                        &ctx.kube,
+                        op,
+                        &running_status(&machine, accepted),
+                        op.kind_status(),
+                    )
+                    .await?;
+                    Ok(Action::requeue(requeue::NEXT_STEP))
+                }
+                Err(e) => {
+                    let message = format!(
+                        "{message}: the call failed ({e}); it is not repeated, since the control plane may have acted on it — look at the {} and create a new operation if it did not",
+                        K::Target::kind(&())
+                    );
+                    finish(op, ctx, OpsPhase::Failed, message, None).await
+                }
+            }
+        }
         Decision::Wait {
             message,
             after,
@@ -296,6 +357,19 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             .await?;
             Ok(Action::requeue(after.max(Duration::from_millis(100))))
         }
+    }
+}
+
+/// The step `machine` is at was left: how long it took, for the metrics.
+fn left<K: OpsResource, S: Steps<K>>(op: &K, steps: &S, machine: &Machine<'static, S::Step>) {
+    if let Some(entered) = super::step_entered(machine) {
+        let step = machine.state();
+        super::metrics::step_left(op, step.name(), entered);
+        let seconds = Timestamp::now()
+            .duration_since(entered)
+            .as_secs_f64()
+            .max(0.0);
+        steps.step_left(op, step, seconds);
     }
 }
 

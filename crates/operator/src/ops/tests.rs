@@ -228,3 +228,40 @@ fn a_refused_abort_stays_in_the_message() {
     };
     assert_eq!(message, "spec.abort is refused: no — waiting");
 }
+
+#[test]
+fn a_call_issued_once_is_late_like_any_call_and_otherwise_keeps_its_record() {
+    let gr = graph();
+    let m = Machine::start(&gr, ts(0));
+    let once = || Plan::<S, ()>::CallOnce {
+        to: S::Awaiting,
+        call: (),
+        message: "calling".into(),
+        accepted: "accepted".into(),
+    };
+    assert!(matches!(
+        running(&m, once(), None, ts(500)),
+        Decision::Finish {
+            deadline_exceeded: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        running(&m, once(), Some("refused"), ts(1)),
+        Decision::CallOnce {
+            to: S::Awaiting,
+            call: (),
+            message: "refused — calling".into(),
+            accepted: "accepted".into(),
+        }
+    );
+}
+
+#[test]
+fn a_step_was_entered_its_budget_before_its_deadline() {
+    let gr = graph();
+    let mut m = Machine::start(&gr, ts(10));
+    assert_eq!(step_entered(&m), Some(ts(10)));
+    m.transition_to(S::Awaiting, ts(70)).expect("edge");
+    assert_eq!(step_entered(&m), Some(ts(70)));
+}
