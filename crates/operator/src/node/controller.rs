@@ -25,10 +25,11 @@ use simplyblock_api::storage_node::{
 };
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
-    NodeRemoveOptions, SnodeClient, SnodeConfig, StorageNodeAdd, Uuid, types::NodeStatus,
+    NodeRemoveOptions, SnodeClient, SnodeConfig, Uuid, types::NodeStatus,
 };
 use simplyblock_statemachine::Machine;
 
+use super::provisioning;
 use crate::context::{Context, requeue};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
@@ -446,7 +447,12 @@ async fn provision(
                 || sibling_posted(ctx, node).await?
                 || add_open(ctx, cluster_id, &ctx.snode.address(&worker)).await?;
             if !already {
-                let body = node_add(ctx, node, cluster);
+                let body = provisioning::node_add_body(
+                    ctx.snode.address(&worker),
+                    &ctx.snode.namespace,
+                    node,
+                    cluster,
+                );
                 match ctx.cp.add_storage_node(cluster_id, &body).await {
                     Ok(task) => {
                         ctx.event(
@@ -577,28 +583,6 @@ async fn provision(
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
     }
-}
-
-fn node_add(ctx: &Context, node: &StorageNode, cluster: &StorageCluster) -> StorageNodeAdd {
-    let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
-    let mut body = StorageNodeAdd::new(
-        ctx.snode.address(&node.spec.worker_node),
-        storage
-            .mgmt_interface
-            .clone()
-            .unwrap_or_else(|| "eth0".into()),
-    );
-    body.data_nics = storage.data_interfaces.clone().unwrap_or_default();
-    body.namespace = ctx.snode.namespace.clone();
-    body.cr_name = node.name_any();
-    body.cr_namespace = node.namespace().unwrap_or_default();
-    body.cr_plural = "storagenodes".into();
-    body.format_4k = storage.enable_format_4k.unwrap_or(false);
-    body.spdk_sys_mem = node.spec.config.spdk_system_memory.clone();
-    if let Some(image) = &node.spec.config.spdk_image {
-        body.spdk_image = image.clone();
-    }
-    body
 }
 
 /// A sibling of the same worker already at Posting or beyond has sent (or owns) the add.
