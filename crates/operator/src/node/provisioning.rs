@@ -1,7 +1,11 @@
-//! The decisions of the provisioning machine that need no I/O.
+//! The decisions of the provisioning machine that need no I/O: the node-add body, the
+//! node-add budget, and what the control plane's task list says about an add.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use simplyblock_api::storage_cluster::ProvisioningSlot;
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_controlplane::StorageNodeAdd;
+use simplyblock_controlplane::{StorageNodeAdd, Task, TaskStatus};
 
 /// The partitions the control plane cuts on each data device besides the data partition.
 ///
@@ -64,9 +68,130 @@ pub fn node_add_body(
     body
 }
 
+/// One StorageNode of the cluster as the budget sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contender {
+    pub name: String,
+    pub worker: String,
+    pub slot: i32,
+    /// It has no control-plane node yet.
+    pub provisioning: bool,
+    /// Its provisioning machine is at AwaitingSlot.
+    pub awaiting_slot: bool,
+    /// Its worker is gone, NotReady or cordoned: it does not contend.
+    pub away: bool,
+    /// Its creation time (Unix seconds), the first key of the order.
+    pub created: i64,
+}
+
+/// What the budget says to one waiting worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SlotDecision {
+    /// The worker already holds a slot (another of its nodes took it).
+    Held,
+    /// Take a slot: write these entries (stale ones dropped, the new one not yet added).
+    Claim(Vec<ProvisioningSlot>),
+    /// Wait, for this reason.
+    Wait(String),
+}
+
+/// Decides whether `worker` may take a node-add slot.
+///
+/// The decision is made from the set that is waiting, not from who has written a claim:
+/// the contending workers are ordered (earliest created node, then name), and a worker
+/// goes on only if its place in that order is within the free slots. Every waiting node
+/// reading one set reaches one answer without any of them having written anything, so
+/// the cap holds for every node, not only the first; the claim itself is then written
+/// under the cluster's resourceVersion.
+pub fn slot_decision(
+    worker: &str,
+    budget: i32,
+    slots: &[ProvisioningSlot],
+    nodes: &[Contender],
+) -> SlotDecision {
+    if slots.iter().any(|s| s.worker == worker) {
+        return SlotDecision::Held;
+    }
+    let budget = budget.max(1) as usize;
+    // Entries whose node finished (has a control-plane node) or is gone are stale.
+    let live: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| n.provisioning)
+        .map(|n| n.name.as_str())
+        .collect();
+    let kept: Vec<ProvisioningSlot> = slots
+        .iter()
+        .filter(|s| live.contains(s.node.as_str()))
+        .cloned()
+        .collect();
+    let in_flight: BTreeSet<&str> = kept.iter().map(|s| s.worker.as_str()).collect();
+    if in_flight.len() >= budget {
+        return SlotDecision::Wait(format!(
+            "waiting for a node-add slot: {} of {budget} in use by {}",
+            in_flight.len(),
+            in_flight.iter().copied().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let free = budget - in_flight.len();
+    // Each waiting worker once, at the key of its earliest node.
+    let mut waiting: BTreeMap<&str, (i64, i32)> = BTreeMap::new();
+    for n in nodes.iter().filter(|n| {
+        n.provisioning
+            && n.awaiting_slot
+            && (!n.away || n.worker == worker)
+            && !in_flight.contains(n.worker.as_str())
+    }) {
+        let key = (n.created, n.slot);
+        waiting
+            .entry(n.worker.as_str())
+            .and_modify(|k| *k = (*k).min(key))
+            .or_insert(key);
+    }
+    waiting.entry(worker).or_insert((i64::MIN, 0));
+    let mut order: Vec<(i64, i32, &str)> = waiting
+        .into_iter()
+        .map(|(w, (created, slot))| (created, slot, w))
+        .collect();
+    order.sort();
+    let place = order.iter().position(|(_, _, w)| *w == worker).unwrap_or(0);
+    if place < free {
+        return SlotDecision::Claim(kept);
+    }
+    let ahead: Vec<&str> = order[..place].iter().map(|(_, _, w)| *w).collect();
+    SlotDecision::Wait(format!(
+        "waiting for a node-add slot: {free} of {budget} free, and {} ahead in line ({})",
+        ahead.len(),
+        ahead.join(", ")
+    ))
+}
+
+/// The node-add tasks of the worker at `address`.
+fn adds_for<'a>(tasks: &'a [Task], address: &'a str) -> impl Iterator<Item = &'a Task> {
+    tasks.iter().filter(move |t| {
+        t.function_name == "node_add"
+            && t.function_params
+                .get("node_addr")
+                .and_then(|v| v.as_str())
+                .is_some_and(|a| a == address)
+    })
+}
+
+/// Whether a node add for the worker at `address` is still open.
+pub fn add_open(tasks: &[Task], address: &str) -> bool {
+    adds_for(tasks, address).any(|t| !t.canceled && t.status != TaskStatus::Done)
+}
+
+/// Whether the add this step waits on is over without having produced a node: no add for
+/// the address is open and none succeeded (a refused or lost request leaves no task at
+/// all; one that gave up ends done without success). Such an add is asked for again.
+pub fn add_over_without_node(tasks: &[Task], address: &str) -> bool {
+    !add_open(tasks, address) && !adds_for(tasks, address).any(Task::succeeded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     fn cluster(storage_nodes: serde_json::Value) -> StorageCluster {
@@ -154,5 +279,113 @@ mod tests {
         assert_eq!(failure_domain_index(Some("rack-a")), None);
         assert_eq!(failure_domain_index(Some("-1")), None);
         assert_eq!(failure_domain_index(None), None);
+    }
+
+    fn contender(worker: &str, awaiting: bool) -> Contender {
+        Contender {
+            name: format!("sb-{worker}-0"),
+            worker: worker.into(),
+            slot: 0,
+            provisioning: true,
+            awaiting_slot: awaiting,
+            away: false,
+            created: 1_767_225_600,
+        }
+    }
+
+    fn slot(worker: &str) -> ProvisioningSlot {
+        ProvisioningSlot {
+            worker: worker.into(),
+            node: format!("sb-{worker}-0"),
+            taken_at: Time(jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    fn claims(budget: i32, slots: &[ProvisioningSlot], nodes: &[Contender]) -> Vec<String> {
+        nodes
+            .iter()
+            // A worker that is away does not ask (its own pass holds it in AwaitingWorker).
+            .filter(|n| n.awaiting_slot && !n.away)
+            .filter(|n| {
+                matches!(
+                    slot_decision(&n.worker, budget, slots, nodes),
+                    SlotDecision::Claim(_)
+                )
+            })
+            .map(|n| n.worker.clone())
+            .collect()
+    }
+
+    #[test]
+    fn every_waiter_reading_one_set_agrees_on_who_goes() {
+        // Regression: each waiter counted the claims written so far, so when a slot came
+        // free every waiter saw it free and all of them took it.
+        let nodes: Vec<Contender> = ["w4", "w2", "w3", "w1"]
+            .iter()
+            .map(|w| contender(w, true))
+            .collect();
+        assert_eq!(claims(1, &[], &nodes), ["w1"]);
+        assert_eq!(claims(2, &[], &nodes), ["w2", "w1"]);
+        // With one slot taken, a budget of two lets exactly one more go.
+        let mut held = nodes.clone();
+        held.retain(|n| n.worker != "w1");
+        held.push(contender("w1", false));
+        assert_eq!(claims(2, &[slot("w1")], &held), ["w2"]);
+        assert_eq!(claims(1, &[slot("w1")], &held), Vec::<String>::new());
+    }
+
+    #[test]
+    fn earlier_nodes_go_first_and_away_workers_do_not_block() {
+        let mut nodes: Vec<Contender> =
+            ["a", "b", "c"].iter().map(|w| contender(w, true)).collect();
+        nodes[2].created -= 86_400;
+        assert_eq!(claims(1, &[], &nodes), ["c"]);
+        nodes[2].away = true;
+        assert_eq!(claims(1, &[], &nodes), ["a"]);
+    }
+
+    #[test]
+    fn stale_slots_are_dropped_and_a_held_worker_rides_on_its_claim() {
+        let mut done = contender("w1", false);
+        done.provisioning = false;
+        let nodes = vec![done, contender("w2", true)];
+        match slot_decision("w2", 1, &[slot("w1")], &nodes) {
+            SlotDecision::Claim(kept) => assert!(kept.is_empty(), "{kept:?}"),
+            other => panic!("expected a claim, got {other:?}"),
+        }
+        assert_eq!(
+            slot_decision("w2", 1, &[slot("w2")], &nodes),
+            SlotDecision::Held
+        );
+    }
+
+    fn task(addr: &str, status: TaskStatus, result: &str) -> Task {
+        serde_json::from_value(json!({
+            "id": "00000000-0000-0000-0000-000000000001",
+            "cluster_id": "00000000-0000-0000-0000-000000000002",
+            "device_id": null, "storage_node_id": null,
+            "status": status.as_str(), "canceled": false, "function_name": "node_add",
+            "function_params": {"node_addr": addr}, "function_result": result,
+            "max_retry": 11, "retry": 0,
+        }))
+        .expect("task")
+    }
+
+    #[test]
+    fn an_add_is_over_without_a_node_only_when_nothing_is_open_or_succeeded() {
+        let a = "w1.svc:5000";
+        assert!(add_over_without_node(&[], a), "a lost request left no task");
+        let gave_up = task(a, TaskStatus::Done, "max retry reached");
+        assert!(add_over_without_node(std::slice::from_ref(&gave_up), a));
+        let open = task(a, TaskStatus::Suspended, "");
+        assert!(add_open(std::slice::from_ref(&open), a));
+        assert!(!add_over_without_node(&[gave_up.clone(), open], a));
+        let ok = task(a, TaskStatus::Done, "Node add result: Success");
+        assert!(!add_over_without_node(&[gave_up, ok], a));
+        // Another worker's address is not this one's, even as a suffix.
+        assert!(!add_open(
+            &[task("xw1.svc:5000", TaskStatus::Running, "")],
+            a
+        ));
     }
 }
