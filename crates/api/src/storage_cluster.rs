@@ -546,7 +546,8 @@ impl ClusterPhase {
             Some("active") => ClusterPhase::Online,
             Some("degraded" | "read_only") => ClusterPhase::Degraded,
             Some("suspended") => ClusterPhase::Suspended,
-            Some(_) => ClusterPhase::Unavailable,
+            // Shut down, or a status this operator does not know: not serving.
+            Some("inactive") | Some(_) => ClusterPhase::Unavailable,
         }
     }
 }
@@ -769,6 +770,8 @@ mod tests {
             (Some("suspended"), false, Suspended),
             // A rebalance never makes a non-serving cluster look serving.
             (Some("suspended"), true, Suspended),
+            (Some("inactive"), false, Unavailable),
+            (Some("inactive"), true, Unavailable),
             (Some("in_shutdown"), false, Unavailable),
         ];
         for (status, rebalancing, phase) in cases {
