@@ -173,6 +173,83 @@ async fn approval_is_checked_against_the_cluster_and_lists_every_problem() {
     );
 }
 
+/// The approving write is refused with the reason that names what the document is about:
+/// no cluster at all, a cluster to grow that does not exist, and growth with devices of
+/// the other class than the cluster is built from.
+#[tokio::test]
+async fn approval_names_a_missing_target_and_a_device_class_mismatch() {
+    setup().await;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "approve-targets").await;
+    for n in ["wh-t1", "wh-t2", "wh-t3"] {
+        node(&client, n).await;
+    }
+    let docs = api::<ClusterDeploymentConfig>(&client, "approve-targets");
+    let approved = |name: &str, spec: Value| {
+        let mut d = document(&["wh-t1", "wh-t2", "wh-t3"]);
+        d["metadata"]["name"] = json!(name);
+        d["spec"]["approved"] = json!(true);
+        for (k, v) in spec.as_object().cloned().unwrap_or_default() {
+            d["spec"][k] = v;
+        }
+        obj(d)
+    };
+    const DENIED: &str =
+        "admission webhook \"vclusterdeploymentconfig.simplyblock.io\" denied the request: ";
+
+    let mut nothing = approved("nothing", json!({}));
+    nothing.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &nothing).await);
+    assert!(
+        message.starts_with(&format!("{DENIED}the document cannot be approved: ")),
+        "{message}"
+    );
+    assert!(message.contains("NoClusterNamed: the document names neither spec.clusterRef (to grow a cluster) nor spec.cluster.name (to create one)"), "{message}");
+
+    let mut missing = approved("missing", json!({"clusterRef": "nowhere"}));
+    missing.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &missing).await);
+    assert!(message.contains("ClusterNotFound: spec.clusterRef names StorageCluster nowhere, which does not exist in this namespace"), "{message}");
+
+    api::<StorageCluster>(&client, "approve-targets")
+        .create(
+            &PostParams::default(),
+            &obj(json!({
+                "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+                "metadata": {"name": "blocks"},
+                "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "deviceClass": "LogicalBlock",
+                         "stripe": {"dataChunks": 1, "parityChunks": 1}}
+            })),
+        )
+        .await
+        .expect("cluster");
+    let mut grow = approved("grow", json!({"clusterRef": "blocks"}));
+    grow.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &grow).await);
+    assert!(message.contains("the document cannot be approved: 1 problem(s) (1 DeviceClassMismatch); DeviceClassMismatch: the document's groups name "), "{message}");
+
+    // The same growth with devices of the cluster's class is admitted.
+    let mut fixed = approved("grow", json!({"clusterRef": "blocks"}));
+    fixed.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    fixed.data["spec"]["nodeSets"][0]["groups"][0]["devices"] = json!({"block": ["/dev/vdb"]});
+    docs.create(&PostParams::default(), &fixed)
+        .await
+        .expect("growth with the cluster's device class is admitted");
+}
+
 fn storage_cluster() -> Value {
     json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
