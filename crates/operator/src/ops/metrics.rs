@@ -114,6 +114,22 @@ pub fn started<K: OpsResource>(op: &K) {
     });
 }
 
+/// Sets a gauge of an entity's controller (a phase, a state).
+pub fn set_gauge(name: &str, labels: &[(&'static str, &str)], value: f64) {
+    let labels: Labels = labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    with(|r| {
+        r.gauges.insert((name.to_owned(), labels), value);
+    });
+}
+
+/// Adds `by` to a counter of an entity's controller.
+pub fn add_counter(name: &str, labels: &[(&'static str, &str)], by: f64) {
+    let labels: Labels = labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    with(|r| {
+        *r.counters.entry((name.to_owned(), labels)).or_default() += by;
+    });
+}
+
 /// Every metric in the Prometheus text exposition format.
 pub fn render() -> String {
     with(|r| {
