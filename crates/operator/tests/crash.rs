@@ -25,9 +25,10 @@ const TOKEN: &str = "crash-test-token";
 const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
 const KILLS: usize = 20;
 /// The Secrets a deployment of the sample document leaves in its namespace.
-const EXPECTED_SECRETS: [&str; 4] = [
+const EXPECTED_SECRETS: [&str; 5] = [
     "simplyblock-cluster-simplyblock",
     "simplyblock-csi-secret-v2",
+    "simplyblock-operator-webhook-ca",
     "simplyblock-storage-node-ca-simplyblock",
     "simplyblock-storage-node-tls-simplyblock",
 ];

@@ -420,3 +420,90 @@ async fn a_discovery_run_with_an_unreadable_size_range_is_refused() {
         .await
         .expect("a readable range is admitted");
 }
+
+/// The webhook CA lives in a Secret: a second start finds the same CA instead of making
+/// one nobody trusts yet; a CA near its end is replaced, and the bundle trusts the new CA
+/// and the previous one, so certificates of either verify while the change rolls out.
+#[tokio::test]
+async fn the_webhook_ca_is_kept_in_a_secret_and_rotated_with_an_overlapping_bundle() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams};
+    use simplyblock_operator::webhooks::ca;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "webhook-ca").await;
+    let first = ca::ensure(&client, "webhook-ca").await.expect("a CA");
+    let again = ca::ensure(&client, "webhook-ca")
+        .await
+        .expect("the CA again");
+    assert_eq!(
+        first.bundle, again.bundle,
+        "a second start reuses the stored CA"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "webhook-ca");
+    let stored = secrets.get(ca::SECRET).await.expect("the CA Secret");
+    let end: jiff::Timestamp = stored.metadata.annotations.clone().unwrap_or_default()
+        [ca::NOT_AFTER]
+        .parse()
+        .expect("a recorded end");
+    let left = end.duration_since(jiff::Timestamp::now());
+    assert!(
+        left > jiff::SignedDuration::from_hours(364 * 24) && left <= ca::VALIDITY,
+        "a CA is valid for a year: {left:?}"
+    );
+
+    // Near its end: the next look replaces it and keeps the old one trusted.
+    let soon = jiff::Timestamp::now()
+        .saturating_add(jiff::SignedDuration::from_hours(24))
+        .expect("time");
+    secrets
+        .patch(
+            ca::SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ca::NOT_AFTER: soon.to_string()}}})),
+        )
+        .await
+        .expect("age the CA");
+    let rotated = ca::ensure(&client, "webhook-ca").await.expect("a new CA");
+    assert_ne!(rotated.authority.cert_pem(), first.authority.cert_pem());
+    assert!(
+        rotated.bundle.contains(&first.authority.cert_pem()),
+        "the old CA stays trusted"
+    );
+    assert!(rotated.bundle.contains(&rotated.authority.cert_pem()));
+    for (which, authority) in [("old", &first.authority), ("new", &rotated.authority)] {
+        let leaf = authority
+            .serving("webhook", &["webhook.example"], &[])
+            .expect("a serving certificate");
+        verify(&rotated.bundle, &leaf.cert, "webhook.example")
+            .unwrap_or_else(|e| panic!("a certificate of the {which} CA does not verify: {e}"));
+    }
+    let unrelated = simplyblock_certs::Authority::new("other")
+        .expect("ca")
+        .serving("webhook", &["webhook.example"], &[])
+        .expect("cert");
+    assert!(verify(&rotated.bundle, &unrelated.cert, "webhook.example").is_err());
+}
+
+/// Verifies `leaf` for `name` against every CA in `bundle`.
+fn verify(bundle: &str, leaf: &str, name: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        roots.add(ca.expect("a CA in the bundle")).expect("root");
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        roots.into(),
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .build()
+    .expect("verifier");
+    let leaf = CertificateDer::from_pem_slice(leaf.as_bytes()).expect("leaf PEM");
+    let server = ServerName::try_from(name.to_string()).expect("name");
+    verifier
+        .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
