@@ -323,6 +323,16 @@ pub enum DeploymentPhase {
     Failed,
 }
 
+impl DeploymentPhase {
+    /// Every phase, in the order of the declaration.
+    pub const ALL: [DeploymentPhase; 4] = [
+        DeploymentPhase::Draft,
+        DeploymentPhase::Expanding,
+        DeploymentPhase::Expanded,
+        DeploymentPhase::Failed,
+    ];
+}
+
 state_enum! {
     /// Steps of the expansion.
     pub enum ExpansionStep {
@@ -427,5 +437,19 @@ mod tests {
             assert_eq!(g.targets(pair[0]), &[pair[1]]);
         }
         assert!(g.is_terminal(Activating));
+    }
+
+    #[test]
+    fn every_deployment_phase_is_listed_once() {
+        // No wildcard: a new phase does not compile until it has a place in ALL.
+        let index = |p: DeploymentPhase| match p {
+            DeploymentPhase::Draft => 0,
+            DeploymentPhase::Expanding => 1,
+            DeploymentPhase::Expanded => 2,
+            DeploymentPhase::Failed => 3,
+        };
+        for (i, p) in DeploymentPhase::ALL.iter().enumerate() {
+            assert_eq!(index(*p), i, "{p:?}");
+        }
     }
 }

@@ -604,6 +604,19 @@ pub enum ClusterPhase {
 }
 
 impl ClusterPhase {
+    /// Every phase, in the order of the declaration.
+    pub const ALL: [ClusterPhase; 9] = [
+        ClusterPhase::Pending,
+        ClusterPhase::Creating,
+        ClusterPhase::Provisioning,
+        ClusterPhase::Activating,
+        ClusterPhase::Online,
+        ClusterPhase::Rebalancing,
+        ClusterPhase::Degraded,
+        ClusterPhase::Unavailable,
+        ClusterPhase::Suspended,
+    ];
+
     /// The phase for what the control plane reports: its status string and whether it
     /// says a rebalance is running.
     pub fn from_control_plane(status: Option<&str>, rebalancing: bool) -> ClusterPhase {
@@ -615,7 +628,8 @@ impl ClusterPhase {
             Some("active") => ClusterPhase::Online,
             Some("degraded" | "read_only") => ClusterPhase::Degraded,
             Some("suspended") => ClusterPhase::Suspended,
-            Some(_) => ClusterPhase::Unavailable,
+            // Shut down, or a status this operator does not know: not serving.
+            Some("inactive") | Some(_) => ClusterPhase::Unavailable,
         }
     }
 }
@@ -853,6 +867,8 @@ mod tests {
             (Some("suspended"), false, Suspended),
             // A rebalance never makes a non-serving cluster look serving.
             (Some("suspended"), true, Suspended),
+            (Some("inactive"), false, Unavailable),
+            (Some("inactive"), true, Unavailable),
             (Some("in_shutdown"), false, Unavailable),
         ];
         for (status, rebalancing, phase) in cases {
@@ -861,6 +877,25 @@ mod tests {
                 phase,
                 "{status:?} rebalancing={rebalancing}"
             );
+        }
+    }
+
+    #[test]
+    fn every_phase_is_listed_once() {
+        // No wildcard: a new phase does not compile until it has a place in ALL.
+        let index = |p: ClusterPhase| match p {
+            ClusterPhase::Pending => 0,
+            ClusterPhase::Creating => 1,
+            ClusterPhase::Provisioning => 2,
+            ClusterPhase::Activating => 3,
+            ClusterPhase::Online => 4,
+            ClusterPhase::Rebalancing => 5,
+            ClusterPhase::Degraded => 6,
+            ClusterPhase::Unavailable => 7,
+            ClusterPhase::Suspended => 8,
+        };
+        for (i, p) in ClusterPhase::ALL.iter().enumerate() {
+            assert_eq!(index(*p), i, "{p:?}");
         }
     }
 

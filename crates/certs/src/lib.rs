@@ -54,6 +54,22 @@ impl Authority {
         })
     }
 
+    /// A new self-signed CA valid until `not_after` (seconds since the Unix epoch); its
+    /// holder replaces it before then.
+    pub fn new_until(common_name: &str, not_after: i64) -> Result<Authority, Error> {
+        let key = KeyPair::generate().map_err(err)?;
+        let key_pem = key.serialize_pem();
+        let mut params = ca_params(common_name);
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after)
+            .map_err(|e| Error(format!("not_after is out of range: {e}")))?;
+        let cert_pem = params.self_signed(&key).map_err(err)?.pem();
+        Ok(Authority {
+            issuer: Issuer::new(ca_params(common_name), key),
+            cert_pem,
+            key_pem,
+        })
+    }
+
     /// A CA stored earlier as [`Authority::pair`], under the common name it was made with.
     /// What it issues chains to the stored certificate: the issuer name is that common
     /// name, and the key identifier is derived from the key alone.

@@ -20,6 +20,9 @@ macro_rules! wire_enum {
         }
 
         impl $name {
+            /// Every known value, `Unknown` last: a table over them cannot skip a new one.
+            pub const ALL: &'static [Self] = &[$(Self::$variant,)+ Self::Unknown];
+
             /// The wire spelling.
             pub fn as_str(self) -> &'static str {
                 match self {

@@ -177,8 +177,14 @@ async fn main() -> anyhow::Result<()> {
                 "localhost".to_string(),
             ];
             let ips = vec![std::net::Ipv4Addr::LOCALHOST.into()];
-            let authority = simplyblock_certs::Authority::new("simplyblock-operator-webhook-ca")?;
-            let certs = ServingCertificates::new(authority, dns, ips, certificate_validity)?;
+            let ca = webhooks::ca::ensure(&client, &namespace).await?;
+            let certs = ServingCertificates::with_bundle(
+                ca.authority,
+                ca.bundle,
+                dns,
+                ips,
+                certificate_validity,
+            )?;
             let endpoint = match webhook_url {
                 Some(url) => Endpoint::Url(url),
                 None => Endpoint::Service {
@@ -219,6 +225,13 @@ async fn main() -> anyhow::Result<()> {
             webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
             tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
             tokio::spawn(certs.clone().rotate_forever());
+            tokio::spawn(webhooks::ca::keep_fresh(
+                client.clone(),
+                controllers.namespace.clone(),
+                endpoint.clone(),
+                certs.clone(),
+                std::time::Duration::from_secs(3600),
+            ));
             if !disable_initial_discovery {
                 match deployment::discovery::bootstrap(&client, &controllers.namespace).await {
                     Ok(done) => tracing::info!("initial discovery: {done}"),

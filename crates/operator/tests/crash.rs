@@ -1,20 +1,22 @@
 //! kill -9 the operator process at 20 random moments of a deployment, restarting it each
 //! time. Whatever step each kill lands in, the deployment ends the same way: every node
 //! Online, one cluster create and one node add per worker in the control plane's call
-//! log, one activation request, nothing orphaned. The same again with faults scripted in
-//! the control plane (5xx answers, creates whose answers are lost, latency).
+//! log, one activation request and one activation call, the cluster Online, nothing
+//! orphaned. The same again with faults scripted in the control plane (409s, 5xx answers,
+//! node adds, activations and creates whose answers are lost, latency).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
+use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::storage_pool::PoolPhase;
-use simplyblock_api::{StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_api::{OperatorOps, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
@@ -22,6 +24,14 @@ use simplyblock_testenv::TestEnv;
 const TOKEN: &str = "crash-test-token";
 const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
 const KILLS: usize = 20;
+/// The Secrets a deployment of the sample document leaves in its namespace.
+const EXPECTED_SECRETS: [&str; 5] = [
+    "simplyblock-cluster-simplyblock",
+    "simplyblock-csi-secret-v2",
+    "simplyblock-operator-webhook-ca",
+    "simplyblock-storage-node-ca-simplyblock",
+    "simplyblock-storage-node-tls-simplyblock",
+];
 
 /// A small deterministic generator: the kill moments are the same on every run.
 struct Lcg(u64);
@@ -235,6 +245,18 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
     child.kill().expect("kill");
     child.wait().expect("reaped");
 
+    // Every fault scripted with a count fired in full, so the run met each of them.
+    let r = cp
+        .raw(Method::GET, "/../../_sim/faults", &[], None)
+        .await
+        .expect("faults");
+    let rules: Value = r.json().unwrap_or(Value::Null);
+    for rule in rules["rules"].as_array().into_iter().flatten() {
+        if let Some(count) = rule["count"].as_u64() {
+            assert_eq!(rule["fired"].as_u64(), Some(count), "{rule}");
+        }
+    }
+
     let log = calls(&cp).await;
     let creates = log
         .iter()
@@ -275,12 +297,87 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
         WORKERS.len(),
         "no duplicate or orphaned StorageNode"
     );
-    let ops = Api::<StorageClusterOps>::namespaced(kube.clone(), ns)
+    // Each worker's slot was added once: the answered adds name every worker once.
+    let mut added: Vec<&str> = log
+        .iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/storage-nodes/"))
+                && answered(c)
+        })
+        .filter_map(|c| c["body"]["node_address"].as_str())
+        .filter_map(|a| a.split('.').next())
+        .collect();
+    added.sort();
+    assert_eq!(added, WORKERS, "one node add per slot");
+    let activations = log
+        .iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/activate") || p.ends_with("/activate/"))
+                && answered(c)
+        })
+        .count();
+    assert_eq!(activations, 1, "one activation reached the control plane");
+    let cluster = Api::<StorageCluster>::namespaced(kube.clone(), ns)
+        .get("simplyblock")
+        .await
+        .expect("the cluster");
+    assert_eq!(
+        cluster.status.as_ref().map(|s| s.phase),
+        Some(ClusterPhase::Online),
+        "{:?}",
+        cluster.status
+    );
+    assert!(
+        cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.active_ops_ref.is_none() && s.provisioning_slots.is_empty()),
+        "no lock or node-add slot left behind: {:?}",
+        cluster.status
+    );
+
+    // Nothing orphaned: exactly the objects a deployment of this document makes.
+    let ops: Vec<String> = Api::<StorageClusterOps>::namespaced(kube.clone(), ns)
         .list(&Default::default())
         .await
         .expect("ops")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(ops, ["simplyblock-activate"], "one activation request");
+    let operator_ops = Api::<OperatorOps>::namespaced(kube.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("operator ops")
         .items;
-    assert_eq!(ops.len(), 1, "one activation request");
+    assert!(operator_ops.is_empty(), "{operator_ops:?}");
+    let mut config_maps: Vec<String> = Api::<ConfigMap>::namespaced(kube.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("config maps")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    config_maps.sort();
+    assert_eq!(config_maps, ["simplyblock-storage-node-config-simplyblock"]);
+    let mut secrets: Vec<String> = Api::<Secret>::namespaced(kube.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("secrets")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    secrets.sort();
+    assert_eq!(secrets, EXPECTED_SECRETS);
 
     let pool_creates = log
         .iter()
@@ -320,7 +417,20 @@ async fn kills_at_random_moments_change_nothing() {
 async fn kills_under_control_plane_faults_change_nothing() {
     deploy_through_kills(
         "crash-faults",
-        "error:method=GET,rate=0.05,status=503;drop:method=POST,path=/api/v2/clusters/,count=1;drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1;latency:ms=20,rate=0.2",
+        concat!(
+            "error:method=GET,rate=0.05,status=503;",
+            "drop:method=POST,path=/api/v2/clusters/,count=1;",
+            "drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1;",
+            // Node adds: a 409, two 5xx answers before anything is done, and one add
+            // committed whose answer is lost.
+            "conflict:method=POST,path=/api/v2/clusters/*/storage-nodes/,count=1;",
+            "error:method=POST,path=/api/v2/clusters/*/storage-nodes/,status=500,after=1,count=2;",
+            "drop:method=POST,path=/api/v2/clusters/*/storage-nodes/,after=3,count=1;",
+            // Activation: a 503, then one committed whose answer is lost.
+            "error:method=POST,path=/api/v2/clusters/*/activate,status=503,count=1;",
+            "drop:method=POST,path=/api/v2/clusters/*/activate,after=1,count=1;",
+            "latency:ms=20,rate=0.2",
+        ),
         11,
     )
     .await;

@@ -19,7 +19,7 @@ use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
 use simplyblock_operator::context::Context;
 use simplyblock_operator::node::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::{cluster, deployment, node};
-use simplyblock_simulator::{Server, Sim, SimConfig, labels};
+use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
 use simplyblock_testenv::TestEnv;
 
 const TOKEN: &str = "operator-test-token";
@@ -459,4 +459,336 @@ fn verifies(ca_pem: &[u8], leaf_pem: &[u8], name: &str) {
     verifier
         .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
         .unwrap_or_else(|e| panic!("the serving certificate does not verify for {name}: {e}"));
+}
+
+/// Regression: each waiting node counted the slots already claimed, so the cap held for the
+/// first add only; the moment it finished, every waiter saw the same free slot and took it.
+/// Four workers under a budget of one are added strictly one at a time, judged by the
+/// control plane's own record of each add (queued, then finished). Then a growth document
+/// adds a fifth worker to the activated cluster, which the control plane accepts only as
+/// an expansion: the add must carry `expand`, and the initial ones must not.
+#[tokio::test]
+async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() {
+    const NS: &str = "provision-budget";
+    const WORKERS: [&str; 5] = ["bw1", "bw2", "bw3", "bw4", "bw5"];
+    let initial = &WORKERS[..4];
+    // Node creation (in_creation to online) long against a reconcile, so a slot given back
+    // when the node appears rather than when the add ends lets the next add overlap it.
+    let timings = Timings {
+        node_add_ms: 100_000,
+        ..Timings::default()
+    };
+    let setup = start(NS, &WORKERS, 31, "", timings).await;
+    let (kube, cp) = (setup.kube.clone(), setup.cp.clone());
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec.node_sets[0].groups[0].workers = initial.iter().map(|w| w.to_string()).collect();
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
+    let all_online = async |count: usize| {
+        until(
+            "the storage nodes Online",
+            Duration::from_secs(120),
+            async || {
+                let items = storage_nodes.list(&Default::default()).await.ok()?.items;
+                (items.len() == count
+                    && items.iter().all(|n| {
+                        n.status
+                            .as_ref()
+                            .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+                    }))
+                .then_some(())
+            },
+        )
+        .await
+    };
+    all_online(initial.len()).await;
+    let cluster_id = cp.list_clusters().await.expect("clusters")[0].id;
+    let active = async || {
+        until("the cluster active", Duration::from_secs(60), async || {
+            let c = cp.get_cluster(cluster_id).await.ok()?;
+            (c.status == simplyblock_controlplane::types::ClusterStatus::Active).then_some(())
+        })
+        .await
+    };
+    active().await;
+
+    // The control plane's log, oldest first: every add queued and finished, in order.
+    let r = cp
+        .raw(
+            Method::GET,
+            &format!("/clusters/{cluster_id}/logs"),
+            &[("limit", "200".to_string())],
+            None,
+        )
+        .await
+        .expect("cluster log");
+    let mut log: Vec<Value> = serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("log");
+    log.reverse();
+    let mut open = std::collections::BTreeSet::new();
+    let mut most = 0;
+    let mut finished = 0;
+    for e in log.iter().filter(|e| e["event"] == "node_add") {
+        let m = e["message"].as_str().unwrap_or_default();
+        if let Some(addr) = m.strip_prefix("node add queued for ") {
+            assert!(open.insert(addr.to_string()), "a second add for {addr}");
+            most = most.max(open.len());
+        } else if let Some(addr) = m
+            .strip_prefix("node add for ")
+            .and_then(|r| r.strip_suffix(" succeeded"))
+        {
+            assert!(open.remove(addr), "{addr} finished without being queued");
+            finished += 1;
+        }
+    }
+    assert_eq!(finished, initial.len(), "every worker was added: {log:#?}");
+    assert_eq!(
+        most, 1,
+        "two node adds overlapped under a budget of one: {log:#?}"
+    );
+
+    // Growth: a second document naming the cluster adds the fifth worker.
+    let mut growth = doc.clone();
+    growth.metadata = serde_json::from_value(json!({"name": "grow-bw5"})).expect("meta");
+    growth.spec.cluster_ref = Some("simplyblock".into());
+    growth.spec.cluster = None;
+    growth.spec.node_sets[0].groups[0].workers = vec!["bw5".into()];
+    docs.create(&PostParams::default(), &growth)
+        .await
+        .expect("growth document");
+    all_online(WORKERS.len()).await;
+
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    let calls: Vec<Value> = serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
+    let adds: Vec<&Value> = calls
+        .iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/storage-nodes/"))
+        })
+        .collect();
+    assert_eq!(adds.len(), WORKERS.len(), "one node add per worker");
+    for add in adds {
+        let body = &add["body"];
+        let growth = body["node_address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("bw5."));
+        assert_eq!(body["expand"], json!(growth), "{body}");
+        // The sample's groups keep a journal partition on every device.
+        assert_eq!(body["partitions"], 1, "{body}");
+    }
+}
+
+struct Setup {
+    kube: kube::Client,
+    cp: Client,
+    _sim: Server,
+    _dir: tempfile::TempDir,
+}
+
+/// Workers `workers` (InternalIP 10.`net`.0.N) as Nodes and as sbsim's fleet with `faults`,
+/// sim `timings`, and the controllers of the deployment path (activation included) scoped to `ns`.
+async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timings) -> Setup {
+    let env = TestEnv::shared().expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, ns)
+        .await
+        .expect("namespace");
+    let nodes_api: Api<Node> = Api::all(kube.clone());
+    let mut fleet = String::from("workers:\n");
+    for (i, w) in workers.iter().enumerate() {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": w, "labels": {"kubernetes.io/hostname": w}}}),
+        )
+        .expect("node");
+        nodes_api
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": format!("10.{net}.0.{}", i + 1)}],
+                                       "conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes_api
+            .patch_status(w, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .expect("node status");
+        fleet.push_str(&format!(
+            "  - hostname: {w}\n    addresses: [10.{net}.0.{}]\n    devices: {{count: 2, size: 2T}}\n",
+            i + 1
+        ));
+    }
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("fleet.yaml"), fleet).expect("fleet");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 50.0,
+        fleet: Some(dir.path().join("fleet.yaml")),
+        faults: faults.into(),
+        timings,
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
+    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    let cp = Client::new(cfg).expect("client");
+    let ctx = Arc::new(
+        Context::new(kube.clone(), cp.clone(), sim.url.clone(), ns.into())
+            .with_snode_proxy(sim.addr),
+    );
+    let scope = Some(ns.to_string());
+    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(cluster::ops::run(ctx.clone(), scope.clone()));
+    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
+    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+    Setup {
+        kube,
+        cp,
+        _sim: sim,
+        _dir: dir,
+    }
+}
+
+async fn call_log(cp: &Client) -> Vec<Value> {
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls")
+}
+
+/// Regression: Resolving waited out its deadline for a node an add that had given up was
+/// never going to make, holding the cluster's one node-add slot. An add that ends without
+/// a node is asked for again. Then: a 404 from the removal means the node is removed
+/// already, so the StorageNode goes instead of retrying for ever.
+#[tokio::test]
+async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed() {
+    const NS: &str = "provision-retry";
+    // Every attempt of the first add fails until it gives up (max_retry 11).
+    let setup = start(
+        NS,
+        &["rw1"],
+        32,
+        "taskfail:name=node_add,count=11",
+        Timings::default(),
+    )
+    .await;
+    let (kube, cp) = (setup.kube.clone(), setup.cp.clone());
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec.node_sets[0].groups[0].workers = vec!["rw1".into()];
+    doc.spec.cluster.as_mut().expect("cluster").stripe =
+        Some(serde_json::from_value(json!({"dataChunks": 1, "parityChunks": 0})).expect("stripe"));
+    Api::<ClusterDeploymentConfig>::namespaced(kube.clone(), NS)
+        .create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
+    let online = until("rw1 Online", Duration::from_secs(120), async || {
+        let items = storage_nodes.list(&Default::default()).await.ok()?.items;
+        items.into_iter().find(|n| {
+            n.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+        })
+    })
+    .await;
+    let cluster_id = cp.list_clusters().await.expect("clusters")[0].id;
+    let tasks: Vec<_> = cp
+        .list_tasks(cluster_id)
+        .await
+        .expect("tasks")
+        .into_iter()
+        .filter(|t| t.function_name == "node_add")
+        .collect();
+    // However many attempts the fault costs, each add that gave up was followed by one
+    // new add, sent only once the previous one had ended (a second add while one is open
+    // is refused by the control plane).
+    let gave_up = tasks
+        .iter()
+        .filter(|t| t.function_result == "max retry reached")
+        .count();
+    assert!(gave_up >= 1, "{tasks:?}");
+    assert_eq!(
+        tasks.iter().filter(|t| t.succeeded()).count(),
+        1,
+        "{tasks:?}"
+    );
+    assert_eq!(gave_up + 1, tasks.len(), "{tasks:?}");
+    let adds: Vec<Value> = call_log(&cp)
+        .await
+        .into_iter()
+        .filter(|c| {
+            c["method"] == "POST"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/storage-nodes/"))
+        })
+        .collect();
+    assert_eq!(
+        adds.len(),
+        tasks.len(),
+        "asked again once per add that gave up"
+    );
+    assert!(adds.iter().all(|c| c["status"] == 201), "{adds:?}");
+
+    // The removal is answered 404 once: taken as already removed, not retried.
+    cp.raw(
+        Method::PUT,
+        "/../../_sim/faults",
+        &[],
+        Some(&json!({"spec": "error:method=DELETE,path=/api/v2/clusters/*/storage-nodes/*/,status=404,count=1"})),
+    )
+    .await
+    .expect("fault");
+    let name = online.metadata.name.clone().expect("name");
+    storage_nodes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    until(
+        "the StorageNode gone",
+        Duration::from_secs(30),
+        async || {
+            storage_nodes
+                .get_opt(&name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let removals: Vec<Value> = call_log(&cp)
+        .await
+        .into_iter()
+        .filter(|c| {
+            c["method"] == "DELETE"
+                && c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("/storage-nodes/"))
+        })
+        .collect();
+    assert_eq!(removals.len(), 1, "{removals:?}");
+    assert_eq!(removals[0]["status"], 404);
 }

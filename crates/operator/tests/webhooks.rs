@@ -173,6 +173,83 @@ async fn approval_is_checked_against_the_cluster_and_lists_every_problem() {
     );
 }
 
+/// The approving write is refused with the reason that names what the document is about:
+/// no cluster at all, a cluster to grow that does not exist, and growth with devices of
+/// the other class than the cluster is built from.
+#[tokio::test]
+async fn approval_names_a_missing_target_and_a_device_class_mismatch() {
+    setup().await;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "approve-targets").await;
+    for n in ["wh-t1", "wh-t2", "wh-t3"] {
+        node(&client, n).await;
+    }
+    let docs = api::<ClusterDeploymentConfig>(&client, "approve-targets");
+    let approved = |name: &str, spec: Value| {
+        let mut d = document(&["wh-t1", "wh-t2", "wh-t3"]);
+        d["metadata"]["name"] = json!(name);
+        d["spec"]["approved"] = json!(true);
+        for (k, v) in spec.as_object().cloned().unwrap_or_default() {
+            d["spec"][k] = v;
+        }
+        obj(d)
+    };
+    const DENIED: &str =
+        "admission webhook \"vclusterdeploymentconfig.simplyblock.io\" denied the request: ";
+
+    let mut nothing = approved("nothing", json!({}));
+    nothing.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &nothing).await);
+    assert!(
+        message.starts_with(&format!("{DENIED}the document cannot be approved: ")),
+        "{message}"
+    );
+    assert!(message.contains("NoClusterNamed: the document names neither spec.clusterRef (to grow a cluster) nor spec.cluster.name (to create one)"), "{message}");
+
+    let mut missing = approved("missing", json!({"clusterRef": "nowhere"}));
+    missing.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &missing).await);
+    assert!(message.contains("ClusterNotFound: spec.clusterRef names StorageCluster nowhere, which does not exist in this namespace"), "{message}");
+
+    api::<StorageCluster>(&client, "approve-targets")
+        .create(
+            &PostParams::default(),
+            &obj(json!({
+                "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+                "metadata": {"name": "blocks"},
+                "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "deviceClass": "LogicalBlock",
+                         "stripe": {"dataChunks": 1, "parityChunks": 1}}
+            })),
+        )
+        .await
+        .expect("cluster");
+    let mut grow = approved("grow", json!({"clusterRef": "blocks"}));
+    grow.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    let message = denied(docs.create(&PostParams::default(), &grow).await);
+    assert!(message.contains("the document cannot be approved: 1 problem(s) (1 DeviceClassMismatch); DeviceClassMismatch: the document's groups name "), "{message}");
+
+    // The same growth with devices of the cluster's class is admitted.
+    let mut fixed = approved("grow", json!({"clusterRef": "blocks"}));
+    fixed.data["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("cluster");
+    fixed.data["spec"]["nodeSets"][0]["groups"][0]["devices"] = json!({"block": ["/dev/vdb"]});
+    docs.create(&PostParams::default(), &fixed)
+        .await
+        .expect("growth with the cluster's device class is admitted");
+}
+
 fn storage_cluster() -> Value {
     json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
@@ -342,4 +419,91 @@ async fn a_discovery_run_with_an_unreadable_size_range_is_refused() {
     ops.create(&PostParams::default(), &run("100G-2T"))
         .await
         .expect("a readable range is admitted");
+}
+
+/// The webhook CA lives in a Secret: a second start finds the same CA instead of making
+/// one nobody trusts yet; a CA near its end is replaced, and the bundle trusts the new CA
+/// and the previous one, so certificates of either verify while the change rolls out.
+#[tokio::test]
+async fn the_webhook_ca_is_kept_in_a_secret_and_rotated_with_an_overlapping_bundle() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams};
+    use simplyblock_operator::webhooks::ca;
+    let env = TestEnv::shared().expect("env");
+    let client = env.client().await.expect("client");
+    namespace(&client, "webhook-ca").await;
+    let first = ca::ensure(&client, "webhook-ca").await.expect("a CA");
+    let again = ca::ensure(&client, "webhook-ca")
+        .await
+        .expect("the CA again");
+    assert_eq!(
+        first.bundle, again.bundle,
+        "a second start reuses the stored CA"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "webhook-ca");
+    let stored = secrets.get(ca::SECRET).await.expect("the CA Secret");
+    let end: jiff::Timestamp = stored.metadata.annotations.clone().unwrap_or_default()
+        [ca::NOT_AFTER]
+        .parse()
+        .expect("a recorded end");
+    let left = end.duration_since(jiff::Timestamp::now());
+    assert!(
+        left > jiff::SignedDuration::from_hours(364 * 24) && left <= ca::VALIDITY,
+        "a CA is valid for a year: {left:?}"
+    );
+
+    // Near its end: the next look replaces it and keeps the old one trusted.
+    let soon = jiff::Timestamp::now()
+        .saturating_add(jiff::SignedDuration::from_hours(24))
+        .expect("time");
+    secrets
+        .patch(
+            ca::SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ca::NOT_AFTER: soon.to_string()}}})),
+        )
+        .await
+        .expect("age the CA");
+    let rotated = ca::ensure(&client, "webhook-ca").await.expect("a new CA");
+    assert_ne!(rotated.authority.cert_pem(), first.authority.cert_pem());
+    assert!(
+        rotated.bundle.contains(&first.authority.cert_pem()),
+        "the old CA stays trusted"
+    );
+    assert!(rotated.bundle.contains(&rotated.authority.cert_pem()));
+    for (which, authority) in [("old", &first.authority), ("new", &rotated.authority)] {
+        let leaf = authority
+            .serving("webhook", &["webhook.example"], &[])
+            .expect("a serving certificate");
+        verify(&rotated.bundle, &leaf.cert, "webhook.example")
+            .unwrap_or_else(|e| panic!("a certificate of the {which} CA does not verify: {e}"));
+    }
+    let unrelated = simplyblock_certs::Authority::new("other")
+        .expect("ca")
+        .serving("webhook", &["webhook.example"], &[])
+        .expect("cert");
+    assert!(verify(&rotated.bundle, &unrelated.cert, "webhook.example").is_err());
+}
+
+/// Verifies `leaf` for `name` against every CA in `bundle`.
+fn verify(bundle: &str, leaf: &str, name: &str) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        roots.add(ca.expect("a CA in the bundle")).expect("root");
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        roots.into(),
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .build()
+    .expect("verifier");
+    let leaf = CertificateDer::from_pem_slice(leaf.as_bytes()).expect("leaf PEM");
+    let server = ServerName::try_from(name.to_string()).expect("name");
+    verifier
+        .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

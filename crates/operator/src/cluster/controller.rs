@@ -113,8 +113,33 @@ pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Resul
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// `simplyblock_storagecluster_phase_state{namespace,cluster,phase}`: 1 for the phase the
+/// cluster is in, 0 for the others; all 0 once it is gone.
+pub fn record_phase(namespace: &str, cluster: &str, phase: Option<ClusterPhase>) {
+    for p in ClusterPhase::ALL {
+        let label = serde_json::to_value(p)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        crate::ops::metrics::set_gauge(
+            "simplyblock_storagecluster_phase_state".to_owned(),
+            vec![
+                ("namespace", namespace.to_owned()),
+                ("cluster", cluster.to_owned()),
+                ("phase", label),
+            ],
+            if Some(p) == phase { 1.0 } else { 0.0 },
+        );
+    }
+}
+
 async fn apply(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
     let status = cluster.status.clone().unwrap_or_default();
+    record_phase(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        Some(status.phase),
+    );
     if status.uuid.as_deref().is_some_and(|u| !u.is_empty()) {
         return steady(cluster, &status, ctx).await;
     }
@@ -694,6 +719,12 @@ async fn steady(
 
 async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
     let status = cluster.status.clone().unwrap_or_default();
+    // Deleting: no phase of a serving cluster applies any longer.
+    record_phase(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        None,
+    );
     // The control plane deletes only an empty cluster: its pools go first.
     let pools = pool::controller::delete_cluster_pools(ctx, cluster).await?;
     if !pools.is_empty() {
@@ -783,4 +814,31 @@ async fn remove_legacy_finalizer(cluster: &StorageCluster, ctx: &Context) -> Res
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::metrics::sample;
+
+    #[test]
+    fn the_phase_gauge_names_one_phase_and_none_when_gone() {
+        let of = |p: &str| {
+            sample(
+                "simplyblock_storagecluster_phase_state",
+                &[("namespace", "m"), ("cluster", "sb"), ("phase", p)],
+            )
+        };
+        record_phase("m", "sb", Some(ClusterPhase::Provisioning));
+        record_phase("m", "sb", Some(ClusterPhase::Online));
+        assert_eq!(of("Online"), Some(1.0));
+        assert_eq!(of("Provisioning"), Some(0.0));
+        let ones: f64 = ClusterPhase::ALL
+            .iter()
+            .filter_map(|p| of(&format!("{p:?}")))
+            .sum();
+        assert_eq!(ones, 1.0, "one phase at a time, every phase present");
+        record_phase("m", "sb", None);
+        assert_eq!(of("Online"), Some(0.0));
+    }
 }

@@ -157,6 +157,35 @@ mod tests {
         .expect("task")
     }
 
+    /// The phase of every status the client knows, with and without a rebalance. The
+    /// match has no wildcard and the loop runs over `ClusterStatus::ALL`, so a status added
+    /// to the client does not compile or pass until its phase is written down here.
+    #[test]
+    fn every_control_plane_status_has_its_phase() {
+        use simplyblock_controlplane::ClusterStatus as S;
+        let expected = |s: S, rebalancing: bool| match s {
+            S::Active | S::Degraded | S::ReadOnly if rebalancing => ClusterPhase::Rebalancing,
+            S::Active => ClusterPhase::Online,
+            S::Degraded | S::ReadOnly => ClusterPhase::Degraded,
+            S::Unready | S::InExpansion => ClusterPhase::Provisioning,
+            S::InActivation => ClusterPhase::Activating,
+            S::Suspended => ClusterPhase::Suspended,
+            S::Inactive | S::Unknown => ClusterPhase::Unavailable,
+        };
+        for &s in S::ALL {
+            for rebalancing in [false, true] {
+                let c = cluster(s.as_str(), rebalancing);
+                assert_eq!(c.status, s, "{s} decodes as itself");
+                let got = steady_status(&StorageClusterStatus::default(), &c, &[]).phase;
+                assert_eq!(
+                    got,
+                    expected(s, rebalancing),
+                    "{s} rebalancing={rebalancing}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_status_reads_the_cluster() {
         let s = steady_status(

@@ -101,6 +101,7 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let status = doc.status.clone().unwrap_or_default();
+    super::metrics::phase(&namespace(&doc), &doc.name_any(), status.phase);
     if matches!(
         status.phase,
         DeploymentPhase::Expanded | DeploymentPhase::Failed
@@ -263,6 +264,7 @@ async fn fail(
     message: String,
 ) -> Result<Action, Error> {
     ctx.event(doc, true, reason, message.clone()).await;
+    super::metrics::validation_failure(&namespace(doc), reason);
     write_status(
         ctx,
         doc,
@@ -514,6 +516,7 @@ async fn expand(
                 }
             }
             if created > 0 {
+                super::metrics::nodes_created(&ns, created);
                 ctx.event(
                     doc,
                     false,
@@ -618,6 +621,10 @@ async fn activating(
             )
             .await;
         }
+    }
+    if let Some(began) = started(doc) {
+        let seconds = jiff::Timestamp::now().duration_since(began).as_secs_f64();
+        super::metrics::expanded(&ns, seconds);
     }
     write_status(
         ctx,

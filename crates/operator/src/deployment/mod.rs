@@ -3,5 +3,6 @@
 pub mod controller;
 pub mod discovery;
 pub mod expansion;
+pub mod metrics;
 pub mod validation;
 pub mod world;

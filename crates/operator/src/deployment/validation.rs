@@ -338,6 +338,32 @@ mod tests {
     }
 
     #[test]
+    fn an_unsupported_stripe_is_named_and_not_counted_against() {
+        let spec = creating(
+            &["w1", "w2", "w3", "w4"],
+            json!({"dataChunks": 3, "parityChunks": 1}),
+        );
+        let problems = approval_problems("d", &spec, &world(&["w1", "w2", "w3", "w4"]));
+        // A scheme without a minimum gets no node or worker count held against it.
+        assert_eq!(reasons(&problems), vec![Reason::StripeUnsupported]);
+        assert_eq!(
+            problems[0].to_string(),
+            "StripeUnsupported: the erasure-coding scheme 3+1 is not one simplyblock supports; use 1+0, 1+1, 2+1, 4+1, 1+2, 2+2 or 4+2"
+        );
+        for (ndcs, npcs) in [(1, 0), (1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 2)] {
+            let spec = creating(
+                &["w1", "w2", "w3", "w4", "w5", "w6"],
+                json!({"dataChunks": ndcs, "parityChunks": npcs}),
+            );
+            let w = world(&["w1", "w2", "w3", "w4", "w5", "w6"]);
+            assert!(
+                !reasons(&approval_problems("d", &spec, &w)).contains(&Reason::StripeUnsupported),
+                "{ndcs}+{npcs}"
+            );
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let spec = creating(
             &["w1", "ghost"],

@@ -7,7 +7,6 @@
 //! under the object's resourceVersion. A sibling of the same worker already at Posting or
 //! beyond, or a backend node already at the worker, means the add is not sent again.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -25,10 +24,11 @@ use simplyblock_api::storage_node::{
 };
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
-    NodeRemoveOptions, SnodeClient, SnodeConfig, StorageNodeAdd, Uuid, types::NodeStatus,
+    NodeRemoveOptions, SnodeClient, SnodeConfig, Uuid, types::NodeStatus,
 };
 use simplyblock_statemachine::Machine;
 
+use super::provisioning::{self, Contender, SlotDecision};
 use crate::context::{Context, requeue};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
@@ -256,25 +256,28 @@ async fn worker_address(ctx: &Context, worker: &str) -> Result<Option<String>, E
 
 /// Whether the worker is gone, NotReady or cordoned.
 async fn worker_away(ctx: &Context, worker: &str) -> Result<Option<String>, Error> {
-    let Some(n) = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await? else {
-        return Ok(Some(format!(
-            "worker {worker} is not a Node of this cluster"
-        )));
+    let node = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?;
+    Ok(away_reason(worker, node.as_ref()))
+}
+
+/// Why `worker` (its Node, if there is one) cannot take a node add now.
+fn away_reason(worker: &str, node: Option<&Node>) -> Option<String> {
+    let Some(n) = node else {
+        return Some(format!("worker {worker} is not a Node of this cluster"));
     };
     if n.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
     {
-        return Ok(Some(format!("worker {worker} is cordoned")));
+        return Some(format!("worker {worker} is cordoned"));
     }
     let not_ready = n
         .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .any(|c| c.type_ == "Ready" && c.status == "False");
-    Ok(not_ready.then(|| format!("worker {worker} is NotReady")))
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "False"));
+    not_ready.then(|| format!("worker {worker} is NotReady"))
 }
 
 /// The backend nodes of this node's worker, in slot order (by RPC port).
@@ -446,7 +449,12 @@ async fn provision(
                 || sibling_posted(ctx, node).await?
                 || add_open(ctx, cluster_id, &ctx.snode.address(&worker)).await?;
             if !already {
-                let body = node_add(ctx, node, cluster);
+                let body = provisioning::node_add_body(
+                    ctx.snode.address(&worker),
+                    &ctx.snode.namespace,
+                    node,
+                    cluster,
+                );
                 match ctx.cp.add_storage_node(cluster_id, &body).await {
                     Ok(task) => {
                         ctx.event(
@@ -488,7 +496,15 @@ async fn provision(
         }
         ProvisioningStep::Resolving => {
             let backend = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref()).await?;
+            // The task window is the evidence of where the add is: while it is open the
+            // node may exist half-made, and the worker keeps its node-add slot, so the
+            // budget covers the whole add and not only its first half.
+            let tasks = ctx.cp.list_tasks(cluster_id).await?;
+            let own = ctx.snode.address(&worker);
             match backend.get(slot as usize) {
+                Some(_) if provisioning::add_open(&tasks, &own) => {
+                    Ok(Action::requeue(std::time::Duration::from_secs(1)))
+                }
                 Some(found) => {
                     let observed = observed(found);
                     write(
@@ -514,12 +530,19 @@ async fn provision(
                     .await;
                     Ok(Action::requeue(requeue::NEXT_STEP))
                 }
-                None => {
-                    if add_ended_without_node(ctx, cluster_id, &ctx.snode.address(&worker)).await? {
-                        return Ok(advance(ctx, node, &mut machine, ProvisioningStep::Posting, format!("the node add for worker {worker} ended without a node; asking again"), false).await?.unwrap_or(Action::requeue(requeue::NEXT_STEP)));
-                    }
-                    Ok(Action::requeue(std::time::Duration::from_secs(1)))
-                }
+                // An add that is over without a node (refused, lost, or out of retries)
+                // is asked for again rather than waited out while it holds the slot.
+                None if provisioning::add_over_without_node(&tasks, &own) => Ok(advance(
+                    ctx,
+                    node,
+                    &mut machine,
+                    ProvisioningStep::Posting,
+                    format!("the node add for worker {worker} ended without a node; asking again"),
+                    false,
+                )
+                .await?
+                .unwrap_or(Action::requeue(requeue::NEXT_STEP))),
+                None => Ok(Action::requeue(std::time::Duration::from_secs(1))),
             }
         }
         ProvisioningStep::AwaitingWorker => {
@@ -579,29 +602,9 @@ async fn provision(
     }
 }
 
-fn node_add(ctx: &Context, node: &StorageNode, cluster: &StorageCluster) -> StorageNodeAdd {
-    let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
-    let mut body = StorageNodeAdd::new(
-        ctx.snode.address(&node.spec.worker_node),
-        storage
-            .mgmt_interface
-            .clone()
-            .unwrap_or_else(|| "eth0".into()),
-    );
-    body.data_nics = storage.data_interfaces.clone().unwrap_or_default();
-    body.namespace = ctx.snode.namespace.clone();
-    body.cr_name = node.name_any();
-    body.cr_namespace = node.namespace().unwrap_or_default();
-    body.cr_plural = "storagenodes".into();
-    body.format_4k = storage.enable_format_4k.unwrap_or(false);
-    body.spdk_sys_mem = node.spec.config.spdk_system_memory.clone();
-    if let Some(image) = &node.spec.config.spdk_image {
-        body.spdk_image = image.clone();
-    }
-    body
-}
-
-/// A sibling of the same worker already at Posting or beyond has sent (or owns) the add.
+/// A sibling of the same worker with a control-plane node, or of a lower slot already
+/// at Posting or beyond, has sent (or owns) the add. Only lower slots count, so two slots that
+/// both find the add over cannot each leave the asking to the other.
 async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error> {
     let api: Api<StorageNode> =
         Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
@@ -616,42 +619,22 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
                 && n.spec.worker_node == node.spec.worker_node
         })
         .any(|n| {
+            let lower = n.spec.slot.unwrap_or(0) < node.spec.slot.unwrap_or(0);
             let s = n.status.unwrap_or_default();
             s.uuid.is_some()
-                || matches!(
-                    s.step.state.as_deref(),
-                    Some("Resolving") | Some("Adopting")
-                )
+                || lower
+                    && matches!(
+                        s.step.state.as_deref(),
+                        Some("Posting") | Some("Resolving") | Some("Adopting")
+                    )
         });
     Ok(posted)
 }
 
-/// Whether a node-add task for this address is still open.
+/// Whether a node-add task for the worker's address is still open.
 async fn add_open(ctx: &Context, cluster_id: Uuid, address: &str) -> Result<bool, Error> {
     let tasks = ctx.cp.list_tasks(cluster_id).await?;
-    Ok(tasks
-        .iter()
-        .filter(|t| t.function_name == "node_add" && !t.canceled)
-        .filter(|t| t.status != simplyblock_controlplane::TaskStatus::Done)
-        .any(|t| serde_json::to_string(&t.function_params).is_ok_and(|p| p.contains(address))))
-}
-
-/// Whether this worker's last node-add task finished without success.
-async fn add_ended_without_node(
-    ctx: &Context,
-    cluster_id: Uuid,
-    address: &str,
-) -> Result<bool, Error> {
-    let tasks = ctx.cp.list_tasks(cluster_id).await?;
-    let mine: Vec<_> = tasks
-        .iter()
-        .filter(|t| t.function_name == "node_add")
-        .filter(|t| serde_json::to_string(&t.function_params).is_ok_and(|p| p.contains(address)))
-        .collect();
-    Ok(!mine.is_empty()
-        && mine
-            .iter()
-            .all(|t| t.status == simplyblock_controlplane::TaskStatus::Done && !t.succeeded()))
+    Ok(provisioning::add_open(&tasks, address))
 }
 
 enum SlotOutcome {
@@ -661,7 +644,9 @@ enum SlotOutcome {
 }
 
 /// Takes a node-add slot on the cluster, counted by distinct worker: a second slot of a
-/// worker already in flight rides on its claim.
+/// worker already in flight rides on its claim. Who may take one is decided from the
+/// ordered set of waiting workers ([`provisioning::slot_decision`]); the claim is written
+/// under the cluster's resourceVersion, so two claims from one reading cannot both land.
 async fn take_slot(
     ctx: &Context,
     node: &StorageNode,
@@ -674,39 +659,57 @@ async fn take_slot(
     };
     let slots = fresh.status.clone().unwrap_or_default().provisioning_slots;
     let worker = &node.spec.worker_node;
-    if slots.iter().any(|s| &s.worker == worker) {
-        return Ok(SlotOutcome::Taken);
-    }
-    // Stale entries (a node that finished or is gone) are reaped by the next requester.
-    let nodes: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
-    let live: BTreeSet<String> = nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|n| n.status.as_ref().and_then(|s| s.uuid.as_ref()).is_none())
-        .map(|n| n.name_any())
-        .collect();
-    let mut kept: Vec<ProvisioningSlot> = slots
-        .into_iter()
-        .filter(|s| live.contains(&s.node))
-        .collect();
     let budget = fresh
         .spec
         .storage_nodes
         .as_ref()
         .map(|s| s.node_provisioning_budget)
-        .unwrap_or(1)
-        .max(1) as usize;
-    let in_flight: BTreeSet<&String> = kept.iter().map(|s| &s.worker).collect();
-    if in_flight.len() >= budget {
-        let workers: Vec<&str> = in_flight.iter().map(|w| w.as_str()).collect();
-        return Ok(SlotOutcome::Busy(format!(
-            "waiting for a node-add slot: {} of {budget} in use by {}",
-            in_flight.len(),
-            workers.join(", ")
-        )));
+        .unwrap_or(1);
+    let siblings = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.spec.cluster_ref == node.spec.cluster_ref);
+    // A worker that is away (gone, NotReady, cordoned) does not hold the line; the Nodes
+    // are read once, and only when another worker waits.
+    let mut workers: Option<std::collections::BTreeMap<String, Node>> = None;
+    let mut contenders = Vec::new();
+    for n in siblings {
+        let status = n.status.clone().unwrap_or_default();
+        let awaiting_slot = status.uuid.is_none()
+            && status.step.state.as_deref() == Some(ProvisioningStep::AwaitingSlot.as_str());
+        let away = if awaiting_slot && &n.spec.worker_node != worker {
+            if workers.is_none() {
+                let all = Api::<Node>::all(ctx.kube.clone())
+                    .list(&ListParams::default())
+                    .await?;
+                workers = Some(all.items.into_iter().map(|k| (k.name_any(), k)).collect());
+            }
+            let known = workers.as_ref().and_then(|w| w.get(&n.spec.worker_node));
+            away_reason(&n.spec.worker_node, known).is_some()
+        } else {
+            false
+        };
+        contenders.push(Contender {
+            name: n.name_any(),
+            worker: n.spec.worker_node.clone(),
+            slot: n.spec.slot.unwrap_or(0),
+            provisioning: status.uuid.is_none(),
+            awaiting_slot,
+            away,
+            created: n
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(i64::MAX, |t| t.0.as_second()),
+        });
     }
+    let mut kept = match provisioning::slot_decision(worker, budget, &slots, &contenders) {
+        SlotDecision::Held => return Ok(SlotOutcome::Taken),
+        SlotDecision::Wait(why) => return Ok(SlotOutcome::Busy(why)),
+        SlotDecision::Claim(kept) => kept,
+    };
     kept.push(ProvisioningSlot {
         worker: worker.clone(),
         node: node.name_any(),

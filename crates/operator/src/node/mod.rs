@@ -1,5 +1,6 @@
 //! StorageNode: provisioning and steady state, and the storage-node workload.
 
 pub mod controller;
+pub mod provisioning;
 pub mod serving;
 pub mod workload;

@@ -64,10 +64,15 @@ pub fn set_gauge(name: String, labels: Labels, value: f64) {
     });
 }
 
-fn count(name: String, labels: Labels) {
+/// Adds `by` to the counter `name`.
+pub fn add_counter(name: String, labels: Labels, by: f64) {
     with(|r| {
-        *r.counters.entry((name, labels)).or_default() += 1.0;
+        *r.counters.entry((name, labels)).or_default() += by;
     });
+}
+
+fn count(name: String, labels: Labels) {
+    add_counter(name, labels, 1.0);
 }
 
 fn seconds_since(t: Timestamp) -> f64 {

@@ -75,6 +75,7 @@ async fn decide(
     if problems.is_empty() {
         Ok(())
     } else {
+        crate::deployment::metrics::approval_rejected(&namespace, &problems);
         Err(validation::summary(&problems))
     }
 }

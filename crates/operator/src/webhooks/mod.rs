@@ -5,6 +5,7 @@
 //! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
 //! Fail, and admitting what could not be checked is the one answer that loses data.
 
+pub mod ca;
 pub mod cluster_ops;
 pub mod deployment;
 pub mod operator_ops;

@@ -15,7 +15,8 @@ use crate::Error;
 
 /// The serving certificate in use and the means to replace it.
 pub struct ServingCertificates {
-    authority: Authority,
+    authority: RwLock<Authority>,
+    bundle: RwLock<String>,
     dns: Vec<String>,
     ips: Vec<IpAddr>,
     validity: Duration,
@@ -32,16 +33,31 @@ impl std::fmt::Debug for ServingCertificates {
 }
 
 impl ServingCertificates {
-    /// Issues a first certificate for these names, valid for `validity`.
+    /// Issues a first certificate for these names, valid for `validity`; the API server
+    /// trusts `authority` alone.
     pub fn new(
         authority: Authority,
         dns: Vec<String>,
         ips: Vec<IpAddr>,
         validity: Duration,
     ) -> Result<Arc<Self>, Error> {
+        let bundle = authority.cert_pem();
+        Self::with_bundle(authority, bundle, dns, ips, validity)
+    }
+
+    /// As [`ServingCertificates::new`], with the API server trusting `bundle` (the CA and
+    /// a previous one still in force).
+    pub fn with_bundle(
+        authority: Authority,
+        bundle: String,
+        dns: Vec<String>,
+        ips: Vec<IpAddr>,
+        validity: Duration,
+    ) -> Result<Arc<Self>, Error> {
         let first = issue(&authority, &dns, &ips, validity)?;
         Ok(Arc::new(ServingCertificates {
-            authority,
+            bundle: RwLock::new(bundle),
+            authority: RwLock::new(authority),
             dns,
             ips,
             validity,
@@ -49,14 +65,38 @@ impl ServingCertificates {
         }))
     }
 
-    /// The CA the API server must trust: the webhook configurations' caBundle.
+    /// The CAs the API server must trust: the webhook configurations' caBundle.
     pub fn ca_bundle(&self) -> String {
-        self.authority.cert_pem()
+        match self.bundle.read() {
+            Ok(b) => b.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Issues from `authority` from now on, trusted through `bundle` (which the caller has
+    /// published to the API server first), and replaces the serving certificate with one
+    /// of the new CA's.
+    pub fn replace_authority(&self, authority: Authority, bundle: String) -> Result<(), Error> {
+        match self.authority.write() {
+            Ok(mut a) => *a = authority,
+            Err(poisoned) => *poisoned.into_inner() = authority,
+        }
+        match self.bundle.write() {
+            Ok(mut b) => *b = bundle,
+            Err(poisoned) => *poisoned.into_inner() = bundle,
+        }
+        self.rotate()
     }
 
     /// Replaces the serving certificate; new handshakes use the new one.
     pub fn rotate(&self) -> Result<(), Error> {
-        let next = issue(&self.authority, &self.dns, &self.ips, self.validity)?;
+        let next = {
+            let authority = match self.authority.read() {
+                Ok(a) => a,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            issue(&authority, &self.dns, &self.ips, self.validity)?
+        };
         match self.current.write() {
             Ok(mut current) => *current = next,
             Err(poisoned) => *poisoned.into_inner() = next,

@@ -1,0 +1,117 @@
+//! The document's metrics, `simplyblock_clusterdeploymentconfig_`: `phase_state{namespace,
+//! name,phase}` (1 for the phase it is in), `expansion_duration_seconds{namespace}` (sum
+//! and count, approval to Expanded), `nodes_created_total{namespace}`,
+//! `validation_failures_total{namespace,reason}` (expansions refused) and
+//! `approval_rejections_total{namespace,reason}` (approving writes refused at admission,
+//! one per problem).
+
+use simplyblock_api::cluster_deployment_config::DeploymentPhase;
+
+use crate::deployment::validation::Problem;
+use crate::ops::metrics::{Labels, add_counter, observe, set_gauge};
+
+const PREFIX: &str = "simplyblock_clusterdeploymentconfig_";
+
+fn name(item: &str) -> String {
+    format!("{PREFIX}{item}")
+}
+
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+fn phase_name(p: DeploymentPhase) -> &'static str {
+    match p {
+        DeploymentPhase::Draft => "Draft",
+        DeploymentPhase::Expanding => "Expanding",
+        DeploymentPhase::Expanded => "Expanded",
+        DeploymentPhase::Failed => "Failed",
+    }
+}
+
+/// The document `namespace/doc` is in `phase`.
+pub fn phase(namespace: &str, doc: &str, phase: DeploymentPhase) {
+    for p in DeploymentPhase::ALL {
+        set_gauge(
+            name("phase_state"),
+            labels(&[
+                ("namespace", namespace),
+                ("name", doc),
+                ("phase", phase_name(p)),
+            ]),
+            if p == phase { 1.0 } else { 0.0 },
+        );
+    }
+}
+
+pub fn nodes_created(namespace: &str, count: usize) {
+    add_counter(
+        name("nodes_created_total"),
+        labels(&[("namespace", namespace)]),
+        count as f64,
+    );
+}
+
+pub fn validation_failure(namespace: &str, reason: &str) {
+    add_counter(
+        name("validation_failures_total"),
+        labels(&[("namespace", namespace), ("reason", reason)]),
+        1.0,
+    );
+}
+
+pub fn approval_rejected(namespace: &str, problems: &[Problem]) {
+    for p in problems {
+        add_counter(
+            name("approval_rejections_total"),
+            labels(&[("namespace", namespace), ("reason", p.reason.as_str())]),
+            1.0,
+        );
+    }
+}
+
+pub fn expanded(namespace: &str, seconds: f64) {
+    observe(
+        name("expansion_duration_seconds"),
+        labels(&[("namespace", namespace)]),
+        seconds,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::metrics::sample;
+
+    #[test]
+    fn the_phase_is_one_hot_and_counters_add_up() {
+        phase("m-ns", "doc", DeploymentPhase::Expanding);
+        phase("m-ns", "doc", DeploymentPhase::Expanded);
+        let of = |p: &str| {
+            sample(
+                "simplyblock_clusterdeploymentconfig_phase_state",
+                &[("namespace", "m-ns"), ("name", "doc"), ("phase", p)],
+            )
+        };
+        assert_eq!(of("Expanded"), Some(1.0));
+        assert_eq!(of("Expanding"), Some(0.0));
+        assert_eq!(of("Draft"), Some(0.0));
+        nodes_created("m-ns", 3);
+        nodes_created("m-ns", 2);
+        assert_eq!(
+            sample(
+                "simplyblock_clusterdeploymentconfig_nodes_created_total",
+                &[("namespace", "m-ns")]
+            ),
+            Some(5.0)
+        );
+        expanded("m-ns", 4.0);
+        let text = crate::ops::metrics::render();
+        assert!(
+            text.contains(
+                "# TYPE simplyblock_clusterdeploymentconfig_expansion_duration_seconds summary"
+            ),
+            "{text}"
+        );
+    }
+}
