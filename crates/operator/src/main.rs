@@ -219,18 +219,25 @@ async fn main() -> anyhow::Result<()> {
             webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
             tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
             tokio::spawn(certs.clone().rotate_forever());
+            // Serve before the bootstrap creates its run: that create passes through the
+            // voperatorops webhook just registered, which must already answer.
+            let server = tokio::spawn(server.run());
             if !disable_initial_discovery {
-                match deployment::discovery::bootstrap(&client, &controllers.namespace).await {
-                    Ok(done) => tracing::info!("initial discovery: {done}"),
-                    Err(why) => tracing::info!("initial discovery declined: {why}"),
-                }
+                let client = client.clone();
+                let namespace = controllers.namespace.clone();
+                tokio::spawn(async move {
+                    match deployment::discovery::bootstrap(&client, &namespace).await {
+                        Ok(done) => tracing::info!("initial discovery: {done}"),
+                        Err(why) => tracing::info!("initial discovery declined: {why}"),
+                    }
+                });
             }
             let probe = deployment::discovery::ProbeSettings {
                 image: probe_image,
                 service_account: probe_service_account,
             };
             tokio::select! {
-                _ = server.run() => {}
+                _ = server => {}
                 _ = metrics => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}

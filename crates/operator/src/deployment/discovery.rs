@@ -458,18 +458,41 @@ pub async fn bootstrap(client: &kube::Client, namespace: &str) -> Result<String,
         .await
         .map_err(|e| format!("the installation could not be read ({e})"))?;
     let op = run::bootstrap(namespace, ops, docs, clusters, &nodes).map_err(|d| d.to_string())?;
-    match Api::<OperatorOps>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &op)
-        .await
-    {
-        Ok(_) => Ok(format!("raised OperatorOps {}", run::INITIAL_DISCOVERY)),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(format!(
-            "OperatorOps {} already exists",
-            run::INITIAL_DISCOVERY
-        )),
-        Err(e) => Err(format!(
-            "creating OperatorOps {} failed ({e})",
-            run::INITIAL_DISCOVERY
-        )),
+    let api = Api::<OperatorOps>::namespaced(client.clone(), namespace);
+    let give_up = tokio::time::Instant::now() + BOOTSTRAP_RETRY_FOR;
+    loop {
+        match api.create(&PostParams::default(), &op).await {
+            Ok(_) => return Ok(format!("raised OperatorOps {}", run::INITIAL_DISCOVERY)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Ok(format!(
+                    "OperatorOps {} already exists",
+                    run::INITIAL_DISCOVERY
+                ));
+            }
+            Err(kube::Error::Api(s))
+                if webhook_unreachable(s.code) && tokio::time::Instant::now() < give_up =>
+            {
+                tracing::debug!(error = %s, "the OperatorOps webhook does not answer yet; retrying");
+                tokio::time::sleep(BOOTSTRAP_RETRY_EVERY).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "creating OperatorOps {} failed ({e})",
+                    run::INITIAL_DISCOVERY
+                ));
+            }
+        }
     }
+}
+
+/// How often and for how long the bootstrap retries its create while the webhook that
+/// admits it is not answering (the operator's own server may still be starting).
+const BOOTSTRAP_RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+const BOOTSTRAP_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The API server's answers when an admission webhook cannot be reached: Internal (500,
+/// the call failed), ServiceUnavailable (503) and Timeout (504). Every other refusal is
+/// final.
+pub fn webhook_unreachable(code: u16) -> bool {
+    matches!(code, 500 | 503 | 504)
 }
