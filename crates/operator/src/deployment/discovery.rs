@@ -416,7 +416,7 @@ fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) 
                         "name": "probe",
                         "image": probe.image,
                         "imagePullPolicy": "Always",
-                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--config-map", name],
+                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--run-uid", op.uid().unwrap_or_default(), "--config-map", name],
                         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                         "securityContext": {"privileged": true},
                         "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
