@@ -69,24 +69,44 @@ pub fn run_selector(run: &str) -> String {
 /// The annotation holding the exact node name, which a label value may have had to cut.
 pub const NODE_ANNOTATION: &str = "storage.simplyblock.io/nodeprobe-node";
 
-/// The report ConfigMap for `node` of run `run`: what the probe Job writes (and what a
-/// simulated fleet writes in its place).
+/// The discovery run a report belongs to: its OperatorOps' name and UID.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRef<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// The report ConfigMap `name` for `node` of `run`: what the probe Job writes (and what a
+/// simulated fleet writes in its place). It is owned by the run, so deleting the run
+/// deletes its reports.
 pub fn report_config_map(
     namespace: &str,
-    run: &str,
+    name: &str,
+    run: RunRef<'_>,
     node: &str,
     report_json: String,
 ) -> k8s_openapi::api::core::v1::ConfigMap {
-    let mut labels = labels(run, node);
+    let mut labels = labels(run.name, node);
     labels.insert(
         "storage.simplyblock.io/managed-by".into(),
         "operatorops".into(),
     );
+    let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: format!("{}/{}", simplyblock_api::GROUP, simplyblock_api::VERSION),
+        kind: "OperatorOps".into(),
+        name: run.name.into(),
+        uid: run.uid.into(),
+        controller: Some(true),
+        // Blocking the run's deletion would need the probe to be allowed to write the
+        // run's finalizers; the garbage collector deletes the report either way.
+        block_owner_deletion: None,
+    };
     k8s_openapi::api::core::v1::ConfigMap {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(config_map_name(run, node)),
+            name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(labels),
+            owner_references: Some(vec![owner]),
             annotations: Some(BTreeMap::from([(
                 NODE_ANNOTATION.to_string(),
                 node.to_string(),
@@ -147,6 +167,26 @@ mod tests {
         assert!(valid_label(&v), "{v}");
         assert_ne!(v, label_value("worker-1.example.com"));
         assert!(valid_label(&label_value("___")));
+    }
+
+    #[test]
+    fn a_report_is_owned_by_its_run() {
+        let run = RunRef {
+            name: "initial-discovery",
+            uid: "6f1c0c1e-0000-4000-8000-000000000001",
+        };
+        let name = config_map_name(run.name, "w1");
+        let cm = report_config_map("ns", &name, run, "w1", "{}".into());
+        assert_eq!(cm.metadata.name.as_deref(), Some(name.as_str()));
+        let owners = cm.metadata.owner_references.expect("owned");
+        assert_eq!(owners.len(), 1);
+        let o = &owners[0];
+        assert_eq!(
+            (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()),
+            ("storage.simplyblock.io/v1alpha2", "OperatorOps", run.name)
+        );
+        assert_eq!(o.uid, run.uid);
+        assert_eq!(o.controller, Some(true));
     }
 
     #[test]

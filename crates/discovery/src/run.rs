@@ -199,6 +199,18 @@ pub fn plan_writing(
     }
 }
 
+/// How many workers a draft proposes, and how many devices across them (each group's
+/// device list is every one of its workers').
+pub fn found(config: &ClusterDeploymentConfig) -> (usize, usize) {
+    let groups = config.spec.node_sets.iter().flat_map(|s| &s.groups);
+    groups.fold((0, 0), |(workers, devices), g| {
+        let each = g.devices.as_ref().map_or(0, |d| {
+            d.nvme.as_ref().map_or(0, Vec::len) + d.block.as_ref().map_or(0, Vec::len)
+        });
+        (workers + g.workers.len(), devices + g.workers.len() * each)
+    })
+}
+
 /// The events when a document of the draft's name already exists: it is adopted and left
 /// as it is, and the planned notes are not emitted since they describe another document.
 pub fn adopted_events(name: &str) -> Vec<Event> {
@@ -208,6 +220,26 @@ pub fn adopted_events(name: &str) -> Vec<Event> {
             "a ClusterDeploymentConfig named {name} already exists; it is adopted as this run's result and left unchanged"
         ),
     )]
+}
+
+/// Why a probe pod cannot start its probe because the image cannot be had, when that is
+/// so: the kubelet's reasons for an image that is unnamed, not allowed to be pulled, or
+/// still failing to pull after its retries (a first `ErrImagePull` may pass, so it is not
+/// one of them).
+pub fn image_error(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find_map(|c| {
+        let waiting = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = waiting.reason.as_deref()?;
+        matches!(
+            reason,
+            "ImagePullBackOff" | "ErrImageNeverPull" | "InvalidImageName"
+        )
+        .then(|| match waiting.message.as_deref() {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason.to_string(),
+        })
+    })
 }
 
 /// The name of the first-install run.
@@ -295,5 +327,206 @@ pub fn read_report(
     WorkerReport {
         worker: worker.to_string(),
         report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use std::collections::BTreeMap;
+
+    fn node(name: &str, labels: &[&str], unschedulable: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|l| (l.to_string(), String::new()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        n.spec = Some(NodeSpec {
+            unschedulable: Some(unschedulable),
+            ..NodeSpec::default()
+        });
+        n
+    }
+
+    fn groups() -> Vec<String> {
+        vec!["apps".into()]
+    }
+
+    #[test]
+    fn workers_with_a_storage_node_are_dropped_silently_and_the_rest_sorted() {
+        let nodes = [
+            node("w3", &[], false),
+            node("w1", &[], false),
+            node("w2", &[], false),
+        ];
+        let taken = BTreeSet::from(["w2".to_string()]);
+        let got = inspect(
+            &DiscoverSpec::default(),
+            &nodes,
+            &taken,
+            Some(&groups()[..]),
+        )
+        .expect("workers");
+        assert_eq!(got.workers, ["w1", "w3"]);
+        assert!(got.events.is_empty(), "{:?}", got.events);
+        assert_eq!(got.environment, Environment::Vanilla);
+    }
+
+    #[test]
+    fn a_declined_worker_is_an_event_saying_why() {
+        let nodes = [
+            node("w1", &[], false),
+            node("w2", &[], true),
+            node("cp1", &["node-role.kubernetes.io/control-plane"], false),
+        ];
+        let got = inspect(
+            &DiscoverSpec::default(),
+            &nodes,
+            &BTreeSet::new(),
+            Some(&groups()[..]),
+        )
+        .expect("w1");
+        assert_eq!(got.workers, ["w1"]);
+        let reasons: Vec<(&str, &str)> = got
+            .events
+            .iter()
+            .map(|e| (e.reason, e.message.as_str()))
+            .collect();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(got.events.iter().all(|e| e.reason == "WorkerDeclined"));
+        assert!(
+            reasons[0].1.starts_with("w2 is left out: it is cordoned"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[1]
+                .1
+                .starts_with("cp1 is left out: it is a control-plane node"),
+            "{reasons:?}"
+        );
+        // Asked for by name, a Node that does not exist is a warning.
+        let spec = DiscoverSpec {
+            workers: vec!["w1".into(), "ghost".into()],
+            ..DiscoverSpec::default()
+        };
+        let got = inspect(&spec, &nodes, &BTreeSet::new(), Some(&groups()[..])).expect("w1");
+        assert_eq!(got.workers, ["w1"]);
+        let e = got
+            .events
+            .iter()
+            .find(|e| e.message.contains("ghost"))
+            .expect("ghost");
+        assert!(e.warning && e.reason == "WorkerDeclined", "{e:?}");
+    }
+
+    #[test]
+    fn unlisted_api_groups_are_a_warning_not_a_failure() {
+        let nodes = [node("w1", &[], false)];
+        let got = inspect(&DiscoverSpec::default(), &nodes, &BTreeSet::new(), None).expect("w1");
+        assert_eq!(got.workers, ["w1"]);
+        let e = &got.events[0];
+        assert_eq!((e.warning, e.reason), (true, "EnvironmentPartiallyRead"));
+    }
+
+    #[test]
+    fn no_schedulable_worker_fails_the_run() {
+        let nodes = [node("w1", &[], true), node("w2", &[], false)];
+        let taken = BTreeSet::from(["w2".to_string()]);
+        let err = inspect(
+            &DiscoverSpec::default(),
+            &nodes,
+            &taken,
+            Some(&groups()[..]),
+        )
+        .expect_err("nobody free");
+        assert!(err.starts_with("no schedulable worker is free: "), "{err}");
+        assert!(err.ends_with("(2 node(s) considered)"), "{err}");
+    }
+
+    #[test]
+    fn the_bootstrap_declines_with_the_first_reason_that_holds() {
+        let usable = [node("w1", &[], false)];
+        let decline = |ops, docs, clusters, nodes: &[Node]| {
+            bootstrap("ns", ops, docs, clusters, nodes)
+                .expect_err("declined")
+                .to_string()
+        };
+        assert_eq!(
+            decline(2, 1, 1, &usable),
+            "2 operator operation(s) have already run"
+        );
+        assert_eq!(
+            decline(0, 1, 1, &usable),
+            "1 deployment config(s) already exist"
+        );
+        assert_eq!(
+            decline(0, 0, 3, &usable),
+            "3 storage cluster(s) are already deployed"
+        );
+        let unusable = [
+            node("w1", &[], true),
+            node("cp1", &["node-role.kubernetes.io/master"], false),
+        ];
+        assert_eq!(
+            decline(0, 0, 0, &unusable),
+            "none of the 2 node(s) hold storage without being asked to"
+        );
+        assert_eq!(
+            decline(0, 0, 0, &[]),
+            "none of the 0 node(s) hold storage without being asked to"
+        );
+        let op = bootstrap("ns", 0, 0, 0, &usable).expect("raised");
+        assert_eq!(op.metadata.name.as_deref(), Some(INITIAL_DISCOVERY));
+        assert_eq!(op.metadata.namespace.as_deref(), Some("ns"));
+        let filter = op
+            .spec
+            .discover
+            .and_then(|d| d.device_filter)
+            .expect("filter");
+        assert_eq!(filter.enable_partitioned_devices, Some(true));
+    }
+
+    #[test]
+    fn an_image_that_cannot_be_pulled_is_told_apart_from_a_first_attempt() {
+        let pod = |reason: &str| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "status": {"containerStatuses": [{
+                    "name": "probe", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": reason, "message": "Back-off pulling image \"x\""}},
+                }]}
+            }))
+            .expect("pod")
+        };
+        assert_eq!(
+            image_error(&pod("ImagePullBackOff")).as_deref(),
+            Some("ImagePullBackOff: Back-off pulling image \"x\"")
+        );
+        assert!(image_error(&pod("InvalidImageName")).is_some());
+        assert_eq!(image_error(&pod("ErrImagePull")), None);
+        assert_eq!(image_error(&pod("ContainerCreating")), None);
+        assert_eq!(
+            image_error(&k8s_openapi::api::core::v1::Pod::default()),
+            None
+        );
+    }
+
+    #[test]
+    fn found_counts_every_worker_of_a_group_with_its_devices() {
+        let config: ClusterDeploymentConfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ClusterDeploymentConfig",
+            "metadata": {"name": "d"},
+            "spec": {"nodeSets": [
+                {"name": "a", "groups": [
+                    {"name": "g1", "workers": ["w1", "w2"], "devices": {"nvme": ["0000:01:00.0", "0000:02:00.0"]}},
+                    {"name": "g2", "workers": ["w3"], "devices": {"nvme": ["0000:03:00.0"]}}]},
+                {"name": "b", "groups": [{"name": "g3", "workers": ["w4"]}]}]}
+        }))
+        .expect("config");
+        assert_eq!(found(&config), (4, 5));
     }
 }

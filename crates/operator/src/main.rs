@@ -39,7 +39,11 @@ enum Command {
         /// The discovery run (OperatorOps) the report belongs to.
         #[arg(long)]
         run: Option<String>,
-        /// Write the report here, in the pod's namespace; without it, print it.
+        /// The UID of that run, which owns the report's ConfigMap.
+        #[arg(long)]
+        run_uid: Option<String>,
+        /// Write the report to the ConfigMap of this name, in the pod's namespace; without
+        /// it, print it.
         #[arg(long)]
         config_map: Option<String>,
         #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
@@ -232,18 +236,25 @@ async fn main() -> anyhow::Result<()> {
                 certs.clone(),
                 std::time::Duration::from_secs(3600),
             ));
+            // Serve before the bootstrap creates its run: that create passes through the
+            // voperatorops webhook just registered, which must already answer.
+            let server = tokio::spawn(server.run());
             if !disable_initial_discovery {
-                match deployment::discovery::bootstrap(&client, &controllers.namespace).await {
-                    Ok(done) => tracing::info!("initial discovery: {done}"),
-                    Err(why) => tracing::info!("initial discovery declined: {why}"),
-                }
+                let client = client.clone();
+                let namespace = controllers.namespace.clone();
+                tokio::spawn(async move {
+                    match deployment::discovery::bootstrap(&client, &namespace).await {
+                        Ok(done) => tracing::info!("initial discovery: {done}"),
+                        Err(why) => tracing::info!("initial discovery declined: {why}"),
+                    }
+                });
             }
             let probe = deployment::discovery::ProbeSettings {
                 image: probe_image,
                 service_account: probe_service_account,
             };
             tokio::select! {
-                _ = server.run() => {}
+                _ = server => {}
                 _ = metrics => {}
                 _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}
@@ -260,6 +271,7 @@ async fn main() -> anyhow::Result<()> {
             root,
             node,
             run,
+            run_uid,
             config_map,
             namespace,
         } => {
@@ -270,16 +282,24 @@ async fn main() -> anyhow::Result<()> {
             };
             let report = probe_with(&RootFs::new(&root), &options);
             let text = simplyblock_discovery::report::encode(&report)?;
-            match (config_map, run) {
-                (Some(_), Some(run)) => {
+            match (config_map, run, run_uid) {
+                (Some(name), Some(run), Some(uid)) => {
+                    if name.is_empty() || uid.is_empty() {
+                        anyhow::bail!(
+                            "--config-map and --run-uid must not be empty: the report needs a ConfigMap name and the UID of the run that owns it"
+                        );
+                    }
                     let client = kube::Client::try_default().await?;
                     let cm = simplyblock_discovery::configmap::report_config_map(
                         &namespace,
-                        &run,
+                        &name,
+                        simplyblock_discovery::configmap::RunRef {
+                            name: &run,
+                            uid: &uid,
+                        },
                         &report.node,
                         text,
                     );
-                    let name = cm.metadata.name.clone().unwrap_or_default();
                     kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
                         client, &namespace,
                     )
@@ -291,10 +311,13 @@ async fn main() -> anyhow::Result<()> {
                     .await?;
                     tracing::info!(config_map = %name, "wrote the probe report");
                 }
-                (Some(_), None) => anyhow::bail!(
+                (Some(_), None, _) => anyhow::bail!(
                     "--config-map needs --run, the discovery run the report belongs to"
                 ),
-                (None, _) => println!("{text}"),
+                (Some(_), Some(_), None) => anyhow::bail!(
+                    "--config-map needs --run-uid, the UID of the discovery run, which owns the report so that deleting the run deletes it"
+                ),
+                (None, ..) => println!("{text}"),
             }
         }
     }

@@ -58,18 +58,37 @@ async fn run(sim: &Sim, client: &Client, job: &Job) -> Result<(), kube::Error> {
         .cloned()
         .or_else(|| job.spec.as_ref()?.template.spec.as_ref()?.node_name.clone())
         .unwrap_or_default();
-    let run = job
-        .owner_references()
-        .first()
-        .map(|o| o.name.clone())
-        .unwrap_or_default();
-    let tree = host_tree(sim, &worker);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let Some(root) = tree else {
-        let status = json!({"status": {"failed": 1, "conditions": [{
-            "type": "Failed", "status": "True", "reason": "NoHostTree",
-            "message": format!("simulated worker {worker} has no host tree to probe"),
-        }]}});
+    let fail = |reason: &str, message: String| {
+        json!({"status": {"failed": 1, "conditions": [{
+            "type": "Failed", "status": "True", "reason": reason, "message": message,
+        }]}})
+    };
+    // The probe's own arguments say where its report goes and which run owns it; a Job
+    // that lacks one fails as the probe would.
+    let args = probe_args(job);
+    let (Some(run), Some(uid), Some(name)) = (
+        arg(&args, "--run"),
+        arg(&args, "--run-uid"),
+        arg(&args, "--config-map"),
+    ) else {
+        let status = fail(
+            "BadArguments",
+            format!("the probe Job's arguments lack --run, --run-uid or --config-map: {args:?}"),
+        );
+        jobs.patch_status(
+            &job.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await?;
+        return Ok(());
+    };
+    let Some(root) = host_tree(sim, &worker) else {
+        let status = fail(
+            "NoHostTree",
+            format!("simulated worker {worker} has no host tree to probe"),
+        );
         jobs.patch_status(
             &job.name_any(),
             &PatchParams::default(),
@@ -79,7 +98,13 @@ async fn run(sim: &Sim, client: &Client, job: &Job) -> Result<(), kube::Error> {
         return Ok(());
     };
     let text = probe(&root, &worker);
-    let cm = configmap::report_config_map(&ns, &run, &worker, text);
+    let cm = configmap::report_config_map(
+        &ns,
+        name,
+        configmap::RunRef { name: run, uid },
+        &worker,
+        text,
+    );
     Api::<ConfigMap>::namespaced(client.clone(), &ns)
         .patch(
             &cm.name_any(),
@@ -99,6 +124,27 @@ async fn run(sim: &Sim, client: &Client, job: &Job) -> Result<(), kube::Error> {
     )
     .await?;
     Ok(())
+}
+
+/// The arguments of the Job's probe container.
+fn probe_args(job: &Job) -> Vec<String> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .and_then(|c| c.args.clone())
+        .unwrap_or_default()
+}
+
+/// The value of `--flag value` or `--flag=value`.
+fn arg<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            a.strip_prefix(flag)?.strip_prefix('=')
+        }
+    })
 }
 
 /// The report the probe would write on `worker`, from its host tree. Synchronous, so

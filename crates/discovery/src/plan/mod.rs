@@ -463,6 +463,9 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
                 w.name
             )),
         }
+        if all_have_data {
+            notes.push(data_note(w));
+        }
         if let Some(p) = &w.placement {
             notes.push(format!("{}: {p}", w.name));
         }
@@ -620,6 +623,42 @@ fn place(r: &Report, admitted: Vec<Admitted>) -> Placed {
     );
     let left: Vec<Admitted> = rest.into_iter().flat_map(|(_, d)| d).collect();
     (Some(node), (chosen, left), Some(sentence))
+}
+
+/// Why a worker's data interfaces are these, and which memory node they sit on: a bond's
+/// or team's only when all its members agree.
+fn data_note(w: &Worker) -> String {
+    let nics: Vec<&crate::report::Interface> = w
+        .data
+        .iter()
+        .filter_map(|n| w.report.interfaces.iter().find(|i| &i.name == n))
+        .collect();
+    let speed = nics
+        .iter()
+        .map(|i| net::resolved_speed(&w.report, i))
+        .max()
+        .unwrap_or(0);
+    let nodes: Vec<i32> = nics
+        .iter()
+        .map(|i| net::resolved_numa(&w.report, i))
+        .collect();
+    let numa = match nodes.first() {
+        Some(&n) if n != NUMA_UNKNOWN && nodes.iter().all(|m| *m == n) => {
+            format!("on NUMA node {n}")
+        }
+        _ => "on no single NUMA node (not reported, or the members of a bond or team disagree)"
+            .to_string(),
+    };
+    format!(
+        "{}: dataInterfaces {} because {} the best data link (physical, bond or team, up, 10G or faster, with an IPv4 address besides the node's own; ranked by jumbo MTU, speed, aggregation, then driver): {speed} Mb/s, {numa}",
+        w.name,
+        w.data.join(", "),
+        if w.data.len() == 1 {
+            "it is"
+        } else {
+            "they tie as"
+        },
+    )
 }
 
 /// Management: the network the majority holds wins (lower network on a tie) and the

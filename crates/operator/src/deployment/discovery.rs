@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -28,6 +28,9 @@ use simplyblock_statemachine::Machine;
 use crate::context::{Context, requeue};
 
 const MANAGER: &str = "operatorops-controller";
+/// Held while a run is unfinished, so that deleting it mid-run leaves an Aborted record
+/// (event and metrics) before it goes; removed once the run is terminal.
+pub const FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -139,7 +142,49 @@ async fn finish(
         jiff::Timestamp::now(),
     ));
     write(ctx, op, &status).await?;
+    release(ctx, op).await?;
+    crate::ops::metrics::operator_ops_finished(
+        &op.namespace().unwrap_or_default(),
+        simplyblock_statemachine::Action::name(op.spec.action),
+        phase,
+        status.started_at.as_ref(),
+    );
     Ok(Action::await_change())
+}
+
+/// Sets the run's finalizers to `finalizers`, guarded by the resourceVersion it was read at.
+async fn set_finalizers(
+    ctx: &Context,
+    op: &OperatorOps,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let body = json!({"metadata": {
+        "resourceVersion": op.metadata.resource_version,
+        "finalizers": finalizers,
+    }});
+    Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default())
+        .patch(&op.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .await?;
+    Ok(())
+}
+
+/// Drops the finalizer from a fresh read of the run (a conflict is retried by the next
+/// pass, which finds the run terminal and releases again).
+async fn release(ctx: &Context, op: &OperatorOps) -> Result<(), Error> {
+    let api = Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default());
+    let Some(fresh) = api.get_opt(&op.name_any()).await? else {
+        return Ok(());
+    };
+    if !fresh.finalizers().iter().any(|f| f.as_str() == FINALIZER) {
+        return Ok(());
+    }
+    let kept = fresh
+        .finalizers()
+        .iter()
+        .filter(|f| f.as_str() != FINALIZER)
+        .cloned()
+        .collect();
+    set_finalizers(ctx, &fresh, kept).await
 }
 
 async fn reconcile(
@@ -148,7 +193,38 @@ async fn reconcile(
     probe: Arc<ProbeSettings>,
 ) -> Result<Action, Error> {
     let mut status = op.status.clone().unwrap_or_default();
+    let held = op.finalizers().iter().any(|f| f.as_str() == FINALIZER);
     if status.phase.is_terminal() {
+        if held {
+            release(&ctx, &op).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if op.metadata.deletion_timestamp.is_some() {
+        if !held {
+            return Ok(Action::await_change());
+        }
+        // Every step is abortable: discovery changed nothing on the workers, and the
+        // run's Jobs and reports are deleted with it.
+        let at = status
+            .step
+            .state
+            .clone()
+            .unwrap_or_else(|| "Inspecting".into());
+        return finish(
+            &ctx,
+            &op,
+            status,
+            OpsPhase::Aborted,
+            format!("the run was deleted at {at}; its probe Jobs and reports go with it"),
+        )
+        .await;
+    }
+    if !held {
+        let mut finalizers = op.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        set_finalizers(&ctx, &op, finalizers).await?;
+        // The patch is an update of the run, which brings the next pass.
         return Ok(Action::await_change());
     }
     let now = jiff::Timestamp::now();
@@ -230,6 +306,27 @@ async fn reconcile(
         OperatorOpsStep::Probing => {
             let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
             let reported = reports(&ctx, &ns, &name).await?;
+            let pods = Api::<Pod>::namespaced(ctx.kube.clone(), &ns)
+                .list(&ListParams::default().labels(&configmap::run_selector(&name)))
+                .await?
+                .items;
+            if let Some((pod, why)) = pods
+                .iter()
+                .find_map(|p| run::image_error(p).map(|why| (p, why)))
+            {
+                let worker = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_else(|| pod.name_any());
+                let message = format!(
+                    "the probe image {} cannot be started on {worker} ({why}); point --probe-image (SIMPLYBLOCK_OPERATOR_IMAGE) at an image the workers can pull, then start a new run",
+                    probe.image
+                );
+                ctx.event(&*op, true, "NodeProbeImageError", message.clone())
+                    .await;
+                return finish(&ctx, &op, status, OpsPhase::Failed, message).await;
+            }
             let mut failed = Vec::new();
             for worker in &status.workers {
                 let job_name = configmap::config_map_name(&name, worker);
@@ -326,6 +423,8 @@ async fn reconcile(
                         }
                         Err(e) => return Err(e.into()),
                     }
+                    let (workers, devices) = run::found(&config);
+                    crate::ops::metrics::discovery_found(&ns, workers, devices);
                     status.config_ref = Some(doc_name);
                     finish(&ctx, &op, status, OpsPhase::Succeeded, message).await
                 }
@@ -416,7 +515,7 @@ fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) 
                         "name": "probe",
                         "image": probe.image,
                         "imagePullPolicy": "Always",
-                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--config-map", name],
+                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--run-uid", op.uid().unwrap_or_default(), "--config-map", name],
                         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                         "securityContext": {"privileged": true},
                         "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
@@ -458,18 +557,41 @@ pub async fn bootstrap(client: &kube::Client, namespace: &str) -> Result<String,
         .await
         .map_err(|e| format!("the installation could not be read ({e})"))?;
     let op = run::bootstrap(namespace, ops, docs, clusters, &nodes).map_err(|d| d.to_string())?;
-    match Api::<OperatorOps>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &op)
-        .await
-    {
-        Ok(_) => Ok(format!("raised OperatorOps {}", run::INITIAL_DISCOVERY)),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(format!(
-            "OperatorOps {} already exists",
-            run::INITIAL_DISCOVERY
-        )),
-        Err(e) => Err(format!(
-            "creating OperatorOps {} failed ({e})",
-            run::INITIAL_DISCOVERY
-        )),
+    let api = Api::<OperatorOps>::namespaced(client.clone(), namespace);
+    let give_up = tokio::time::Instant::now() + BOOTSTRAP_RETRY_FOR;
+    loop {
+        match api.create(&PostParams::default(), &op).await {
+            Ok(_) => return Ok(format!("raised OperatorOps {}", run::INITIAL_DISCOVERY)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Ok(format!(
+                    "OperatorOps {} already exists",
+                    run::INITIAL_DISCOVERY
+                ));
+            }
+            Err(kube::Error::Api(s))
+                if webhook_unreachable(s.code) && tokio::time::Instant::now() < give_up =>
+            {
+                tracing::debug!(error = %s, "the OperatorOps webhook does not answer yet; retrying");
+                tokio::time::sleep(BOOTSTRAP_RETRY_EVERY).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "creating OperatorOps {} failed ({e})",
+                    run::INITIAL_DISCOVERY
+                ));
+            }
+        }
     }
+}
+
+/// How often and for how long the bootstrap retries its create while the webhook that
+/// admits it is not answering (the operator's own server may still be starting).
+const BOOTSTRAP_RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+const BOOTSTRAP_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The API server's answers when an admission webhook cannot be reached: Internal (500,
+/// the call failed), ServiceUnavailable (503) and Timeout (504). Every other refusal is
+/// final.
+pub fn webhook_unreachable(code: u16) -> bool {
+    matches!(code, 500 | 503 | 504)
 }

@@ -134,6 +134,59 @@ pub fn deadline_exceeded<K: OpsResource>(op: &K, step: &str) {
     );
 }
 
+/// A discovery run (OperatorOps, which has no target and takes no lock) reached `phase`
+/// (terminal): `simplyblock_operator_operations_total{namespace,action,result}` and
+/// `simplyblock_operator_operation_duration_seconds{…}` (sum and count).
+pub fn operator_ops_finished(
+    namespace: &str,
+    action: &str,
+    phase: OpsPhase,
+    started_at: Option<&Time>,
+) {
+    let labels: Labels = vec![
+        ("namespace", namespace.to_owned()),
+        ("action", action.to_owned()),
+        ("result", result(phase).to_owned()),
+    ];
+    let seconds = started_at
+        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64().max(0.0))
+        .unwrap_or(0.0);
+    with(|r| {
+        for (item, add) in [
+            ("operations_total", 1.0),
+            ("operation_duration_seconds_sum", seconds),
+            ("operation_duration_seconds_count", 1.0),
+        ] {
+            *r.counters
+                .entry((format!("simplyblock_operator_{item}"), labels.clone()))
+                .or_default() += add;
+        }
+    });
+}
+
+/// What the newest discovery run in `namespace` put in its draft:
+/// `simplyblock_operator_discovery_workers_found_count{namespace}` and
+/// `simplyblock_operator_discovery_devices_found_count{namespace}`.
+pub fn discovery_found(namespace: &str, workers: usize, devices: usize) {
+    let labels: Labels = vec![("namespace", namespace.to_owned())];
+    with(|r| {
+        r.gauges.insert(
+            (
+                "simplyblock_operator_discovery_workers_found_count".to_owned(),
+                labels.clone(),
+            ),
+            workers as f64,
+        );
+        r.gauges.insert(
+            (
+                "simplyblock_operator_discovery_devices_found_count".to_owned(),
+                labels,
+            ),
+            devices as f64,
+        );
+    });
+}
+
 /// A controller's reconcile ended: `result` is `success` or `error`. Results of the
 /// controller's own machinery (an object gone from its cache, a watch error) are not
 /// reconciles and are not counted.
