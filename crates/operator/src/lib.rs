@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod context;
+pub mod crash;
 pub mod csi_secret;
 pub mod deployment;
 pub mod events;

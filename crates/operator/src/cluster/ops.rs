@@ -321,6 +321,10 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 }
 
 fn error_policy(op: Arc<StorageClusterOps>, error: &ops::Error, _: Arc<Context>) -> Action {
+    if error.is_stale() {
+        tracing::debug!(op = %op.name_any(), "read a stale StorageClusterOps; deciding again");
+        return Action::requeue(requeue::NEXT_STEP);
+    }
     tracing::warn!(op = %op.name_any(), error = %error, "reconciling a StorageClusterOps failed; retrying");
     Action::requeue(requeue::CONFLICT)
 }

@@ -32,8 +32,26 @@ pub enum Error {
     ControlPlane(#[from] simplyblock_controlplane::Error),
     #[error("the lock on {0} kept changing under the release; retrying")]
     LockContended(String),
+    #[error("{0} changed since it was read; deciding again on the newer version")]
+    Stale(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A write refused because the operation changed since it was read: not a failure,
+    /// the newer version is already on its way through the watch.
+    pub fn is_stale(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Stale(_) => true,
+            Error::Finalizer(f) => matches!(
+                f.as_ref(),
+                F::ApplyFailed(Error::Stale(_)) | F::CleanupFailed(Error::Stale(_))
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// One pass over one operation: the finalizer, the phase and lock gate, then one step.
@@ -272,7 +290,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             after,
         } => {
             // Write-ahead: the step is on record before its side effect.
-            write_status(
+            let recorded = write_status(
                 &ctx.kube,
                 op,
                 &running_status(&machine, message.clone()),
@@ -280,13 +298,15 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             )
             .await?;
             tracing::info!(op = %op.name_any(), ?call, "issuing");
-            match steps.execute(op, target, &call, ctx).await {
+            let result = steps.execute(op, target, &call, ctx).await;
+            crash_point::<K>(op, machine.state().name());
+            match result {
                 Ok(()) => Ok(Action::requeue(after.min(Duration::from_millis(500)))),
                 Err(e) => {
                     let message = format!("{message}: the call failed ({e}); retrying");
                     write_status(
                         &ctx.kube,
-                        op,
+                        &recorded,
                         &running_status(&machine, message),
                         op.kind_status(),
                     )
@@ -309,7 +329,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 return finish(op, ctx, OpsPhase::Failed, message, None).await;
             }
             // Write-ahead: from here on the call counts as issued, whatever happens next.
-            write_status(
+            let recorded = write_status(
                 &ctx.kube,
                 op,
                 &running_status(&machine, message.clone()),
@@ -318,15 +338,12 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             .await?;
             left(op, steps, &before);
             tracing::info!(op = %op.name_any(), ?call, "issuing once");
-            match steps.execute(op, target, &call, ctx).await {
+            let result = steps.execute(op, target, &call, ctx).await;
+            crash_point::<K>(op, before.state().name());
+            match result {
                 Ok(()) => {
-                    write_status(
-                        &ctx.kube,
-                        op,
-                        &running_status(&machine, accepted),
-                        op.kind_status(),
-                    )
-                    .await?;
+                    record_answer(&ctx.kube, &recorded, &running_status(&machine, accepted))
+                        .await?;
                     Ok(Action::requeue(requeue::NEXT_STEP))
                 }
                 Err(e) => {
@@ -334,7 +351,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                         "{message}: the call failed ({e}); it is not repeated, since the control plane may have acted on it — look at the {} and create a new operation if it did not",
                         K::Target::kind(&())
                     );
-                    finish(op, ctx, OpsPhase::Failed, message, None).await
+                    finish(&recorded, ctx, OpsPhase::Failed, message, None).await
                 }
             }
         }
@@ -358,6 +375,15 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             Ok(Action::requeue(after.max(Duration::from_millis(100))))
         }
     }
+}
+
+/// The kill point of a call decided in `step` (see [`crate::crash`]).
+fn crash_point<K: OpsResource>(op: &K, step: &str) {
+    crate::crash::point(&crate::crash::ops_point(
+        &K::kind(&()),
+        op.action_name(),
+        step,
+    ));
 }
 
 /// The step `machine` is at was left: how long it took, for the metrics.
@@ -408,18 +434,24 @@ async fn finish<K: OpsResource>(
 }
 
 /// Writes the whole status (common fields and `kind`) when it differs from what is
-/// stored; every write carries `observedGeneration`.
+/// stored; every write carries `observedGeneration`. Returns the operation as now stored.
+///
+/// The write is conditional on `op`'s resourceVersion: a decision taken from a stale view
+/// (the watch had not yet delivered this controller's own last write) is refused with
+/// 409 ([`Error::Stale`]) instead of overwriting the newer record. Without it, a pass
+/// that read the write-ahead record of an expand call overwrote the record of its answer
+/// and failed the operation as "stopped between the call and its answer".
 pub async fn write_status<K: OpsResource>(
     kube: &kube::Client,
     op: &K,
     next: &OpsStatus,
     kind: Map<String, Value>,
-) -> Result<(), Error> {
+) -> Result<K, Error> {
     if op.ops_status() == *next
         && op.kind_status() == kind
         && observed_generation(op) == op.meta().generation
     {
-        return Ok(());
+        return Ok(op.clone());
     }
     let mut status = kind;
     status.insert("phase".into(), json!(next.phase));
@@ -439,17 +471,45 @@ pub async fn write_status<K: OpsResource>(
     let body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
-        "metadata": {"name": op.name_any()},
+        "metadata": {"name": op.name_any(), "resourceVersion": op.meta().resource_version},
         "status": status,
     });
-    Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
+    match Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
         .patch_status(
             &op.name_any(),
             &PatchParams::apply(K::MANAGER).force(),
             &Patch::Apply(body),
         )
-        .await?;
-    Ok(())
+        .await
+    {
+        Ok(written) => Ok(written),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(op.name_any())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records the answer to a call issued once. The answer is a fact of this pass, not a
+/// decision from a view that may be stale: when the write-ahead record was changed since
+/// (a spec edit such as `abort`), it is written again onto a fresh read of the same step.
+async fn record_answer<K: OpsResource>(
+    kube: &kube::Client,
+    recorded: &K,
+    next: &OpsStatus,
+) -> Result<(), Error> {
+    let api = Api::<K>::namespaced(kube.clone(), &recorded.namespace().unwrap_or_default());
+    let mut current = recorded.clone();
+    for _ in 0..5 {
+        match write_status(kube, &current, next, recorded.kind_status()).await {
+            Err(Error::Stale(_)) => {}
+            other => return other.map(|_| ()),
+        }
+        current = api.get(&recorded.name_any()).await?;
+        if current.ops_status().step != recorded.ops_status().step {
+            // Another pass has moved on from this step: its record stands.
+            return Ok(());
+        }
+    }
+    Err(Error::Stale(recorded.name_any()))
 }
 
 fn observed_generation<K: OpsResource>(op: &K) -> Option<i64> {
