@@ -385,7 +385,9 @@ async fn create(
                 Ok(body) => body,
                 Err(e) => return hold_on_config(ctx, cluster, &machine, e).await,
             };
-            match ctx.cp.create_cluster(&body).await {
+            let created = ctx.cp.create_cluster(&body).await;
+            crate::crash::point(crate::crash::CLUSTER_CREATE);
+            match created {
                 Ok(created) => {
                     // The secret exists nowhere else we can read it back from reliably:
                     // record it before anything else can fail.

@@ -54,12 +54,18 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     };
     let controller = Controller::new(nodes, watcher::Config::default());
     let store = controller.store();
-    // A cluster's status (its uuid, its slots) moves its nodes on.
+    // A cluster's status (its uuid, its slots) moves its provisioning nodes on. A node
+    // that has its control-plane node reads nothing more of the cluster than the uuid it
+    // already had, so it keeps to its own resync: waking every node on every status
+    // write of the cluster cost a control-plane read per node per write while a fleet
+    // was being added.
     let of_cluster = move |c: StorageCluster| {
+        let deleting = c.metadata.deletion_timestamp.is_some();
         store
             .state()
             .into_iter()
             .filter(|n| n.namespace() == c.namespace() && n.spec.cluster_ref == c.name_any())
+            .filter(|n| deleting || n.status.as_ref().and_then(|s| s.uuid.as_ref()).is_none())
             .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
             .collect::<Vec<_>>()
     };
@@ -455,7 +461,9 @@ async fn provision(
                     node,
                     cluster,
                 );
-                match ctx.cp.add_storage_node(cluster_id, &body).await {
+                let added = ctx.cp.add_storage_node(cluster_id, &body).await;
+                crate::crash::point(crate::crash::NODE_ADD);
+                match added {
                     Ok(task) => {
                         ctx.event(
                             node,
@@ -871,7 +879,7 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
         Err(e) => return Err(e.into()),
     }
     // Removing is one call here; the audited StorageNodeOps Remove replaces it.
-    match ctx
+    let removed = ctx
         .cp
         .remove_storage_node(
             cluster_id,
@@ -881,8 +889,9 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
                 force_delete: false,
             },
         )
-        .await
-    {
+        .await;
+    crate::crash::point(crate::crash::NODE_REMOVE);
+    match removed {
         Ok(()) => Ok(Action::await_change()),
         // A 404 during removal means already removed.
         Err(e) if e.is_not_found() => Ok(Action::await_change()),

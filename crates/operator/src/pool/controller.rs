@@ -82,6 +82,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         )
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("storagepool", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "storagepool reconcile");
             }
@@ -208,7 +209,9 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
                     let created = ctx
                         .cp
                         .create_pool(cluster_id, &class::create_params(pool))
-                        .await?;
+                        .await;
+                    crate::crash::point(crate::crash::POOL_CREATE);
+                    let created = created?;
                     ctx.event(
                         pool,
                         false,
@@ -360,7 +363,9 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         }
     }
     if let Some((cluster_id, uuid)) = on_control_plane {
-        match ctx.cp.delete_pool(cluster_id, uuid).await {
+        let deleted = ctx.cp.delete_pool(cluster_id, uuid).await;
+        crate::crash::point(crate::crash::POOL_DELETE);
+        match deleted {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => {
