@@ -98,14 +98,21 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_are_rendered_as_prometheus_text() {
-        let failed: Result<(), kube::runtime::controller::Error<std::io::Error, std::io::Error>> =
-            Err(kube::runtime::controller::Error::ReconcilerFailed(
-                std::io::Error::other("x"),
-                Box::new(
-                    kube::runtime::reflector::ObjectRef::<k8s_openapi::api::core::v1::ConfigMap>::new("a")
-                        .erase(),
-                ),
-            ));
+        let failed: Result<
+            (
+                kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::ConfigMap>,
+                (),
+            ),
+            kube::runtime::controller::Error<std::io::Error, std::io::Error>,
+        > = Err(kube::runtime::controller::Error::ReconcilerFailed(
+            std::io::Error::other("x"),
+            Box::new(
+                kube::runtime::reflector::ObjectRef::<k8s_openapi::api::core::v1::ConfigMap>::new(
+                    "a",
+                )
+                .erase(),
+            ),
+        ));
         crate::ops::metrics::reconciled("metrics-server-test", &failed);
         let (status, content_type, body) = get("/metrics").await;
         assert_eq!(status, StatusCode::OK);

@@ -25,6 +25,7 @@ use std::sync::{LazyLock, Mutex};
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::reflector::ObjectRef;
 use simplyblock_api::common::OpsPhase;
 
 use super::OpsResource;
@@ -190,14 +191,16 @@ pub fn discovery_found(namespace: &str, workers: usize, devices: usize) {
 /// A controller's reconcile ended: `result` is `success` or `error`. Results of the
 /// controller's own machinery (an object gone from its cache, a watch error) are not
 /// reconciles and are not counted.
-pub fn reconciled<T, E: 'static, Q: 'static>(
+pub fn reconciled<K, A, E: 'static, Q: 'static>(
     controller: &'static str,
-    outcome: &Result<T, kube::runtime::controller::Error<E, Q>>,
-) {
+    outcome: &Result<(ObjectRef<K>, A), kube::runtime::controller::Error<E, Q>>,
+) where
+    K: kube::runtime::reflector::Lookup + ?Sized,
+{
     use kube::runtime::controller::Error;
-    let result = match outcome {
-        Ok(_) => "success",
-        Err(Error::ReconcilerFailed(..)) => "error",
+    let (result, namespace, name) = match outcome {
+        Ok((o, _)) => ("success", o.namespace.clone(), o.name.clone()),
+        Err(Error::ReconcilerFailed(_, o)) => ("error", o.namespace.clone(), o.name.clone()),
         Err(_) => return,
     };
     let labels: Labels = vec![
@@ -209,6 +212,27 @@ pub fn reconciled<T, E: 'static, Q: 'static>(
             .entry(("simplyblock_reconcile_total".to_owned(), labels))
             .or_default() += 1.0;
     });
+    let mut passes = PASSES.lock().unwrap_or_else(|e| e.into_inner());
+    *passes
+        .entry((controller, namespace.unwrap_or_default(), name))
+        .or_default() += 1;
+}
+
+/// (controller, namespace, name) → passes ended. Not exported as a metric (one series per
+/// object would outlive the objects); it is how a caller in the same process proves that
+/// a controller looked at an object again, e.g. before asserting that nothing changed.
+static PASSES: LazyLock<Mutex<BTreeMap<PassKey, u64>>> = LazyLock::new(Mutex::default);
+
+/// (controller, namespace, name).
+type PassKey = (&'static str, String, String);
+
+/// How many passes of `controller` over `namespace/name` have ended in this process.
+pub fn passes(controller: &str, namespace: &str, name: &str) -> u64 {
+    let passes = PASSES.lock().unwrap_or_else(|e| e.into_inner());
+    passes
+        .iter()
+        .find(|((c, ns, n), _)| *c == controller && ns == namespace && n == name)
+        .map_or(0, |(_, count)| *count)
 }
 
 /// An operation took its target's lock and started, having waited since `created`.

@@ -29,6 +29,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     Controller::new(ops, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
+            crate::ops::metrics::reconciled("storagepoolops", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "storagepoolops reconcile");
             }
