@@ -59,7 +59,8 @@ async fn apiserver_writes_by_resource(kube: &kube::Client) -> BTreeMap<String, u
         if !line.starts_with("apiserver_request_total{") {
             continue;
         }
-        let (Some(verb), Some(resource)) = (label(line, "verb"), label(line, "resource")) else {
+        let (Some(verb), Some(mut resource)) = (label(line, "verb"), label(line, "resource"))
+        else {
             continue;
         };
         if resource == "leases"
@@ -70,13 +71,34 @@ async fn apiserver_writes_by_resource(kube: &kube::Client) -> BTreeMap<String, u
         let Some(count) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
             continue;
         };
+        if let Some(sub) = label(line, "subresource").filter(|s| !s.is_empty()) {
+            resource = format!("{resource}/{sub}");
+        }
         *out.entry(format!("{verb} {resource}")).or_default() += count as u64;
     }
     out
 }
 
-async fn apiserver_writes(kube: &kube::Client) -> u64 {
-    apiserver_writes_by_resource(kube).await.values().sum()
+/// `after - before`, largest first, as `key: n` items.
+fn largest_differences(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> Vec<String> {
+    let mut by: Vec<(u64, &String)> = after
+        .iter()
+        .map(|(k, v)| (v - before.get(k).copied().unwrap_or(0), k))
+        .filter(|(d, _)| *d > 0)
+        .collect();
+    by.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    by.iter().map(|(d, k)| format!("{k}: {d}")).collect()
+}
+
+/// A recorded control-plane call as `METHOD route`, the route as sbsim matched it (ids
+/// as placeholders), so calls group by what they do rather than to which object.
+fn call_route(call: &Value) -> String {
+    let method = call["method"].as_str().unwrap_or("?");
+    let route = call["route"].as_str().unwrap_or("?");
+    format!("{method} {route}")
 }
 
 #[tokio::main]
@@ -147,7 +169,7 @@ async fn main() {
     if let Some(t) = doc.spec.cluster.as_mut() {
         t.node_provisioning_budget = Some(budget as i32);
     }
-    let writes_before = apiserver_writes(&kube).await;
+    let writes_before = apiserver_writes_by_resource(&kube).await;
     let started = Instant::now();
     Api::<ClusterDeploymentConfig>::namespaced(kube.clone(), NS)
         .create(&PostParams::default(), &doc)
@@ -173,7 +195,9 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let wall = started.elapsed();
-    let writes = apiserver_writes(&kube).await - writes_before;
+    let writes_after = apiserver_writes_by_resource(&kube).await;
+    let writes = writes_after.values().sum::<u64>() - writes_before.values().sum::<u64>();
+    let writes_by = largest_differences(&writes_before, &writes_after);
     let r = cp
         .raw(Method::GET, "/../../_sim/calls", &[], None)
         .await
@@ -187,13 +211,7 @@ async fn main() {
         let before = apiserver_writes_by_resource(&kube).await;
         tokio::time::sleep(Duration::from_secs(60)).await;
         let after = apiserver_writes_by_resource(&kube).await;
-        let by: Vec<String> = after
-            .iter()
-            .filter_map(|(k, v)| {
-                let d = v - before.get(k).copied().unwrap_or(0);
-                (d > 0).then(|| format!("{k}: {d}"))
-            })
-            .collect();
+        let by = largest_differences(&before, &after);
         let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
         idle_minutes.push(format!(
             "{total} ({})",
@@ -211,11 +229,21 @@ async fn main() {
         "API-server writes during the deployment: {writes} ({:.1} per node)",
         writes as f64 / workers as f64
     );
+    for line in &writes_by {
+        println!("  {line}");
+    }
     println!(
         "control-plane calls: {} ({:.1} per node)",
         calls.len(),
         calls.len() as f64 / workers as f64
     );
+    let mut routes: BTreeMap<String, u64> = BTreeMap::new();
+    for call in &calls {
+        *routes.entry(call_route(call)).or_default() += 1;
+    }
+    for line in largest_differences(&BTreeMap::new(), &routes) {
+        println!("  {line}");
+    }
     println!(
         "API-server writes once Online, first minute: {}; second minute: {}",
         idle_minutes[0], idle_minutes[1]

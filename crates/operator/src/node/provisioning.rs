@@ -126,11 +126,7 @@ pub fn slot_decision(
         .collect();
     let in_flight: BTreeSet<&str> = kept.iter().map(|s| s.worker.as_str()).collect();
     if in_flight.len() >= budget {
-        return SlotDecision::Wait(format!(
-            "waiting for a node-add slot: {} of {budget} in use by {}",
-            in_flight.len(),
-            in_flight.iter().copied().collect::<Vec<_>>().join(", ")
-        ));
+        return SlotDecision::Wait(waiting_for_slot(budget));
     }
     let free = budget - in_flight.len();
     // Each waiting worker once, at the key of its earliest node.
@@ -157,12 +153,17 @@ pub fn slot_decision(
     if place < free {
         return SlotDecision::Claim(kept);
     }
-    let ahead: Vec<&str> = order[..place].iter().map(|(_, _, w)| *w).collect();
-    SlotDecision::Wait(format!(
-        "waiting for a node-add slot: {free} of {budget} free, and {} ahead in line ({})",
-        ahead.len(),
-        ahead.join(", ")
-    ))
+    SlotDecision::Wait(waiting_for_slot(budget))
+}
+
+/// The wait message. It names no worker and no place in line on purpose: a message that
+/// changed with every add ahead would rewrite the status (and raise an event) of every
+/// waiting node each time one finishes, O(n²) writes for a fleet of n; the workers being
+/// added are in the StorageCluster's `status.provisioningSlots`.
+fn waiting_for_slot(budget: usize) -> String {
+    format!(
+        "waiting for a node-add slot: the cluster adds {budget} worker(s) at a time (spec.nodeProvisioningBudget), in the order their nodes were created; status.provisioningSlots of the StorageCluster names the workers being added"
+    )
 }
 
 /// The node-add tasks of the worker at `address`.
@@ -357,6 +358,31 @@ mod tests {
             slot_decision("w2", 1, &[slot("w2")], &nodes),
             SlotDecision::Held
         );
+    }
+
+    #[test]
+    fn a_waiting_node_is_told_one_thing_however_the_line_moves() {
+        // Regression: the message named the workers in flight and those ahead, so each
+        // finished add rewrote every waiter's status and raised an event for each.
+        let nodes: Vec<Contender> = ["w1", "w2", "w3", "w4"]
+            .iter()
+            .map(|w| contender(w, true))
+            .collect();
+        let told = |slots: &[ProvisioningSlot], nodes: &[Contender]| match slot_decision(
+            "w4", 1, slots, nodes,
+        ) {
+            SlotDecision::Wait(why) => why,
+            other => panic!("w4 should wait, got {other:?}"),
+        };
+        let full = told(&[slot("w1")], &nodes);
+        let mut later = nodes.clone();
+        later.retain(|n| n.worker != "w1");
+        let behind_two = told(&[], &later);
+        later.retain(|n| n.worker != "w2");
+        let behind_one = told(&[slot("w2")], &later);
+        assert_eq!(full, behind_two);
+        assert_eq!(full, behind_one);
+        assert!(full.contains("nodeProvisioningBudget"), "{full}");
     }
 
     fn task(addr: &str, status: TaskStatus, result: &str) -> Task {
