@@ -3,160 +3,27 @@
 //! sent on change, a deleted class not recreated, deletion held while volumes remain,
 //! the cluster's deletion waiting for its pools, and StoragePoolOps refused.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{StorageCluster, StoragePool, StoragePoolOps};
-use simplyblock_controlplane::{
-    Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, StorageNodeAdd, Url,
-    Uuid, VolumeCreate,
-};
-use simplyblock_operator::context::Context;
+use simplyblock_controlplane::{Uuid, VolumeCreate};
 use simplyblock_operator::pool;
-use simplyblock_simulator::{Server, Sim, SimConfig};
-use simplyblock_testenv::TestEnv;
 
-const TOKEN: &str = "operator-test-token";
+use crate::support::{Harness, until};
 
-struct Harness {
-    kube: kube::Client,
-    ns: String,
-    _sim: Server,
-    cp: Client,
-    uuid: Uuid,
-    ctx: Arc<Context>,
-    _dir: tempfile::TempDir,
-}
-
-fn fleet(n: usize) -> String {
-    let mut s = String::from("workers:\n");
-    for i in 1..=n {
-        s.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: c1}}\n"
-        ));
-    }
-    s
-}
-
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(40),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A namespace; an sbsim whose cluster `sb` has three online nodes and is active; the
-/// StorageCluster `sb` carrying its id. No controller runs until [`Harness::start`].
+/// [`crate::support::harness`] with the cluster active.
 async fn harness(ns: &str, faults: &str) -> Harness {
-    let env = TestEnv::shared().expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
-
-    simplyblock_simulator::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fleet_path = dir.path().join("fleet.yaml");
-    std::fs::write(&fleet_path, fleet(3)).expect("fleet");
-    let config = SimConfig {
-        tokens: vec![TOKEN.into()],
-        time_scale: 1000.0,
-        faults: faults.into(),
-        fleet: Some(fleet_path),
-        ..SimConfig::new(dir.path().join("state"))
-    };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
-        .await
-        .expect("sbsim");
-    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    cfg.retry_backoff = Duration::from_millis(20);
-    let cp = Client::new(cfg).expect("client");
-    let cluster = cp
-        .create_cluster(&ClusterCreate::new("sb", 10, 4))
-        .await
-        .expect("cluster");
-    for i in 1..=3 {
-        cp.add_storage_node(
-            cluster.id,
-            &StorageNodeAdd::new(
-                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                "eth0",
-            ),
-        )
-        .await
-        .expect("node add");
-    }
-    until("three online nodes", async || {
-        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
-    })
-    .await;
-    cp.activate_cluster(cluster.id).await.expect("activate");
-    until("the cluster active", async || {
-        (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
-    })
-    .await;
-
-    let sc: StorageCluster = serde_json::from_value(json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
-        "metadata": {"name": "sb"},
-        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
-                 "stripe": {"dataChunks": 1, "parityChunks": 1}}
-    }))
-    .expect("cluster");
-    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
-    clusters
-        .create(&PostParams::default(), &sc)
-        .await
-        .expect("StorageCluster");
-    clusters
-        .patch_status(
-            "sb",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
-        )
-        .await
-        .expect("uuid");
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.url.clone(),
-        ns.to_string(),
-    ));
-    Harness {
-        kube,
-        ns: ns.into(),
-        _sim: sim,
-        cp,
-        uuid: cluster.id,
-        ctx,
-        _dir: dir,
-    }
+    let h = crate::support::harness(ns, faults, (1, 1)).await;
+    h.activated().await;
+    h
 }
 
 impl Harness {
     /// The pool controllers; the cluster controller too when `with_cluster`.
-    fn start(&self, with_cluster: bool) -> Vec<tokio::task::JoinHandle<()>> {
+    fn start_pools(&self, with_cluster: bool) -> Vec<tokio::task::JoinHandle<()>> {
         let ns = Some(self.ns.clone());
         let mut tasks = vec![
             tokio::spawn(pool::controller::run(self.ctx.clone(), ns.clone())),
@@ -213,20 +80,6 @@ impl Harness {
         .await;
     }
 
-    async fn calls(&self, method: &str, path: &str) -> usize {
-        let r = self
-            .cp
-            .raw(Method::GET, "/../../_sim/calls", &[], None)
-            .await
-            .expect("call log");
-        let calls: Vec<Value> =
-            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
-        calls
-            .iter()
-            .filter(|c| c["method"] == method && c["path"] == path)
-            .count()
-    }
-
     fn pools_path(&self) -> String {
         format!("/api/v2/clusters/{}/storage-pools/", self.uuid)
     }
@@ -243,7 +96,7 @@ impl Harness {
 #[tokio::test]
 async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     let h = harness("pools-default", "").await;
-    let _c = h.start(true);
+    let _c = h.start_pools(true);
     let name = pool::controller::default_pool_name("sb");
     assert_eq!(name, "sb-default");
     let p = h.ready(&name).await;
@@ -291,17 +144,7 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
 
     // Converged: nothing more is written.
-    let rv = p.metadata.resource_version.clone();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        h.pools()
-            .get(&name)
-            .await
-            .expect("pool")
-            .metadata
-            .resource_version,
-        rv
-    );
+    crate::support::converged(&h.pools(), "storagepool", &name).await;
 
     // A person deletes the class and the pool: neither comes back.
     h.classes()
@@ -331,7 +174,8 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
             .expect("pools")
             .is_none()
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The cluster controller, which made the default pool, looks again and leaves it gone.
+    crate::support::nudged(&h.clusters(), "storagecluster", "sb").await;
     assert!(h.pools().get_opt(&name).await.expect("get").is_none());
     assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
 }
@@ -343,7 +187,7 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
         "drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1",
     )
     .await;
-    let _c = h.start(false);
+    let _c = h.start_pools(false);
     h.create_pool(
         "fast",
         json!({"clusterRef": "sb", "limits": {"capacity": "10T", "maxVolumeSize": "1T"},
@@ -388,7 +232,7 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
         (f.volume_max_size == 2 << 40).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    crate::support::nudged(&h.pools(), "storagepool", "fast").await;
     assert_eq!(
         h.calls("PUT", &format!("{}{}/", h.pools_path(), found.id))
             .await,
@@ -418,7 +262,7 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
 #[tokio::test]
 async fn deletion_waits_for_volumes_then_removes_pool_and_class() {
     let h = harness("pools-delete", "").await;
-    let _c = h.start(true);
+    let _c = h.start_pools(true);
     h.create_pool("data", json!({"clusterRef": "sb"})).await;
     let p = h.ready("data").await;
     let class_name = p.status.clone().expect("status").storage_class_names[0].clone();
@@ -507,7 +351,7 @@ async fn deletion_waits_for_volumes_then_removes_pool_and_class() {
 #[tokio::test]
 async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
     let h = harness("pools-gone", "").await;
-    let controllers = h.start(true);
+    let controllers = h.start_pools(true);
     h.create_pool("data", json!({"clusterRef": "sb"})).await;
     let p = h.ready("data").await;
     let pool_id: Uuid = p
@@ -538,7 +382,7 @@ async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
     h.cp.delete_pool(h.uuid, pool_id)
         .await
         .expect("pool deleted");
-    let _c = h.start(true);
+    let _c = h.start_pools(true);
     h.gone("data").await;
     assert_eq!(
         h.calls("DELETE", &format!("{}{pool_id}/", h.pools_path()))
@@ -551,7 +395,7 @@ async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
 #[tokio::test]
 async fn a_deleted_cluster_takes_its_pools_first() {
     let h = harness("pools-cluster-delete", "").await;
-    let _c = h.start(true);
+    let _c = h.start_pools(true);
     let name = pool::controller::default_pool_name("sb");
     h.ready(&name).await;
     let clusters: Api<StorageCluster> = Api::namespaced(h.kube.clone(), &h.ns);
@@ -571,7 +415,7 @@ async fn a_deleted_cluster_takes_its_pools_first() {
 #[tokio::test]
 async fn a_pool_operation_is_refused_with_a_reason() {
     let h = harness("pools-ops", "").await;
-    let _c = h.start(false);
+    let _c = h.start_pools(false);
     let op: StoragePoolOps = serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StoragePoolOps",
         "metadata": {"name": "rebalance"},

@@ -2,61 +2,41 @@
 //! after a lost answer, an unready control plane, steady state and deletion.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::ClusterPhase;
-use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_controlplane::{Client, Method};
 use simplyblock_operator::cluster::controller;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::csi_secret;
-use simplyblock_simulator::{Server, Sim, SimConfig};
-use simplyblock_testenv::TestEnv;
 
-const TOKEN: &str = "operator-test-token";
+use crate::support::{Sbsim, namespace, sbsim, until};
 
 struct Harness {
     kube: kube::Client,
     ns: String,
     /// Kept alive for the test; dropping it stops sbsim.
-    _sim: Server,
+    _sim: Sbsim,
     cp: Client,
-    _dir: tempfile::TempDir,
 }
 
 /// A namespace of its own, an sbsim of its own, and the controller watching that namespace.
 async fn harness(ns: &str, faults: &str) -> Harness {
-    let env = TestEnv::shared().expect("API server");
-    env.install_crds(&simplyblock_api::crds())
+    let kube = crate::support::api_server()
         .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &namespace)
+        .client()
         .await
-        .expect("namespace");
-
-    simplyblock_simulator::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = SimConfig {
-        tokens: vec![TOKEN.into()],
-        time_scale: 1000.0,
-        faults: faults.into(),
-        ..SimConfig::new(dir.path().join("state"))
-    };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
-        .await
-        .expect("sbsim");
-    let cp = cp_client(&sim.url);
+        .expect("client");
+    namespace(&kube, ns).await;
+    let sim = sbsim(faults, 0).await;
+    let cp = sim.cp.clone();
     let ctx = Arc::new(Context::new(
         kube.clone(),
         cp.clone(),
-        sim.url.clone(),
+        sim.server.url.clone(),
         ns.to_string(),
     ));
     tokio::spawn(controller::run(ctx, Some(ns.to_string())));
@@ -65,15 +45,7 @@ async fn harness(ns: &str, faults: &str) -> Harness {
         ns: ns.into(),
         _sim: sim,
         cp,
-        _dir: dir,
     }
-}
-
-fn cp_client(url: &str) -> Client {
-    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    cfg.retry_backoff = Duration::from_millis(20);
-    Client::new(cfg).expect("client")
 }
 
 impl Harness {
@@ -94,46 +66,12 @@ impl Harness {
             .expect("created");
     }
 
-    async fn until<T>(&self, what: &str, mut f: impl AsyncFnMut(&Harness) -> Option<T>) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = f(self).await {
-                return v;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     async fn calls(&self, method: &str, path: &str) -> usize {
-        let r = self
-            .cp
-            .raw(Method::GET, "/../../_sim/calls", &[], None)
-            .await
-            .expect("call log");
-        let calls: Vec<Value> =
-            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
-        calls
-            .iter()
-            .filter(|c| c["method"] == method && c["path"] == path)
-            .count()
+        crate::support::calls(&self.cp, method, path).await
     }
 
     async fn events(&self, reason: &str) -> Vec<String> {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.kube.clone(), &self.ns);
-        events
-            .list(&Default::default())
-            .await
-            .expect("events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter_map(|e| e.note)
-            .collect()
+        crate::support::events(&self.kube, &self.ns, None, reason).await
     }
 }
 
@@ -145,9 +83,7 @@ async fn uuid_of(h: &Harness, name: &str) -> Option<String> {
 async fn a_cluster_is_created_once_and_reported() {
     let h = harness("cluster-create", "").await;
     h.create("sb").await;
-    let uuid = h
-        .until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
-        .await;
+    let uuid = until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
 
     let cluster = h.clusters().get("sb").await.expect("cluster");
     let status = cluster.status.expect("status");
@@ -189,36 +125,19 @@ async fn a_cluster_is_created_once_and_reported() {
 
     // Converged: once the control plane's tasks of the new cluster are done (each one
     // leaving the window is a status change), further passes write nothing.
-    h.until("the cluster's task window empty", async |h| {
+    until("the cluster's task window empty", async || {
         let c = h.clusters().get("sb").await.ok()?;
         c.status?.tasks.is_empty().then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rv = h
-        .clusters()
-        .get("sb")
-        .await
-        .expect("cluster")
-        .metadata
-        .resource_version;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        h.clusters()
-            .get("sb")
-            .await
-            .expect("cluster")
-            .metadata
-            .resource_version,
-        rv
-    );
+    crate::support::converged(&h.clusters(), "storagecluster", "sb").await;
 
     // Deletion removes it from the control plane, the CSI secret and Kubernetes.
     h.clusters()
         .delete("sb", &DeleteParams::default())
         .await
         .expect("delete");
-    h.until("the StorageCluster to go", async |h| {
+    until("the StorageCluster to go", async || {
         h.clusters()
             .get_opt("sb")
             .await
@@ -248,8 +167,7 @@ async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
     )
     .await;
     h.create("sb").await;
-    h.until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
-        .await;
+    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
     assert_eq!(
         h.calls("POST", "/api/v2/clusters/").await,
         1,
@@ -264,12 +182,11 @@ async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
 async fn an_unready_control_plane_holds_creation_and_says_why() {
     let h = harness("cluster-unready", "unready:for=3s").await;
     h.create("sb").await;
-    let message = h
-        .until("the hold message", async |h| {
-            let m = h.clusters().get("sb").await.ok()?.status?.message?;
-            m.starts_with("the control plane is not ready").then_some(m)
-        })
-        .await;
+    let message = until("the hold message", async || {
+        let m = h.clusters().get("sb").await.ok()?.status?.message?;
+        m.starts_with("the control plane is not ready").then_some(m)
+    })
+    .await;
     assert!(
         message.ends_with("the cluster is created once it is"),
         "{message}"
@@ -281,8 +198,7 @@ async fn an_unready_control_plane_holds_creation_and_says_why() {
         "nothing is created while unready"
     );
     // It proceeds once the control plane answers.
-    h.until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
-        .await;
+    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
     assert_eq!(h.calls("POST", "/api/v2/clusters/").await, 1);
 }
 
@@ -334,12 +250,12 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
     // Every attempt of a node add fails: the control plane gives up at max_retry.
     let h = harness("cluster-task-verdict", "taskfail:name=node_add").await;
     h.create("sb").await;
-    let uuid: simplyblock_controlplane::Uuid = h
-        .until("the cluster's uuid", async |h| uuid_of(h, "sb").await)
-        .await
-        .parse()
-        .expect("uuid");
-    h.until("the creation tasks done", async |h| {
+    let uuid: simplyblock_controlplane::Uuid =
+        until("the cluster's uuid", async || uuid_of(&h, "sb").await)
+            .await
+            .parse()
+            .expect("uuid");
+    until("the creation tasks done", async || {
         let c = h.clusters().get("sb").await.ok()?;
         c.status?.tasks.is_empty().then_some(())
     })
@@ -358,7 +274,7 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
         .expect("node add")
         .to_string();
     let mut n = 0;
-    h.until("the add in the task window", async |h| {
+    until("the add in the task window", async || {
         n += 1;
         h.nudge("sb", n).await;
         let c = h.clusters().get("sb").await.ok()?;
@@ -366,26 +282,24 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
     })
     .await;
     h.clock(1000.0).await;
-    let last = h
-        .until("the add's final state", async |h| {
-            let t = h.cp.get_task(uuid, task.parse().ok()?).await.ok()?;
-            (t.status == simplyblock_controlplane::TaskStatus::Done).then_some(t)
-        })
-        .await;
+    let last = until("the add's final state", async || {
+        let t = h.cp.get_task(uuid, task.parse().ok()?).await.ok()?;
+        (t.status == simplyblock_controlplane::TaskStatus::Done).then_some(t)
+    })
+    .await;
     assert_eq!(last.function_result, "max retry reached");
-    let verdicts = h
-        .until("the add's verdict", async |h| {
-            n += 1;
-            h.nudge("sb", n).await;
-            let v: Vec<(String, String)> = h
-                .typed_events("TaskFailed")
-                .await
-                .into_iter()
-                .filter(|(_, note)| note.contains(&task))
-                .collect();
-            (!v.is_empty()).then_some(v)
-        })
-        .await;
+    let verdicts = until("the add's verdict", async || {
+        n += 1;
+        h.nudge("sb", n).await;
+        let v: Vec<(String, String)> = h
+            .typed_events("TaskFailed")
+            .await
+            .into_iter()
+            .filter(|(_, note)| note.contains(&task))
+            .collect();
+        (!v.is_empty()).then_some(v)
+    })
+    .await;
     assert_eq!(verdicts.len(), 1, "one event: {verdicts:?}");
     let (kind, note) = &verdicts[0];
     assert_eq!(kind, "Warning", "{note}");

@@ -1,78 +1,14 @@
 //! The webhooks, registered by URL with a real API server, answering real writes.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
-use simplyblock_testenv::TestEnv;
-use tokio::sync::OnceCell;
 
-const OPERATOR_NAMESPACE: &str = "simplyblock-system";
-
-struct Served {
-    certs: Arc<ServingCertificates>,
-    base: String,
-}
-
-/// The shared API server with CRDs and the webhooks registered, served from a thread of
-/// their own (each test has its own runtime).
-async fn setup() -> &'static Served {
-    static SERVED: OnceCell<Served> = OnceCell::const_new();
-    SERVED
-        .get_or_init(|| async {
-            let env = TestEnv::shared().expect("API server");
-            env.install_crds(&simplyblock_api::crds())
-                .await
-                .expect("CRDs");
-            let authority =
-                simplyblock_certs::Authority::new("simplyblock-webhook-ca").expect("ca");
-            let certs = ServingCertificates::new(
-                authority,
-                vec!["localhost".into()],
-                vec![Ipv4Addr::LOCALHOST.into()],
-                Duration::from_secs(3600),
-            )
-            .expect("serving certificates");
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let served_certs = certs.clone();
-            let config = env.config().clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().expect("runtime");
-                rt.block_on(async move {
-                    let client = kube::Client::try_from(config).expect("client");
-                    let ctx = WebhookContext {
-                        client,
-                        operator_namespace: OPERATOR_NAMESPACE.into(),
-                    };
-                    let server = WebhookServer::bind(
-                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-                        served_certs,
-                        webhooks::router(ctx),
-                    )
-                    .await
-                    .expect("bind");
-                    let _ = tx.send(server.local_addr().expect("addr"));
-                    server.run().await;
-                });
-            });
-            let addr = rx.await.expect("the webhook server started");
-            let base = format!("https://{addr}");
-            let client = env.client().await.expect("client");
-            webhooks::register(&client, &Endpoint::Url(base.clone()), &certs.ca_bundle())
-                .await
-                .expect("webhook configuration");
-            Served { certs, base }
-        })
-        .await
-}
+use crate::support::{OPERATOR_NAMESPACE, Served, webhooks as setup};
 
 async fn namespace(client: &kube::Client, name: &str) {
     simplyblock_testenv::create_namespace(client, name)
@@ -128,7 +64,7 @@ fn document(workers: &[&str]) -> Value {
 #[tokio::test]
 async fn approval_is_checked_against_the_cluster_and_lists_every_problem() {
     setup().await;
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "approve").await;
     for n in ["wh-a1", "wh-a2"] {
@@ -179,7 +115,7 @@ async fn approval_is_checked_against_the_cluster_and_lists_every_problem() {
 #[tokio::test]
 async fn approval_names_a_missing_target_and_a_device_class_mismatch() {
     setup().await;
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "approve-targets").await;
     for n in ["wh-t1", "wh-t2", "wh-t3"] {
@@ -270,7 +206,7 @@ fn storage_node(vcpus: i64) -> Value {
 #[tokio::test]
 async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
     setup().await;
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "nodes").await;
     let nodes = api::<StorageNode>(&client, "nodes");
@@ -350,7 +286,7 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
         "rotation issued a new certificate"
     );
     // The API server trusts the CA, not the leaf: writes still pass through the webhook.
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "rotation").await;
     let docs = api::<ClusterDeploymentConfig>(&client, "rotation");
@@ -400,7 +336,7 @@ async fn peer_certificate(served: &Served) -> Vec<u8> {
 #[tokio::test]
 async fn a_discovery_run_with_an_unreadable_size_range_is_refused() {
     setup().await;
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "operatorops").await;
     let ops = api::<simplyblock_api::OperatorOps>(&client, "operatorops");
@@ -429,7 +365,7 @@ async fn the_webhook_ca_is_kept_in_a_secret_and_rotated_with_an_overlapping_bund
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Patch, PatchParams};
     use simplyblock_operator::webhooks::ca;
-    let env = TestEnv::shared().expect("env");
+    let env = crate::support::api_server().await;
     let client = env.client().await.expect("client");
     namespace(&client, "webhook-ca").await;
     let first = ca::ensure(&client, "webhook-ca").await.expect("a CA");

@@ -8,218 +8,22 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::{StorageCluster, StorageClusterOps};
-use simplyblock_controlplane::{
-    Client, ClientConfig, ClusterCreate, Method, NodeStatus, StorageNodeAdd, Url, Uuid,
-};
+use simplyblock_controlplane::{Method, NodeStatus, StorageNodeAdd};
 use simplyblock_operator::context::Context;
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
-use simplyblock_simulator::{Server, Sim, SimConfig};
-use simplyblock_testenv::TestEnv;
-use tokio::sync::OnceCell;
 
-const TOKEN: &str = "operator-test-token";
-const LABEL: &str = "io.simplyblock.storagenodeset";
-
-struct Harness {
-    kube: kube::Client,
-    ns: String,
-    _sim: Server,
-    cp: Client,
-    uuid: Uuid,
-    ctx: Arc<Context>,
-    _dir: tempfile::TempDir,
-}
-
-/// The webhooks, served from a thread of their own and registered once per binary.
-async fn webhooks_registered() {
-    static SERVED: OnceCell<()> = OnceCell::const_new();
-    SERVED
-        .get_or_init(|| async {
-            let env = TestEnv::shared().expect("API server");
-            let authority = simplyblock_certs::Authority::new("ops-webhook-ca").expect("ca");
-            let certs = ServingCertificates::new(
-                authority,
-                vec!["localhost".into()],
-                vec![Ipv4Addr::LOCALHOST.into()],
-                Duration::from_secs(3600),
-            )
-            .expect("certificates");
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let served = certs.clone();
-            let config = env.config().clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().expect("runtime");
-                rt.block_on(async move {
-                    let ctx = WebhookContext {
-                        client: kube::Client::try_from(config).expect("client"),
-                        operator_namespace: "simplyblock-system".into(),
-                    };
-                    let server = WebhookServer::bind(
-                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-                        served,
-                        webhooks::router(ctx),
-                    )
-                    .await
-                    .expect("bind");
-                    let _ = tx.send(server.local_addr().expect("addr"));
-                    server.run().await;
-                });
-            });
-            let addr = rx.await.expect("webhook server");
-            let client = env.client().await.expect("client");
-            webhooks::register(
-                &client,
-                &Endpoint::Url(format!("https://{addr}")),
-                &certs.ca_bundle(),
-            )
-            .await
-            .expect("webhook configuration");
-        })
-        .await;
-}
-
-fn fleet(n: usize) -> String {
-    let mut s = String::from("workers:\n");
-    for i in 1..=n {
-        s.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{{LABEL}: c1}}\n"
-        ));
-    }
-    s
-}
-
-fn cp_client(url: &str) -> Client {
-    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    cfg.retry_backoff = Duration::from_millis(20);
-    Client::new(cfg).expect("client")
-}
-
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(40),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A namespace, an sbsim with three online storage nodes in an unready 1+1 cluster, and a
-/// StorageCluster `sb` (stripe `stripe`) carrying its control-plane id. The controller is
-/// not started: [`Harness::start`].
-async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
-    let env = TestEnv::shared().expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    webhooks_registered().await;
-    let kube = env.client().await.expect("client");
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
-
-    simplyblock_simulator::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fleet_path = dir.path().join("fleet.yaml");
-    std::fs::write(&fleet_path, fleet(3)).expect("fleet");
-    let config = SimConfig {
-        tokens: vec![TOKEN.into()],
-        time_scale: 1000.0,
-        faults: faults.into(),
-        fleet: Some(fleet_path),
-        ..SimConfig::new(dir.path().join("state"))
-    };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
-        .await
-        .expect("sbsim");
-    let cp = cp_client(&sim.url);
-    let cluster = cp
-        .create_cluster(&ClusterCreate::new("sb", 10, 4))
-        .await
-        .expect("cluster");
-    for i in 1..=3 {
-        cp.add_storage_node(
-            cluster.id,
-            &StorageNodeAdd::new(
-                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                "eth0",
-            ),
-        )
-        .await
-        .expect("node add");
-    }
-    until("three online nodes", async || {
-        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
-    })
-    .await;
-
-    let sc: StorageCluster = serde_json::from_value(json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
-        "metadata": {"name": "sb"},
-        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
-                 "stripe": {"dataChunks": stripe.0, "parityChunks": stripe.1}}
-    }))
-    .expect("cluster");
-    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
-    clusters
-        .create(&PostParams::default(), &sc)
-        .await
-        .expect("StorageCluster");
-    clusters
-        .patch_status(
-            "sb",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
-        )
-        .await
-        .expect("uuid");
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.url.clone(),
-        ns.to_string(),
-    ));
-    Harness {
-        kube,
-        ns: ns.into(),
-        _sim: sim,
-        cp,
-        uuid: cluster.id,
-        ctx,
-        _dir: dir,
-    }
-}
+use crate::support::{Harness, harness, until};
 
 impl Harness {
-    fn start(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(simplyblock_operator::cluster::ops::run(
-            self.ctx.clone(),
-            Some(self.ns.clone()),
-        ))
-    }
-
     /// The controller with every step deadline multiplied by `scale`.
     fn start_scaled(&self, scale: f64) -> tokio::task::JoinHandle<()> {
         let ctx = Context::new(
             self.kube.clone(),
             self.cp.clone(),
-            self._sim.url.clone(),
+            self.sim.server.url.clone(),
             self.ns.clone(),
         )
         .with_step_deadline_scale(scale);
@@ -235,14 +39,6 @@ impl Harness {
             self.ctx.clone(),
             Some(self.ns.clone()),
         ))
-    }
-
-    fn ops(&self) -> Api<StorageClusterOps> {
-        Api::namespaced(self.kube.clone(), &self.ns)
-    }
-
-    fn clusters(&self) -> Api<StorageCluster> {
-        Api::namespaced(self.kube.clone(), &self.ns)
     }
 
     async fn create_op(&self, name: &str, action: &str) {
@@ -265,68 +61,6 @@ impl Harness {
             .create(&PostParams::default(), &op)
             .await
             .expect("created");
-    }
-
-    async fn phase_is(&self, name: &str, phase: OpsPhase) -> StorageClusterOps {
-        until(&format!("{name} {phase:?}"), async || {
-            let op = self.ops().get(name).await.ok()?;
-            (op.status.as_ref()?.phase == phase).then_some(op)
-        })
-        .await
-    }
-
-    async fn step_is(&self, name: &str, step: &str) -> StorageClusterOps {
-        until(&format!("{name} at {step}"), async || {
-            let op = self.ops().get(name).await.ok()?;
-            let s = op.status.as_ref()?;
-            (s.phase == OpsPhase::Running && s.step.state.as_deref() == Some(step)).then_some(op)
-        })
-        .await
-    }
-
-    async fn calls(&self, method: &str, path: &str) -> usize {
-        let r = self
-            .cp
-            .raw(Method::GET, "/../../_sim/calls", &[], None)
-            .await
-            .expect("call log");
-        let calls: Vec<Value> =
-            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
-        calls
-            .iter()
-            .filter(|c| c["method"] == method && c["path"] == path)
-            .count()
-    }
-
-    /// The statuses sbsim answered `method path` with, in order.
-    async fn answers(&self, method: &str, path: &str) -> Vec<u64> {
-        let r = self
-            .cp
-            .raw(Method::GET, "/../../_sim/calls", &[], None)
-            .await
-            .expect("call log");
-        let calls: Vec<Value> =
-            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
-        calls
-            .iter()
-            .filter(|c| c["method"] == method && c["path"] == path)
-            .filter_map(|c| c["status"].as_u64())
-            .collect()
-    }
-
-    async fn events(&self, object: &str, reason: &str) -> Vec<String> {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.kube.clone(), &self.ns);
-        events
-            .list(&Default::default())
-            .await
-            .expect("events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
-            .filter_map(|e| e.note)
-            .collect()
     }
 
     async fn lock(&self) -> Option<String> {
@@ -481,7 +215,7 @@ async fn conflicts_on_the_calls_are_retried_until_one_goes_through() {
         (1, 1),
     )
     .await;
-    activated(&h).await;
+    h.activated().await;
     let _c = h.start();
     h.create_op("sb-restart", "Restart").await;
     let op = h.phase_is("sb-restart", OpsPhase::Succeeded).await;
@@ -512,7 +246,10 @@ async fn a_controller_restarted_between_steps_calls_once() {
     first.abort();
     let _ = first.await;
     let _second = h.start();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two passes of the new controller while the control plane's clock stands still:
+    // the activation cannot have finished, and still no second call.
+    crate::support::passes("storageclusterops", &h.ns, "sb-activate", 2).await;
+    assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
     h.clock(1000.0).await;
     h.phase_is("sb-activate", OpsPhase::Succeeded).await;
     assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
@@ -646,21 +383,10 @@ async fn abort_and_delete_are_refused_while_a_shutdown_awaits() {
     );
 }
 
-/// Brings the harness's cluster to active through the control plane itself.
-async fn activated(h: &Harness) {
-    h.cp.activate_cluster(h.uuid).await.expect("activate");
-    until("the cluster active", async || {
-        (h.cp.get_cluster(h.uuid).await.ok()?.status
-            == simplyblock_controlplane::ClusterStatus::Active)
-            .then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn restart_shuts_down_then_starts_with_one_call_each() {
     let h = harness("scops-cluster-restart", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     let _c = h.start();
     h.create_op("sb-restart", "Restart").await;
     let op = h.phase_is("sb-restart", OpsPhase::Succeeded).await;
@@ -676,7 +402,7 @@ async fn restart_shuts_down_then_starts_with_one_call_each() {
 #[tokio::test]
 async fn rolling_restart_restarts_every_node_once_in_order() {
     let h = harness("scops-rolling", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     let _c = h.start();
     h.create_op("sb-rolling", "RollingRestart").await;
     let op = h.phase_is("sb-rolling", OpsPhase::Succeeded).await;
@@ -1062,7 +788,7 @@ async fn cluster_status(h: &Harness) -> simplyblock_controlplane::ClusterStatus 
 #[tokio::test]
 async fn start_brings_a_shut_down_cluster_back_with_one_call() {
     let h = harness("scops-start", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     shut_down(&h).await;
     let _c = h.start();
     h.create_op("sb-start", "Start").await;
@@ -1086,7 +812,7 @@ async fn start_brings_a_shut_down_cluster_back_with_one_call() {
 #[tokio::test]
 async fn expand_calls_once_although_the_cluster_reads_active_before_and_after() {
     let h = harness("scops-expand", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     let _c = h.start();
     h.create_op("sb-expand", "Expand").await;
     let op = h.phase_is("sb-expand", OpsPhase::Succeeded).await;
@@ -1094,8 +820,8 @@ async fn expand_calls_once_although_the_cluster_reads_active_before_and_after() 
         op.status.and_then(|s| s.step.state).as_deref(),
         Some("Awaiting")
     );
-    // Give a second call the time it would need.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every call of the operation came before its terminal write, and a finished
+    // operation makes none.
     assert_eq!(h.answers("POST", &cluster_path(&h, "expand")).await, [202]);
     assert_eq!(
         cluster_status(&h).await,
@@ -1112,7 +838,7 @@ async fn an_expand_call_that_failed_is_not_repeated() {
         (1, 1),
     )
     .await;
-    activated(&h).await;
+    h.activated().await;
     let _c = h.start();
     h.create_op("sb-expand", "Expand").await;
     let op = h.phase_is("sb-expand", OpsPhase::Failed).await;
@@ -1128,7 +854,7 @@ async fn an_expand_call_that_failed_is_not_repeated() {
 #[tokio::test]
 async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-shutdown", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-shutdown", "Shutdown").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-shutdown").await;
@@ -1148,7 +874,7 @@ async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
 #[tokio::test]
 async fn a_start_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-start", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     shut_down(&h).await;
     h.clock(20.0).await;
     h.create_op("sb-start", "Start").await;
@@ -1165,7 +891,7 @@ async fn a_start_survives_a_controller_replaced_at_every_step() {
 #[tokio::test]
 async fn a_restart_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-restart", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-restart", "Restart").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-restart").await;
@@ -1185,7 +911,7 @@ async fn a_restart_survives_a_controller_replaced_at_every_step() {
 #[tokio::test]
 async fn an_expand_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-expand", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-expand", "Expand").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-expand").await;
@@ -1216,7 +942,7 @@ async fn an_expand_survives_a_controller_replaced_at_every_step() {
 #[tokio::test]
 async fn a_rolling_restart_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-rolling", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-rolling", "RollingRestart").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-rolling").await;
@@ -1249,7 +975,7 @@ async fn a_rolling_restart_survives_a_controller_replaced_at_every_step() {
 #[tokio::test]
 async fn a_cluster_deleted_mid_run_ends_its_operation_aborted() {
     let h = harness("scops-target-gone", "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     // Frozen time holds the shutdown in Awaiting.
     h.clock(0.0).await;
     let _c = h.start();
@@ -1311,7 +1037,7 @@ async fn cancel_task_on_an_open_task_calls_once_and_waits_for_it_to_leave() {
     })
     .await;
     // Looks while the task is open do not cancel again.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    crate::support::passes("storageclusterops", &h.ns, "sb-cancel", 2).await;
     assert_eq!(h.answers("POST", &cancel).await, [404], "{message}");
     assert_eq!(
         h.ops()

@@ -3,222 +3,20 @@
 //! when the controller is replaced in the middle of the pod steps.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
+use simplyblock_api::StorageClusterOps;
 use simplyblock_api::common::OpsPhase;
-use simplyblock_api::{StorageCluster, StorageClusterOps};
-use simplyblock_controlplane::{
-    Client, ClientConfig, ClusterCreate, Method, NodeStatus, StorageNodeAdd, Url, Uuid,
-};
 use simplyblock_operator::cluster::ops::POD_CLUSTER_LABEL;
-use simplyblock_operator::context::Context;
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
-use simplyblock_simulator::{Server, Sim, SimConfig};
-use simplyblock_testenv::TestEnv;
-use tokio::sync::OnceCell;
 
-const TOKEN: &str = "operator-test-token";
-const LABEL: &str = "io.simplyblock.storagenodeset";
-
-struct Harness {
-    kube: kube::Client,
-    ns: String,
-    _sim: Server,
-    cp: Client,
-    uuid: Uuid,
-    ctx: Arc<Context>,
-    _dir: tempfile::TempDir,
-}
-
-/// The webhooks, served from a thread of their own and registered once per binary.
-async fn webhooks_registered() {
-    static SERVED: OnceCell<()> = OnceCell::const_new();
-    SERVED
-        .get_or_init(|| async {
-            let env = TestEnv::shared().expect("API server");
-            let authority = simplyblock_certs::Authority::new("ops-webhook-ca").expect("ca");
-            let certs = ServingCertificates::new(
-                authority,
-                vec!["localhost".into()],
-                vec![Ipv4Addr::LOCALHOST.into()],
-                Duration::from_secs(3600),
-            )
-            .expect("certificates");
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let served = certs.clone();
-            let config = env.config().clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().expect("runtime");
-                rt.block_on(async move {
-                    let ctx = WebhookContext {
-                        client: kube::Client::try_from(config).expect("client"),
-                        operator_namespace: "simplyblock-system".into(),
-                    };
-                    let server = WebhookServer::bind(
-                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-                        served,
-                        webhooks::router(ctx),
-                    )
-                    .await
-                    .expect("bind");
-                    let _ = tx.send(server.local_addr().expect("addr"));
-                    server.run().await;
-                });
-            });
-            let addr = rx.await.expect("webhook server");
-            let client = env.client().await.expect("client");
-            webhooks::register(
-                &client,
-                &Endpoint::Url(format!("https://{addr}")),
-                &certs.ca_bundle(),
-            )
-            .await
-            .expect("webhook configuration");
-        })
-        .await;
-}
-
-fn fleet(n: usize) -> String {
-    let mut s = String::from("workers:\n");
-    for i in 1..=n {
-        s.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{{LABEL}: c1}}\n"
-        ));
-    }
-    s
-}
-
-fn cp_client(url: &str) -> Client {
-    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    cfg.retry_backoff = Duration::from_millis(20);
-    Client::new(cfg).expect("client")
-}
-
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A namespace, an sbsim with three online storage nodes in an unready 1+1 cluster, and a
-/// StorageCluster `sb` (stripe `stripe`) carrying its control-plane id. The controller is
-/// not started: [`Harness::start`].
-async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
-    let env = TestEnv::shared().expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    webhooks_registered().await;
-    let kube = env.client().await.expect("client");
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
-
-    simplyblock_simulator::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fleet_path = dir.path().join("fleet.yaml");
-    std::fs::write(&fleet_path, fleet(3)).expect("fleet");
-    let config = SimConfig {
-        tokens: vec![TOKEN.into()],
-        time_scale: 1000.0,
-        faults: faults.into(),
-        fleet: Some(fleet_path),
-        ..SimConfig::new(dir.path().join("state"))
-    };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
-        .await
-        .expect("sbsim");
-    let cp = cp_client(&sim.url);
-    let cluster = cp
-        .create_cluster(&ClusterCreate::new("sb", 10, 4))
-        .await
-        .expect("cluster");
-    for i in 1..=3 {
-        cp.add_storage_node(
-            cluster.id,
-            &StorageNodeAdd::new(
-                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                "eth0",
-            ),
-        )
-        .await
-        .expect("node add");
-    }
-    until("three online nodes", async || {
-        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
-    })
-    .await;
-
-    let sc: StorageCluster = serde_json::from_value(json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
-        "metadata": {"name": "sb"},
-        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
-                 "stripe": {"dataChunks": stripe.0, "parityChunks": stripe.1}}
-    }))
-    .expect("cluster");
-    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
-    clusters
-        .create(&PostParams::default(), &sc)
-        .await
-        .expect("StorageCluster");
-    clusters
-        .patch_status(
-            "sb",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
-        )
-        .await
-        .expect("uuid");
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.url.clone(),
-        ns.to_string(),
-    ));
-    Harness {
-        kube,
-        ns: ns.into(),
-        _sim: sim,
-        cp,
-        uuid: cluster.id,
-        ctx,
-        _dir: dir,
-    }
-}
+use crate::support::{Harness, harness};
 
 impl Harness {
-    fn start(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(simplyblock_operator::cluster::ops::run(
-            self.ctx.clone(),
-            Some(self.ns.clone()),
-        ))
-    }
-
-    fn ops(&self) -> Api<StorageClusterOps> {
-        Api::namespaced(self.kube.clone(), &self.ns)
-    }
-
     async fn create_refresh(&self, name: &str) {
         let op: StorageClusterOps = serde_json::from_value(json!({
             "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
@@ -232,39 +30,6 @@ impl Harness {
             .await
             .expect("created");
     }
-
-    async fn phase_is(&self, name: &str, phase: OpsPhase) -> StorageClusterOps {
-        until(&format!("{name} {phase:?}"), async || {
-            let op = self.ops().get(name).await.ok()?;
-            (op.status.as_ref()?.phase == phase).then_some(op)
-        })
-        .await
-    }
-
-    async fn calls(&self, method: &str, path: &str) -> usize {
-        let r = self
-            .cp
-            .raw(Method::GET, "/../../_sim/calls", &[], None)
-            .await
-            .expect("call log");
-        let calls: Vec<Value> =
-            serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls");
-        calls
-            .iter()
-            .filter(|c| c["method"] == method && c["path"] == path)
-            .count()
-    }
-}
-
-/// Brings the harness's cluster to active through the control plane itself.
-async fn activated(h: &Harness) {
-    h.cp.activate_cluster(h.uuid).await.expect("activate");
-    until("the cluster active", async || {
-        (h.cp.get_cluster(h.uuid).await.ok()?.status
-            == simplyblock_controlplane::ClusterStatus::Active)
-            .then_some(())
-    })
-    .await;
 }
 
 /// Stands in for the storage-node DaemonSet and the kubelet: one Ready pod of cluster `sb`
@@ -357,13 +122,19 @@ impl Workload {
     }
 }
 
-/// Every distinct (step, message) the operation showed, in order, until it left Running.
-fn record_steps(h: &Harness, name: &str) -> Arc<Mutex<Vec<(String, String)>>> {
+/// Every distinct (step, message) an operation showed, in order; `done` ends when the
+/// recorder has seen it leave Running.
+struct Recorder {
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+fn record_steps(h: &Harness, name: &str) -> Recorder {
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let out = seen.clone();
     let ops = h.ops();
     let name = name.to_string();
-    tokio::spawn(async move {
+    let done = tokio::spawn(async move {
         loop {
             if let Ok(op) = ops.get(&name).await
                 && let Some(s) = op.status
@@ -383,13 +154,13 @@ fn record_steps(h: &Harness, name: &str) -> Arc<Mutex<Vec<(String, String)>>> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    out
+    Recorder { seen: out, done }
 }
 
 /// The harness with an active cluster and the stand-in workload on every node's worker.
 async fn refresh_harness(ns: &str) -> (Harness, Workload, Vec<String>) {
     let h = harness(ns, "", (1, 1)).await;
-    activated(&h).await;
+    h.activated().await;
     let workers: Vec<String> =
         h.cp.list_storage_nodes(h.uuid)
             .await
@@ -410,7 +181,7 @@ async fn assert_refreshed(
     name: &str,
     w: &Workload,
     originals: &[String],
-    seen: &Mutex<Vec<(String, String)>>,
+    recorder: Recorder,
 ) {
     let op = h.phase_is(name, OpsPhase::Succeeded).await;
     let rr = op
@@ -427,9 +198,11 @@ async fn assert_refreshed(
             .collect();
     assert_eq!(rr.nodes, listed);
 
-    // The recorder stops at the terminal phase; give it a moment to see it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let seen = seen.lock().expect("lock").clone();
+    recorder
+        .done
+        .await
+        .expect("the recorder saw the terminal phase");
+    let seen = recorder.seen.lock().expect("lock").clone();
     let mut order: Vec<String> = Vec::new();
     let mut steps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (step, message) in &seen {
@@ -487,8 +260,8 @@ async fn rolling_refresh_replaces_each_pod_once_between_shutdown_and_restart() {
     let (h, w, originals) = refresh_harness("scops-refresh").await;
     let _c = h.start();
     h.create_refresh("sb-refresh").await;
-    let seen = record_steps(&h, "sb-refresh");
-    assert_refreshed(&h, "sb-refresh", &w, &originals, &seen).await;
+    let recorder = record_steps(&h, "sb-refresh");
+    assert_refreshed(&h, "sb-refresh", &w, &originals, recorder).await;
 }
 
 #[tokio::test]
@@ -496,7 +269,7 @@ async fn a_controller_replaced_during_the_pod_steps_deletes_and_calls_once() {
     let (h, w, originals) = refresh_harness("scops-refresh-restart").await;
     let mut controller = h.start();
     h.create_refresh("sb-refresh").await;
-    let seen = record_steps(&h, "sb-refresh");
+    let recorder = record_steps(&h, "sb-refresh");
     // Replace the controller every time the operation reaches a pod step, so each node
     // has its pod steps resumed by a fresh controller.
     let mut replaced = 0;
@@ -527,7 +300,7 @@ async fn a_controller_replaced_during_the_pod_steps_deletes_and_calls_once() {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "timed out: {:#?}",
-            seen.lock().expect("lock")
+            recorder.seen.lock().expect("lock")
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -535,5 +308,5 @@ async fn a_controller_replaced_during_the_pod_steps_deletes_and_calls_once() {
         replaced >= 3,
         "the controller was replaced {replaced} times"
     );
-    assert_refreshed(&h, "sb-refresh", &w, &originals, &seen).await;
+    assert_refreshed(&h, "sb-refresh", &w, &originals, recorder).await;
 }

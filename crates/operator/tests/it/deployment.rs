@@ -2,7 +2,7 @@
 //! server, with the cluster created in sbsim by the StorageCluster controller.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -15,28 +15,14 @@ use simplyblock_controlplane::{Client, ClientConfig, Url};
 use simplyblock_operator::context::Context;
 use simplyblock_operator::{cluster, deployment};
 use simplyblock_simulator::{Server, Sim, SimConfig};
-use simplyblock_testenv::TestEnv;
 
-const TOKEN: &str = "operator-test-token";
+use crate::support::{TOKEN, until};
+
 const NS: &str = "deploy";
-
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_activation() {
-    let env = TestEnv::shared().expect("API server");
+    let env = crate::support::api_server().await;
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
@@ -81,7 +67,7 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
 
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
     let doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
-        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
     let mut doc = doc;
@@ -155,9 +141,10 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
 
     // Restarting the controllers changes nothing that exists.
     deployment_controller.abort();
+    let _ = deployment_controller.await;
     let deployment_controller =
         tokio::spawn(deployment::controller::run(ctx.clone(), Some(NS.into())));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    crate::support::passes("clusterdeploymentconfig", NS, &name, 1).await;
     assert_eq!(
         nodes
             .list(&Default::default())

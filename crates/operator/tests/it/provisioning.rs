@@ -3,7 +3,7 @@
 //! per worker, come Online, and whose activation is requested.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -20,22 +20,11 @@ use simplyblock_operator::context::Context;
 use simplyblock_operator::node::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
-use simplyblock_testenv::TestEnv;
 
-const TOKEN: &str = "operator-test-token";
+use crate::support::{TOKEN, until_within};
+
 const NS: &str = "provision";
 const WORKERS: [&str; 3] = ["pw1", "pw2", "pw3"];
-
-async fn until<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn fleet() -> String {
     let mut s = String::from("workers:\n");
@@ -50,7 +39,7 @@ fn fleet() -> String {
 
 #[tokio::test]
 async fn an_approved_document_ends_with_its_nodes_online_and_activation_requested() {
-    let env = TestEnv::shared().expect("API server");
+    let env = crate::support::api_server().await;
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
@@ -104,7 +93,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
-        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
     doc.spec.approved = true;
@@ -116,7 +105,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     let name = doc.metadata.name.clone().expect("name");
 
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
-    let online = until(
+    let online = until_within(
         "every storage node Online",
         Duration::from_secs(90),
         async || {
@@ -161,7 +150,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     assert_eq!(adds, WORKERS.len(), "one node add per worker");
     // Labels follow the nodes' status through the workload controller: eventually.
     for w in WORKERS {
-        let labels = until(
+        let labels = until_within(
             "the worker's enrollment and topology labels",
             Duration::from_secs(30),
             async || {
@@ -320,7 +309,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         )
         .await
         .expect("delete the serving Secret");
-    let reissued = until(
+    let reissued = until_within(
         "the serving Secret again",
         Duration::from_secs(60),
         async || {
@@ -347,7 +336,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         ca_after.metadata.resource_version,
         ca.metadata.resource_version
     );
-    until(
+    until_within(
         "the template names the new certificate",
         Duration::from_secs(60),
         async || {
@@ -363,7 +352,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     )
     .await;
 
-    let expanded = until(
+    let expanded = until_within(
         "the document Expanded",
         Duration::from_secs(30),
         async || {
@@ -404,7 +393,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     )
     .await
     .expect("removed by hand");
-    until("pw3 removed", Duration::from_secs(60), async || {
+    until_within("pw3 removed", Duration::from_secs(60), async || {
         let n = cp.get_storage_node(cluster_id, node_id).await.ok()?;
         (n.status == simplyblock_controlplane::types::NodeStatus::Removed).then_some(())
     })
@@ -415,7 +404,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .delete(&pw3_name, &DeleteParams::default())
         .await
         .expect("delete pw3");
-    until(
+    until_within(
         "the StorageNode of pw3 gone",
         Duration::from_secs(30),
         async || match storage_nodes.get_opt(&pw3_name).await.ok()? {
@@ -481,7 +470,7 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
     let setup = start(NS, &WORKERS, 31, "", timings).await;
     let (kube, cp) = (setup.kube.clone(), setup.cp.clone());
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
-        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
     doc.spec.approved = true;
@@ -492,7 +481,7 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
         .expect("document");
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
     let all_online = async |count: usize| {
-        until(
+        until_within(
             "the storage nodes Online",
             Duration::from_secs(120),
             async || {
@@ -511,7 +500,7 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
     all_online(initial.len()).await;
     let cluster_id = cp.list_clusters().await.expect("clusters")[0].id;
     let active = async || {
-        until("the cluster active", Duration::from_secs(60), async || {
+        until_within("the cluster active", Duration::from_secs(60), async || {
             let c = cp.get_cluster(cluster_id).await.ok()?;
             (c.status == simplyblock_controlplane::types::ClusterStatus::Active).then_some(())
         })
@@ -600,7 +589,7 @@ struct Setup {
 /// Workers `workers` (InternalIP 10.`net`.0.N) as Nodes and as sbsim's fleet with `faults`,
 /// sim `timings`, and the controllers of the deployment path (activation included) scoped to `ns`.
 async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timings) -> Setup {
-    let env = TestEnv::shared().expect("API server");
+    let env = crate::support::api_server().await;
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
@@ -692,7 +681,7 @@ async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed(
     .await;
     let (kube, cp) = (setup.kube.clone(), setup.cp.clone());
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
-        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
     doc.spec.approved = true;
@@ -704,7 +693,7 @@ async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed(
         .await
         .expect("document");
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
-    let online = until("rw1 Online", Duration::from_secs(120), async || {
+    let online = until_within("rw1 Online", Duration::from_secs(120), async || {
         let items = storage_nodes.list(&Default::default()).await.ok()?.items;
         items.into_iter().find(|n| {
             n.status
@@ -766,7 +755,7 @@ async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed(
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete");
-    until(
+    until_within(
         "the StorageNode gone",
         Duration::from_secs(30),
         async || {

@@ -7,7 +7,6 @@ use serde_json::json;
 use simplyblock_api::storage_cluster_ops::{ClusterAction, StorageClusterOpsSpec};
 use simplyblock_api::{StorageCluster, StorageClusterOps};
 use simplyblock_operator::ops::runtime::{acquire, release};
-use simplyblock_testenv::TestEnv;
 
 const NS: &str = "lock";
 
@@ -32,7 +31,7 @@ fn lock_of(c: &StorageCluster) -> Option<String> {
 
 #[tokio::test]
 async fn a_lock_is_taken_and_given_back_only_by_its_holder_across_conflicting_writes() {
-    let env = TestEnv::shared().expect("API server");
+    let env = crate::support::api_server().await;
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");

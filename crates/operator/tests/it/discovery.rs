@@ -38,7 +38,9 @@ fn profile(worker: &str) -> &'static str {
 
 #[tokio::test]
 async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
-    let env = TestEnv::shared().expect("API server");
+    // An API server of its own: a fresh install sees no deployment document anywhere, and
+    // this test's Nodes are the whole fleet.
+    let env = TestEnv::start().await.expect("API server");
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
@@ -324,7 +326,7 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     // A run whose document name is taken adopts that document and changes nothing in it.
     let docs = Api::<ClusterDeploymentConfig>::namespaced(kube.clone(), NS);
     let mut taken: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
-        "../../../deploy/samples/clusterdeploymentconfig.yaml"
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
     taken.metadata.name = Some("written-by-hand".into());
@@ -426,10 +428,10 @@ fn draft_yaml(doc: &ClusterDeploymentConfig) -> String {
     simplyblock_discovery::plan::render(&doc).expect("render")
 }
 
-/// The expected text in `tests/discovery/<file>`; `UPDATE_EXPECT=1` writes `actual` there.
+/// The expected text in `tests/it/expected/<file>`; `UPDATE_EXPECT=1` writes `actual` there.
 fn expected(file: &str, actual: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/discovery")
+        .join("tests/it/expected")
         .join(file);
     if std::env::var_os("UPDATE_EXPECT").is_some() {
         std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
@@ -644,24 +646,17 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
     );
 }
 
-/// Waits (bounded) until the run satisfies `done`, and returns it.
+/// Waits until the run satisfies `done`, and returns it.
 async fn until(
     ops: &Api<OperatorOps>,
     name: &str,
     done: impl Fn(&OperatorOps) -> bool,
 ) -> OperatorOps {
-    let start = Instant::now();
-    loop {
-        let op = ops.get(name).await.expect("run");
-        if done(&op) {
-            return op;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{name} never got there: {op:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::support::until(&format!("run {name} to get there"), async || {
+        let op = ops.get(name).await.ok()?;
+        done(&op).then_some(op)
+    })
+    .await
 }
 
 /// The events about `run` in `ns` as (reason, note).

@@ -7,13 +7,12 @@ use kube::Resource;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use simplyblock_operator::events::Publisher;
-use simplyblock_testenv::TestEnv;
 
 const NS: &str = "events-test";
 
 #[tokio::test]
 async fn different_notes_are_different_events_and_a_repeat_is_a_series() {
-    let env = TestEnv::shared().expect("API server");
+    let env = crate::support::api_server().await;
     let kube = env.client().await.expect("client");
     simplyblock_testenv::create_namespace(&kube, NS)
         .await

@@ -1,0 +1,690 @@
+//! The operator process killed in the middle of its work, restarted each time.
+//!
+//! - At every kill point ([`simplyblock_operator::crash`]): the process aborts right after
+//!   each non-idempotent side effect of a deployment (the cluster create, each node add,
+//!   the activation, the default pool's create) and of each StorageClusterOps action, and
+//!   before its record is written. Restarted, it finds the effect and does not repeat it.
+//! - `kill -9` at 20 random moments of a deployment, also with faults scripted in the
+//!   control plane (409s, 5xx answers, creates, adds and activations whose answers are lost,
+//!   latency); where the kills landed is asserted too.
+//!
+//! Each ends the same way: every node Online, the cluster Online with its default pool and
+//! class, nothing orphaned, and every control-plane call counted, refused ones included:
+//! each route saw exactly the calls that take effect once, plus one for each refusal the
+//! script made.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::storage_cluster::ClusterPhase;
+use simplyblock_api::storage_node::NodePhase;
+use simplyblock_api::storage_pool::PoolPhase;
+use simplyblock_api::{OperatorOps, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_operator::crash;
+use simplyblock_simulator::{Server, Sim, SimConfig, labels};
+use simplyblock_testenv::TestEnv;
+
+const TOKEN: &str = "crash-test-token";
+const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
+const KILLS: usize = 20;
+/// The Secrets a deployment of the sample document leaves in its namespace.
+const EXPECTED_SECRETS: [&str; 5] = [
+    "simplyblock-cluster-simplyblock",
+    "simplyblock-csi-secret-v2",
+    "simplyblock-operator-webhook-ca",
+    "simplyblock-storage-node-ca-simplyblock",
+    "simplyblock-storage-node-tls-simplyblock",
+];
+
+/// A small deterministic generator: the kill moments are the same on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn operator(
+    env: &TestEnv,
+    sim: &Server,
+    token_file: &std::path::Path,
+    ns: &str,
+    crash_after: Option<&str>,
+) -> Child {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"))
+        .args(["run", "--disable-initial-discovery"])
+        .arg(format!("--webhook-listen=127.0.0.1:{port}"))
+        .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+        // Two runs share the machine: the metrics port is whatever is free.
+        .arg("--metrics-addr=127.0.0.1:0")
+        .arg(format!("--namespace={ns}"))
+        .arg(format!("--watch-namespace={ns}"))
+        .arg(format!("--control-plane-url={}", sim.url))
+        .arg(format!(
+            "--control-plane-token-file={}",
+            token_file.display()
+        ))
+        .arg(format!("--storage-node-proxy={}", sim.addr))
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .env(crash::ENV, crash_after.unwrap_or_default())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the operator starts")
+}
+
+async fn calls(cp: &Client) -> Vec<Value> {
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls")
+}
+
+/// `METHOD route`, the route as sbsim matched it (ids as placeholders).
+fn route(call: &Value) -> String {
+    format!(
+        "{} {}",
+        call["method"].as_str().unwrap_or_default(),
+        call["route"].as_str().unwrap_or_default()
+    )
+}
+
+/// A scripted refusal that answered before the request touched any state.
+fn refused_by_script(call: &Value) -> bool {
+    call["faults"].as_array().is_some_and(|f| {
+        f.iter()
+            .filter_map(Value::as_str)
+            .any(|rule| rule.starts_with("error") || rule.starts_with("conflict"))
+    })
+}
+
+/// The request took effect (a dropped answer is status 0 after the commit; a
+/// `commiterror` answers 5xx after the commit).
+fn committed(call: &Value) -> bool {
+    !refused_by_script(call)
+        && call["status"]
+            .as_u64()
+            .is_some_and(|s| s < 300 || call["faults"].as_array().is_some_and(|f| !f.is_empty()))
+}
+
+/// Every call on `route` is counted, refused ones included: exactly `effective` took
+/// effect, and each other one was refused by a fault the script made.
+fn exactly(log: &[Value], on: &str, effective: usize) {
+    let all: Vec<&Value> = log.iter().filter(|c| route(c) == on).collect();
+    let refused = all.iter().filter(|c| refused_by_script(c)).count();
+    let statuses: Vec<u64> = all.iter().filter_map(|c| c["status"].as_u64()).collect();
+    assert_eq!(
+        all.len(),
+        effective + refused,
+        "{on}: {effective} call(s) taking effect and {refused} scripted refusal(s) expected; answers {statuses:?}"
+    );
+}
+
+/// An approved deployment document, its workers, an sbsim, on an API server of its own.
+struct Deployment {
+    env: TestEnv,
+    kube: kube::Client,
+    ns: String,
+    sim: Server,
+    cp: Client,
+    token_file: std::path::PathBuf,
+    name: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    fn docs(&self) -> Api<ClusterDeploymentConfig> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    fn storage_nodes(&self) -> Api<StorageNode> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    fn operator(&self, crash_after: Option<&str>) -> Child {
+        operator(
+            &self.env,
+            &self.sim,
+            &self.token_file,
+            &self.ns,
+            crash_after,
+        )
+    }
+}
+
+async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, ns)
+        .await
+        .expect("namespace");
+    let nodes: Api<Node> = Api::all(kube.clone());
+    let mut fleet = String::from("workers:\n");
+    for (i, w) in WORKERS.iter().enumerate() {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": w, "labels": {"kubernetes.io/hostname": w}}}),
+        )
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": format!("10.50.0.{}", i + 1)}],
+                                       "conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes
+            .patch_status(w, &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .expect("status");
+        fleet.push_str(&format!(
+            "  - hostname: {w}\n    addresses: [10.50.0.{}]\n",
+            i + 1
+        ));
+    }
+
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("fleet.yaml"), fleet).expect("fleet");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 4.0,
+        fleet: Some(dir.path().join("fleet.yaml")),
+        faults: faults.into(),
+        seed,
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
+    let cp =
+        Client::new(ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN)).expect("client");
+
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec.node_sets[0].groups[0].workers = WORKERS.iter().map(|w| w.to_string()).collect();
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), ns);
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let name = doc.metadata.name.clone().expect("name");
+    Deployment {
+        env,
+        kube,
+        ns: ns.into(),
+        sim,
+        cp,
+        token_file,
+        name,
+        _dir: dir,
+    }
+}
+
+/// Waits until the document is Expanded, every node Online and the default pool Ready.
+async fn until_deployed(d: &Deployment) {
+    let start = Instant::now();
+    loop {
+        let doc = d
+            .docs()
+            .get(&d.name)
+            .await
+            .expect("document")
+            .status
+            .unwrap_or_default();
+        let items = d
+            .storage_nodes()
+            .list(&Default::default())
+            .await
+            .expect("nodes")
+            .items;
+        let online = items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == NodePhase::Online)
+            })
+            .count();
+        // The last step of the path: the Online cluster's default pool with its class.
+        let pool_ready = Api::<StoragePool>::namespaced(d.kube.clone(), &d.ns)
+            .list(&Default::default())
+            .await
+            .expect("pools")
+            .items
+            .iter()
+            .any(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.phase == PoolPhase::Ready && !s.storage_class_names.is_empty()
+                })
+            });
+        if doc.phase == DeploymentPhase::Expanded && online == WORKERS.len() && pool_ready {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(150),
+            "the deployment did not finish after the kills: document {:?}/{:?} ({:?}), {online} node(s) Online",
+            doc.phase,
+            doc.step.state,
+            doc.message
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The end state of one deployment of the sample document, with each call counted.
+async fn assert_deployed_once(d: &Deployment) {
+    // Every fault scripted with a count fired in full, so the run met each of them.
+    let r =
+        d.cp.raw(Method::GET, "/../../_sim/faults", &[], None)
+            .await
+            .expect("faults");
+    let rules: Value = r.json().unwrap_or(Value::Null);
+    for rule in rules["rules"].as_array().into_iter().flatten() {
+        if let Some(count) = rule["count"].as_u64() {
+            assert_eq!(rule["fired"].as_u64(), Some(count), "{rule}");
+        }
+    }
+
+    let log = calls(&d.cp).await;
+    exactly(&log, "POST /api/v2/clusters/", 1);
+    exactly(
+        &log,
+        "POST /api/v2/clusters/{cluster_id}/storage-nodes/",
+        WORKERS.len(),
+    );
+    exactly(&log, "POST /api/v2/clusters/{cluster_id}/activate", 1);
+    exactly(&log, "POST /api/v2/clusters/{cluster_id}/storage-pools/", 1);
+    let clusters = d.cp.list_clusters().await.expect("clusters");
+    assert_eq!(clusters.len(), 1);
+    assert_eq!(
+        d.cp.list_storage_nodes(clusters[0].id)
+            .await
+            .expect("nodes")
+            .len(),
+        WORKERS.len()
+    );
+    let items = d
+        .storage_nodes()
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items;
+    assert_eq!(
+        items.len(),
+        WORKERS.len(),
+        "no duplicate or orphaned StorageNode"
+    );
+    // Each worker's slot was added once: the answered adds name every worker once.
+    let mut added: Vec<&str> = log
+        .iter()
+        .filter(|c| route(c) == "POST /api/v2/clusters/{cluster_id}/storage-nodes/" && committed(c))
+        .filter_map(|c| c["body"]["node_address"].as_str())
+        .filter_map(|a| a.split('.').next())
+        .collect();
+    added.sort();
+    assert_eq!(added, WORKERS, "one node add per slot");
+    let cluster = Api::<StorageCluster>::namespaced(d.kube.clone(), &d.ns)
+        .get("simplyblock")
+        .await
+        .expect("the cluster");
+    assert_eq!(
+        cluster.status.as_ref().map(|s| s.phase),
+        Some(ClusterPhase::Online),
+        "{:?}",
+        cluster.status
+    );
+    assert!(
+        cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.active_ops_ref.is_none() && s.provisioning_slots.is_empty()),
+        "no lock or node-add slot left behind: {:?}",
+        cluster.status
+    );
+
+    // Nothing orphaned: exactly the objects a deployment of this document makes.
+    let ops: Vec<String> = Api::<StorageClusterOps>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("ops")
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(ops, ["simplyblock-activate"], "one activation request");
+    let operator_ops = Api::<OperatorOps>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("operator ops")
+        .items;
+    assert!(operator_ops.is_empty(), "{operator_ops:?}");
+    let mut config_maps: Vec<String> = Api::<ConfigMap>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("config maps")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    config_maps.sort();
+    assert_eq!(config_maps, ["simplyblock-storage-node-config-simplyblock"]);
+    let mut secrets: Vec<String> = Api::<Secret>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("secrets")
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    secrets.sort();
+    assert_eq!(secrets, EXPECTED_SECRETS);
+
+    assert_eq!(
+        d.cp.list_pools(clusters[0].id).await.expect("pools").len(),
+        1
+    );
+    let pools = Api::<StoragePool>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("pools")
+        .items;
+    assert_eq!(pools.len(), 1, "one default pool");
+    let classes = Api::<StorageClass>::all(d.kube.clone())
+        .list(&ListParams::default().labels(&format!(
+            "storage.simplyblock.io/namespace={},storage.simplyblock.io/pool={}",
+            d.ns,
+            pools[0].metadata.name.as_deref().unwrap_or_default()
+        )))
+        .await
+        .expect("classes")
+        .items;
+    assert_eq!(classes.len(), 1, "one StorageClass for the pool");
+}
+
+/// The signal `std::process::abort` ends a process with on Linux.
+const SIGABRT: i32 = 6;
+
+/// Runs the operator armed at `point` until it aborts there. `false` when the work ended
+/// without passing the point (the effect was already there).
+async fn abort_at(d: &Deployment, point: &str, done: impl AsyncFn() -> bool) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = d.operator(Some(point));
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("the operator process") {
+            assert_eq!(
+                status.signal(),
+                Some(SIGABRT),
+                "the operator armed at {point} ended otherwise: {status}"
+            );
+            return true;
+        }
+        if done().await {
+            child.kill().expect("kill");
+            child.wait().expect("reaped");
+            return false;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the operator never reached {point}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn answered_on(d: &Deployment, on: &str) -> usize {
+    calls(&d.cp)
+        .await
+        .iter()
+        .filter(|c| route(c) == on && committed(c))
+        .count()
+}
+
+#[tokio::test]
+async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing() {
+    let d = deployment("crash-points", "", 5).await;
+    let add = "POST /api/v2/clusters/{cluster_id}/storage-nodes/";
+    let mut fired: Vec<String> = Vec::new();
+    for point in [
+        crash::CLUSTER_CREATE,
+        crash::NODE_ADD,
+        crash::NODE_ADD,
+        crash::NODE_ADD,
+        "StorageClusterOps/Activate/Requesting",
+        crash::POOL_CREATE,
+    ] {
+        // Adds run side by side: the point is armed only while a worker is still to add.
+        if point == crash::NODE_ADD && answered_on(&d, add).await >= WORKERS.len() {
+            continue;
+        }
+        let adds = answered_on(&d, add).await;
+        let all_added = async || point == crash::NODE_ADD && answered_on(&d, add).await > adds;
+        if abort_at(&d, point, all_added).await {
+            fired.push(point.to_string());
+        }
+    }
+    for point in [
+        crash::CLUSTER_CREATE,
+        crash::NODE_ADD,
+        "StorageClusterOps/Activate/Requesting",
+        crash::POOL_CREATE,
+    ] {
+        assert!(
+            fired.iter().any(|f| f == point),
+            "{point} never fired: {fired:?}"
+        );
+    }
+    let mut child = d.operator(None);
+    until_deployed(&d).await;
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+    assert_deployed_once(&d).await;
+
+    // Each StorageClusterOps action on the Online cluster, killed right after each of its
+    // calls, then finished by an operator that is not armed.
+    let nodes = WORKERS.len();
+    let node_route = |verb: &str| {
+        format!("POST /api/v2/clusters/{{cluster_id}}/storage-nodes/{{storage_node_id}}/{verb}")
+    };
+    let cluster_route = |verb: &str| format!("POST /api/v2/clusters/{{cluster_id}}/{verb}");
+    // (action, the steps that call, the calls each route takes effect with)
+    type Expected = Vec<(String, usize)>;
+    let actions: [(&str, &[&str], Expected); 5] = [
+        (
+            "Shutdown",
+            &["Requesting"],
+            vec![(cluster_route("shutdown"), 1)],
+        ),
+        ("Start", &["Requesting"], vec![(cluster_route("start"), 1)]),
+        (
+            "Restart",
+            &["ShuttingDown", "Starting"],
+            vec![(cluster_route("shutdown"), 1), (cluster_route("start"), 1)],
+        ),
+        (
+            "Expand",
+            &["Requesting"],
+            vec![(cluster_route("expand"), 1)],
+        ),
+        (
+            "RollingRestart",
+            &["ShuttingDownNode", "RestartingNode"],
+            vec![
+                (node_route("shutdown"), nodes),
+                (node_route("restart"), nodes),
+            ],
+        ),
+    ];
+    let ops: Api<StorageClusterOps> = Api::namespaced(d.kube.clone(), &d.ns);
+    for (action, steps, expected) in actions {
+        let name = format!("crash-{}", action.to_lowercase());
+        let from = calls(&d.cp).await.len();
+        let op: StorageClusterOps = serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+            "metadata": {"name": name},
+            "spec": {"clusterRef": "simplyblock", "action": action}
+        }))
+        .expect("op");
+        ops.create(&PostParams::default(), &op)
+            .await
+            .expect("op created");
+        let finished = async || {
+            ops.get(&name)
+                .await
+                .ok()
+                .and_then(|o| o.status)
+                .is_some_and(|s| s.phase.is_terminal())
+        };
+        for step in steps {
+            let point = crash::ops_point("StorageClusterOps", action, step);
+            assert!(abort_at(&d, &point, finished).await, "{point} never fired");
+        }
+        let mut child = d.operator(None);
+        let done = crate::support::until(&format!("{name} to finish"), async || {
+            ops.get(&name)
+                .await
+                .ok()?
+                .status
+                .filter(|s| s.phase.is_terminal())
+        })
+        .await;
+        child.kill().expect("kill");
+        child.wait().expect("reaped");
+        assert_eq!(
+            done.phase,
+            OpsPhase::Succeeded,
+            "{name}: {:?}",
+            done.message
+        );
+        let log = calls(&d.cp).await;
+        for (on, effective) in &expected {
+            exactly(&log[from..], on, *effective);
+        }
+    }
+}
+
+async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
+    let d = deployment(ns, faults, seed).await;
+    let mut rng = Lcg(seed);
+    let mut child = d.operator(None);
+    let mut landed: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
+        child.kill().expect("kill -9");
+        child.wait().expect("reaped");
+        let doc = d
+            .docs()
+            .get(&d.name)
+            .await
+            .expect("document")
+            .status
+            .unwrap_or_default();
+        let steps: Vec<String> = d
+            .storage_nodes()
+            .list(&Default::default())
+            .await
+            .expect("nodes")
+            .items
+            .into_iter()
+            .map(|n| {
+                n.status
+                    .map(|s| s.step.state.unwrap_or_else(|| format!("{:?}", s.phase)))
+                    .unwrap_or_default()
+            })
+            .collect();
+        println!(
+            "kill {i:>2}: document {:?}/{}, nodes {steps:?}",
+            doc.phase,
+            doc.step.state.as_deref().unwrap_or("-")
+        );
+        let at = if doc.phase == DeploymentPhase::Expanded {
+            "after the deployment".to_string()
+        } else if let Some(step) = steps.iter().find(|s| ADD_STEPS.contains(&s.as_str())) {
+            format!("node {step}")
+        } else {
+            format!("document {}", doc.step.state.as_deref().unwrap_or("-"))
+        };
+        *landed.entry(at).or_default() += 1;
+        child = d.operator(None);
+    }
+    println!("the kills landed: {landed:?}");
+    // The harness proves something only if the kills land inside the deployment, and
+    // inside the node adds, where the steps that call the control plane are.
+    let after = landed.get("after the deployment").copied().unwrap_or(0);
+    assert!(
+        KILLS - after >= KILLS / 2,
+        "only {} of {KILLS} kills landed before the deployment ended: {landed:?}",
+        KILLS - after
+    );
+    assert!(
+        landed.keys().any(|k| k.starts_with("node ")),
+        "no kill landed inside a node add: {landed:?}"
+    );
+    until_deployed(&d).await;
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+    assert_deployed_once(&d).await;
+}
+
+/// The StorageNode steps of an add that a kill can interrupt.
+const ADD_STEPS: [&str; 5] = [
+    "AwaitingSlot",
+    "Posting",
+    "Resolving",
+    "Adopting",
+    "AwaitingWorker",
+];
+
+#[tokio::test]
+async fn kills_at_random_moments_change_nothing() {
+    deploy_through_kills("crash", "", 7).await;
+}
+
+#[tokio::test]
+async fn kills_under_control_plane_faults_change_nothing() {
+    deploy_through_kills(
+        "crash-faults",
+        concat!(
+            "error:method=GET,rate=0.05,status=503;",
+            "drop:method=POST,path=/api/v2/clusters/,count=1;",
+            "drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1;",
+            // Node adds: a 409, two 5xx answers before anything is done, and one add
+            // committed whose answer is lost.
+            "conflict:method=POST,path=/api/v2/clusters/*/storage-nodes/,count=1;",
+            "error:method=POST,path=/api/v2/clusters/*/storage-nodes/,status=500,after=1,count=2;",
+            "drop:method=POST,path=/api/v2/clusters/*/storage-nodes/,after=3,count=1;",
+            // Activation: a 503, then one committed whose answer is lost.
+            "error:method=POST,path=/api/v2/clusters/*/activate,status=503,count=1;",
+            "drop:method=POST,path=/api/v2/clusters/*/activate,after=1,count=1;",
+            "latency:ms=20,rate=0.2",
+        ),
+        11,
+    )
+    .await;
+}

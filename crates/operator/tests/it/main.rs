@@ -1,0 +1,15 @@
+//! The operator's integration tests, one binary: each module an area, all against a real
+//! kube-apiserver and etcd and sbsim, sharing [`support`].
+
+mod cluster;
+mod cluster_ops;
+mod crash;
+mod deployment;
+mod discovery;
+mod events;
+mod lock;
+mod pools;
+mod provisioning;
+mod rolling_refresh;
+mod support;
+mod webhooks;

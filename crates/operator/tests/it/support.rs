@@ -1,0 +1,449 @@
+//! What the operator's integration tests share: waiting for an observed fact, the
+//! control-plane client and sbsim's call log, a namespace, the webhooks served once per
+//! process, and the cluster harness (an sbsim with three online storage nodes and a
+//! StorageCluster carrying its id).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::{StorageCluster, StorageClusterOps};
+use simplyblock_controlplane::{
+    Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, StorageNodeAdd, Url,
+    Uuid,
+};
+use simplyblock_operator::context::Context;
+use simplyblock_operator::webhooks::{
+    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
+};
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+use tokio::sync::OnceCell;
+
+pub const TOKEN: &str = "operator-test-token";
+/// The label that puts a simulated worker in storage-node set `c1`.
+pub const LABEL: &str = "io.simplyblock.storagenodeset";
+/// The operator namespace the webhooks are served for.
+pub const OPERATOR_NAMESPACE: &str = "simplyblock-system";
+
+/// How long a wait gives a fact to appear before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Polls `f` until it returns a value; panics naming `what` after [`PATIENCE`].
+pub async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    until_within(what, PATIENCE, f).await
+}
+
+/// [`until`] with a limit of its own (a deployment of many nodes takes longer).
+pub async fn until_within<T>(
+    what: &str,
+    limit: Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `controller` has ended `n` more passes over `namespace/name` than it had
+/// when called: the proof that it looked again, taken before asserting that it changed
+/// nothing. A pass running when this is called counts, so a caller that needs a pass that
+/// started after some write asks for two.
+pub async fn passes(controller: &str, namespace: &str, name: &str, n: u64) {
+    use simplyblock_operator::ops::metrics;
+    let from = metrics::passes(controller, namespace, name);
+    until(
+        &format!("{n} more pass(es) of the {controller} controller over {namespace}/{name}"),
+        async || (metrics::passes(controller, namespace, name) >= from + n).then_some(()),
+    )
+    .await;
+}
+
+/// The annotation [`nudged`] changes.
+const NUDGE: &str = "test.simplyblock.io/nudge";
+
+/// Changes an annotation of `name`, so its controller makes a pass whatever its requeue
+/// interval, then waits until a pass that started after the change has ended.
+pub async fn nudged<K>(api: &Api<K>, controller: &str, name: &str)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let namespace = api
+        .get(name)
+        .await
+        .expect("the object to nudge")
+        .meta()
+        .namespace
+        .clone()
+        .unwrap_or_default();
+    for _ in 0..2 {
+        let from = simplyblock_operator::ops::metrics::passes(controller, &namespace, name);
+        let stamp = format!("{:?}", Instant::now());
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {NUDGE: stamp}}})),
+        )
+        .await
+        .expect("nudge");
+        until(
+            &format!("a pass of {controller} over {name} after a nudge"),
+            async || {
+                (simplyblock_operator::ops::metrics::passes(controller, &namespace, name) > from)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Asserts that `controller` has converged on `name`: a pass that started after this call
+/// changes nothing of the object but the annotation that caused it.
+pub async fn converged<K>(api: &Api<K>, controller: &str, name: &str)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let comparable = |o: &K| {
+        let mut v = serde_json::to_value(o).expect("json");
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+            if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
+                a.remove(NUDGE);
+                if a.is_empty() {
+                    m.remove("annotations");
+                }
+            }
+        }
+        v
+    };
+    let before = api.get(name).await.expect("the object");
+    nudged(api, controller, name).await;
+    let after = api.get(name).await.expect("the object");
+    assert_eq!(
+        comparable(&before),
+        comparable(&after),
+        "a pass of the {controller} controller changed {name}"
+    );
+}
+
+/// A client of sbsim at `url`, quick to give up and retry.
+pub fn cp_client(url: &str) -> Client {
+    let mut cfg = ClientConfig::new(Url::parse(url).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry_backoff = Duration::from_millis(20);
+    Client::new(cfg).expect("client")
+}
+
+/// `n` simulated workers `w1..wn` in storage-node set `c1`, two 2T drives each.
+pub fn fleet(n: usize) -> String {
+    let mut s = String::from("workers:\n");
+    for i in 1..=n {
+        s.push_str(&format!(
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{{LABEL}: c1}}\n"
+        ));
+    }
+    s
+}
+
+/// Creates namespace `name`.
+pub async fn namespace(kube: &kube::Client, name: &str) {
+    simplyblock_testenv::create_namespace(kube, name)
+        .await
+        .expect("namespace");
+}
+
+/// The API server every test of this binary shares, with the CRDs installed and the
+/// webhooks registered: every test runs under the admission a real install has, whatever
+/// test ran first.
+pub async fn api_server() -> &'static TestEnv {
+    webhooks().await;
+    TestEnv::shared().expect("API server")
+}
+
+/// An sbsim of a test's own, with its state in `dir`.
+pub struct Sbsim {
+    pub server: Server,
+    pub cp: Client,
+    /// sbsim's state; kept for as long as the server runs.
+    _dir: tempfile::TempDir,
+}
+
+/// Starts sbsim at 1000× speed with `faults`, and `workers` simulated workers when not 0.
+pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fleet_path = (workers > 0).then(|| {
+        let path = dir.path().join("fleet.yaml");
+        std::fs::write(&path, fleet(workers)).expect("fleet");
+        path
+    });
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        faults: faults.into(),
+        fleet: fleet_path,
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let cp = cp_client(&server.url);
+    Sbsim {
+        server,
+        cp,
+        _dir: dir,
+    }
+}
+
+/// Every request sbsim received, in order, refused ones included.
+pub async fn call_log(cp: &Client) -> Vec<Value> {
+    let r = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls")
+}
+
+/// How many `method path` requests sbsim received.
+pub async fn calls(cp: &Client, method: &str, path: &str) -> usize {
+    call_log(cp)
+        .await
+        .iter()
+        .filter(|c| c["method"] == method && c["path"] == path)
+        .count()
+}
+
+/// The statuses sbsim answered `method path` with, in order.
+pub async fn answers(cp: &Client, method: &str, path: &str) -> Vec<u64> {
+    call_log(cp)
+        .await
+        .iter()
+        .filter(|c| c["method"] == method && c["path"] == path)
+        .filter_map(|c| c["status"].as_u64())
+        .collect()
+}
+
+/// The notes of the events of `reason` in `ns`, about `object` when given.
+pub async fn events(
+    kube: &kube::Client,
+    ns: &str,
+    object: Option<&str>,
+    reason: &str,
+) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), ns);
+    events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| {
+            object.is_none_or(|o| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(o))
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// The webhook server of this process and where the API server reaches it.
+pub struct Served {
+    pub certs: Arc<ServingCertificates>,
+    pub base: String,
+}
+
+/// The shared API server with the CRDs installed and the webhooks registered, served once
+/// per process from a thread of their own (each test has its own runtime). One server for
+/// every test: the webhook configurations are cluster-wide, and two servers registering
+/// in turn would leave the API server calling whichever registered last.
+pub async fn webhooks() -> &'static Served {
+    static SERVED: OnceCell<Served> = OnceCell::const_new();
+    SERVED
+        .get_or_init(|| async {
+            let env = TestEnv::shared().expect("API server");
+            env.install_crds(&simplyblock_api::crds())
+                .await
+                .expect("CRDs");
+            let authority =
+                simplyblock_certs::Authority::new("simplyblock-webhook-ca").expect("ca");
+            let certs = ServingCertificates::new(
+                authority,
+                vec!["localhost".into()],
+                vec![Ipv4Addr::LOCALHOST.into()],
+                Duration::from_secs(3600),
+            )
+            .expect("serving certificates");
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let served_certs = certs.clone();
+            let config = env.config().clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async move {
+                    let ctx = WebhookContext {
+                        client: kube::Client::try_from(config).expect("client"),
+                        operator_namespace: OPERATOR_NAMESPACE.into(),
+                    };
+                    let server = WebhookServer::bind(
+                        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                        served_certs,
+                        webhooks::router(ctx),
+                    )
+                    .await
+                    .expect("bind");
+                    let _ = tx.send(server.local_addr().expect("addr"));
+                    server.run().await;
+                });
+            });
+            let addr = rx.await.expect("the webhook server started");
+            let base = format!("https://{addr}");
+            let client = env.client().await.expect("client");
+            webhooks::register(&client, &Endpoint::Url(base.clone()), &certs.ca_bundle())
+                .await
+                .expect("webhook configuration");
+            Served { certs, base }
+        })
+        .await
+}
+
+/// A namespace, an sbsim with three online storage nodes in a 1+1 cluster `sb` that is
+/// not activated, and a StorageCluster `sb` (stripe `stripe`) carrying its control-plane
+/// id. No controller runs until a test starts one.
+pub struct Harness {
+    pub kube: kube::Client,
+    pub ns: String,
+    pub sim: Sbsim,
+    pub cp: Client,
+    pub uuid: Uuid,
+    pub ctx: Arc<Context>,
+}
+
+pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
+    let kube = api_server().await.client().await.expect("client");
+    namespace(&kube, ns).await;
+    let sim = sbsim(faults, 3).await;
+    let cp = sim.cp.clone();
+    let cluster = cp
+        .create_cluster(&ClusterCreate::new("sb", 10, 4))
+        .await
+        .expect("cluster");
+    for i in 1..=3 {
+        cp.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    until("three online nodes", async || {
+        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
+        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+
+    let sc: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sb"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
+                 "stripe": {"dataChunks": stripe.0, "parityChunks": stripe.1}}
+    }))
+    .expect("cluster");
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), ns);
+    clusters
+        .create(&PostParams::default(), &sc)
+        .await
+        .expect("StorageCluster");
+    clusters
+        .patch_status(
+            "sb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"uuid": cluster.id.to_string()}})),
+        )
+        .await
+        .expect("uuid");
+    let ctx = Arc::new(Context::new(
+        kube.clone(),
+        cp.clone(),
+        sim.server.url.clone(),
+        ns.to_string(),
+    ));
+    Harness {
+        kube,
+        ns: ns.into(),
+        sim,
+        cp,
+        uuid: cluster.id,
+        ctx,
+    }
+}
+
+impl Harness {
+    /// The StorageClusterOps controller.
+    pub fn start(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(simplyblock_operator::cluster::ops::run(
+            self.ctx.clone(),
+            Some(self.ns.clone()),
+        ))
+    }
+
+    pub fn ops(&self) -> Api<StorageClusterOps> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    pub fn clusters(&self) -> Api<StorageCluster> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    pub async fn phase_is(&self, name: &str, phase: OpsPhase) -> StorageClusterOps {
+        until(&format!("{name} {phase:?}"), async || {
+            let op = self.ops().get(name).await.ok()?;
+            (op.status.as_ref()?.phase == phase).then_some(op)
+        })
+        .await
+    }
+
+    pub async fn step_is(&self, name: &str, step: &str) -> StorageClusterOps {
+        until(&format!("{name} at {step}"), async || {
+            let op = self.ops().get(name).await.ok()?;
+            let s = op.status.as_ref()?;
+            (s.phase == OpsPhase::Running && s.step.state.as_deref() == Some(step)).then_some(op)
+        })
+        .await
+    }
+
+    pub async fn calls(&self, method: &str, path: &str) -> usize {
+        calls(&self.cp, method, path).await
+    }
+
+    pub async fn answers(&self, method: &str, path: &str) -> Vec<u64> {
+        answers(&self.cp, method, path).await
+    }
+
+    pub async fn events(&self, object: &str, reason: &str) -> Vec<String> {
+        events(&self.kube, &self.ns, Some(object), reason).await
+    }
+
+    /// Brings the cluster to active through the control plane itself.
+    pub async fn activated(&self) {
+        self.cp.activate_cluster(self.uuid).await.expect("activate");
+        until("the cluster active", async || {
+            (self.cp.get_cluster(self.uuid).await.ok()?.status == ClusterStatus::Active)
+                .then_some(())
+        })
+        .await;
+    }
+}
