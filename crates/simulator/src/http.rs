@@ -209,7 +209,23 @@ fn err(e: ApiError) -> Outcome {
     }
 }
 
+/// Each request is handled to its end in a task of its own, as a real server does: a
+/// client that gives up (a timeout shorter than a `latency` fault) does not stop the
+/// request from committing later, the case an operator must not mistake for "not done".
 async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
+    match tokio::spawn(serve(sim, req)).await {
+        Ok(response) => response,
+        Err(e) => {
+            let mut response = Response::new(axum::body::Body::from(format!(
+                "sbsim: the request's handler failed: {e}"
+            )));
+            *response.status_mut() = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+            response
+        }
+    }
+}
+
+async fn serve(sim: Arc<Sim>, req: Request) -> Response {
     let started = Instant::now();
     let time = jiff::Timestamp::now().to_string();
     let conn = req.extensions().get::<Conn>().cloned();
@@ -281,15 +297,29 @@ async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
     } else {
         err(ApiError::not_found("Not Found"))
     };
+    // A refusal the script made is logged under its route too, so a caller's calls count
+    // the same whichever were refused.
+    let outcome = if outcome.route.is_none() && (verdict.error.is_some() || verdict.conflict) {
+        Outcome {
+            route: sim.spec.match_path(&path).map(|m| m.template.clone()),
+            ..outcome
+        }
+    } else {
+        outcome
+    };
     // The request committed; its answer says it failed.
     let outcome = match verdict.commit_error {
-        Some(500) => err(ApiError::opaque(
-            "injected fault after the request committed",
-        )),
-        Some(status) => err(ApiError::Http(
-            status,
-            "sbsim injected fault after the request committed".into(),
-        )),
+        Some(status) => Outcome {
+            route: outcome.route.clone(),
+            ..err(if status == 500 {
+                ApiError::opaque("injected fault after the request committed")
+            } else {
+                ApiError::Http(
+                    status,
+                    "sbsim injected fault after the request committed".into(),
+                )
+            })
+        },
         None => outcome,
     };
     if verdict.drop
