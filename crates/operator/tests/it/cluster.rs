@@ -179,6 +179,25 @@ async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
 }
 
 #[tokio::test]
+async fn a_create_committed_after_the_client_gave_up_is_adopted_not_repeated() {
+    // The control plane takes longer than the client waits (5 s) and commits the create
+    // after the client has given up on it.
+    let h = harness(
+        "cluster-late-commit",
+        "latency:method=POST,path=/api/v2/clusters/,ms=6000,count=1",
+    )
+    .await;
+    h.create("sb").await;
+    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
+    assert_eq!(
+        h.calls("POST", "/api/v2/clusters/").await,
+        1,
+        "no second create"
+    );
+    assert_eq!(h.cp.list_clusters().await.expect("clusters").len(), 1);
+}
+
+#[tokio::test]
 async fn an_unready_control_plane_holds_creation_and_says_why() {
     let h = harness("cluster-unready", "unready:for=3s").await;
     h.create("sb").await;

@@ -852,6 +852,25 @@ async fn an_expand_call_that_failed_is_not_repeated() {
 }
 
 #[tokio::test]
+async fn an_expand_whose_answer_was_lost_is_not_repeated() {
+    // The expansion commits and the connection closes before its answer: the operation
+    // cannot know it happened, fails, and says so; there is no second call.
+    let h = harness(
+        "scops-expand-drop",
+        "drop:method=POST,path=/api/v2/clusters/*/expand,count=1",
+        (1, 1),
+    )
+    .await;
+    h.activated().await;
+    let _c = h.start();
+    h.create_op("sb-expand", "Expand").await;
+    let op = h.phase_is("sb-expand", OpsPhase::Failed).await;
+    let message = op.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("it is not repeated"), "{message}");
+    assert_eq!(h.answers("POST", &cluster_path(&h, "expand")).await, [0]);
+}
+
+#[tokio::test]
 async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
     let h = harness("scops-crash-shutdown", "", (1, 1)).await;
     h.activated().await;

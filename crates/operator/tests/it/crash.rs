@@ -131,7 +131,10 @@ fn committed(call: &Value) -> bool {
 fn exactly(log: &[Value], on: &str, effective: usize) {
     let all: Vec<&Value> = log.iter().filter(|c| route(c) == on).collect();
     let refused = all.iter().filter(|c| refused_by_script(c)).count();
-    let statuses: Vec<u64> = all.iter().filter_map(|c| c["status"].as_u64()).collect();
+    let statuses: Vec<String> = all
+        .iter()
+        .map(|c| format!("{} {}", c["status"], c["faults"]))
+        .collect();
     assert_eq!(
         all.len(),
         effective + refused,
@@ -674,11 +677,15 @@ async fn kills_under_control_plane_faults_change_nothing() {
             "error:method=GET,rate=0.05,status=503;",
             "drop:method=POST,path=/api/v2/clusters/,count=1;",
             "drop:method=POST,path=/api/v2/clusters/*/storage-pools/,count=1;",
-            // Node adds: a 409, two 5xx answers before anything is done, and one add
-            // committed whose answer is lost.
+            // Node adds: a 409, two 5xx answers before anything is done, one add
+            // committed whose answer is lost,
             "conflict:method=POST,path=/api/v2/clusters/*/storage-nodes/,count=1;",
             "error:method=POST,path=/api/v2/clusters/*/storage-nodes/,status=500,after=1,count=2;",
             "drop:method=POST,path=/api/v2/clusters/*/storage-nodes/,after=3,count=1;",
+            // And one committed whose answer says it failed.
+            "commiterror:method=POST,path=/api/v2/clusters/*/storage-nodes/,after=4,count=1;",
+            // The storage-node API of the workers: two answers refused.
+            "error:method=GET,path=/snode/check,status=503,count=2;",
             // Activation: a 503, then one committed whose answer is lost.
             "error:method=POST,path=/api/v2/clusters/*/activate,status=503,count=1;",
             "drop:method=POST,path=/api/v2/clusters/*/activate,after=1,count=1;",
