@@ -43,4 +43,36 @@ step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests (cargo test)"
-cargo test --workspace --no-fail-fast
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+step "time per test binary (seconds, slowest first)"
+awk '
+    # "Running unittests src/lib.rs (target/debug/deps/<crate>-<hash>)" comes before
+    # the integration binaries of that crate ("Running tests/it/main.rs (.../it-<hash>)").
+    /^ *Running / {
+        name = $NF
+        gsub(/[()]/, "", name)
+        sub(/.*\//, "", name)
+        sub(/-[0-9a-f]+$/, "", name)
+        if ($2 == "unittests") { crate = name; binary = name " (unit tests)" }
+        else binary = crate " " name
+    }
+    /^ *Doc-tests / { binary = "doc-tests " $2 }
+    /^test result:/ {
+        for (i = 1; i <= NF; i++) {
+            if ($i == "passed;") passed += $(i - 1)
+            if ($i == "failed;") failed += $(i - 1)
+            if ($i == "in") { t = $(i + 1); sub(/s$/, "", t) }
+        }
+        printf "%8.1f  %s\n", t, binary
+    }
+    END { printf "tests: %d passed, %d failed\n", passed, failed > "/dev/stderr" }
+' "$log" 2> "$log.total" | sort -rn
+cat "$log.total"
+rm -f "$log.total"
+exit "$status"
