@@ -116,23 +116,12 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     assert_eq!(raised, "raised OperatorOps initial-discovery");
 
     let ops: Api<OperatorOps> = Api::namespaced(kube.clone(), NS);
-    let start = Instant::now();
-    let status = loop {
-        let s = ops
-            .get("initial-discovery")
-            .await
-            .expect("run")
-            .status
-            .unwrap_or_default();
-        if s.phase.is_terminal() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the run did not finish: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let status = until(&ops, "initial-discovery", |op| {
+        op.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+    })
+    .await
+    .status
+    .unwrap_or_default();
     assert_eq!(status.phase, OpsPhase::Succeeded, "{:?}", status.message);
     assert_eq!(status.workers, all, "every usable Node is probed");
     let config_name = status.config_ref.clone().expect("the draft's name");
@@ -161,8 +150,7 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     // The held worker is refused with the sentence that says why, as an event and in the
     // run's status.
     let events: Api<Event> = Api::namespaced(kube.clone(), NS);
-    let start = Instant::now();
-    let declined: Vec<String> = loop {
+    let declined: Vec<String> = crate::support::until("the DeviceDeclined event", async || {
         let found: Vec<String> = events
             .list(&ListParams::default())
             .await
@@ -176,11 +164,9 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
             .filter_map(|e| e.note)
             .filter(|m| m.starts_with(&format!("{HELD}:")))
             .collect();
-        if !found.is_empty() || start.elapsed() > Duration::from_secs(10) {
-            break found;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
     assert_eq!(
         declined.len(),
         1,
@@ -343,23 +329,12 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     ops.create(&PostParams::default(), &adopting)
         .await
         .expect("run");
-    let start = Instant::now();
-    let adopted = loop {
-        let s = ops
-            .get("adopting")
-            .await
-            .expect("run")
-            .status
-            .unwrap_or_default();
-        if s.phase.is_terminal() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the run did not finish: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let adopted = until(&ops, "adopting", |op| {
+        op.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+    })
+    .await
+    .status
+    .unwrap_or_default();
     assert_eq!(adopted.phase, OpsPhase::Succeeded, "{:?}", adopted.message);
     assert_eq!(adopted.config_ref.as_deref(), Some("written-by-hand"));
     let after = docs.get("written-by-hand").await.expect("the document");
@@ -368,16 +343,13 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
         "the adopted document is left unchanged"
     );
     assert_eq!(after.spec, taken.spec);
-    let start = Instant::now();
-    let said = loop {
+    let said = crate::support::until("the OperationSucceeded event", async || {
         let said = run_events(&kube, "adopting").await;
-        if said.iter().any(|(r, _)| r == "OperationSucceeded")
-            || start.elapsed() > Duration::from_secs(10)
-        {
-            break said;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        said.iter()
+            .any(|(r, _)| r == "OperationSucceeded")
+            .then_some(said)
+    })
+    .await;
     assert!(
         said.iter()
             .any(|(r, n)| r == "ConfigExists" && n.contains("written-by-hand")),
@@ -397,22 +369,21 @@ async fn run_events(kube: &kube::Client, run: &str) -> Vec<(String, String)> {
 /// The notes of the run's ConfigWritten events, sorted, one a line; waits for the events,
 /// which are published after the status write.
 async fn written_notes(kube: &kube::Client, run: &str) -> String {
-    let start = Instant::now();
-    loop {
+    let said = crate::support::until(&format!("run {run} to succeed"), async || {
         let said = run_events(kube, run).await;
-        let done = said.iter().any(|(r, _)| r == "OperationSucceeded");
-        if done || start.elapsed() > Duration::from_secs(10) {
-            let mut notes: Vec<String> = said
-                .into_iter()
-                .filter(|(r, _)| r == "ConfigWritten")
-                .map(|(_, n)| n)
-                .collect();
-            // The summary first, as the planner orders them; the rest sorted.
-            notes.sort_by_key(|n| (!n.starts_with("wrote "), n.clone()));
-            return notes.iter().map(|n| format!("{n}\n")).collect();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        said.iter()
+            .any(|(r, _)| r == "OperationSucceeded")
+            .then_some(said)
+    })
+    .await;
+    let mut notes: Vec<String> = said
+        .into_iter()
+        .filter(|(r, _)| r == "ConfigWritten")
+        .map(|(_, n)| n)
+        .collect();
+    // The summary first, as the planner orders them; the rest sorted.
+    notes.sort_by_key(|n| (!n.starts_with("wrote "), n.clone()));
+    notes.iter().map(|n| format!("{n}\n")).collect()
 }
 
 /// The stored draft as the planner renders it, without what the API server adds.
@@ -622,20 +593,14 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
     ops.delete("deleted-mid-run", &Default::default())
         .await
         .expect("delete");
-    let start = Instant::now();
-    while ops
-        .get_opt("deleted-mid-run")
-        .await
-        .expect("read")
-        .is_some()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the deleted run is held: {:?}",
-            ops.get_opt("deleted-mid-run").await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::support::until("the deleted run to go", async || {
+        ops.get_opt("deleted-mid-run")
+            .await
+            .expect("read")
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let said = events_of(&kube, ns, "deleted-mid-run").await;
     let _ = operator.kill();
     let _ = operator.wait();
