@@ -2,8 +2,9 @@
 //!
 //! - At every kill point ([`simplyblock_operator::crash`]): the process aborts right after
 //!   each non-idempotent side effect of a deployment (the cluster create, each node add,
-//!   the activation, the default pool's create) and of each StorageClusterOps action, and
-//!   before its record is written. Restarted, it finds the effect and does not repeat it.
+//!   the activation, the default pool's create) and of each StorageClusterOps action
+//!   (Shutdown, Start, Restart, Expand, RollingRestart, CancelTask), before its record is
+//!   written. Restarted, it finds the effect and does not repeat it.
 //! - `kill -9` at 20 random moments of a deployment, also with faults scripted in the
 //!   control plane (409s, 5xx answers, creates, adds and activations whose answers are lost,
 //!   latency); where the kills landed is asserted too.
@@ -590,6 +591,77 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
             exactly(&log[from..], on, *effective);
         }
     }
+
+    // CancelTask on a node add held open: every attempt fails and the frozen clock keeps
+    // the task in the queue until the cancel has been sent, killed after, and awaited.
+    let admin = |path: &str, body: Value| {
+        let cp = d.cp.clone();
+        let path = format!("/../../_sim/{path}");
+        async move {
+            let r = cp
+                .raw(Method::PUT, &path, &[], Some(&body))
+                .await
+                .expect("sbsim admin");
+            assert!(r.status < 300, "{path}: {}", r.status);
+        }
+    };
+    admin("faults", json!({"spec": "taskfail:name=node_add"})).await;
+    admin("clock", json!({"scale": 0.0})).await;
+    let cluster = d.cp.list_clusters().await.expect("clusters")[0].id;
+    let task =
+        d.cp.add_storage_node(
+            cluster,
+            &simplyblock_controlplane::StorageNodeAdd::new(
+                "cw9.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000",
+                "eth0",
+            ),
+        )
+        .await
+        .expect("a node add to cancel");
+    let from = calls(&d.cp).await.len();
+    let op: StorageClusterOps = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+        "metadata": {"name": "crash-canceltask"},
+        "spec": {"clusterRef": "simplyblock", "action": "CancelTask",
+                 "cancelTask": {"taskID": task.to_string()}}
+    }))
+    .expect("op");
+    ops.create(&PostParams::default(), &op)
+        .await
+        .expect("op created");
+    let point = crash::ops_point("StorageClusterOps", "CancelTask", "Requesting");
+    let finished = async || {
+        ops.get("crash-canceltask")
+            .await
+            .ok()
+            .and_then(|o| o.status)
+            .is_some_and(|s| s.phase.is_terminal())
+    };
+    assert!(abort_at(&d, &point, finished).await, "{point} never fired");
+    let mut child = d.operator(None);
+    crate::support::until("the cancel to be awaited", async || {
+        let s = ops.get("crash-canceltask").await.ok()?.status?;
+        (s.step.state.as_deref() == Some("Awaiting")).then_some(())
+    })
+    .await;
+    admin("clock", json!({"scale": 1000.0})).await;
+    let done = crate::support::until("crash-canceltask to finish", async || {
+        ops.get("crash-canceltask")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.phase.is_terminal())
+    })
+    .await;
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+    assert_eq!(done.phase, OpsPhase::Succeeded, "{:?}", done.message);
+    let cancel = format!("/api/v2/clusters/{cluster}/tasks/{task}/cancel");
+    let cancels = calls(&d.cp).await[from..]
+        .iter()
+        .filter(|c| c["method"] == "POST" && c["path"] == cancel.as_str())
+        .count();
+    assert_eq!(cancels, 1, "one cancel reached the control plane");
 }
 
 async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
