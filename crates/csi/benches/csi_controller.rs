@@ -3,7 +3,7 @@
 //! driver's latency minus the same control-plane calls made directly). Prints figures;
 //! asserts nothing about time. Run: `cargo bench -p simplyblock-csi --bench csi_controller`.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -17,6 +17,8 @@ use crate::sim::{Sim, St};
 pub async fn run(sim: Arc<Sim>, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         let next = sim.mutate(|st| Ok(step(st))).ok().flatten();
+        sim.engine_passes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = sim.clock.now_ms();
         // Poll at least every 100 ms: reboots end and faults expire without an event.
         let wait = next

@@ -119,6 +119,9 @@ pub struct Sim {
     pub calls: Mutex<CallLog>,
     /// Wakes the engine when work was queued.
     pub wake: Notify,
+    /// Passes the engine has finished: how a test sees that it looked again (and, with
+    /// the clock frozen, that nothing moved) without sleeping.
+    pub engine_passes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Sim {
@@ -189,6 +192,7 @@ impl Sim {
             state: Mutex::new(tables),
             db,
             wake: Notify::new(),
+            engine_passes: std::sync::atomic::AtomicU64::new(0),
             config,
         }))
     }

@@ -38,17 +38,27 @@ pub async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 /// [`until`] with a limit of its own (a deployment of many nodes takes longer).
-pub async fn until_within<T>(
+pub async fn until_within<T>(what: &str, limit: Duration, f: impl AsyncFnMut() -> Option<T>) -> T {
+    until_explained(what, limit, f, String::new).await
+}
+
+/// [`until_within`] whose failure also says what `explain` tells (the last state seen).
+pub async fn until_explained<T>(
     what: &str,
     limit: Duration,
     mut f: impl AsyncFnMut() -> Option<T>,
+    explain: impl Fn() -> String,
 ) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f().await {
             return v;
         }
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out waiting for {what}; {}",
+            explain()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -409,10 +419,18 @@ impl Harness {
     }
 
     pub async fn phase_is(&self, name: &str, phase: OpsPhase) -> StorageClusterOps {
-        until(&format!("{name} {phase:?}"), async || {
-            let op = self.ops().get(name).await.ok()?;
-            (op.status.as_ref()?.phase == phase).then_some(op)
-        })
+        let last = std::sync::Mutex::new(None);
+        until_explained(
+            &format!("{name} {phase:?}"),
+            PATIENCE,
+            async || {
+                let op = self.ops().get(name).await.ok()?;
+                let status = op.status.clone();
+                *last.lock().expect("lock") = status.clone();
+                (status?.phase == phase).then_some(op)
+            },
+            || format!("last seen {:?}", last.lock().expect("lock")),
+        )
         .await
     }
 

@@ -1,9 +1,7 @@
 //! HTTPS with a required client certificate: the client's mTLS, CA bundle and pinned
 //! service name against sbsim's TLS listener (rustls with ring on both sides).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use simplyblock_controlplane::*;
 use simplyblock_simulator::{Server, ServerTls, Sim};

@@ -2,11 +2,9 @@
 //! with sbsim and the loop attacher. The skipped cases are listed in the README with the
 //! reason; everything else must pass.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Cases that do not apply to this driver; the README lists each with the reason.
 const SKIPS: &[&str] = &[];

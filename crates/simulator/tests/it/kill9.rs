@@ -1,13 +1,11 @@
 //! `kill -9` of the real binary at arbitrary moments: nothing acknowledged is lost, and
 //! queued tasks resume after the restart and finish once, with no duplicate nodes.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simplyblock_controlplane::*;
 
 struct Proc {
@@ -77,14 +75,20 @@ async fn kill_9_loses_nothing_and_queued_tasks_resume_once() {
                 .expect("add"),
         );
     }
-    // At 20x a node add takes about 1.5 s real; stop it after 0.3 s (workers rebooting).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = c.list_tasks(cluster.id).await.expect("tasks");
-    assert!(
-        before.iter().all(|t| t.status != TaskStatus::Done),
-        "{before:?}"
-    );
+    // At 20x a node add takes about 1.5 s real: kill as soon as one is seen running, with
+    // at least one not done yet (workers rebooting).
+    let before = eventually("a node add running", Duration::from_secs(20), || async {
+        let t = c.list_tasks(cluster.id).await.ok()?;
+        (t.iter().any(|t| t.status == TaskStatus::Running)
+            && t.iter().any(|t| t.status != TaskStatus::Done))
+        .then_some(t)
+    })
+    .await;
     kill9(p);
+    println!(
+        "killed with the adds {:?}",
+        before.iter().map(|t| t.status).collect::<Vec<_>>()
+    );
 
     let p = spawn(&state, &fleet, "20");
     let c = client_for(&p.url);
@@ -152,10 +156,17 @@ async fn kill_9_loses_nothing_and_queued_tasks_resume_once() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Kill in the middle of the burst: once twenty creates were acknowledged.
+    let mut acknowledged = Vec::new();
+    while acknowledged.len() < 20 {
+        acknowledged.push(
+            rx.recv()
+                .await
+                .expect("a create acknowledged before the kill"),
+        );
+    }
     kill9(p);
     let _ = burst.await;
-    let mut acknowledged = Vec::new();
     while let Ok(id) = rx.try_recv() {
         acknowledged.push(id);
     }

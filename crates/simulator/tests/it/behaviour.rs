@@ -2,11 +2,9 @@
 //! not-found messages, plain-text 500s, auth, duplicates, node and cluster statuses,
 //! the workers' storage-node API, the sim clock, replication.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simplyblock_controlplane::*;
 
 #[tokio::test]
@@ -207,8 +205,20 @@ async fn storage_node_api_follows_enrollment_and_node_add_reboots() {
         .expect("n")
         .len();
     assert_eq!(node_count, 0, "no node record before the worker is back");
-    // Frozen clock: nothing moves until it is advanced past the reboot and the add.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Frozen clock: nothing moves until it is advanced past the reboot and the add, however
+    // often the engine looks (two passes: one that started after this point).
+    let passes = || {
+        env.server
+            .sim
+            .engine_passes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let from = passes();
+    eventually("two engine passes", Duration::from_secs(5), || async {
+        env.server.sim.wake.notify_one();
+        (passes() >= from + 2).then_some(())
+    })
+    .await;
     assert!(agent("w1").info().await.is_err());
     env.server.sim.clock.advance(21_000);
     env.server.sim.wake.notify_one();

@@ -1,11 +1,9 @@
 //! The CEL rules, defaults and enums of the CRDs, as the real API server applies them. Each
 //! refusal is asserted to the letter: the message is what a person reads in kubectl.
 
-mod support;
-
+use crate::support::{create, dynamic, refusal, update};
 use serde_json::{Value, json};
 use simplyblock_api::{ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps};
-use support::{create, dynamic, refusal, update};
 
 fn cdc(name: &str, groups: Value) -> Value {
     json!({
@@ -60,7 +58,7 @@ fn discover(name: &str, discover: Value) -> Value {
 
 #[tokio::test]
 async fn an_approved_config_is_frozen() {
-    let (client, ns) = support::namespace("cel-approved-frozen").await;
+    let (client, ns) = crate::support::namespace("cel-approved-frozen").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     create(&api, cdc("doc", json!([nvme_group("g")])))
         .await
@@ -88,7 +86,7 @@ async fn an_approved_config_is_frozen() {
 
 #[tokio::test]
 async fn approval_cannot_be_withdrawn() {
-    let (client, ns) = support::namespace("cel-approval-withdrawn").await;
+    let (client, ns) = crate::support::namespace("cel-approval-withdrawn").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let mut doc = cdc("doc", json!([nvme_group("g")]));
     doc["spec"]["approved"] = json!(true);
@@ -109,7 +107,7 @@ async fn approval_cannot_be_withdrawn() {
 
 #[tokio::test]
 async fn a_draft_without_the_approved_key_is_defaulted_and_can_be_approved() {
-    let (client, ns) = support::namespace("cel-approved-default").await;
+    let (client, ns) = crate::support::namespace("cel-approved-default").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let created = create(&api, cdc("doc", json!([nvme_group("g")])))
         .await
@@ -124,7 +122,7 @@ async fn a_draft_without_the_approved_key_is_defaulted_and_can_be_approved() {
 
 #[tokio::test]
 async fn groups_must_share_a_device_class() {
-    let (client, ns) = support::namespace("cel-device-class").await;
+    let (client, ns) = crate::support::namespace("cel-device-class").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let mixed = create(
         &api,
@@ -145,7 +143,7 @@ async fn groups_must_share_a_device_class() {
 
 #[tokio::test]
 async fn a_device_selection_names_one_class() {
-    let (client, ns) = support::namespace("cel-device-selection").await;
+    let (client, ns) = crate::support::namespace("cel-device-selection").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let both = json!([{
         "name": "g", "workers": ["worker-1"],
@@ -163,7 +161,7 @@ async fn a_device_selection_names_one_class() {
 
 #[tokio::test]
 async fn only_supported_stripes_are_admitted() {
-    let (client, ns) = support::namespace("cel-stripe").await;
+    let (client, ns) = crate::support::namespace("cel-stripe").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     let supported = [(1, 0), (1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 2)];
     for (i, (d, p)) in supported.iter().enumerate() {
@@ -198,7 +196,7 @@ async fn only_supported_stripes_are_admitted() {
 
 #[tokio::test]
 async fn the_stripe_cannot_change() {
-    let (client, ns) = support::namespace("cel-stripe-immutable").await;
+    let (client, ns) = crate::support::namespace("cel-stripe-immutable").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     create(
         &api,
@@ -225,7 +223,7 @@ async fn the_stripe_cannot_change() {
 
 #[tokio::test]
 async fn atomic_4k_writes_need_checksums() {
-    let (client, ns) = support::namespace("cel-atomic4k").await;
+    let (client, ns) = crate::support::namespace("cel-atomic4k").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     let result = create(&api, cluster("c", json!({"enableAtomicity4K": true}))).await;
     assert_eq!(
@@ -254,7 +252,7 @@ async fn atomic_4k_writes_need_checksums() {
 
 #[tokio::test]
 async fn a_document_cannot_carry_atomic_4k_writes_without_checksums() {
-    let (client, ns) = support::namespace("cel-cdc-atomic4k").await;
+    let (client, ns) = crate::support::namespace("cel-cdc-atomic4k").await;
     let api = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let with = |name: &str, extra: Value, approved: bool| {
         let mut doc = cdc(name, json!([nvme_group("g")]));
@@ -309,7 +307,7 @@ async fn a_document_cannot_carry_atomic_4k_writes_without_checksums() {
 
 #[tokio::test]
 async fn volume_auto_placement_is_defaulted_by_the_server() {
-    let (client, ns) = support::namespace("cel-auto-placement").await;
+    let (client, ns) = crate::support::namespace("cel-auto-placement").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     let created = create(&api, cluster("c", json!({"volumeAutoPlacement": {}})))
         .await
@@ -350,7 +348,7 @@ async fn volume_auto_placement_is_defaulted_by_the_server() {
 
 #[tokio::test]
 async fn the_ops_history_limit_defaults_to_twenty_and_is_not_negative() {
-    let (client, ns) = support::namespace("cel-ops-history").await;
+    let (client, ns) = crate::support::namespace("cel-ops-history").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     let created = create(&api, cluster("a", json!({})))
         .await
@@ -375,7 +373,7 @@ async fn the_ops_history_limit_defaults_to_twenty_and_is_not_negative() {
 
 #[tokio::test]
 async fn a_cluster_name_fits_a_label_value() {
-    let (client, ns) = support::namespace("cel-cluster-name").await;
+    let (client, ns) = crate::support::namespace("cel-cluster-name").await;
     let api = dynamic::<StorageCluster>(&client, &ns);
     let at_limit = "c".repeat(63);
     create(&api, cluster(&at_limit, json!({})))
@@ -392,7 +390,7 @@ async fn a_cluster_name_fits_a_label_value() {
 
 #[tokio::test]
 async fn an_unknown_action_is_refused() {
-    let (client, ns) = support::namespace("cel-unknown-action").await;
+    let (client, ns) = crate::support::namespace("cel-unknown-action").await;
     let api = dynamic::<StorageClusterOps>(&client, &ns);
     let result = create(&api, scops("reboot", "Reboot")).await;
     assert_eq!(
@@ -406,7 +404,7 @@ async fn an_unknown_action_is_refused() {
 
 #[tokio::test]
 async fn an_action_is_fixed_at_creation_and_abort_is_not() {
-    let (client, ns) = support::namespace("cel-action-immutable").await;
+    let (client, ns) = crate::support::namespace("cel-action-immutable").await;
     let api = dynamic::<StorageClusterOps>(&client, &ns);
     create(&api, scops("op", "Shutdown"))
         .await
@@ -446,7 +444,7 @@ async fn an_action_is_fixed_at_creation_and_abort_is_not() {
 
 #[tokio::test]
 async fn an_operator_ops_action_is_known_and_fixed() {
-    let (client, ns) = support::namespace("cel-oops-action").await;
+    let (client, ns) = crate::support::namespace("cel-oops-action").await;
     let api = dynamic::<OperatorOps>(&client, &ns);
     // Discover is the only action, so a changed action is always an unknown one and the
     // enum refuses it before the immutability rule is evaluated.
@@ -468,7 +466,7 @@ async fn an_operator_ops_action_is_known_and_fixed() {
 
 #[tokio::test]
 async fn cancel_task_names_its_task() {
-    let (client, ns) = support::namespace("cel-cancel-task").await;
+    let (client, ns) = crate::support::namespace("cel-cancel-task").await;
     let api = dynamic::<StorageClusterOps>(&client, &ns);
     let result = create(&api, scops("cancel", "CancelTask")).await;
     assert_eq!(
@@ -486,7 +484,7 @@ async fn cancel_task_names_its_task() {
 
 #[tokio::test]
 async fn discovery_takes_workers_or_a_selector() {
-    let (client, ns) = support::namespace("cel-discover-workers").await;
+    let (client, ns) = crate::support::namespace("cel-discover-workers").await;
     let api = dynamic::<OperatorOps>(&client, &ns);
     let result = create(
         &api,
@@ -515,7 +513,7 @@ async fn discovery_takes_workers_or_a_selector() {
 
 #[tokio::test]
 async fn device_filters_belong_to_one_class() {
-    let (client, ns) = support::namespace("cel-device-filter").await;
+    let (client, ns) = crate::support::namespace("cel-device-filter").await;
     let api = dynamic::<OperatorOps>(&client, &ns);
     let cases = [
         (
@@ -561,7 +559,7 @@ async fn device_filters_belong_to_one_class() {
 
 #[tokio::test]
 async fn an_unknown_step_is_refused_in_status() {
-    let (client, ns) = support::namespace("cel-unknown-step").await;
+    let (client, ns) = crate::support::namespace("cel-unknown-step").await;
     let api = dynamic::<StorageClusterOps>(&client, &ns);
     create(&api, scops("op", "Activate"))
         .await
@@ -613,7 +611,7 @@ async fn a_document_stored_without_the_approved_key_can_be_approved() {
         serde_json::from_value(crd).expect("a CRD")
     }
 
-    let (client, ns) = support::namespace("cel-approved-legacy").await;
+    let (client, ns) = crate::support::namespace("cel-approved-legacy").await;
     let env = simplyblock_testenv::TestEnv::shared().expect("env");
     let guarded = "legacy.storage.simplyblock.io";
     let unguarded = "unguarded.storage.simplyblock.io";
@@ -664,7 +662,7 @@ fn storage_node(name: &str) -> Value {
 #[tokio::test]
 async fn a_node_keeps_its_identity() {
     use simplyblock_api::StorageNode;
-    let (client, ns) = support::namespace("cel-storage-node").await;
+    let (client, ns) = crate::support::namespace("cel-storage-node").await;
     let api = dynamic::<StorageNode>(&client, &ns);
     create(&api, storage_node("n")).await.expect("created");
     let moved = update(&api, "n", |n| n["spec"]["clusterRef"] = json!("other")).await;

@@ -3,12 +3,10 @@
 //! validator: each request body the client sent against the route's request schema,
 //! each answer sbsim gave against the route's response schema for that status.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use simplyblock_controlplane::*;
 use simplyblock_simulator::model::JobKind;

@@ -1,11 +1,9 @@
 //! The `simplyblock-csi` binary: flags wire the endpoint, the mode and a cluster given on
 //! the command line; it serves until SIGTERM and removes its socket.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simplyblock_csi::proto::csi::v1 as csi;
 use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
 use simplyblock_csi::proto::csi::v1::identity_client::IdentityClient;

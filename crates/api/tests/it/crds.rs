@@ -1,8 +1,6 @@
 //! The checked-in CRDs are what the types generate, the step lists in them are the graphs',
 //! and every sample manifest is accepted by the real API server.
 
-mod support;
-
 use std::path::PathBuf;
 
 use kube::api::PostParams;
@@ -95,7 +93,7 @@ fn every_kind_has_a_sample() {
 
 #[tokio::test]
 async fn samples_are_accepted_by_the_api_server() {
-    let (client, ns) = support::namespace("samples").await;
+    let (client, ns) = crate::support::namespace("samples").await;
     for crd in crds() {
         let singular = crd.spec.names.singular.clone().unwrap_or_default();
         let path = repo_root().join(format!("deploy/samples/{singular}.yaml"));
@@ -103,13 +101,15 @@ async fn samples_are_accepted_by_the_api_server() {
         let object: kube::api::DynamicObject =
             serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let api = match crd.spec.names.kind.as_str() {
-            "StorageCluster" => support::dynamic::<StorageCluster>(&client, &ns),
-            "StorageClusterOps" => support::dynamic::<StorageClusterOps>(&client, &ns),
-            "ClusterDeploymentConfig" => support::dynamic::<ClusterDeploymentConfig>(&client, &ns),
-            "OperatorOps" => support::dynamic::<OperatorOps>(&client, &ns),
-            "StorageNode" => support::dynamic::<StorageNode>(&client, &ns),
-            "StoragePool" => support::dynamic::<StoragePool>(&client, &ns),
-            "StoragePoolOps" => support::dynamic::<StoragePoolOps>(&client, &ns),
+            "StorageCluster" => crate::support::dynamic::<StorageCluster>(&client, &ns),
+            "StorageClusterOps" => crate::support::dynamic::<StorageClusterOps>(&client, &ns),
+            "ClusterDeploymentConfig" => {
+                crate::support::dynamic::<ClusterDeploymentConfig>(&client, &ns)
+            }
+            "OperatorOps" => crate::support::dynamic::<OperatorOps>(&client, &ns),
+            "StorageNode" => crate::support::dynamic::<StorageNode>(&client, &ns),
+            "StoragePool" => crate::support::dynamic::<StoragePool>(&client, &ns),
+            "StoragePoolOps" => crate::support::dynamic::<StoragePoolOps>(&client, &ns),
             other => panic!("no sample check for {other}"),
         };
         let created = api

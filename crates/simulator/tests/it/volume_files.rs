@@ -1,11 +1,9 @@
 //! `--volume-files`: each volume and snapshot is a sparse file of its size that follows
 //! create, snapshot, clone, resize and delete through the API.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simplyblock_controlplane::*;
 
 #[tokio::test]

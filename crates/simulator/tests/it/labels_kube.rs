@@ -2,11 +2,9 @@
 //! and a worker's storage-node API answers only while its Node carries the enrollment
 //! label the operator writes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use simplyblock_controlplane::{Error, SnodeClient, SnodeConfig};

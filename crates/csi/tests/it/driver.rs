@@ -3,12 +3,10 @@
 //! with snapshots deletes as the control plane answers, topology is honoured, and the
 //! Node's labels become its topology.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use simplyblock_csi::fs;
 use simplyblock_csi::proto::csi::v1 as csi;
 use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;

@@ -1,0 +1,5 @@
+//! The integration tests of this crate, one binary: a module per area.
+
+mod cel;
+mod crds;
+mod support;

@@ -1,0 +1,6 @@
+//! The integration tests of this crate, one binary: a module per area.
+
+mod binary;
+mod common;
+mod driver;
+mod sanity;
