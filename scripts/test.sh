@@ -25,10 +25,10 @@ step() { printf '\n==> %s\n' "$*"; }
 step "formatting (cargo fmt --check)"
 cargo fmt --all -- --check
 
-step "test API server binaries (built into ~/.cache/simplyblock-testenv on first use)"
+step "test binaries: kube-apiserver, etcd and csi-sanity (built into ~/.cache/simplyblock-testenv on first use)"
 cargo run --quiet -p simplyblock-testenv --bin testenv -- build
 
-step "CSI driver test tools: mkfs.xfs, and csi-sanity (built into ~/.cache/simplyblock-testenv on first use)"
+step "CSI driver test tools: mkfs.xfs"
 if ! command -v mkfs.xfs >/dev/null 2>&1; then
     echo "The CSI driver tests format xfs volumes; installing xfsprogs (apt-get, needs root)." >&2
     { apt-get install -y xfsprogs >/dev/null 2>&1 \
@@ -37,7 +37,6 @@ if ! command -v mkfs.xfs >/dev/null 2>&1; then
         exit 2
     }
 fi
-cargo run --quiet -p simplyblock-csi --example build_csi_sanity
 
 step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings

@@ -20,7 +20,6 @@ pub mod locks;
 pub mod node;
 pub mod params;
 pub mod record;
-pub mod sanity;
 pub mod server;
 pub mod topology;
 

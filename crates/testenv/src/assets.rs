@@ -84,6 +84,37 @@ pub fn ensure() -> Result<Binaries, Error> {
     })
 }
 
+/// The csi-test release whose csi-sanity checks the CSI driver.
+pub const CSI_TEST_VERSION: &str = "v5.6.0";
+
+/// csi-sanity, the CSI driver's peer suite: found in the cache, or built there once under
+/// the same lock as the API server's binaries.
+pub fn csi_sanity() -> Result<PathBuf, Error> {
+    let cache = cache_dir();
+    let bin = cache
+        .join(format!("csi-sanity-{CSI_TEST_VERSION}"))
+        .join("csi-sanity");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    fs::create_dir_all(&cache)
+        .map_err(|e| Error::io(format!("creating {}", cache.display()), e))?;
+    let lock_path = cache.join("build.lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
+    if lock.try_lock().is_err() {
+        eprintln!("testenv: another process is building the test binaries; waiting for it");
+        lock.lock()
+            .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
+    }
+    if !bin.is_file() {
+        check_go()?;
+        build(&Recipe::csi_sanity(), &bin)?;
+    }
+    drop(lock);
+    Ok(bin)
+}
+
 /// A throwaway Go module whose only purpose is to compile one command.
 struct Recipe {
     what: String,
@@ -104,6 +135,19 @@ impl Recipe {
             ),
             tools_go: tools_go(&["go.etcd.io/etcd/server/v3"]),
             package: "go.etcd.io/etcd/server/v3",
+            ldflags: "-s -w".to_string(),
+        }
+    }
+
+    fn csi_sanity() -> Recipe {
+        let package = "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity";
+        Recipe {
+            what: format!("csi-sanity {CSI_TEST_VERSION}"),
+            go_mod: format!(
+                "module local/testenv-csi-sanity\n\ngo 1.26.0\n\nrequire github.com/kubernetes-csi/csi-test/v5 {CSI_TEST_VERSION}\n"
+            ),
+            tools_go: tools_go(&[package]),
+            package,
             ldflags: "-s -w".to_string(),
         }
     }

@@ -16,6 +16,7 @@
 
 pub mod assets;
 pub mod process;
+pub mod wait;
 
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
@@ -36,7 +37,7 @@ use process::Guarded;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "Go is needed to build kube-apiserver and etcd for the test environment: {0}. \
+        "Go is needed to build kube-apiserver, etcd and csi-sanity for the test environment: {0}. \
          Install Go {minimum} or newer (https://go.dev/doc/install) and put `go` on PATH.",
         minimum = "1.26"
     )]

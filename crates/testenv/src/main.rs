@@ -27,7 +27,8 @@ enum Cmd {
         #[arg(long = "crds")]
         crds: Vec<PathBuf>,
     },
-    /// Build (or find in the cache) kube-apiserver and etcd, then print their paths.
+    /// Build (or find in the cache) kube-apiserver, etcd and csi-sanity, then print their
+    /// paths.
     Build,
 }
 
@@ -46,6 +47,9 @@ async fn main() -> anyhow::Result<()> {
             let bins = tokio::task::spawn_blocking(simplyblock_testenv::assets::ensure).await??;
             println!("kube-apiserver: {}", bins.kube_apiserver.display());
             println!("etcd: {}", bins.etcd.display());
+            let sanity =
+                tokio::task::spawn_blocking(simplyblock_testenv::assets::csi_sanity).await??;
+            println!("csi-sanity: {}", sanity.display());
         }
         Cmd::Up { crds } => {
             let env = TestEnv::start().await?;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use simplyblock_controlplane::{
     Client, ClientConfig, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, StorageNodeAdd,
@@ -44,17 +44,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    simplyblock_testenv::wait::until_within(what, timeout, async || f().await).await
 }
 
 /// sbsim with `workers` enrolled workers, an active cluster over all of them and a pool.

@@ -21,12 +21,10 @@ async fn csi_sanity_passes_with_block_volumes() {
 
 /// One csi-sanity run (controller and node suites) with volumes of this access type.
 async fn sanity(access: &str) {
-    let bin = tokio::task::spawn_blocking(|| {
-        simplyblock_csi::sanity::ensure(&simplyblock_testenv::assets::cache_dir())
-    })
-    .await
-    .expect("join")
-    .expect("csi-sanity (needs Go and the Go module proxy on first use)");
+    let bin = tokio::task::spawn_blocking(simplyblock_testenv::assets::csi_sanity)
+        .await
+        .expect("join")
+        .expect("csi-sanity (needs Go and the Go module proxy on first use)");
     let sim = sbsim(3).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let _cleanup = Cleanup {

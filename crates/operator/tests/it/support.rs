@@ -29,39 +29,7 @@ pub const LABEL: &str = "io.simplyblock.storagenodeset";
 /// The operator namespace the webhooks are served for.
 pub const OPERATOR_NAMESPACE: &str = "simplyblock-system";
 
-/// How long a wait gives a fact to appear before the test fails.
-pub const PATIENCE: Duration = Duration::from_secs(120);
-
-/// Polls `f` until it returns a value; panics naming `what` after [`PATIENCE`].
-pub async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
-    until_within(what, PATIENCE, f).await
-}
-
-/// [`until`] with a limit of its own (a deployment of many nodes takes longer).
-pub async fn until_within<T>(what: &str, limit: Duration, f: impl AsyncFnMut() -> Option<T>) -> T {
-    until_explained(what, limit, f, String::new).await
-}
-
-/// [`until_within`] whose failure also says what `explain` tells (the last state seen).
-pub async fn until_explained<T>(
-    what: &str,
-    limit: Duration,
-    mut f: impl AsyncFnMut() -> Option<T>,
-    explain: impl Fn() -> String,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out waiting for {what}; {}",
-            explain()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use simplyblock_testenv::wait::{PATIENCE, until, until_explained, until_within};
 
 /// Waits until `controller` has ended `n` more passes over `namespace/name` than it had
 /// when called: the proof that it looked again, taken before asserting that it changed

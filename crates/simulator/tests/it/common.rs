@@ -2,8 +2,7 @@
 //! and a client pointed at it.
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use simplyblock_controlplane::{Client, ClientConfig, ClusterCreate, StorageNodeAdd, Url, Uuid};
 use simplyblock_simulator::{Server, Sim, SimConfig};
@@ -79,18 +78,9 @@ pub fn snode_address(worker: &str) -> String {
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    simplyblock_testenv::wait::until_within(what, timeout, async || f().await).await
 }
 
 /// Create a cluster, add `n` nodes on `w1..wn`, activate it; returns the cluster id.

@@ -133,7 +133,7 @@ fn a_build_without_go_says_what_to_install() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it succeeded without Go: {stderr}");
     assert!(
-        stderr.contains("Go is needed to build kube-apiserver and etcd"),
+        stderr.contains("Go is needed to build kube-apiserver, etcd and csi-sanity"),
         "{stderr}"
     );
     assert!(stderr.contains("https://go.dev/doc/install"), "{stderr}");
@@ -142,7 +142,7 @@ fn a_build_without_go_says_what_to_install() {
 
 #[test]
 fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
-    use simplyblock_testenv::assets::{ETCD_VERSION, KUBERNETES_VERSION};
+    use simplyblock_testenv::assets::{CSI_TEST_VERSION, ETCD_VERSION, KUBERNETES_VERSION};
 
     let cache = tempfile::tempdir().expect("cache dir");
     let empty = tempfile::tempdir().expect("an empty PATH");
@@ -168,7 +168,11 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         .path()
         .join(format!("etcd-{ETCD_VERSION}"))
         .join("etcd");
-    for bin in [&apiserver, &etcd] {
+    let sanity = cache
+        .path()
+        .join(format!("csi-sanity-{CSI_TEST_VERSION}"))
+        .join("csi-sanity");
+    for bin in [&apiserver, &etcd, &sanity] {
         std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
         std::fs::write(bin, "built by the lock holder").expect("write");
     }
@@ -185,7 +189,11 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         stdout.contains(&format!("etcd: {}", etcd.display())),
         "{stdout}"
     );
-    for bin in [&apiserver, &etcd] {
+    assert!(
+        stdout.contains(&format!("csi-sanity: {}", sanity.display())),
+        "{stdout}"
+    );
+    for bin in [&apiserver, &etcd, &sanity] {
         assert_eq!(
             std::fs::read_to_string(bin).expect("read"),
             "built by the lock holder"
