@@ -24,6 +24,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "formatting (cargo fmt --check)"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 step "test binaries: kube-apiserver, etcd and csi-sanity (built into ~/.cache/simplyblock-testenv on first use)"
 cargo run --quiet -p simplyblock-testenv --bin testenv -- build
@@ -41,12 +42,30 @@ fi
 step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "fuzz targets (fuzz/, its own workspace: built on stable, linted)"
+if ! command -v c++ >/dev/null 2>&1; then
+    echo "libFuzzer is C++; installing a C++ compiler (apt-get, needs root)." >&2
+    { apt-get install -y g++ >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y g++ >/dev/null; }; } || {
+        echo "Could not install g++; install a C++ compiler and rerun." >&2
+        exit 2
+    }
+fi
+# The workspace's target directory: no second copy of every dependency on disk.
+export CARGO_TARGET_DIR="$PWD/target"
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
+cargo build --manifest-path fuzz/Cargo.toml --bins
+
 step "tests (cargo test)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The fuzz targets' properties, over generated inputs (their proptest mirrors).
+cargo test --manifest-path fuzz/Cargo.toml 2>&1 | tee -a "$log"
+fuzz_status=${PIPESTATUS[0]}
+[ "$status" -ne 0 ] || status=$fuzz_status
 set -e
 
 step "time per test binary (seconds, slowest first)"

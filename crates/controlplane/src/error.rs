@@ -130,7 +130,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Pull the human text out of an error body: `detail` (a string, or FastAPI's list of
 /// validation errors), else `error`, else the raw text. The server wraps lookup
 /// messages in the quotes of a Python `KeyError`; those are removed.
-pub(crate) fn message_from_body(body: &[u8]) -> String {
+pub fn message_from_body(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body).trim().to_string();
     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
         return unquote(&text).to_string();
@@ -168,11 +168,15 @@ pub(crate) fn message_from_body(body: &[u8]) -> String {
             _ => None,
         }
     };
+    // A field that says nothing ("detail": "", "error": "''") is no message: the whole
+    // body is, so a person always reads something.
+    let said = |m: &String| !m.trim().is_empty();
     value
         .get("detail")
         .and_then(pick)
-        .or_else(|| value.get("error").and_then(pick))
-        .or_else(|| value.as_str().map(|s| unquote(s).to_string()))
+        .filter(said)
+        .or_else(|| value.get("error").and_then(pick).filter(said))
+        .or_else(|| value.as_str().map(|s| unquote(s).to_string()).filter(said))
         .unwrap_or(text)
 }
 
@@ -202,6 +206,16 @@ mod tests {
         assert_eq!(unquote("\"LVol 7 not found\""), "LVol 7 not found");
         // One quote alone is text, not a repr.
         assert_eq!(unquote("\"half"), "\"half");
+    }
+
+    #[test]
+    fn an_empty_field_gives_the_whole_body() {
+        // Regression (found by the fuzz property): {"error": ""} gave an empty message.
+        assert_eq!(message_from_body(br#"{"error": ""}"#), r#"{"error": ""}"#);
+        assert_eq!(
+            message_from_body(br#"{"detail": "''", "error": "boom"}"#),
+            "boom"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod tls;
 pub mod types;
 
 pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse};
-pub use error::{Error, Result};
+pub use error::{Error, Result, message_from_body};
 pub use reqwest::Method;
 pub use snode::{SnodeClient, SnodeConfig};
 pub use tls::TlsConfig;

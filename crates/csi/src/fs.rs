@@ -272,9 +272,12 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
+        // Only \000 to \377 name a byte; the kernel escapes nothing above, and \4xx read
+        // as a byte overflowed it, so such text stays as written.
         if b[i] == b'\\'
             && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+            && (b'0'..=b'3').contains(&b[i + 1])
+            && b[i + 2..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
@@ -378,6 +381,16 @@ pub fn usage(path: &Path) -> Result<Usage> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_octal_escape_above_a_byte_stays_as_written() {
+        // Regression: \4xx to \7xx overflowed a u8 (a panic in debug builds).
+        assert_eq!(unescape("/mnt/a\\400b"), "/mnt/a\\400b");
+        assert_eq!(unescape("/mnt/a\\777"), "/mnt/a\\777");
+        assert_eq!(unescape("/mnt/with\\040space"), "/mnt/with space");
+        assert_eq!(unescape("/mnt/\\134x"), "/mnt/\\x");
+    }
+
     use super::*;
 
     #[test]

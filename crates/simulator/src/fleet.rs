@@ -107,23 +107,23 @@ pub fn load(path: &Path) -> Result<FleetFile, SimError> {
         path: path.display().to_string(),
         reason: e.to_string(),
     })?;
-    let fleet: FleetFile = serde_saphyr::from_str(&text).map_err(|e| SimError::Fleet {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// A fleet file's text, checked; `origin` names it in errors.
+pub fn parse(text: &str, origin: &str) -> Result<FleetFile, SimError> {
+    let fail = |reason: String| SimError::Fleet {
+        path: origin.to_string(),
+        reason,
+    };
+    let fleet: FleetFile = serde_saphyr::from_str(text).map_err(|e| fail(e.to_string()))?;
     let mut seen = std::collections::BTreeSet::new();
     for w in &fleet.workers {
         if w.addresses.is_empty() {
-            return Err(SimError::Fleet {
-                path: path.display().to_string(),
-                reason: format!("worker {} has no addresses", w.hostname),
-            });
+            return Err(fail(format!("worker {} has no addresses", w.hostname)));
         }
         if !seen.insert(w.hostname.clone()) {
-            return Err(SimError::Fleet {
-                path: path.display().to_string(),
-                reason: format!("worker {} is listed twice", w.hostname),
-            });
+            return Err(fail(format!("worker {} is listed twice", w.hostname)));
         }
     }
     Ok(fleet)
