@@ -567,7 +567,20 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
                     .is_some_and(|p| p.ends_with("/storage-nodes/"))
         })
         .collect();
-    assert_eq!(adds.len(), WORKERS.len(), "one node add per worker");
+    let seen: Vec<String> = adds
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} expand={} at {}",
+                c["status"], c["body"]["node_address"], c["body"]["expand"], c["time"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        adds.len(),
+        WORKERS.len(),
+        "one node add per worker: {seen:#?}"
+    );
     for add in adds {
         let body = &add["body"];
         let growth = body["node_address"]

@@ -147,6 +147,7 @@ pub async fn namespace(kube: &kube::Client, name: &str) {
 /// webhooks registered: every test runs under the admission a real install has, whatever
 /// test ran first.
 pub async fn api_server() -> &'static TestEnv {
+    logs();
     webhooks().await;
     TestEnv::shared().expect("API server")
 }
@@ -234,6 +235,20 @@ pub async fn events(
         })
         .filter_map(|e| e.note)
         .collect()
+}
+
+/// The operator's logs, written through the test harness: a failing test shows what its
+/// controllers did (`RUST_LOG` narrows or widens it), a passing one shows nothing.
+pub fn logs() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "info,kube=warn,kube_runtime=warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
 }
 
 /// The webhook server of this process and where the API server reaches it.
