@@ -52,7 +52,7 @@ if ! command -v c++ >/dev/null 2>&1; then
     }
 fi
 # The workspace's target directory: no second copy of every dependency on disk.
-export CARGO_TARGET_DIR="$PWD/target"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 cargo build --manifest-path fuzz/Cargo.toml --bins
 
