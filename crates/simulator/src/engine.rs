@@ -459,6 +459,21 @@ fn charge(st: &mut St<'_>, id: &str, why: &str) {
     if t.max_retry >= 0 && t.retry >= t.max_retry as u32 {
         t.status = TaskStatus::Done;
         t.result = "max retry reached".into();
+        // The cluster log says how an add ended, failed as well as succeeded.
+        if t.function_name == "node_add" {
+            let (cluster, retries) = (t.cluster_id, t.retry);
+            let addr = t
+                .params
+                .get("node_addr")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            st.event(
+                cluster,
+                "node_add",
+                format!("node add for {addr} failed after {retries} attempts: {why}"),
+            );
+        }
     } else {
         t.status = TaskStatus::Suspended;
         t.step = 1;
