@@ -133,7 +133,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn message_from_body(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body).trim().to_string();
     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return unquote(&text).to_string();
+        let unquoted = unquote(&text);
+        return if unquoted.trim().is_empty() {
+            text
+        } else {
+            unquoted.to_string()
+        };
     };
     let pick = |v: &serde_json::Value| -> Option<String> {
         match v {
@@ -216,6 +221,8 @@ mod tests {
             message_from_body(br#"{"detail": "''", "error": "boom"}"#),
             "boom"
         );
+        // And a plain body that is an empty repr (found by fuzzing: "\x0b\x0b''").
+        assert_eq!(message_from_body(b"\x0b\x0b''"), "''");
     }
 
     #[test]
