@@ -77,7 +77,7 @@ awk '
         gsub(/[()]/, "", name)
         sub(/.*\//, "", name)
         sub(/-[0-9a-f]+$/, "", name)
-        if ($2 == "unittests" && $3 == "src/lib.rs") crate = name
+        if ($2 == "unittests" && ($3 == "src/lib.rs" || name ~ /^simplyblock_/)) crate = name
         if ($2 == "unittests") binary = name " (unit tests)"
         else binary = crate " " name
     }

@@ -733,7 +733,10 @@ async fn a_control_plane_slower_than_the_step_deadline_fails_the_operation() {
 }
 
 /// Replaces the controller every time the operation shows a new (step, message) — after a
-/// write-ahead record, after a call, while it waits — until the operation ends.
+/// write-ahead record, after a call, while it waits — until the operation ends. A poll sees
+/// a state that lasts (a wait on the control plane); one that a pass writes and the next
+/// replaces within milliseconds it may miss, so the tests count on the lasting ones only.
+/// The kill-point crash test replaces the operator after every call, deterministically.
 async fn replacing_the_controller(h: &Harness, name: &str) -> (StorageClusterOps, usize) {
     let mut controller = h.start();
     let mut replaced = 0;
@@ -873,14 +876,15 @@ async fn an_expand_whose_answer_was_lost_is_not_repeated() {
 }
 
 #[tokio::test]
-async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
+async fn a_shutdown_survives_its_controller_replaced_whenever_it_moves() {
     let h = harness("scops-crash-shutdown", "", (1, 1)).await;
     h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-shutdown", "Shutdown").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-shutdown").await;
     assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
-    assert!(replaced >= 2, "replaced {replaced} times");
+    // At least while it waited for the nodes to go offline.
+    assert!(replaced >= 1, "replaced {replaced} times");
     assert_eq!(
         h.answers("POST", &cluster_path(&h, "shutdown")).await,
         [202]
@@ -893,7 +897,7 @@ async fn a_shutdown_survives_a_controller_replaced_at_every_step() {
 }
 
 #[tokio::test]
-async fn a_start_survives_a_controller_replaced_at_every_step() {
+async fn a_start_survives_its_controller_replaced_whenever_it_moves() {
     let h = harness("scops-crash-start", "", (1, 1)).await;
     h.activated().await;
     shut_down(&h).await;
@@ -901,7 +905,8 @@ async fn a_start_survives_a_controller_replaced_at_every_step() {
     h.create_op("sb-start", "Start").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-start").await;
     assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
-    assert!(replaced >= 2, "replaced {replaced} times");
+    // At least while it waited for the cluster to become active.
+    assert!(replaced >= 1, "replaced {replaced} times");
     assert_eq!(h.answers("POST", &cluster_path(&h, "start")).await, [202]);
     assert_eq!(
         cluster_status(&h).await,
@@ -910,14 +915,15 @@ async fn a_start_survives_a_controller_replaced_at_every_step() {
 }
 
 #[tokio::test]
-async fn a_restart_survives_a_controller_replaced_at_every_step() {
+async fn a_restart_survives_its_controller_replaced_whenever_it_moves() {
     let h = harness("scops-crash-restart", "", (1, 1)).await;
     h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-restart", "Restart").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-restart").await;
     assert_eq!(op.status.expect("status").phase, OpsPhase::Succeeded);
-    assert!(replaced >= 3, "replaced {replaced} times");
+    // At least while it waited for offline, and again for active.
+    assert!(replaced >= 2, "replaced {replaced} times");
     assert_eq!(
         h.answers("POST", &cluster_path(&h, "shutdown")).await,
         [202]
@@ -930,14 +936,15 @@ async fn a_restart_survives_a_controller_replaced_at_every_step() {
 }
 
 #[tokio::test]
-async fn an_expand_survives_a_controller_replaced_at_every_step() {
+async fn an_expand_survives_its_controller_replaced_whenever_it_moves() {
     let h = harness("scops-crash-expand", "", (1, 1)).await;
     h.activated().await;
     h.clock(20.0).await;
     h.create_op("sb-expand", "Expand").await;
     let (op, replaced) = replacing_the_controller(&h, "sb-expand").await;
     let status = op.status.expect("status");
-    assert!(replaced >= 2, "replaced {replaced} times");
+    // At least while the cluster was expanding.
+    assert!(replaced >= 1, "replaced {replaced} times");
     // Never two calls. A replacement between the record and the answer leaves the
     // outcome unknown (the call may not have gone out), which fails the operation rather
     // than calling again.
@@ -961,7 +968,7 @@ async fn an_expand_survives_a_controller_replaced_at_every_step() {
 }
 
 #[tokio::test]
-async fn a_rolling_restart_survives_a_controller_replaced_at_every_step() {
+async fn a_rolling_restart_survives_its_controller_replaced_whenever_it_moves() {
     let h = harness("scops-crash-rolling", "", (1, 1)).await;
     h.activated().await;
     h.clock(20.0).await;
@@ -969,8 +976,8 @@ async fn a_rolling_restart_survives_a_controller_replaced_at_every_step() {
     let (op, replaced) = replacing_the_controller(&h, "sb-rolling").await;
     let status = op.status.expect("status");
     assert_eq!(status.phase, OpsPhase::Succeeded, "{status:?}");
-    // Three nodes, four steps each at least.
-    assert!(replaced >= 12, "replaced {replaced} times");
+    // At least once per node, while it waited for the node's shutdown or restart.
+    assert!(replaced >= 3, "replaced {replaced} times");
     let rr = status.rolling_restart.expect("rollingRestart");
     assert_eq!(rr.node_index, 3);
     for node in &rr.nodes {
