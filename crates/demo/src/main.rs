@@ -12,10 +12,10 @@ mod volume;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams};
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
@@ -24,11 +24,9 @@ use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
 use simplyblock_operator::context::Context;
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
-use simplyblock_operator::{cluster, deployment, node, pool};
+use simplyblock_operator::deployment::discovery::ProbeSettings;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::TestEnv;
 
@@ -126,65 +124,51 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     // Background tasks, stopped before the API server goes so none of them complains.
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(labels::watch(sim.sim.clone(), client.clone())));
-    // No kubelet runs on a simulated worker: sbsim runs the probe Jobs itself.
-    tasks.push(tokio::spawn(jobs::watch(sim.sim.clone(), client.clone())));
+    let tasks = vec![
+        tokio::spawn(labels::watch(sim.sim.clone(), client.clone())),
+        // No kubelet runs on a simulated worker: sbsim runs the probe Jobs itself.
+        tokio::spawn(jobs::watch(sim.sim.clone(), client.clone())),
+    ];
 
     step("starting the operator: admission webhooks over TLS, and its controllers");
     let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
         simplyblock_controlplane::Url::parse(&sim.url)?,
         TOKEN,
     ))?;
-    let ctx = Arc::new(
-        Context::new(client.clone(), cp, sim.url.clone(), NAMESPACE.into())
-            .with_snode_proxy(sim.addr),
-    );
-    let certs = ServingCertificates::new(
-        simplyblock_certs::Authority::new("simplyblock-demo-webhook-ca")?,
-        vec!["localhost".into()],
-        vec![Ipv4Addr::LOCALHOST.into()],
-        Duration::from_secs(24 * 3600),
-    )?;
-    let server = WebhookServer::bind(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        certs.clone(),
-        webhooks::router(WebhookContext {
-            client: client.clone(),
-            operator_namespace: NAMESPACE.into(),
+    // The operator the binary runs, leader election included, in this process.
+    let context = Context::new(client.clone(), cp, sim.url.clone(), NAMESPACE.into())
+        .with_snode_proxy(sim.addr);
+    let shutdown = context.shutdown.clone();
+    let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
+        context,
+        webhook_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        webhook_endpoint: WebhookEndpoint::Bound,
+        certificate_validity: Duration::from_secs(24 * 3600),
+        metrics_listen: None,
+        probe: ProbeSettings {
+            image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
+            service_account: "simplyblock-nodeprobe".into(),
+        },
+        initial_discovery: true,
+        leader_election: Some(LeaderElection {
+            lease: LeaderElection::LEASE.into(),
+            identity: "simplyblock-operator-demo".into(),
+            duration: Duration::from_secs(15),
         }),
-    )
+    }));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let holder = wait_for("the leader Lease", Duration::from_secs(60), async || {
+        leases
+            .get_opt(LeaderElection::LEASE)
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
     .await?;
-    let webhook_url = format!(
-        "https://{}",
-        server
-            .local_addr()
-            .ok_or_else(|| anyhow::anyhow!("no webhook address"))?
-    );
-    tasks.push(tokio::spawn(server.run()));
-    webhooks::register(&client, &Endpoint::Url(webhook_url), &certs.ca_bundle()).await?;
-    tasks.push(tokio::spawn(cluster::controller::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(cluster::ops::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(deployment::controller::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(node::controller::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(node::workload::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(pool::controller::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(pool::ops::run(ctx.clone(), None)));
-    let probe = deployment::discovery::ProbeSettings {
-        image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
-        service_account: "simplyblock-nodeprobe".into(),
-    };
-    tasks.push(tokio::spawn(deployment::discovery::run(
-        ctx.clone(),
-        probe,
-        None,
-    )));
+    eprintln!("    leader: {holder} holds Lease {}", LeaderElection::LEASE);
 
     step("first install: discovering the fleet's disks (OperatorOps initial-discovery)");
-    let raised = deployment::discovery::bootstrap(&client, NAMESPACE)
-        .await
-        .map_err(|why| anyhow::anyhow!("the initial discovery was declined: {why}"))?;
-    eprintln!("    {raised}");
     let ops: Api<OperatorOps> = Api::namespaced(client.clone(), NAMESPACE);
     let run = wait_for("the discovery run", Duration::from_secs(60), async || {
         let s = ops.get("initial-discovery").await.ok()?.status?;
@@ -319,9 +303,16 @@ async fn main() -> anyhow::Result<()> {
         Ok(None) => Ok(()),
         Err(e) => Err(e),
     };
+    shutdown.fire();
+    let stopped = operator.await;
     for task in tasks {
         task.abort();
     }
+    let outcome = match stopped {
+        Ok(Ok(())) => outcome,
+        Ok(Err(e)) => outcome.and(Err(e.into())),
+        Err(e) => outcome.and(Err(e.into())),
+    };
     drop(sim);
     drop(env);
     outcome
@@ -338,7 +329,7 @@ async fn day_one(
 ) -> anyhow::Result<volume::Served> {
     step("the operator gives the Online cluster its default pool and a StorageClass for it");
     let pools: Api<StoragePool> = Api::namespaced(client.clone(), NAMESPACE);
-    let pool_name = pool::controller::default_pool_name(cluster);
+    let pool_name = simplyblock_operator::pool::controller::default_pool_name(cluster);
     let class = wait_for("the default pool", Duration::from_secs(60), async || {
         let s = pools.get(&pool_name).await.ok()?.status?;
         (s.phase == PoolPhase::Ready)

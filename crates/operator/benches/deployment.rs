@@ -5,7 +5,6 @@
 //! `cargo bench -p simplyblock-operator --bench deployment` (`WORKERS=N`, `BUDGET=N`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -15,8 +14,9 @@ use simplyblock_api::StorageCluster;
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_operator::assembly::WebhookEndpoint;
 use simplyblock_operator::context::Context;
-use simplyblock_operator::{cluster, deployment, node};
+use simplyblock_operator::deployment::discovery::ProbeSettings;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 
@@ -149,16 +149,23 @@ async fn main() {
         "bench",
     ))
     .expect("client");
-    let ctx = Arc::new(
-        Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
-            .with_snode_proxy(sim.addr),
-    );
-    let scope = Some(NS.to_string());
-    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(cluster::ops::run(ctx.clone(), scope.clone()));
-    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+    let context = Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
+        .watching(NS)
+        .with_snode_proxy(sim.addr);
+    let shutdown = context.shutdown.clone();
+    let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
+        context,
+        webhook_listen: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+        webhook_endpoint: WebhookEndpoint::Bound,
+        certificate_validity: Duration::from_secs(24 * 3600),
+        metrics_listen: None,
+        probe: ProbeSettings {
+            image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
+            service_account: "simplyblock-nodeprobe".into(),
+        },
+        initial_discovery: false,
+        leader_election: None,
+    }));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../deploy/samples/clusterdeploymentconfig.yaml"
@@ -252,4 +259,10 @@ async fn main() {
         "peak RSS of the process (controllers, sbsim, clients): {:.1} MiB",
         peak_rss_kib() as f64 / 1024.0
     );
+    shutdown.fire();
+    match operator.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("the operator stopped with an error: {e}"),
+        Err(e) => panic!("the operator task failed: {e}"),
+    }
 }

@@ -1,6 +1,7 @@
-//! What every controller shares: the two API clients, the event publisher, and where the
-//! operator runs.
+//! What every controller shares: the two API clients, the event publisher, the metrics,
+//! the namespaces it serves, its shutdown signal, and where the operator runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Resource;
@@ -20,6 +21,36 @@ pub struct Context {
     /// shutdown). Tests set it below 1 to see a deadline pass within seconds
     /// ([`Context::with_step_deadline_scale`]); it is read when a controller starts.
     pub step_deadline_scale: f64,
+    /// The operator's metrics ([`crate::metrics`]).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The namespaces the controllers watch.
+    pub scope: crate::kit::Scope,
+    /// Fired when the operator stops: the controllers finish the passes in flight and end.
+    pub shutdown: Shutdown,
+}
+
+/// The operator's stop signal, shared by every controller.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown(tokio_util::sync::CancellationToken);
+
+impl Shutdown {
+    pub fn new() -> Shutdown {
+        Shutdown::default()
+    }
+
+    /// Stops every controller holding a clone.
+    pub fn fire(&self) {
+        self.0.cancel();
+    }
+
+    pub fn is_fired(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    /// Resolves once fired.
+    pub async fn wait(self) {
+        self.0.cancelled_owned().await
+    }
 }
 
 /// How to reach a worker's storage-node API.
@@ -69,7 +100,28 @@ impl Context {
             },
             namespace,
             step_deadline_scale: 1.0,
+            metrics: Arc::default(),
+            scope: crate::kit::Scope::all(),
+            shutdown: Shutdown::new(),
         }
+    }
+
+    /// Watch only `namespace` (see [`Context::scope`]).
+    pub fn watching(mut self, namespace: impl Into<String>) -> Context {
+        self.scope = crate::kit::Scope::namespace(namespace);
+        self
+    }
+
+    /// Watch what `scope` says.
+    pub fn with_scope(mut self, scope: crate::kit::Scope) -> Context {
+        self.scope = scope;
+        self
+    }
+
+    /// Stop when `shutdown` fires.
+    pub fn with_shutdown(mut self, shutdown: Shutdown) -> Context {
+        self.shutdown = shutdown;
+        self
     }
 
     /// Scale every Ops step deadline by `factor` (see [`Context::step_deadline_scale`]);

@@ -4,17 +4,22 @@
 //! One module per domain; pure decisions (`validation`, plans) live apart from the I/O
 //! that reads the world and writes the result.
 
+pub mod assembly;
 pub mod cluster;
 pub mod context;
 pub mod crash;
 pub mod csi_secret;
 pub mod deployment;
 pub mod events;
+pub mod kit;
+pub mod metrics;
 pub mod metrics_server;
 pub mod node;
 pub mod ops;
 pub mod pool;
 pub mod webhooks;
+
+pub use assembly::{Config, run};
 
 /// What can go wrong in the operator's own machinery (controllers report their domain
 /// errors in status and events instead).

@@ -1,20 +1,18 @@
 //! `simplyblock-operator`: the operator process.
 //!
-//! `run` serves the admission webhooks over TLS from a certificate issued by the
-//! operator's own CA, registers them with the API server (caBundle included), keeps the
-//! certificate fresh, serves its metrics over plain HTTP, and runs the controllers.
+//! `run` parses the flags into a [`simplyblock_operator::Config`] and runs the operator
+//! ([`simplyblock_operator::run`]) until SIGTERM or Ctrl-C, after which the passes in
+//! flight finish and the leader Lease is released.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use simplyblock_operator::context::Context;
-use simplyblock_operator::metrics_server::{self, MetricsServer};
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
-use simplyblock_operator::{cluster, deployment, node, pool};
+use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
+use simplyblock_operator::context::{Context, Shutdown};
+use simplyblock_operator::deployment::discovery::ProbeSettings;
+use simplyblock_operator::kit::Scope;
+use simplyblock_operator::metrics_server;
 
 #[derive(Parser)]
 #[command(name = "simplyblock-operator", about = "The simplyblock operator")]
@@ -117,6 +115,16 @@ struct RunArgs {
     /// Service names (an operator outside the cluster, e.g. against sbsim).
     #[arg(long)]
     storage_node_proxy: Option<SocketAddr>,
+    /// Reconcile without electing a leader: only for a single replica.
+    #[arg(long)]
+    disable_leader_election: bool,
+    /// This replica's name in the leader Lease (by default the pod's name).
+    #[arg(long, env = "POD_NAME")]
+    leader_identity: Option<String>,
+    /// How long the leader Lease stays held without renewal: how long a standby waits
+    /// when the leader dies without releasing it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
 }
 
 /// An address to listen on, or none.
@@ -137,6 +145,91 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from(signed).map_err(|e| e.to_string())
 }
 
+/// The operator's configuration from its flags.
+async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
+    let RunArgs {
+        webhook_listen,
+        metrics_addr,
+        namespace,
+        webhook_service,
+        webhook_url,
+        certificate_validity,
+        control_plane_url,
+        control_plane_token_file,
+        watch_namespace,
+        probe_image,
+        probe_service_account,
+        disable_initial_discovery,
+        storage_node_proxy,
+        disable_leader_election,
+        leader_identity,
+        lease_duration,
+    } = args;
+    let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
+        anyhow::anyhow!(
+            "the control-plane token file {} cannot be read ({e}); mount the service-account token or pass --control-plane-token-file",
+            control_plane_token_file.display()
+        )
+    })?;
+    let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
+        control_plane_url.clone(),
+        token.trim(),
+    ))?;
+    let client = kube::Client::try_default().await?;
+    let mut context = Context::new(client, cp, control_plane_url.to_string(), namespace)
+        .with_scope(Scope(watch_namespace))
+        .with_shutdown(Shutdown::new());
+    if let Some(proxy) = storage_node_proxy {
+        context = context.with_snode_proxy(proxy);
+    }
+    let leader_election = (!disable_leader_election).then(|| LeaderElection {
+        lease: LeaderElection::LEASE.into(),
+        identity: leader_identity.unwrap_or_else(hostname),
+        duration: lease_duration,
+    });
+    Ok(simplyblock_operator::Config {
+        context,
+        webhook_listen,
+        webhook_endpoint: match webhook_url {
+            Some(url) => WebhookEndpoint::Url(url),
+            None => WebhookEndpoint::Service(webhook_service),
+        },
+        certificate_validity,
+        metrics_listen: metrics_addr.0,
+        probe: ProbeSettings {
+            image: probe_image,
+            service_account: probe_service_account,
+        },
+        initial_discovery: !disable_initial_discovery,
+        leader_election,
+    })
+}
+
+/// This machine's name: the leader identity outside a pod.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "simplyblock-operator".into())
+}
+
+/// SIGTERM (the kubelet stopping the pod) or Ctrl-C.
+async fn stop_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "SIGTERM cannot be caught; only Ctrl-C stops the operator gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -147,125 +240,14 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Run(args) => {
-            let RunArgs {
-                webhook_listen,
-                metrics_addr,
-                namespace,
-                webhook_service,
-                webhook_url,
-                certificate_validity,
-                control_plane_url,
-                control_plane_token_file,
-                watch_namespace,
-                probe_image,
-                probe_service_account,
-                disable_initial_discovery,
-                storage_node_proxy,
-            } = *args;
-            let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
-                anyhow::anyhow!(
-                    "the control-plane token file {} cannot be read ({e}); mount the service-account token or pass --control-plane-token-file",
-                    control_plane_token_file.display()
-                )
-            })?;
-            let cp = simplyblock_controlplane::Client::new(
-                simplyblock_controlplane::ClientConfig::new(
-                    control_plane_url.clone(),
-                    token.trim(),
-                ),
-            )?;
-            let client = kube::Client::try_default().await?;
-            let dns = vec![
-                format!("{webhook_service}.{namespace}.svc"),
-                format!("{webhook_service}.{namespace}.svc.cluster.local"),
-                "localhost".to_string(),
-            ];
-            let ips = vec![std::net::Ipv4Addr::LOCALHOST.into()];
-            let ca = webhooks::ca::ensure(&client, &namespace).await?;
-            let certs = ServingCertificates::with_bundle(
-                ca.authority,
-                ca.bundle,
-                dns,
-                ips,
-                certificate_validity,
-            )?;
-            let endpoint = match webhook_url {
-                Some(url) => Endpoint::Url(url),
-                None => Endpoint::Service {
-                    namespace: namespace.clone(),
-                    name: webhook_service,
-                },
-            };
-            let mut context = Context::new(
-                client.clone(),
-                cp,
-                control_plane_url.to_string(),
-                namespace.clone(),
-            );
-            if let Some(proxy) = storage_node_proxy {
-                context = context.with_snode_proxy(proxy);
-            }
-            let controllers = Arc::new(context);
-            let ctx = WebhookContext {
-                client: client.clone(),
-                operator_namespace: namespace,
-            };
-            let server =
-                WebhookServer::bind(webhook_listen, certs.clone(), webhooks::router(ctx)).await?;
-            let metrics = match metrics_addr.0 {
-                Some(addr) => {
-                    let metrics = MetricsServer::bind(addr).await?;
-                    tracing::info!(listen = %addr, "serving /metrics and /healthz");
-                    Some(metrics)
-                }
-                None => None,
-            };
-            let metrics = async move {
-                match metrics {
-                    Some(m) => m.run().await,
-                    None => std::future::pending().await,
-                }
-            };
-            webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
-            tracing::info!(listen = %webhook_listen, ?endpoint, "serving the admission webhooks");
-            tokio::spawn(certs.clone().rotate_forever());
-            tokio::spawn(webhooks::ca::keep_fresh(
-                client.clone(),
-                controllers.namespace.clone(),
-                endpoint.clone(),
-                certs.clone(),
-                std::time::Duration::from_secs(3600),
-            ));
-            // Serve before the bootstrap creates its run: that create passes through the
-            // voperatorops webhook just registered, which must already answer.
-            let server = tokio::spawn(server.run());
-            if !disable_initial_discovery {
-                let client = client.clone();
-                let namespace = controllers.namespace.clone();
-                tokio::spawn(async move {
-                    match deployment::discovery::bootstrap(&client, &namespace).await {
-                        Ok(done) => tracing::info!("initial discovery: {done}"),
-                        Err(why) => tracing::info!("initial discovery declined: {why}"),
-                    }
-                });
-            }
-            let probe = deployment::discovery::ProbeSettings {
-                image: probe_image,
-                service_account: probe_service_account,
-            };
-            tokio::select! {
-                _ = server => {}
-                _ = metrics => {}
-                _ = cluster::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = node::workload::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = pool::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = pool::ops::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = deployment::discovery::run(controllers, probe, watch_namespace) => {}
-                _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
-            }
+            let config = config(*args).await?;
+            let shutdown = config.context.shutdown.clone();
+            tokio::spawn(async move {
+                stop_signal().await;
+                tracing::info!("stopping: finishing the passes in flight");
+                shutdown.fire();
+            });
+            simplyblock_operator::run(config).await?;
         }
         Command::Probe {
             root,

@@ -1,42 +1,42 @@
-//! The operator's metrics over plain HTTP: `GET /metrics` renders the process-wide
-//! registry ([`crate::ops::metrics`]) in the Prometheus text format, and `GET /healthz`
-//! answers while the process serves.
+//! The operator's metrics over plain HTTP: `GET /metrics` renders the operator's registry
+//! ([`crate::metrics`]) in the OpenMetrics text format, and `GET /healthz` answers while
+//! the process serves.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::Error;
-
-/// The content type of the Prometheus text exposition format, version 0.0.4.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub use crate::metrics::CONTENT_TYPE;
+use crate::metrics::Metrics;
 
 /// `/metrics` and `/healthz`.
-pub fn router() -> Router {
+pub fn router(metrics: Arc<Metrics>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok" }))
+        .with_state(metrics)
 }
 
-async fn metrics() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        crate::ops::metrics::render(),
-    )
+async fn render(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render())
 }
 
 /// A bound metrics server; [`MetricsServer::run`] serves until the task is dropped.
 pub struct MetricsServer {
     listener: TcpListener,
+    metrics: Arc<Metrics>,
 }
 
 impl MetricsServer {
     /// Binds `addr`; port 0 picks a free one (see [`MetricsServer::local_addr`]).
-    pub async fn bind(addr: SocketAddr) -> Result<MetricsServer, Error> {
+    pub async fn bind(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<MetricsServer, Error> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Listen {
@@ -44,7 +44,7 @@ impl MetricsServer {
                 addr: addr.to_string(),
                 source,
             })?;
-        Ok(MetricsServer { listener })
+        Ok(MetricsServer { listener, metrics })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -52,7 +52,7 @@ impl MetricsServer {
     }
 
     pub async fn run(self) {
-        if let Err(e) = axum::serve(self.listener, router()).await {
+        if let Err(e) = axum::serve(self.listener, router(self.metrics)).await {
             tracing::warn!(error = %e, "the metrics server stopped");
         }
     }
@@ -75,8 +75,8 @@ mod tests {
     use axum::http::{Request, StatusCode};
     use tower::ServiceExt;
 
-    async fn get(path: &str) -> (StatusCode, Option<String>, String) {
-        let response = router()
+    async fn get(metrics: &Arc<Metrics>, path: &str) -> (StatusCode, Option<String>, String) {
+        let response = router(metrics.clone())
             .oneshot(Request::get(path).body(Body::empty()).expect("request"))
             .await
             .expect("answer");
@@ -97,39 +97,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn metrics_are_rendered_as_prometheus_text() {
-        let failed: Result<
-            (
-                kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::ConfigMap>,
-                (),
-            ),
-            kube::runtime::controller::Error<std::io::Error, std::io::Error>,
-        > = Err(kube::runtime::controller::Error::ReconcilerFailed(
-            std::io::Error::other("x"),
-            Box::new(
-                kube::runtime::reflector::ObjectRef::<k8s_openapi::api::core::v1::ConfigMap>::new(
-                    "a",
-                )
-                .erase(),
-            ),
-        ));
-        crate::ops::metrics::reconciled("metrics-server-test", &failed);
-        let (status, content_type, body) = get("/metrics").await;
+    async fn metrics_are_rendered_as_openmetrics_text() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.count(
+            "simplyblock_reconcile_total",
+            vec![
+                ("controller", "metrics-server-test".into()),
+                ("result", "error".into()),
+            ],
+        );
+        let (status, content_type, body) = get(&metrics, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(content_type.as_deref(), Some(CONTENT_TYPE));
         assert!(
-            body.contains("# TYPE simplyblock_reconcile_total counter"),
+            body.contains("# TYPE simplyblock_reconcile counter"),
             "{body}"
         );
         assert!(
             body.contains(
-                "simplyblock_reconcile_total{controller=\"metrics-server-test\",result=\"error\"} 1"
+                "simplyblock_reconcile_total{controller=\"metrics-server-test\",result=\"error\"} 1.0"
             ),
             "{body}"
         );
-        let (status, _, body) = get("/healthz").await;
+        let (status, _, body) = get(&metrics, "/healthz").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
-        assert_eq!(get("/other").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(get(&metrics, "/other").await.0, StatusCode::NOT_FOUND);
     }
 
     #[test]

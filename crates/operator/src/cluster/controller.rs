@@ -10,132 +10,100 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
 use serde_json::json;
 use simplyblock_api::storage_cluster::{
-    CREATION_GRAPH, ClusterPhase, CreationStep, StorageClusterStatus,
+    CREATION_GRAPH, ClusterPhase, ClusterTask, CreationStep, OperationRecord, StorageClusterStatus,
 };
 use simplyblock_api::{StorageCluster, StorageClusterOps};
 use simplyblock_controlplane::Uuid;
-use simplyblock_statemachine::{Machine, State};
+use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use super::history::History;
 use super::observe;
 use super::params::{self, BackupCredentials};
 use crate::context::{Context, requeue};
 use crate::csi_secret;
+use crate::kit::{self, Error, Guard};
+use crate::metrics::Metrics;
 use crate::pool;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagecluster-finalizer";
 /// The finalizer older operators set; read and removed on delete.
 pub const LEGACY_FINALIZER: &str = "storage.simplyblock.io/cluster-finalizer";
 const MANAGER: &str = "storagecluster-controller";
+const MANAGED_BY_LABEL: &str = "storage.simplyblock.io/managed-by";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("control plane: {0}")]
-    ControlPlane(#[from] simplyblock_controlplane::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    /// Deletion waits (the reason is in status and an event): an error, so the finalizer
-    /// stays, which an Ok from the cleanup would remove.
-    #[error("deletion held: {0}")]
-    Held(String),
-}
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagecluster";
 
-/// Runs the controller until the stream ends, over every namespace or only `namespace`.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (clusters, secrets, ops): (Api<StorageCluster>, Api<Secret>, Api<StorageClusterOps>) =
-        match &namespace {
-            Some(ns) => (
-                Api::namespaced(ctx.kube.clone(), ns),
-                Api::namespaced(ctx.kube.clone(), ns),
-                Api::namespaced(ctx.kube.clone(), ns),
-            ),
-            None => (
-                Api::all(ctx.kube.clone()),
-                Api::all(ctx.kube.clone()),
-                Api::all(ctx.kube.clone()),
-            ),
-        };
-    Controller::new(clusters, watcher::Config::default())
-        .owns(
-            secrets,
-            watcher::Config::default().labels("storage.simplyblock.io/managed-by=storagecluster"),
-        )
-        // A finished operation is history for its cluster to record, and perhaps to prune.
-        .watches(ops, watcher::Config::default(), |op| {
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<StorageCluster>(&ctx.kube),
+        watcher::Config::default(),
+    )
+    .owns(
+        ctx.scope.api::<Secret>(&ctx.kube),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}=storagecluster")),
+    )
+    // A finished operation is history for its cluster to record, and perhaps to prune.
+    .watches(
+        ctx.scope.api::<StorageClusterOps>(&ctx.kube),
+        watcher::Config::default(),
+        |op| {
             let ns = op.namespace()?;
             let finished = op.status.as_ref().is_some_and(|s| s.phase.is_terminal());
             finished.then(|| ObjectRef::new(&op.spec.cluster_ref).within(&ns))
-        })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storagecluster", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "storagecluster reconcile");
-            }
-        })
-        .await;
-}
-
-fn error_policy(cluster: Arc<StorageCluster>, error: &Error, _: Arc<Context>) -> Action {
-    if let Error::Finalizer(inner) = error
-        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Held(why)) = &**inner
-    {
-        tracing::debug!(cluster = %cluster.name_any(), why, "deletion held");
-        return Action::requeue(requeue::RETRY);
-    }
-    tracing::warn!(cluster = %cluster.name_any(), error = %error, "reconciling a StorageCluster failed; retrying");
-    Action::requeue(requeue::RETRY)
+        },
+    );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
 pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let api: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
-    finalizer(&api, FINALIZER, cluster, |event| async {
-        match event {
-            Finalizer::Apply(c) => apply(&c, &ctx).await,
-            Finalizer::Cleanup(c) => cleanup(&c, &ctx).await,
-        }
-    })
+    let ctx = &*ctx;
+    kit::finalized(
+        &ctx.kube,
+        FINALIZER,
+        cluster,
+        |c| async move { apply(&c, ctx).await },
+        |c| async move { cleanup(&c, ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// `simplyblock_storagecluster_phase_state{namespace,cluster,phase}`: 1 for the phase the
 /// cluster is in, 0 for the others; all 0 once it is gone.
-pub fn record_phase(namespace: &str, cluster: &str, phase: Option<ClusterPhase>) {
-    for p in ClusterPhase::ALL {
-        let label = serde_json::to_value(p)
+pub fn record_phase(m: &Metrics, namespace: &str, cluster: &str, phase: Option<ClusterPhase>) {
+    let name = |p: ClusterPhase| {
+        serde_json::to_value(p)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        crate::ops::metrics::set_gauge(
-            "simplyblock_storagecluster_phase_state".to_owned(),
-            vec![
-                ("namespace", namespace.to_owned()),
-                ("cluster", cluster.to_owned()),
-                ("phase", label),
-            ],
-            if Some(p) == phase { 1.0 } else { 0.0 },
-        );
-    }
+            .unwrap_or_default()
+    };
+    let names = ClusterPhase::ALL.map(name);
+    m.one_hot(
+        "simplyblock_storagecluster_phase_state",
+        &vec![
+            ("namespace", namespace.to_owned()),
+            ("cluster", cluster.to_owned()),
+        ],
+        names.iter().map(String::as_str),
+        phase.map(name).as_deref(),
+    );
 }
 
 async fn apply(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Error> {
     let status = cluster.status.clone().unwrap_or_default();
     record_phase(
+        &ctx.metrics,
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
         Some(status.phase),
@@ -221,6 +189,18 @@ async fn write_identity(
     Ok(())
 }
 
+/// The fields of StorageCluster status this controller owns while it creates the cluster.
+#[derive(Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct CreationStatus {
+    phase: ClusterPhase,
+    #[serde(skip_serializing_if = "StepSnapshot::is_empty")]
+    step: StepSnapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    observed_generation: Option<i64>,
+}
+
 /// Writes the creation machine's position (and phase and message), before the step's
 /// side effect. With `lock`, the write only succeeds on the resourceVersion read.
 async fn write_step(
@@ -231,39 +211,21 @@ async fn write_step(
     message: Option<String>,
     lock: bool,
 ) -> Result<bool, Error> {
-    let mut metadata = json!({"name": cluster.name_any()});
-    if lock {
-        metadata["resourceVersion"] = json!(cluster.resource_version());
-    }
-    let mut status = json!({
-        "phase": phase,
-        "observedGeneration": cluster.metadata.generation,
-    });
-    if let Some(m) = machine {
-        status["step"] = serde_json::to_value(m.snapshot()).unwrap_or_default();
-    }
-    if let Some(message) = message {
-        status["message"] = json!(message);
-    }
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2",
-        "kind": "StorageCluster",
-        "metadata": metadata,
-        "status": status,
-    });
-    let api: Api<StorageCluster> =
-        Api::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default());
-    match api
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-    {
+    let status = CreationStatus {
+        phase,
+        step: machine.map(|m| m.snapshot()).unwrap_or_default(),
+        message,
+        observed_generation: cluster.metadata.generation,
+    };
+    let guard = if lock {
+        Guard::ResourceVersion
+    } else {
+        Guard::None
+    };
+    match kit::apply_status(&ctx.kube, cluster, MANAGER, &status, guard).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(Error::Stale(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -601,6 +563,35 @@ async fn publish_csi_entry(ctx: &Context, id: &Identity) -> Result<(), Error> {
     Ok(())
 }
 
+/// The fields of StorageCluster status this controller owns once the cluster exists:
+/// what the control plane reports, and the history of its operations.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SteadyStatus {
+    phase: ClusterPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uuid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nqn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    erasure_coding_scheme: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rebalancing: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_fault_tolerance: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrent_worker_restarts: Option<i32>,
+    tasks: Vec<ClusterTask>,
+    recent_operations: Vec<OperationRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    observed_generation: Option<i64>,
+}
+
 /// Writes the steady-state status, only when it differs from what is stored. `false`: the
 /// history changed and the object moved since it was read (409); nothing was written.
 async fn write_steady(
@@ -614,46 +605,34 @@ async fn write_steady(
     if current == next {
         return Ok(true);
     }
-    let mut metadata = json!({"name": cluster.name_any()});
+    let status = SteadyStatus {
+        phase: next.phase,
+        uuid: next.uuid.clone(),
+        cluster_name: next.cluster_name.clone(),
+        nqn: next.nqn.clone(),
+        erasure_coding_scheme: next.erasure_coding_scheme.clone(),
+        status: next.status.clone(),
+        rebalancing: next.rebalancing,
+        max_fault_tolerance: next.max_fault_tolerance,
+        max_concurrent_worker_restarts: next
+            .max_fault_tolerance
+            .map(|ftt| cluster.spec.max_concurrent_worker_restarts.min(ftt.max(1))),
+        tasks: next.tasks.clone(),
+        recent_operations: next.recent_operations.clone(),
+        message: next.message.clone(),
+        observed_generation: next.observed_generation,
+    };
     // The history is merged into what was read: a stale read must not overwrite entries a
     // newer write recorded.
-    if current.recent_operations != next.recent_operations {
-        metadata["resourceVersion"] = json!(cluster.resource_version());
-    }
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2",
-        "kind": "StorageCluster",
-        "metadata": metadata,
-        "status": {
-            "phase": next.phase,
-            "uuid": next.uuid,
-            "clusterName": next.cluster_name,
-            "nqn": next.nqn,
-            "erasureCodingScheme": next.erasure_coding_scheme,
-            "status": next.status,
-            "rebalancing": next.rebalancing,
-            "maxFaultTolerance": next.max_fault_tolerance,
-            "maxConcurrentWorkerRestarts": next.max_fault_tolerance.map(|ftt| cluster.spec.max_concurrent_worker_restarts.min(ftt.max(1))),
-            "tasks": next.tasks,
-            "recentOperations": next.recent_operations,
-            "message": next.message,
-            "observedGeneration": next.observed_generation,
-        },
-    });
-    match Api::<StorageCluster>::namespaced(
-        ctx.kube.clone(),
-        &cluster.namespace().unwrap_or_default(),
-    )
-    .patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    {
+    let guard = if current.recent_operations != next.recent_operations {
+        Guard::ResourceVersion
+    } else {
+        Guard::None
+    };
+    match kit::apply_status(&ctx.kube, cluster, MANAGER, &status, guard).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(Error::Stale(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -723,6 +702,7 @@ async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Erro
     let status = cluster.status.clone().unwrap_or_default();
     // Deleting: no phase of a serving cluster applies any longer.
     record_phase(
+        &ctx.metrics,
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
         None,
@@ -821,18 +801,17 @@ async fn remove_legacy_finalizer(cluster: &StorageCluster, ctx: &Context) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::metrics::sample;
-
     #[test]
     fn the_phase_gauge_names_one_phase_and_none_when_gone() {
+        let m = Metrics::new();
         let of = |p: &str| {
-            sample(
+            m.sample(
                 "simplyblock_storagecluster_phase_state",
                 &[("namespace", "m"), ("cluster", "sb"), ("phase", p)],
             )
         };
-        record_phase("m", "sb", Some(ClusterPhase::Provisioning));
-        record_phase("m", "sb", Some(ClusterPhase::Online));
+        record_phase(&m, "m", "sb", Some(ClusterPhase::Provisioning));
+        record_phase(&m, "m", "sb", Some(ClusterPhase::Online));
         assert_eq!(of("Online"), Some(1.0));
         assert_eq!(of("Provisioning"), Some(0.0));
         let ones: f64 = ClusterPhase::ALL
@@ -840,7 +819,7 @@ mod tests {
             .filter_map(|p| of(&format!("{p:?}")))
             .sum();
         assert_eq!(ones, 1.0, "one phase at a time, every phase present");
-        record_phase("m", "sb", None);
+        record_phase(&m, "m", "sb", None);
         assert_eq!(of("Online"), Some(0.0));
     }
 }

@@ -19,14 +19,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use serde_json::{Map, Value, json};
 use simplyblock_api::StorageCluster;
 use simplyblock_api::common::Stripe;
@@ -38,11 +34,13 @@ use simplyblock_controlplane::{
 };
 use simplyblock_statemachine::{Machine, MultiGraph, State};
 
-use crate::context::{Context, requeue};
+use crate::context::Context;
 use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storageclusterops";
 const METRIC_PREFIX: &str = "simplyblock_storagecluster_";
 /// The label every storage-node pod of a cluster carries (the workload's selector).
 pub const POD_CLUSTER_LABEL: &str = "storage.simplyblock.io/cluster";
@@ -230,31 +228,36 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         None
     }
 
-    fn step_left(&self, op: &StorageClusterOps, step: ClusterOpsStep, seconds: f64) {
+    fn step_left(&self, ctx: &Context, op: &StorageClusterOps, step: ClusterOpsStep, seconds: f64) {
         if step == ClusterOpsStep::CheckingPeers {
-            ops::metrics::observe(
-                format!("{METRIC_PREFIX}rolling_restart_peer_hold_seconds"),
+            ctx.metrics.observe(
+                &format!("{METRIC_PREFIX}rolling_restart_peer_hold_seconds"),
                 vec![("cluster", op.spec.cluster_ref.clone())],
                 seconds,
             );
         }
     }
 
-    fn kind_status_written(&self, op: &StorageClusterOps, kind: &Map<String, Value>) {
+    fn kind_status_written(
+        &self,
+        ctx: &Context,
+        op: &StorageClusterOps,
+        kind: &Map<String, Value>,
+    ) {
         let Some(rr) = kind.get("rollingRestart") else {
             return;
         };
         let labels = || vec![("cluster", op.spec.cluster_ref.clone())];
         if let Some(nodes) = rr["nodes"].as_array() {
-            ops::metrics::set_gauge(
-                format!("{METRIC_PREFIX}rolling_restart_node_count"),
+            ctx.metrics.set(
+                &format!("{METRIC_PREFIX}rolling_restart_node_count"),
                 labels(),
                 nodes.len() as f64,
             );
         }
         if let Some(index) = rr["nodeIndex"].as_f64() {
-            ops::metrics::set_gauge(
-                format!("{METRIC_PREFIX}rolling_restart_node_index_count"),
+            ctx.metrics.set(
+                &format!("{METRIC_PREFIX}rolling_restart_node_index_count"),
                 labels(),
                 index,
             );
@@ -281,52 +284,10 @@ impl Steps<StorageClusterOps> for ClusterSteps {
     }
 }
 
-/// Runs the controller until the stream ends, over every namespace or only `namespace`.
-/// A change of a StorageCluster (its lock released, its status moved) wakes every
-/// operation that targets it.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (opses, clusters): (Api<StorageClusterOps>, Api<StorageCluster>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
-    };
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
     let steps = ClusterSteps::with_deadline_scale(ctx.step_deadline_scale);
-    let controller = Controller::new(opses, watcher::Config::default());
-    let store = controller.store();
-    controller
-        .watches(clusters, watcher::Config::default(), move |cluster| {
-            let ns = cluster.namespace();
-            let name = cluster.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|op| op.namespace() == ns && op.spec.cluster_ref == name)
-                .map(|op| ObjectRef::from_obj(&*op))
-                .collect::<Vec<_>>()
-        })
-        .run(
-            move |op, ctx| async move { ops::reconcile(op, ctx, &steps).await },
-            error_policy,
-            ctx,
-        )
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storageclusterops", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "storageclusterops reconcile");
-            }
-        })
-        .await;
-}
-
-fn error_policy(op: Arc<StorageClusterOps>, error: &ops::Error, _: Arc<Context>) -> Action {
-    if error.is_stale() {
-        tracing::debug!(op = %op.name_any(), "read a stale StorageClusterOps; deciding again");
-        return Action::requeue(requeue::NEXT_STEP);
-    }
-    tracing::warn!(op = %op.name_any(), error = %error, "reconciling a StorageClusterOps failed; retrying");
-    Action::requeue(requeue::CONFLICT)
+    ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
 }
 
 fn rolling(op: &StorageClusterOps) -> Option<&RollingRestartStatus> {

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -31,35 +31,21 @@ use simplyblock_statemachine::Machine;
 use super::expansion::{self, CLUSTER_LABEL, CREATED_BY_LABEL};
 use super::{validation, world};
 use crate::context::{Context, requeue};
+use crate::kit::{self, Error, Guard};
 
 const MANAGER: &str = "clusterdeploymentconfig-controller";
 /// Set on approved documents, for selectors; output only.
 pub const READY_LABEL: &str = "storage.simplyblock.io/ready-to-deploy";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-}
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "clusterdeploymentconfig";
 
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (docs, clusters, nodes): (
-        Api<ClusterDeploymentConfig>,
-        Api<StorageCluster>,
-        Api<StorageNode>,
-    ) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (
-            Api::all(ctx.kube.clone()),
-            Api::all(ctx.kube.clone()),
-            Api::all(ctx.kube.clone()),
-        ),
-    };
-    let controller = Controller::new(docs, watcher::Config::default());
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<ClusterDeploymentConfig>(&ctx.kube),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     // A cluster or node changing moves the documents of its namespace on (their uuid and
     // phases are what AwaitingCluster and Activating wait for).
@@ -72,28 +58,18 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             .collect::<Vec<_>>()
     };
     let by_ns_nodes = by_namespace.clone();
-    controller
+    let controller = controller
         .watches(
-            clusters,
+            ctx.scope.api::<StorageCluster>(&ctx.kube),
             watcher::Config::default(),
             move |c: StorageCluster| by_namespace(c.namespace()),
         )
-        .watches(nodes, watcher::Config::default(), move |n: StorageNode| {
-            by_ns_nodes(n.namespace())
-        })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("clusterdeploymentconfig", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "clusterdeploymentconfig reconcile");
-            }
-        })
-        .await;
-}
-
-fn error_policy(doc: Arc<ClusterDeploymentConfig>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(document = %doc.name_any(), error = %error, "reconciling a ClusterDeploymentConfig failed; retrying");
-    Action::requeue(requeue::RETRY)
+        .watches(
+            ctx.scope.api::<StorageNode>(&ctx.kube),
+            watcher::Config::default(),
+            move |n: StorageNode| by_ns_nodes(n.namespace()),
+        );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
 pub async fn reconcile(
@@ -101,7 +77,12 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let status = doc.status.clone().unwrap_or_default();
-    super::metrics::phase(&namespace(&doc), &doc.name_any(), status.phase);
+    super::metrics::phase(
+        &ctx.metrics,
+        &namespace(&doc),
+        &doc.name_any(),
+        status.phase,
+    );
     if matches!(
         status.phase,
         DeploymentPhase::Expanded | DeploymentPhase::Failed
@@ -201,46 +182,22 @@ async fn write_status(
     started: Option<jiff::Timestamp>,
 ) -> Result<(), Error> {
     let current = doc.status.clone().unwrap_or_default();
-    let mut status = json!({
-        "phase": phase,
-        "observedGeneration": doc.metadata.generation,
-    });
-    if let Some(m) = machine {
-        status["step"] = serde_json::to_value(m.snapshot()).unwrap_or_default();
-    } else if !current.step.is_empty() {
-        status["step"] = serde_json::to_value(&current.step).unwrap_or_default();
-    }
-    if let Some(message) = message.or(current.message.clone()) {
-        status["message"] = json!(message);
-    }
     let extra = extra.unwrap_or(StatusExtra {
         cluster_ref: None,
         node_refs: None,
     });
-    if let Some(c) = extra.cluster_ref.or(current.cluster_ref.clone()) {
-        status["clusterRef"] = json!(c);
-    }
-    let refs = extra.node_refs.unwrap_or(current.node_refs.clone());
-    if !refs.is_empty() {
-        status["nodeRefs"] = json!(refs);
-    }
-    // Every apply restates it: a field this manager owns and leaves out is removed.
-    if let Some(started) = started {
-        status["expansionStartedAt"] = json!(started);
-    }
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2",
-        "kind": "ClusterDeploymentConfig",
-        "metadata": {"name": doc.name_any()},
-        "status": status,
-    });
-    Api::<ClusterDeploymentConfig>::namespaced(ctx.kube.clone(), &namespace(doc))
-        .patch_status(
-            &doc.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+    // Every apply restates every field: a field this manager owns and leaves out is
+    // removed.
+    let status = ClusterDeploymentConfigStatus {
+        phase,
+        step: machine.map(|m| m.snapshot()).unwrap_or(current.step),
+        cluster_ref: extra.cluster_ref.or(current.cluster_ref),
+        node_refs: extra.node_refs.unwrap_or(current.node_refs),
+        message: message.or(current.message),
+        observed_generation: doc.metadata.generation,
+        expansion_started_at: started.map(Time),
+    };
+    kit::apply_status(&ctx.kube, doc, MANAGER, &status, Guard::None).await?;
     Ok(())
 }
 
@@ -264,7 +221,7 @@ async fn fail(
     message: String,
 ) -> Result<Action, Error> {
     ctx.event(doc, true, reason, message.clone()).await;
-    super::metrics::validation_failure(&namespace(doc), reason);
+    super::metrics::validation_failure(&ctx.metrics, &namespace(doc), reason);
     write_status(
         ctx,
         doc,
@@ -516,7 +473,7 @@ async fn expand(
                 }
             }
             if created > 0 {
-                super::metrics::nodes_created(&ns, created);
+                super::metrics::nodes_created(&ctx.metrics, &ns, created);
                 ctx.event(
                     doc,
                     false,
@@ -624,7 +581,7 @@ async fn activating(
     }
     if let Some(began) = started(doc) {
         let seconds = jiff::Timestamp::now().duration_since(began).as_secs_f64();
-        super::metrics::expanded(&ns, seconds);
+        super::metrics::expanded(&ctx.metrics, &ns, seconds);
     }
     write_status(
         ctx,

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -26,17 +25,55 @@ use simplyblock_discovery::{configmap, run};
 use simplyblock_statemachine::Machine;
 
 use crate::context::{Context, requeue};
+use crate::kit::{self, Error, Guard};
+use crate::metrics::Metrics;
+
+/// A discovery run reached `phase` (terminal):
+/// `simplyblock_operator_operations_total{namespace,action,result}` and
+/// `simplyblock_operator_operation_duration_seconds{…}`.
+fn operator_ops_finished(
+    m: &Metrics,
+    namespace: &str,
+    action: &str,
+    phase: OpsPhase,
+    started_at: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) {
+    let result = format!("{phase:?}").to_lowercase();
+    let labels = vec![
+        ("namespace", namespace.to_owned()),
+        ("action", action.to_owned()),
+        ("result", result),
+    ];
+    let seconds = started_at
+        .map(|t| jiff::Timestamp::now().duration_since(t.0).as_secs_f64())
+        .unwrap_or(0.0);
+    m.count("simplyblock_operator_operations_total", labels.clone());
+    m.observe(
+        "simplyblock_operator_operation_duration_seconds",
+        labels,
+        seconds,
+    );
+}
+
+/// What the newest discovery run in `namespace` put in its draft.
+fn discovery_found(m: &Metrics, namespace: &str, workers: usize, devices: usize) {
+    let labels = vec![("namespace", namespace.to_owned())];
+    m.set(
+        "simplyblock_operator_discovery_workers_found_count",
+        labels.clone(),
+        workers as f64,
+    );
+    m.set(
+        "simplyblock_operator_discovery_devices_found_count",
+        labels,
+        devices as f64,
+    );
+}
 
 const MANAGER: &str = "operatorops-controller";
 /// Held while a run is unfinished, so that deleting it mid-run leaves an Aborted record
 /// (event and metrics) before it goes; removed once the run is terminal.
 pub const FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-}
 
 /// What the probe Jobs run.
 #[derive(Clone, Debug)]
@@ -46,21 +83,16 @@ pub struct ProbeSettings {
     pub service_account: String,
 }
 
-pub async fn run(ctx: Arc<Context>, probe: ProbeSettings, namespace: Option<String>) {
-    let (ops, jobs, maps): (Api<OperatorOps>, Api<Job>, Api<ConfigMap>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (
-            Api::all(ctx.kube.clone()),
-            Api::all(ctx.kube.clone()),
-            Api::all(ctx.kube.clone()),
-        ),
-    };
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "operatorops";
+
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>, probe: ProbeSettings) {
     let probe = Arc::new(probe);
-    let controller = Controller::new(ops, watcher::Config::default());
+    let controller = Controller::new(
+        ctx.scope.api::<OperatorOps>(&ctx.kube),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     // A report ConfigMap carries its run's name as a label; the run's Jobs are owned.
     let of_run = move |cm: ConfigMap| {
@@ -75,44 +107,30 @@ pub async fn run(ctx: Arc<Context>, probe: ProbeSettings, namespace: Option<Stri
             .map(|o| kube::runtime::reflector::ObjectRef::from_obj(&*o))
             .collect::<Vec<_>>()
     };
-    controller
-        .owns(jobs, watcher::Config::default())
-        .watches(maps, watcher::Config::default().labels(&format!("{}={}", configmap::LABEL_COMPONENT, configmap::COMPONENT)), of_run)
-        .run(
-            move |op, ctx| {
-                let probe = probe.clone();
-                async move { reconcile(op, ctx, probe).await }
-            },
-            |op, error: &Error, _| {
-                tracing::warn!(run = %op.name_any(), error = %error, "reconciling an OperatorOps failed; retrying");
-                Action::requeue(requeue::RETRY)
-            },
-            ctx,
-        )
-        .for_each(|r| async move {
-            crate::ops::metrics::reconciled("operatorops", &r);
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "operatorops reconcile");
-            }
-        })
-        .await;
+    let reports = watcher::Config::default().labels(&format!(
+        "{}={}",
+        configmap::LABEL_COMPONENT,
+        configmap::COMPONENT
+    ));
+    let controller = controller
+        .owns(ctx.scope.api::<Job>(&ctx.kube), watcher::Config::default())
+        .watches(ctx.scope.api::<ConfigMap>(&ctx.kube), reports, of_run);
+    kit::run(
+        CONTROLLER,
+        controller,
+        move |op, ctx| {
+            let probe = probe.clone();
+            async move { reconcile(op, ctx, probe).await }
+        },
+        ctx,
+    )
+    .await
 }
 
 async fn write(ctx: &Context, op: &OperatorOps, status: &OperatorOpsStatus) -> Result<(), Error> {
     let mut status = status.clone();
     status.observed_generation = op.metadata.generation;
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "OperatorOps",
-        "metadata": {"name": op.name_any()},
-        "status": status,
-    });
-    Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default())
-        .patch_status(
-            &op.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+    kit::apply_status(&ctx.kube, op, MANAGER, &status, Guard::None).await?;
     Ok(())
 }
 
@@ -143,7 +161,8 @@ async fn finish(
     ));
     write(ctx, op, &status).await?;
     release(ctx, op).await?;
-    crate::ops::metrics::operator_ops_finished(
+    operator_ops_finished(
+        &ctx.metrics,
         &op.namespace().unwrap_or_default(),
         simplyblock_statemachine::Action::name(op.spec.action),
         phase,
@@ -424,7 +443,7 @@ async fn reconcile(
                         Err(e) => return Err(e.into()),
                     }
                     let (workers, devices) = run::found(&config);
-                    crate::ops::metrics::discovery_found(&ns, workers, devices);
+                    discovery_found(&ctx.metrics, &ns, workers, devices);
                     status.config_ref = Some(doc_name);
                     finish(&ctx, &op, status, OpsPhase::Succeeded, message).await
                 }

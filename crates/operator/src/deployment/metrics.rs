@@ -8,7 +8,7 @@
 use simplyblock_api::cluster_deployment_config::DeploymentPhase;
 
 use crate::deployment::validation::Problem;
-use crate::ops::metrics::{Labels, add_counter, observe, set_gauge};
+use crate::metrics::{Labels, Metrics};
 
 const PREFIX: &str = "simplyblock_clusterdeploymentconfig_";
 
@@ -30,49 +30,42 @@ fn phase_name(p: DeploymentPhase) -> &'static str {
 }
 
 /// The document `namespace/doc` is in `phase`.
-pub fn phase(namespace: &str, doc: &str, phase: DeploymentPhase) {
-    for p in DeploymentPhase::ALL {
-        set_gauge(
-            name("phase_state"),
-            labels(&[
-                ("namespace", namespace),
-                ("name", doc),
-                ("phase", phase_name(p)),
-            ]),
-            if p == phase { 1.0 } else { 0.0 },
-        );
-    }
+pub fn phase(m: &Metrics, namespace: &str, doc: &str, phase: DeploymentPhase) {
+    m.one_hot(
+        &name("phase_state"),
+        &labels(&[("namespace", namespace), ("name", doc)]),
+        DeploymentPhase::ALL.map(phase_name),
+        Some(phase_name(phase)),
+    );
 }
 
-pub fn nodes_created(namespace: &str, count: usize) {
-    add_counter(
-        name("nodes_created_total"),
+pub fn nodes_created(m: &Metrics, namespace: &str, count: usize) {
+    m.add(
+        &name("nodes_created_total"),
         labels(&[("namespace", namespace)]),
         count as f64,
     );
 }
 
-pub fn validation_failure(namespace: &str, reason: &str) {
-    add_counter(
-        name("validation_failures_total"),
+pub fn validation_failure(m: &Metrics, namespace: &str, reason: &str) {
+    m.count(
+        &name("validation_failures_total"),
         labels(&[("namespace", namespace), ("reason", reason)]),
-        1.0,
     );
 }
 
-pub fn approval_rejected(namespace: &str, problems: &[Problem]) {
+pub fn approval_rejected(m: &Metrics, namespace: &str, problems: &[Problem]) {
     for p in problems {
-        add_counter(
-            name("approval_rejections_total"),
+        m.count(
+            &name("approval_rejections_total"),
             labels(&[("namespace", namespace), ("reason", p.reason.as_str())]),
-            1.0,
         );
     }
 }
 
-pub fn expanded(namespace: &str, seconds: f64) {
-    observe(
-        name("expansion_duration_seconds"),
+pub fn expanded(m: &Metrics, namespace: &str, seconds: f64) {
+    m.observe(
+        &name("expansion_duration_seconds"),
         labels(&[("namespace", namespace)]),
         seconds,
     );
@@ -81,14 +74,14 @@ pub fn expanded(namespace: &str, seconds: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::metrics::sample;
 
     #[test]
     fn the_phase_is_one_hot_and_counters_add_up() {
-        phase("m-ns", "doc", DeploymentPhase::Expanding);
-        phase("m-ns", "doc", DeploymentPhase::Expanded);
+        let m = Metrics::new();
+        phase(&m, "m-ns", "doc", DeploymentPhase::Expanding);
+        phase(&m, "m-ns", "doc", DeploymentPhase::Expanded);
         let of = |p: &str| {
-            sample(
+            m.sample(
                 "simplyblock_clusterdeploymentconfig_phase_state",
                 &[("namespace", "m-ns"), ("name", "doc"), ("phase", p)],
             )
@@ -96,20 +89,20 @@ mod tests {
         assert_eq!(of("Expanded"), Some(1.0));
         assert_eq!(of("Expanding"), Some(0.0));
         assert_eq!(of("Draft"), Some(0.0));
-        nodes_created("m-ns", 3);
-        nodes_created("m-ns", 2);
+        nodes_created(&m, "m-ns", 3);
+        nodes_created(&m, "m-ns", 2);
         assert_eq!(
-            sample(
+            m.sample(
                 "simplyblock_clusterdeploymentconfig_nodes_created_total",
                 &[("namespace", "m-ns")]
             ),
             Some(5.0)
         );
-        expanded("m-ns", 4.0);
-        let text = crate::ops::metrics::render();
+        expanded(&m, "m-ns", 4.0);
+        let text = m.render();
         assert!(
             text.contains(
-                "# TYPE simplyblock_clusterdeploymentconfig_expansion_duration_seconds summary"
+                "# TYPE simplyblock_clusterdeploymentconfig_expansion_duration_seconds histogram"
             ),
             "{text}"
         );

@@ -9,14 +9,13 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
+use serde::Serialize;
 use serde_json::json;
 use simplyblock_api::storage_cluster::ProvisioningSlot;
 use simplyblock_api::storage_node::{
@@ -26,33 +25,24 @@ use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
     NodeRemoveOptions, SnodeClient, SnodeConfig, Uuid, types::NodeStatus,
 };
-use simplyblock_statemachine::Machine;
+use simplyblock_statemachine::{Machine, StepSnapshot};
 
 use super::provisioning::{self, Contender, SlotDecision};
 use crate::context::{Context, requeue};
+use crate::kit::{self, Error, Guard};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
 const MANAGER: &str = "storagenode-controller";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("control plane: {0}")]
-    ControlPlane(#[from] simplyblock_controlplane::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-}
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagenode";
 
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (nodes, clusters): (Api<StorageNode>, Api<StorageCluster>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
-    };
-    let controller = Controller::new(nodes, watcher::Config::default());
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<StorageNode>(&ctx.kube),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     // A cluster's status (its uuid, its slots) moves its provisioning nodes on. A node
     // that has its control-plane node reads nothing more of the cluster than the uuid it
@@ -69,34 +59,24 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
             .collect::<Vec<_>>()
     };
-    controller
-        .watches(clusters, watcher::Config::default(), of_cluster)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storagenode", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "storagenode reconcile");
-            }
-        })
-        .await;
-}
-
-fn error_policy(node: Arc<StorageNode>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(node = %node.name_any(), error = %error, "reconciling a StorageNode failed; retrying");
-    Action::requeue(requeue::RETRY)
+    let controller = controller.watches(
+        ctx.scope.api::<StorageCluster>(&ctx.kube),
+        watcher::Config::default(),
+        of_cluster,
+    );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
 pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let api: Api<StorageNode> =
-        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, node, |event| async {
-        match event {
-            Finalizer::Apply(n) => apply(&n, &ctx).await,
-            Finalizer::Cleanup(n) => cleanup(&n, &ctx).await,
-        }
-    })
+    let ctx = &*ctx;
+    kit::finalized(
+        &ctx.kube,
+        FINALIZER,
+        node,
+        |n| async move { apply(&n, ctx).await },
+        |n| async move { cleanup(&n, ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn cluster_uuid(cluster: &StorageCluster) -> Option<Uuid> {
@@ -166,52 +146,63 @@ async fn hold(
     Ok(())
 }
 
+/// The fields of StorageNode status this controller owns: its machine's position, and
+/// what the control plane reports of the node once it has one.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OwnedStatus {
+    phase: NodePhase,
+    #[serde(skip_serializing_if = "StepSnapshot::is_empty")]
+    step: StepSnapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uuid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uptime: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resources: Option<NodeResources>,
+    observed_generation: Option<i64>,
+}
+
 /// Writes this controller's status fields. With `lock`, only on the resourceVersion read.
 async fn write(
     ctx: &Context,
     node: &StorageNode,
     phase: NodePhase,
-    step: Option<simplyblock_statemachine::StepSnapshot>,
+    step: Option<StepSnapshot>,
     message: Option<String>,
     observed: Option<&StorageNodeStatus>,
     lock: bool,
 ) -> Result<bool, Error> {
-    let mut metadata = json!({"name": node.name_any()});
-    if lock {
-        metadata["resourceVersion"] = json!(node.resource_version());
-    }
-    let mut status = match observed {
-        Some(o) => json!({
-            "uuid": o.uuid, "status": o.status, "health": o.health, "hostname": o.hostname,
-            "uptime": o.uptime, "resources": o.resources,
-        }),
-        None => json!({}),
+    let observed = observed.cloned().unwrap_or_default();
+    let status = OwnedStatus {
+        phase,
+        step: step.unwrap_or_default(),
+        message,
+        uuid: observed.uuid,
+        status: observed.status,
+        health: observed.health,
+        hostname: observed.hostname,
+        uptime: observed.uptime,
+        resources: observed.resources,
+        observed_generation: node.metadata.generation,
     };
-    status["phase"] = json!(phase);
-    status["observedGeneration"] = json!(node.metadata.generation);
-    if let Some(step) = step.filter(|s| !s.is_empty()) {
-        status["step"] = serde_json::to_value(step).unwrap_or_default();
-    }
-    if let Some(m) = message {
-        status["message"] = json!(m);
-    }
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
-        "metadata": metadata, "status": status,
-    });
-    let api: Api<StorageNode> =
-        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
-    match api
-        .patch_status(
-            &node.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-    {
+    let guard = if lock {
+        Guard::ResourceVersion
+    } else {
+        Guard::None
+    };
+    match kit::apply_status(&ctx.kube, node, MANAGER, &status, guard).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(Error::Stale(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -56,20 +56,10 @@ pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
     format!("storage.simplyblock.io/storage-node-uuid.{cluster_uuid}.{slot}")
 }
 
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (clusters, nodes, secrets): (Api<StorageCluster>, Api<StorageNode>, Api<Secret>) =
-        match &namespace {
-            Some(ns) => (
-                Api::namespaced(ctx.kube.clone(), ns),
-                Api::namespaced(ctx.kube.clone(), ns),
-                Api::namespaced(ctx.kube.clone(), ns),
-            ),
-            None => (
-                Api::all(ctx.kube.clone()),
-                Api::all(ctx.kube.clone()),
-                Api::all(ctx.kube.clone()),
-            ),
-        };
+pub async fn run(ctx: Arc<Context>) {
+    let clusters = ctx.scope.api::<StorageCluster>(&ctx.kube);
+    let nodes = ctx.scope.api::<StorageNode>(&ctx.kube);
+    let secrets = ctx.scope.api::<Secret>(&ctx.kube);
     Controller::new(clusters, watcher::Config::default())
         // A lost or edited serving Secret is issued again at once, not at the next resync.
         .owns(
@@ -84,7 +74,6 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storagenode-workload", &result);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "workload reconcile");
             }

@@ -31,7 +31,7 @@ use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use crate::context::Context;
 
-pub use runtime::{Error, reconcile};
+pub use runtime::{Error, controller, reconcile, run};
 
 /// The standard events of every Ops kind (a closed set; kinds add their own beside them).
 pub mod reason {
@@ -88,6 +88,9 @@ pub trait OpsResource:
     const METRIC_PREFIX: &'static str;
     /// The metrics' label naming the target (`cluster`, `node`).
     const TARGET_LABEL: &'static str;
+    /// Whether an operation takes its target's lock (`status.activeOpsRef`) and queues
+    /// behind the others on it. A kind without a lock runs on its own, at once.
+    const LOCKS_TARGET: bool = true;
 
     /// The name of the target in the operation's namespace.
     fn target_name(&self) -> &str;
@@ -102,6 +105,14 @@ pub trait OpsResource:
     fn kind_status(&self) -> Map<String, Value>;
     /// Who holds the target's lock.
     fn lock_holder(target: &Self::Target) -> Option<&str>;
+    /// The value of the metrics' target label; by default the target's name.
+    fn metric_target(&self) -> String {
+        self.target_name().to_owned()
+    }
+    /// The target, when a kind without a lock is its own (nothing is read).
+    fn own_target(&self) -> Option<Self::Target> {
+        None
+    }
 }
 
 /// What a kind's step asks for, decided from one observation.
@@ -203,11 +214,11 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
     }
 
     /// The operation left `step` after `seconds` in it: kind-specific metrics. Default none.
-    fn step_left(&self, _op: &K, _step: Self::Step, _seconds: f64) {}
+    fn step_left(&self, _ctx: &Context, _op: &K, _step: Self::Step, _seconds: f64) {}
 
     /// The kind's own status fields were written as `kind`: kind-specific gauges. Default
     /// none.
-    fn kind_status_written(&self, _op: &K, _kind: &Map<String, Value>) {}
+    fn kind_status_written(&self, _ctx: &Context, _op: &K, _kind: &Map<String, Value>) {}
 
     /// Kind-specific events beside the standard ones (e.g. `NodeRestarted`), raised when a
     /// plan advances. Default none.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use simplyblock_api::common::OpsPhase;
@@ -24,34 +25,51 @@ use crate::context::{Context, requeue};
 /// The lock field on every target's status.
 pub const LOCK_FIELD: &str = "activeOpsRef";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("control plane: {0}")]
-    ControlPlane(#[from] simplyblock_controlplane::Error),
-    #[error("the lock on {0} kept changing under the release; retrying")]
-    LockContended(String),
-    #[error("{0} changed since it was read; deciding again on the newer version")]
-    Stale(String),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+pub use crate::kit::Error;
+
+/// The controller of Ops kind `K`: a change of a target (its lock released, its status
+/// moved) wakes every operation on it. A kind adds its own watches before [`run`].
+pub fn controller<K: OpsResource>(ctx: &Context) -> Controller<K> {
+    let controller = Controller::new(ctx.scope.api::<K>(&ctx.kube), watcher::Config::default());
+    if !K::LOCKS_TARGET {
+        return controller;
+    }
+    let store = controller.store();
+    controller.watches(
+        ctx.scope.api::<K::Target>(&ctx.kube),
+        watcher::Config::default(),
+        move |target| {
+            store
+                .state()
+                .into_iter()
+                .filter(|op| {
+                    op.namespace() == target.namespace() && op.target_name() == target.name_any()
+                })
+                .map(|op| ObjectRef::from_obj(&*op))
+                .collect::<Vec<_>>()
+        },
+    )
 }
 
-impl Error {
-    /// A write refused because the operation changed since it was read: not a failure,
-    /// the newer version is already on its way through the watch.
-    pub fn is_stale(&self) -> bool {
-        use kube::runtime::finalizer::Error as F;
-        match self {
-            Error::Stale(_) => true,
-            Error::Finalizer(f) => matches!(
-                f.as_ref(),
-                F::ApplyFailed(Error::Stale(_)) | F::CleanupFailed(Error::Stale(_))
-            ),
-            _ => false,
-        }
-    }
+/// Runs `controller` (from [`controller`]) over the kind's `steps` until the operator
+/// stops.
+pub async fn run<K: OpsResource, S: Steps<K>>(
+    name: &'static str,
+    controller: Controller<K>,
+    steps: S,
+    ctx: Arc<Context>,
+) {
+    let steps = Arc::new(steps);
+    crate::kit::run(
+        name,
+        controller,
+        move |op, ctx| {
+            let steps = steps.clone();
+            async move { reconcile(op, ctx, &*steps).await }
+        },
+        ctx,
+    )
+    .await
 }
 
 /// One pass over one operation: the finalizer, the phase and lock gate, then one step.
@@ -60,18 +78,32 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
     ctx: Arc<Context>,
     steps: &S,
 ) -> Result<Action, Error> {
-    let api: Api<K> = Api::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default());
-    finalizer(&api, K::FINALIZER, op, |event| async {
-        match event {
-            Finalizer::Apply(op) => apply(&*op, &ctx, steps).await,
-            Finalizer::Cleanup(op) => {
-                release(&ctx.kube, &*op).await?;
-                Ok(Action::await_change())
-            }
-        }
-    })
+    let ctx = &*ctx;
+    crate::kit::finalized(
+        &ctx.kube,
+        K::FINALIZER,
+        op,
+        |op| async move { apply(&*op, ctx, steps).await },
+        |op| async move { cleanup(&*op, ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Deleted: an operation that never ended is recorded Aborted first (its event and
+/// metrics), then the lock is released.
+async fn cleanup<K: OpsResource>(op: &K, ctx: &Context) -> Result<Action, Error> {
+    if !op.ops_status().phase.is_terminal() {
+        let at = op
+            .ops_status()
+            .step
+            .state
+            .map(|s| format!(" at step {s}"))
+            .unwrap_or_default();
+        let message = format!("the operation was deleted{at}; it stopped where it was");
+        return finish(op, ctx, OpsPhase::Aborted, message, None).await;
+    }
+    release(&ctx.kube, op).await?;
+    Ok(Action::await_change())
 }
 
 fn created(o: &impl Resource) -> Option<Timestamp> {
@@ -85,10 +117,20 @@ async fn apply<K: OpsResource, S: Steps<K>>(
 ) -> Result<Action, Error> {
     let ns = op.namespace().unwrap_or_default();
     let me = op.name_any();
-    let targets: Api<K::Target> = Api::namespaced(ctx.kube.clone(), &ns);
-    let target = targets.get_opt(op.target_name()).await?;
+    let target = match op.own_target() {
+        Some(itself) => Some(itself),
+        None => {
+            Api::<K::Target>::namespaced(ctx.kube.clone(), &ns)
+                .get_opt(op.target_name())
+                .await?
+        }
+    };
     let status = op.ops_status();
-    let holder = target.as_ref().map(|t| K::lock_holder(t));
+    // A kind without a lock holds its own, always.
+    let holder = match K::LOCKS_TARGET {
+        true => target.as_ref().map(|t| K::lock_holder(t)),
+        false => Some(Some(me.as_str())),
+    };
     // Only a Pending operation facing a free lock needs the queue.
     let queue: Vec<K> = if status.phase == OpsPhase::Pending && holder == Some(None) {
         Api::<K>::namespaced(ctx.kube.clone(), &ns)
@@ -164,7 +206,7 @@ async fn apply<K: OpsResource, S: Steps<K>>(
             };
             write_status(&ctx.kube, op, &next, op.kind_status()).await?;
             ctx.event(op, false, reason::STARTED, message).await;
-            super::metrics::started(op, created(op));
+            super::metrics::started(&ctx.metrics, op, created(op));
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Gate::Run => {
@@ -224,11 +266,11 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         } => {
             if deadline_exceeded {
                 ctx.event(op, true, reason::DEADLINE, message.clone()).await;
-                super::metrics::deadline_exceeded(op, machine.state().name());
+                super::metrics::deadline_exceeded(&ctx.metrics, op, machine.state().name());
             }
-            left(op, steps, &machine);
+            left(ctx, op, steps, &machine);
             if let Some(kind) = &kind_status {
-                steps.kind_status_written(op, kind);
+                steps.kind_status_written(ctx, op, kind);
             }
             if phase == OpsPhase::Succeeded
                 && let Some((reason, note)) = steps.succeed_event(op)
@@ -263,8 +305,8 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 kind.clone(),
             )
             .await?;
-            left(op, steps, &before);
-            steps.kind_status_written(op, &kind);
+            left(ctx, op, steps, &before);
+            steps.kind_status_written(ctx, op, &kind);
             if let Some((reason, note)) = steps.advance_event(op, from, to) {
                 ctx.event(op, false, reason, note).await;
             }
@@ -281,7 +323,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 kind_status.clone(),
             )
             .await?;
-            steps.kind_status_written(op, &kind_status);
+            steps.kind_status_written(ctx, op, &kind_status);
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Decision::Call {
@@ -336,7 +378,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 op.kind_status(),
             )
             .await?;
-            left(op, steps, &before);
+            left(ctx, op, steps, &before);
             tracing::info!(op = %op.name_any(), ?call, "issuing once");
             let result = steps.execute(op, target, &call, ctx).await;
             crash_point::<K>(op, before.state().name());
@@ -387,15 +429,20 @@ fn crash_point<K: OpsResource>(op: &K, step: &str) {
 }
 
 /// The step `machine` is at was left: how long it took, for the metrics.
-fn left<K: OpsResource, S: Steps<K>>(op: &K, steps: &S, machine: &Machine<'static, S::Step>) {
+fn left<K: OpsResource, S: Steps<K>>(
+    ctx: &Context,
+    op: &K,
+    steps: &S,
+    machine: &Machine<'static, S::Step>,
+) {
     if let Some(entered) = super::step_entered(machine) {
         let step = machine.state();
-        super::metrics::step_left(op, step.name(), entered);
+        super::metrics::step_left(&ctx.metrics, op, step.name(), entered);
         let seconds = Timestamp::now()
             .duration_since(entered)
             .as_secs_f64()
             .max(0.0);
-        steps.step_left(op, step, seconds);
+        steps.step_left(ctx, op, step, seconds);
     }
 }
 
@@ -428,7 +475,7 @@ async fn finish<K: OpsResource>(
         _ => (true, reason::FAILED),
     };
     ctx.event(op, warning, reason, message).await;
-    super::metrics::finished(op, phase, started_at.as_ref());
+    super::metrics::finished(&ctx.metrics, op, phase, started_at.as_ref());
     release(&ctx.kube, op).await?;
     Ok(Action::await_change())
 }
@@ -548,6 +595,9 @@ pub async fn acquire<K: OpsResource>(
 /// Releases the lock if it still names `op`, on a fresh read, retried on conflict.
 /// Idempotent: a missing target or another holder is success.
 pub async fn release<K: OpsResource>(kube: &kube::Client, op: &K) -> Result<(), Error> {
+    if !K::LOCKS_TARGET {
+        return Ok(());
+    }
     let targets: Api<K::Target> =
         Api::namespaced(kube.clone(), &op.namespace().unwrap_or_default());
     let me = op.name_any();

@@ -8,11 +8,9 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -23,35 +21,20 @@ use simplyblock_controlplane::Uuid;
 
 use super::class;
 use crate::context::{Context, requeue};
+use crate::kit::{self, Error, Guard};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagepool-finalizer";
 const MANAGER: &str = "storagepool-controller";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("control plane: {0}")]
-    ControlPlane(#[from] simplyblock_controlplane::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    /// Deletion waits (the reason is in status and an event): an error, so the finalizer
-    /// stays, which an Ok from the cleanup would remove.
-    #[error("deletion held: {0}")]
-    Held(String),
-}
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagepool";
 
-/// Runs the controller until the stream ends, over every namespace or only `namespace`.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let (pools, clusters): (Api<StoragePool>, Api<StorageCluster>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.kube.clone(), ns),
-            Api::namespaced(ctx.kube.clone(), ns),
-        ),
-        None => (Api::all(ctx.kube.clone()), Api::all(ctx.kube.clone())),
-    };
-    let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
-    let controller = Controller::new(pools, watcher::Config::default());
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<StoragePool>(&ctx.kube),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     // A cluster getting its uuid moves its pools on.
     let of_cluster = move |c: StorageCluster| {
@@ -73,45 +56,30 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             _ => None,
         }
     };
-    controller
-        .watches(clusters, watcher::Config::default(), of_cluster)
+    let controller = controller
         .watches(
-            classes,
+            ctx.scope.api::<StorageCluster>(&ctx.kube),
+            watcher::Config::default(),
+            of_cluster,
+        )
+        .watches(
+            Api::<StorageClass>::all(ctx.kube.clone()),
             watcher::Config::default().labels(class::LABEL_POOL),
             of_class,
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storagepool", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "storagepool reconcile");
-            }
-        })
-        .await;
-}
-
-fn error_policy(pool: Arc<StoragePool>, error: &Error, _: Arc<Context>) -> Action {
-    if let Error::Finalizer(inner) = error
-        && let kube::runtime::finalizer::Error::CleanupFailed(Error::Held(why)) = &**inner
-    {
-        tracing::debug!(pool = %pool.name_any(), why, "deletion held");
-        return Action::requeue(requeue::RETRY);
-    }
-    tracing::warn!(pool = %pool.name_any(), error = %error, "reconciling a StoragePool failed; retrying");
-    Action::requeue(requeue::RETRY)
+        );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
 pub async fn reconcile(pool: Arc<StoragePool>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let api: Api<StoragePool> =
-        Api::namespaced(ctx.kube.clone(), &pool.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, pool, |event| async {
-        match event {
-            Finalizer::Apply(p) => apply(&p, &ctx).await,
-            Finalizer::Cleanup(p) => cleanup(&p, &ctx).await,
-        }
-    })
+    let ctx = &*ctx;
+    kit::finalized(
+        &ctx.kube,
+        FINALIZER,
+        pool,
+        |p| async move { apply(&p, ctx).await },
+        |p| async move { cleanup(&p, ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn cluster_uuid(cluster: &StorageCluster) -> Option<Uuid> {
@@ -129,19 +97,7 @@ async fn write_status(
     if pool.status.as_ref() == Some(&next) {
         return Ok(());
     }
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2",
-        "kind": "StoragePool",
-        "metadata": {"name": pool.name_any()},
-        "status": next,
-    });
-    Api::<StoragePool>::namespaced(ctx.kube.clone(), &pool.namespace().unwrap_or_default())
-        .patch_status(
-            &pool.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+    kit::apply_status(&ctx.kube, pool, MANAGER, &next, Guard::None).await?;
     Ok(())
 }
 

@@ -4,68 +4,55 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use serde_json::json;
+use serde::Serialize;
 use simplyblock_api::StoragePoolOps;
 use simplyblock_api::common::OpsPhase;
 
-use crate::context::{Context, requeue};
+use crate::context::Context;
+use crate::kit::{self, Error, Guard};
 
 const MANAGER: &str = "storagepoolops-controller";
 
 /// What a refused operation's status says.
 pub const UNSUPPORTED: &str = "Rebalance is not supported by this operator yet (it needs volume migration); nothing was changed, and this record can be deleted";
 
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let ops: Api<StoragePoolOps> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
-        None => Api::all(ctx.kube.clone()),
-    };
-    Controller::new(ops, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            crate::ops::metrics::reconciled("storagepoolops", &result);
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "storagepoolops reconcile");
-            }
-        })
-        .await;
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagepoolops";
+
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<StoragePoolOps>(&ctx.kube),
+        watcher::Config::default(),
+    );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
-fn error_policy(_: Arc<StoragePoolOps>, error: &kube::Error, _: Arc<Context>) -> Action {
-    tracing::warn!(error = %error, "reconciling a StoragePoolOps failed; retrying");
-    Action::requeue(requeue::RETRY)
+/// The fields of StoragePoolOps status this controller writes: the refusal.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Refusal {
+    phase: OpsPhase,
+    message: &'static str,
+    completed_at: Time,
+    observed_generation: Option<i64>,
 }
 
-async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action, Error> {
     let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if phase.is_terminal() {
         return Ok(Action::await_change());
     }
-    let api: Api<StoragePoolOps> =
-        Api::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2",
-        "kind": "StoragePoolOps",
-        "metadata": {"name": op.name_any()},
-        "status": {
-            "phase": OpsPhase::Failed,
-            "message": UNSUPPORTED,
-            "completedAt": Time(jiff::Timestamp::now()),
-            "observedGeneration": op.metadata.generation,
-        },
-    });
-    api.patch_status(
-        &op.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
+    let refusal = Refusal {
+        phase: OpsPhase::Failed,
+        message: UNSUPPORTED,
+        completed_at: Time(jiff::Timestamp::now()),
+        observed_generation: op.metadata.generation,
+    };
+    kit::apply_status(&ctx.kube, op.as_ref(), MANAGER, &refusal, Guard::None).await?;
     ctx.event(&*op, true, "ActionUnsupported", UNSUPPORTED.to_owned())
         .await;
     Ok(Action::await_change())

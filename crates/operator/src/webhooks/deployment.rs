@@ -75,7 +75,7 @@ async fn decide(
     if problems.is_empty() {
         Ok(())
     } else {
-        crate::deployment::metrics::approval_rejected(&namespace, &problems);
+        crate::deployment::metrics::approval_rejected(&ctx.metrics, &namespace, &problems);
         Err(validation::summary(&problems))
     }
 }

@@ -41,6 +41,8 @@ pub struct WebhookContext {
     /// Service accounts of this namespace are the operator: the single-writer fields are
     /// theirs to write.
     pub operator_namespace: String,
+    /// Where refusals are counted.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl WebhookContext {

@@ -21,6 +21,7 @@ struct Harness {
     /// Kept alive for the test; dropping it stops sbsim.
     _sim: Sbsim,
     cp: Client,
+    ctx: Arc<Context>,
 }
 
 /// A namespace of its own, an sbsim of its own, and the controller watching that namespace.
@@ -33,18 +34,22 @@ async fn harness(ns: &str, faults: &str) -> Harness {
     namespace(&kube, ns).await;
     let sim = sbsim(faults, 0).await;
     let cp = sim.cp.clone();
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.server.url.clone(),
-        ns.to_string(),
-    ));
-    tokio::spawn(controller::run(ctx, Some(ns.to_string())));
+    let ctx = Arc::new(
+        Context::new(
+            kube.clone(),
+            cp.clone(),
+            sim.server.url.clone(),
+            ns.to_string(),
+        )
+        .watching(ns),
+    );
+    tokio::spawn(controller::run(ctx.clone()));
     Harness {
         kube,
         ns: ns.into(),
         _sim: sim,
         cp,
+        ctx,
     }
 }
 
@@ -130,7 +135,7 @@ async fn a_cluster_is_created_once_and_reported() {
         c.status?.tasks.is_empty().then_some(())
     })
     .await;
-    crate::support::converged(&h.clusters(), "storagecluster", "sb").await;
+    crate::support::converged(&h.ctx.metrics, &h.clusters(), "storagecluster", "sb").await;
 
     // Deletion removes it from the control plane, the CSI secret and Kubernetes.
     h.clusters()

@@ -26,18 +26,19 @@ impl Harness {
             self.sim.server.url.clone(),
             self.ns.clone(),
         )
+        .watching(&self.ns)
         .with_step_deadline_scale(scale);
-        tokio::spawn(simplyblock_operator::cluster::ops::run(
-            Arc::new(ctx),
-            Some(self.ns.clone()),
-        ))
+        let ctx = Context {
+            metrics: self.ctx.metrics.clone(),
+            ..ctx
+        };
+        tokio::spawn(simplyblock_operator::cluster::ops::run(Arc::new(ctx)))
     }
 
     /// The StorageCluster controller too: its steady state keeps the history.
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
         tokio::spawn(simplyblock_operator::cluster::controller::run(
             self.ctx.clone(),
-            Some(self.ns.clone()),
         ))
     }
 
@@ -145,8 +146,7 @@ async fn activate_succeeds_with_exactly_one_call() {
             .unwrap_or_default()
             .contains(&simplyblock_operator::cluster::ops::FINALIZER.to_string())
     );
-    // Process-wide: the other tests of this binary count into the same series.
-    let total = simplyblock_operator::ops::metrics::sample(
+    let total = h.ctx.metrics.sample(
         "simplyblock_storagecluster_operations_total",
         &[
             ("cluster", "sb"),
@@ -154,10 +154,12 @@ async fn activate_succeeds_with_exactly_one_call() {
             ("result", "succeeded"),
         ],
     );
-    assert!(total.is_some_and(|v| v >= 1.0), "{total:?}");
+    assert_eq!(total, Some(1.0));
     assert!(
-        simplyblock_operator::ops::metrics::render()
-            .contains("# TYPE simplyblock_storagecluster_operations_total counter")
+        h.ctx
+            .metrics
+            .render()
+            .contains("# TYPE simplyblock_storagecluster_operations counter")
     );
     // A second Activate on an active cluster skips the gate and the call.
     h.create_op("sb-activate-again", "Activate").await;
@@ -248,7 +250,7 @@ async fn a_controller_restarted_between_steps_calls_once() {
     let _second = h.start();
     // Two passes of the new controller while the control plane's clock stands still:
     // the activation cannot have finished, and still no second call.
-    crate::support::passes("storageclusterops", &h.ns, "sb-activate", 2).await;
+    crate::support::passes(&h.ctx.metrics, "storageclusterops", &h.ns, "sb-activate", 2).await;
     assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
     h.clock(1000.0).await;
     h.phase_is("sb-activate", OpsPhase::Succeeded).await;
@@ -433,9 +435,7 @@ async fn rolling_restart_restarts_every_node_once_in_order() {
         );
     }
     assert_eq!(h.occurrences("sb-rolling", "NodeRestarted").await, 3);
-    // The cluster `sb` of other tests' namespaces counts into the same series: the gauges
-    // are this run's last word, the summaries only grow.
-    use simplyblock_operator::ops::metrics::{render, sample};
+    let sample = |name: &str, labels: &[(&str, &str)]| h.ctx.metrics.sample(name, labels);
     let sb = [("cluster", "sb")];
     assert_eq!(
         sample("simplyblock_storagecluster_rolling_restart_node_count", &sb),
@@ -462,13 +462,13 @@ async fn rolling_restart_restarts_every_node_once_in_order() {
         ],
     );
     assert!(rebalanced.is_some_and(|n| n >= 3.0), "{rebalanced:?}");
-    let text = render();
+    let text = h.ctx.metrics.render();
     for typed in [
         "# TYPE simplyblock_storagecluster_rolling_restart_node_index_count gauge",
         "# TYPE simplyblock_storagecluster_rolling_restart_node_count gauge",
-        "# TYPE simplyblock_storagecluster_rolling_restart_peer_hold_seconds summary",
-        "# TYPE simplyblock_storagecluster_operation_step_duration_seconds summary",
-        "# TYPE simplyblock_storagecluster_operation_lock_wait_seconds summary",
+        "# TYPE simplyblock_storagecluster_rolling_restart_peer_hold_seconds histogram",
+        "# TYPE simplyblock_storagecluster_operation_step_duration_seconds histogram",
+        "# TYPE simplyblock_storagecluster_operation_lock_wait_seconds histogram",
     ] {
         assert!(text.contains(typed), "{typed} in {text}");
     }
@@ -640,10 +640,10 @@ fn scraped(body: &str, line_start: &str) -> f64 {
 #[tokio::test]
 async fn the_operation_metrics_are_served_over_http() {
     let h = harness("scops-metrics", "", (1, 1)).await;
-    let server = simplyblock_operator::metrics_server::MetricsServer::bind(SocketAddr::from((
-        Ipv4Addr::LOCALHOST,
-        0,
-    )))
+    let server = simplyblock_operator::metrics_server::MetricsServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        h.ctx.metrics.clone(),
+    )
     .await
     .expect("bind");
     let addr = server.local_addr().expect("addr");
@@ -653,7 +653,6 @@ async fn the_operation_metrics_are_served_over_http() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "ok");
 
-    // Other tests of this binary count into the same process-wide series: compare.
     let series = "simplyblock_storagecluster_operations_total{cluster=\"sb\",action=\"CancelTask\",result=\"failed\"}";
     let (_, before) = http_get(addr, "/metrics").await;
     let _c = h.start();
@@ -674,11 +673,11 @@ async fn the_operation_metrics_are_served_over_http() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase()
-            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
         "{head}"
     );
     assert!(
-        after.contains("# TYPE simplyblock_storagecluster_operations_total counter"),
+        after.contains("# TYPE simplyblock_storagecluster_operations counter"),
         "{after}"
     );
     // The controller's own reconciles are counted too.
@@ -721,7 +720,7 @@ async fn a_control_plane_slower_than_the_step_deadline_fails_the_operation() {
     .await;
     // The late look found the step out of time before it called.
     assert_eq!(h.calls("POST", &h.activate_path()).await, 0);
-    let counted = simplyblock_operator::ops::metrics::sample(
+    let counted = h.ctx.metrics.sample(
         "simplyblock_storagecluster_operation_step_deadline_exceeded_total",
         &[
             ("cluster", "sb"),
@@ -729,7 +728,7 @@ async fn a_control_plane_slower_than_the_step_deadline_fails_the_operation() {
             ("step", "Requesting"),
         ],
     );
-    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+    assert_eq!(counted, Some(1.0));
 }
 
 /// Replaces the controller every time the operation shows a new (step, message) — after a
@@ -1065,7 +1064,7 @@ async fn cancel_task_on_an_open_task_calls_once_and_waits_for_it_to_leave() {
     })
     .await;
     // Looks while the task is open do not cancel again.
-    crate::support::passes("storageclusterops", &h.ns, "sb-cancel", 2).await;
+    crate::support::passes(&h.ctx.metrics, "storageclusterops", &h.ns, "sb-cancel", 2).await;
     assert_eq!(h.answers("POST", &cancel).await, [404], "{message}");
     assert_eq!(
         h.ops()

@@ -55,15 +55,10 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
     let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
     cfg.timeout = Duration::from_secs(5);
     let cp = Client::new(cfg).expect("client");
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.url.clone(),
-        NS.into(),
-    ));
-    let cluster_controller = tokio::spawn(cluster::controller::run(ctx.clone(), Some(NS.into())));
-    let deployment_controller =
-        tokio::spawn(deployment::controller::run(ctx.clone(), Some(NS.into())));
+    let ctx =
+        Arc::new(Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into()).watching(NS));
+    let cluster_controller = tokio::spawn(cluster::controller::run(ctx.clone()));
+    let deployment_controller = tokio::spawn(deployment::controller::run(ctx.clone()));
 
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
     let doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
@@ -142,9 +137,8 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
     // Restarting the controllers changes nothing that exists.
     deployment_controller.abort();
     let _ = deployment_controller.await;
-    let deployment_controller =
-        tokio::spawn(deployment::controller::run(ctx.clone(), Some(NS.into())));
-    crate::support::passes("clusterdeploymentconfig", NS, &name, 1).await;
+    let deployment_controller = tokio::spawn(deployment::controller::run(ctx.clone()));
+    crate::support::passes(&ctx.metrics, "clusterdeploymentconfig", NS, &name, 1).await;
     assert_eq!(
         nodes
             .list(&Default::default())

@@ -19,7 +19,6 @@ use simplyblock_controlplane::{Client, ClientConfig, Url};
 use simplyblock_discovery::configmap;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::deployment::discovery::{self, ProbeSettings};
-use simplyblock_operator::ops::metrics;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs};
 use simplyblock_testenv::TestEnv;
 
@@ -103,12 +102,12 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     tokio::spawn(jobs::watch(sim.sim.clone(), kube.clone()));
     let cp =
         Client::new(ClientConfig::new(Url::parse(&sim.url).expect("url"), "t")).expect("client");
-    let ctx = Arc::new(Context::new(kube.clone(), cp, sim.url.clone(), NS.into()));
+    let ctx = Arc::new(Context::new(kube.clone(), cp, sim.url.clone(), NS.into()).watching(NS));
     let probe = ProbeSettings {
         image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
         service_account: "simplyblock-nodeprobe".into(),
     };
-    tokio::spawn(discovery::run(ctx, probe, Some(NS.into())));
+    tokio::spawn(discovery::run(ctx.clone(), probe));
 
     let raised = discovery::bootstrap(&kube, NS)
         .await
@@ -282,21 +281,21 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
         .sum();
     let ns_label = ("namespace", NS);
     assert_eq!(
-        metrics::sample(
+        ctx.metrics.sample(
             "simplyblock_operator_operations_total",
             &[ns_label, ("action", "Discover"), ("result", "succeeded")]
         ),
         Some(1.0)
     );
     assert_eq!(
-        metrics::sample(
+        ctx.metrics.sample(
             "simplyblock_operator_discovery_workers_found_count",
             &[ns_label]
         ),
         Some(WORKERS.len() as f64)
     );
     assert_eq!(
-        metrics::sample(
+        ctx.metrics.sample(
             "simplyblock_operator_discovery_devices_found_count",
             &[ns_label]
         ),

@@ -7,6 +7,7 @@ mod crash;
 mod deployment;
 mod discovery;
 mod events;
+mod leader;
 mod lock;
 mod pools;
 mod provisioning;

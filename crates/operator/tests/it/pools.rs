@@ -24,14 +24,13 @@ async fn harness(ns: &str, faults: &str) -> Harness {
 impl Harness {
     /// The pool controllers; the cluster controller too when `with_cluster`.
     fn start_pools(&self, with_cluster: bool) -> Vec<tokio::task::JoinHandle<()>> {
-        let ns = Some(self.ns.clone());
         let mut tasks = vec![
-            tokio::spawn(pool::controller::run(self.ctx.clone(), ns.clone())),
-            tokio::spawn(pool::ops::run(self.ctx.clone(), ns.clone())),
+            tokio::spawn(pool::controller::run(self.ctx.clone())),
+            tokio::spawn(pool::ops::run(self.ctx.clone())),
         ];
         if with_cluster {
             tasks.push(tokio::spawn(
-                simplyblock_operator::cluster::controller::run(self.ctx.clone(), ns),
+                simplyblock_operator::cluster::controller::run(self.ctx.clone()),
             ));
         }
         tasks
@@ -144,7 +143,7 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
 
     // Converged: nothing more is written.
-    crate::support::converged(&h.pools(), "storagepool", &name).await;
+    crate::support::converged(&h.ctx.metrics, &h.pools(), "storagepool", &name).await;
 
     // A person deletes the class and the pool: neither comes back.
     h.classes()
@@ -175,7 +174,7 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
             .is_none()
     );
     // The cluster controller, which made the default pool, looks again and leaves it gone.
-    crate::support::nudged(&h.clusters(), "storagecluster", "sb").await;
+    crate::support::nudged(&h.ctx.metrics, &h.clusters(), "storagecluster", "sb").await;
     assert!(h.pools().get_opt(&name).await.expect("get").is_none());
     assert_eq!(h.calls("POST", &h.pools_path()).await, 1);
 }
@@ -232,7 +231,7 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
         (f.volume_max_size == 2 << 40).then_some(())
     })
     .await;
-    crate::support::nudged(&h.pools(), "storagepool", "fast").await;
+    crate::support::nudged(&h.ctx.metrics, &h.pools(), "storagepool", "fast").await;
     assert_eq!(
         h.calls("PUT", &format!("{}{}/", h.pools_path(), found.id))
             .await,

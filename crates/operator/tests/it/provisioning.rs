@@ -84,13 +84,13 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     let cp = Client::new(cfg).expect("client");
     let ctx = Arc::new(
         Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
+            .watching(NS)
             .with_snode_proxy(sim.addr),
     );
-    let scope = Some(NS.to_string());
-    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+    tokio::spawn(cluster::controller::run(ctx.clone()));
+    tokio::spawn(deployment::controller::run(ctx.clone()));
+    tokio::spawn(node::controller::run(ctx.clone()));
+    tokio::spawn(node::workload::run(ctx.clone()));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"
@@ -670,14 +670,14 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     let cp = Client::new(cfg).expect("client");
     let ctx = Arc::new(
         Context::new(kube.clone(), cp.clone(), sim.url.clone(), ns.into())
+            .watching(ns)
             .with_snode_proxy(sim.addr),
     );
-    let scope = Some(ns.to_string());
-    tokio::spawn(cluster::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(cluster::ops::run(ctx.clone(), scope.clone()));
-    tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+    tokio::spawn(cluster::controller::run(ctx.clone()));
+    tokio::spawn(cluster::ops::run(ctx.clone()));
+    tokio::spawn(deployment::controller::run(ctx.clone()));
+    tokio::spawn(node::controller::run(ctx.clone()));
+    tokio::spawn(node::workload::run(ctx.clone()));
     Setup {
         kube,
         cp,

@@ -16,6 +16,7 @@ use simplyblock_controlplane::{
     Uuid,
 };
 use simplyblock_operator::context::Context;
+use simplyblock_operator::metrics::Metrics;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -35,12 +36,11 @@ pub use simplyblock_testenv::wait::{PATIENCE, until, until_explained, until_with
 /// when called: the proof that it looked again, taken before asserting that it changed
 /// nothing. A pass running when this is called counts, so a caller that needs a pass that
 /// started after some write asks for two.
-pub async fn passes(controller: &str, namespace: &str, name: &str, n: u64) {
-    use simplyblock_operator::ops::metrics;
-    let from = metrics::passes(controller, namespace, name);
+pub async fn passes(metrics: &Metrics, controller: &str, namespace: &str, name: &str, n: u64) {
+    let from = metrics.passes(controller, namespace, name);
     until(
         &format!("{n} more pass(es) of the {controller} controller over {namespace}/{name}"),
-        async || (metrics::passes(controller, namespace, name) >= from + n).then_some(()),
+        async || (metrics.passes(controller, namespace, name) >= from + n).then_some(()),
     )
     .await;
 }
@@ -50,7 +50,7 @@ const NUDGE: &str = "test.simplyblock.io/nudge";
 
 /// Changes an annotation of `name`, so its controller makes a pass whatever its requeue
 /// interval, then waits until a pass that started after the change has ended.
-pub async fn nudged<K>(api: &Api<K>, controller: &str, name: &str)
+pub async fn nudged<K>(metrics: &Metrics, api: &Api<K>, controller: &str, name: &str)
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -63,7 +63,7 @@ where
         .clone()
         .unwrap_or_default();
     for _ in 0..2 {
-        let from = simplyblock_operator::ops::metrics::passes(controller, &namespace, name);
+        let from = metrics.passes(controller, &namespace, name);
         let stamp = format!("{:?}", Instant::now());
         api.patch(
             name,
@@ -74,10 +74,7 @@ where
         .expect("nudge");
         until(
             &format!("a pass of {controller} over {name} after a nudge"),
-            async || {
-                (simplyblock_operator::ops::metrics::passes(controller, &namespace, name) > from)
-                    .then_some(())
-            },
+            async || (metrics.passes(controller, &namespace, name) > from).then_some(()),
         )
         .await;
     }
@@ -85,7 +82,7 @@ where
 
 /// Asserts that `controller` has converged on `name`: a pass that started after this call
 /// changes nothing of the object but the annotation that caused it.
-pub async fn converged<K>(api: &Api<K>, controller: &str, name: &str)
+pub async fn converged<K>(metrics: &Metrics, api: &Api<K>, controller: &str, name: &str)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -108,7 +105,7 @@ where
         v
     };
     let before = api.get(name).await.expect("the object");
-    nudged(api, controller, name).await;
+    nudged(metrics, api, controller, name).await;
     let after = api.get(name).await.expect("the object");
     assert_eq!(
         comparable(&before),
@@ -287,6 +284,7 @@ pub async fn webhooks() -> &'static Served {
                     let ctx = WebhookContext {
                         client: kube::Client::try_from(config).expect("client"),
                         operator_namespace: OPERATOR_NAMESPACE.into(),
+                        metrics: Default::default(),
                     };
                     let server = WebhookServer::bind(
                         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -368,12 +366,15 @@ pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
         )
         .await
         .expect("uuid");
-    let ctx = Arc::new(Context::new(
-        kube.clone(),
-        cp.clone(),
-        sim.server.url.clone(),
-        ns.to_string(),
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            kube.clone(),
+            cp.clone(),
+            sim.server.url.clone(),
+            ns.to_string(),
+        )
+        .watching(ns),
+    );
     Harness {
         kube,
         ns: ns.into(),
@@ -387,10 +388,7 @@ pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
 impl Harness {
     /// The StorageClusterOps controller.
     pub fn start(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(simplyblock_operator::cluster::ops::run(
-            self.ctx.clone(),
-            Some(self.ns.clone()),
-        ))
+        tokio::spawn(simplyblock_operator::cluster::ops::run(self.ctx.clone()))
     }
 
     pub fn ops(&self) -> Api<StorageClusterOps> {

@@ -1,0 +1,249 @@
+//! The operator assembled: [`run`] serves the admission webhooks and the metrics on every
+//! replica, and runs the controllers on the one that holds the leader Lease.
+//!
+//! Every replica serves the webhooks (the API server may call any of them), from a
+//! certificate issued by the CA every replica shares ([`crate::webhooks::ca`]). Only the
+//! leader reconciles and writes status: it takes the `coordination.k8s.io` Lease in the
+//! operator's namespace before its first pass, renews it while it runs, and on shutdown
+//! stops starting passes, finishes the ones in flight and releases the Lease, so that a
+//! standby takes over at once instead of after the lease time.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+
+use crate::context::Context;
+use crate::deployment::discovery::{self, ProbeSettings};
+use crate::metrics_server::MetricsServer;
+use crate::webhooks::tls::ServingCertificates;
+use crate::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
+use crate::{cluster, deployment, node, pool};
+
+/// Where the API server reaches the webhooks.
+#[derive(Clone, Debug)]
+pub enum WebhookEndpoint {
+    /// The Service of this name in the operator's namespace (in a cluster).
+    Service(String),
+    /// This URL base (an API server outside the cluster).
+    Url(String),
+    /// `https://` and the address the server bound (the demo, tests).
+    Bound,
+}
+
+/// How replicas elect their leader.
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    /// The Lease in the operator's namespace.
+    pub lease: String,
+    /// This replica's name in the Lease: the pod's name, so a restarted container takes
+    /// its own Lease back at once.
+    pub identity: String,
+    /// How long a Lease not renewed stays held.
+    pub duration: Duration,
+}
+
+impl LeaderElection {
+    /// The Lease every replica of the operator competes for.
+    pub const LEASE: &str = "simplyblock-operator-leader";
+}
+
+/// Everything [`run`] needs.
+pub struct Config {
+    /// The clients, the scope and the shutdown signal the controllers share.
+    pub context: Context,
+    /// Where the webhook server listens.
+    pub webhook_listen: SocketAddr,
+    pub webhook_endpoint: WebhookEndpoint,
+    /// How long a serving certificate is valid; it is replaced at a third of that.
+    pub certificate_validity: Duration,
+    /// Where `/metrics` and `/healthz` are served; `None` serves neither.
+    pub metrics_listen: Option<SocketAddr>,
+    /// What probe Jobs run.
+    pub probe: ProbeSettings,
+    /// Raise the first-install discovery run once leading.
+    pub initial_discovery: bool,
+    /// `None`: this process leads alone (one replica, a test).
+    pub leader_election: Option<LeaderElection>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Operator(#[from] crate::Error),
+    #[error("the leader Lease could not be read or written: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
+    #[error(
+        "this replica lost the leader Lease while it ran; it stopped reconciling and exits so that it restarts as a standby"
+    )]
+    LostLeadership,
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Runs the operator until `config.context.shutdown` fires (`Ok`) or the Lease is lost.
+pub async fn run(config: Config) -> Result<(), Error> {
+    let ctx = Arc::new(config.context);
+    let client = ctx.kube.clone();
+    let namespace = ctx.namespace.clone();
+
+    let ca = webhooks::ca::ensure(&client, &namespace).await?;
+    let mut dns = vec!["localhost".to_string()];
+    if let WebhookEndpoint::Service(service) = &config.webhook_endpoint {
+        dns.push(format!("{service}.{namespace}.svc"));
+        dns.push(format!("{service}.{namespace}.svc.cluster.local"));
+    }
+    let certs = ServingCertificates::with_bundle(
+        ca.authority,
+        ca.bundle,
+        dns,
+        vec![std::net::Ipv4Addr::LOCALHOST.into()],
+        config.certificate_validity,
+    )?;
+    let server = WebhookServer::bind(
+        config.webhook_listen,
+        certs.clone(),
+        webhooks::router(WebhookContext {
+            client: client.clone(),
+            operator_namespace: namespace.clone(),
+            metrics: ctx.metrics.clone(),
+        }),
+    )
+    .await?;
+    let endpoint = match config.webhook_endpoint {
+        WebhookEndpoint::Service(name) => Endpoint::Service {
+            namespace: namespace.clone(),
+            name,
+        },
+        WebhookEndpoint::Url(url) => Endpoint::Url(url),
+        WebhookEndpoint::Bound => Endpoint::Url(format!(
+            "https://{}",
+            server.local_addr().unwrap_or(config.webhook_listen)
+        )),
+    };
+    // Serving before registering: the bootstrap's create passes through these webhooks.
+    let mut background = vec![tokio::spawn(server.run())];
+    webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
+    tracing::info!(listen = %config.webhook_listen, ?endpoint, "serving the admission webhooks");
+    background.push(tokio::spawn(certs.clone().rotate_forever()));
+    background.push(tokio::spawn(webhooks::ca::keep_fresh(
+        client.clone(),
+        namespace.clone(),
+        endpoint,
+        certs,
+        Duration::from_secs(3600),
+    )));
+    if let Some(addr) = config.metrics_listen {
+        let server = MetricsServer::bind(addr, ctx.metrics.clone()).await?;
+        tracing::info!(listen = %addr, "serving /metrics and /healthz");
+        background.push(tokio::spawn(server.run()));
+    }
+
+    let result = lead(
+        &ctx,
+        config.leader_election,
+        config.probe,
+        config.initial_discovery,
+    )
+    .await;
+    for task in background {
+        task.abort();
+    }
+    result
+}
+
+/// Waits for the Lease (or the shutdown), then runs the controllers while renewing it.
+async fn lead(
+    ctx: &Arc<Context>,
+    election: Option<LeaderElection>,
+    probe: ProbeSettings,
+    initial_discovery: bool,
+) -> Result<(), Error> {
+    let lease = match election {
+        None => None,
+        Some(election) => {
+            let manager = lease_manager(ctx, &election).await?;
+            tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
+            loop {
+                tokio::select! {
+                    leading = manager.changed() => if leading? { break },
+                    _ = ctx.shutdown.clone().wait() => return Ok(()),
+                }
+            }
+            tracing::info!(identity = %election.identity, "leading: the controllers start");
+            Some(manager)
+        }
+    };
+    if initial_discovery {
+        let client = ctx.kube.clone();
+        let namespace = ctx.namespace.clone();
+        tokio::spawn(async move {
+            match discovery::bootstrap(&client, &namespace).await {
+                Ok(done) => tracing::info!("initial discovery: {done}"),
+                Err(why) => tracing::info!("initial discovery declined: {why}"),
+            }
+        });
+    }
+    let controllers = futures::future::join_all(controllers(ctx, probe));
+    let Some(manager) = lease else {
+        controllers.await;
+        return Ok(());
+    };
+    let outcome = tokio::select! {
+        _ = controllers => Ok(()),
+        lost = keep(&manager) => lost,
+    };
+    if outcome.is_err() {
+        // Nothing may reconcile without the Lease; the controllers end where they are.
+        ctx.shutdown.fire();
+    }
+    if let Err(e) = manager.release().await {
+        tracing::warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
+    }
+    outcome
+}
+
+/// Renews the Lease; returns when it is lost.
+async fn keep(manager: &LeaseManager) -> Result<(), Error> {
+    loop {
+        match manager.changed().await {
+            Ok(true) => {}
+            Ok(false) => return Err(Error::LostLeadership),
+            // A failed renewal is retried until the Lease runs out.
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the leader Lease failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<LeaseManager, Error> {
+    let duration = election.duration.as_secs().max(2);
+    Ok(LeaseManagerBuilder::new(ctx.kube.clone(), &election.lease)
+        .with_namespace(&ctx.namespace)
+        .with_identity(&election.identity)
+        .with_duration(duration)
+        // Renewed with a third of the lease left.
+        .with_grace((duration / 3).max(1))
+        .with_field_manager("simplyblock-operator-leader")
+        .build()
+        .await?)
+}
+
+/// Every controller of the operator.
+fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
+    vec![
+        Box::pin(cluster::controller::run(ctx.clone())),
+        Box::pin(cluster::ops::run(ctx.clone())),
+        Box::pin(deployment::controller::run(ctx.clone())),
+        Box::pin(discovery::run(ctx.clone(), probe)),
+        Box::pin(node::controller::run(ctx.clone())),
+        Box::pin(node::workload::run(ctx.clone())),
+        Box::pin(pool::controller::run(ctx.clone())),
+        Box::pin(pool::ops::run(ctx.clone())),
+    ]
+}

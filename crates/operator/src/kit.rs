@@ -1,0 +1,330 @@
+//! What every controller is built from, so that a controller's module is only its watches
+//! and its machine:
+//!
+//! - [`run`]: runs a `kube` controller in the operator's [`Scope`], counts each pass and
+//!   its duration, stops on the operator's shutdown after finishing the passes in flight;
+//! - [`Error`], the one error a reconcile returns, and [`error_policy`], which records its
+//!   [`Error::kind`] and picks the retry;
+//! - [`finalized`]: the finalizer around apply and cleanup, where a cleanup that holds the
+//!   deletion ([`Error::Held`]) is a wait, not a failure;
+//! - [`apply_status`]: writes a controller's typed status with server-side apply under its
+//!   field manager, optionally conditional on the resourceVersion it decided from.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::context::{Context, requeue};
+
+/// What a reconcile can fail with. Domain outcomes (a refused call, a bad spec) are not
+/// errors: they are written to status and events, and the pass ends `Ok`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] simplyblock_controlplane::Error),
+    /// A write conditional on the resourceVersion was refused: the object changed since
+    /// it was read, and the newer version is on its way through the watch.
+    #[error("{0} changed since it was read; deciding again on the newer version")]
+    Stale(String),
+    /// A lock kept changing under a release.
+    #[error("the lock on {0} kept changing under the release; retrying")]
+    LockContended(String),
+    /// Deletion waits for something (said in status and an event). Raised by a cleanup so
+    /// the finalizer stays; [`finalized`] turns it into a requeue.
+    #[error("deletion held: {0}")]
+    Held(String),
+    /// Issuing or reading a certificate failed.
+    #[error("{0}")]
+    Certificate(String),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<FinalizerError<Error>>),
+}
+
+impl From<simplyblock_certs::Error> for Error {
+    fn from(e: simplyblock_certs::Error) -> Error {
+        Error::Certificate(format!("issuing a certificate failed: {e}"))
+    }
+}
+
+impl Error {
+    /// The error's kind, as the `kind` label of `simplyblock_reconcile_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self.inner() {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(_) => "kubernetes",
+            Error::ControlPlane(_) => "control_plane",
+            Error::Stale(_) => "stale",
+            Error::LockContended(_) => "lock_contended",
+            Error::Held(_) => "held",
+            Error::Certificate(_) => "certificate",
+            Error::Finalizer(_) => "finalizer",
+        }
+    }
+
+    /// The error a finalizer wraps, or this one.
+    fn inner(&self) -> &Error {
+        match self {
+            Error::Finalizer(f) => match f.as_ref() {
+                FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e.inner(),
+                _ => self,
+            },
+            e => e,
+        }
+    }
+
+    /// Lost a race to a newer version of the object: not a failure.
+    pub fn is_stale(&self) -> bool {
+        matches!(self.inner(), Error::Stale(_))
+            || matches!(self.inner(), Error::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
+}
+
+/// The namespaces the operator serves: one, or all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope(pub Option<String>);
+
+impl Scope {
+    /// Every namespace.
+    pub fn all() -> Scope {
+        Scope(None)
+    }
+
+    /// Only `namespace`.
+    pub fn namespace(namespace: impl Into<String>) -> Scope {
+        Scope(Some(namespace.into()))
+    }
+
+    /// The API of `K` over this scope.
+    pub fn api<K>(&self, client: &kube::Client) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        match &self.0 {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+/// The API of `K` in `object`'s namespace.
+pub fn api_of<K, O>(client: &kube::Client, object: &O) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    O: Resource,
+{
+    Api::namespaced(client.clone(), &object.namespace().unwrap_or_default())
+}
+
+/// Runs `controller` with `reconcile` until the operator shuts down, under the name
+/// `name` (the `controller` label of its metrics and the key of its pass count). A
+/// shutdown stops new passes and waits for those in flight.
+pub async fn run<K, F, Fut>(
+    name: &'static str,
+    controller: Controller<K>,
+    reconcile: F,
+    ctx: Arc<Context>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let reconcile = Arc::new(reconcile);
+    let metrics = ctx.metrics.clone();
+    let measured = move |object: Arc<K>, ctx: Arc<Context>| {
+        let reconcile = reconcile.clone();
+        async move {
+            let began = Instant::now();
+            let namespace = object.namespace().unwrap_or_default();
+            let object_name = object.name_any();
+            let result = reconcile(object, ctx.clone()).await;
+            let m = &ctx.metrics;
+            m.observe(
+                "simplyblock_reconcile_duration_seconds",
+                vec![("controller", name.to_owned())],
+                began.elapsed().as_secs_f64(),
+            );
+            let outcome = if result.is_ok() { "success" } else { "error" };
+            m.count(
+                "simplyblock_reconcile_total",
+                vec![
+                    ("controller", name.to_owned()),
+                    ("result", outcome.to_owned()),
+                ],
+            );
+            m.pass_ended(name, &namespace, &object_name);
+            result
+        }
+    };
+    let policy = move |object: Arc<K>, error: &Error, ctx: Arc<Context>| {
+        error_policy(name, &*object, error, &ctx)
+    };
+    let shutdown = ctx.shutdown.clone();
+    controller
+        .graceful_shutdown_on(async move { shutdown.wait().await })
+        .run(measured, policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller = name, error = %e, "reconcile");
+            }
+        })
+        .await;
+    drop(metrics);
+}
+
+/// Records the error's kind and picks the retry: a stale read is decided again at once,
+/// anything else after [`requeue::RETRY`].
+pub fn error_policy<K: Resource>(
+    controller: &'static str,
+    object: &K,
+    error: &Error,
+    ctx: &Context,
+) -> Action {
+    ctx.metrics.count(
+        "simplyblock_reconcile_errors_total",
+        vec![
+            ("controller", controller.to_owned()),
+            ("kind", error.kind().to_owned()),
+        ],
+    );
+    if error.is_stale() {
+        tracing::debug!(controller, object = %object.name_any(), "read a stale version; deciding again");
+        return Action::requeue(requeue::NEXT_STEP);
+    }
+    tracing::warn!(controller, object = %object.name_any(), error = %error, "reconcile failed; retrying");
+    Action::requeue(requeue::RETRY)
+}
+
+/// `apply` while `object` lives, `cleanup` once it is deleted, behind `finalizer`. A
+/// cleanup that returns [`Error::Held`] keeps the finalizer and looks again after
+/// [`requeue::RETRY`]: a wait whose reason is already in status, not an error.
+pub async fn finalized<K, A, AF, C, CF>(
+    client: &kube::Client,
+    name: &str,
+    object: Arc<K>,
+    apply: A,
+    cleanup: C,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    A: FnOnce(Arc<K>) -> AF,
+    AF: Future<Output = Result<Action, Error>> + Send,
+    C: FnOnce(Arc<K>) -> CF,
+    CF: Future<Output = Result<Action, Error>> + Send,
+{
+    let api: Api<K> = api_of(client, object.as_ref());
+    let result = finalizer(&api, name, object, |event| async move {
+        match event {
+            Event::Apply(o) => apply(o).await,
+            Event::Cleanup(o) => cleanup(o).await,
+        }
+    })
+    .await;
+    match result {
+        Ok(action) => Ok(action),
+        Err(FinalizerError::CleanupFailed(Error::Held(why))) => {
+            tracing::debug!(why, "deletion held");
+            Ok(Action::requeue(requeue::RETRY))
+        }
+        Err(e) => Err(Error::Finalizer(Box::new(e))),
+    }
+}
+
+/// Whether a status write may overwrite a newer version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Only onto the resourceVersion read: a 409 is [`Error::Stale`].
+    ResourceVersion,
+    /// Whatever is stored now (the fields are this controller's alone).
+    None,
+}
+
+/// Writes `status` (the fields `manager` owns, all of them: a field it owned and leaves
+/// out is removed) onto `object` with server-side apply. Returns the object as stored.
+pub async fn apply_status<K, S>(
+    client: &kube::Client,
+    object: &K,
+    manager: &str,
+    status: &S,
+    guard: Guard,
+) -> Result<K, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    S: Serialize,
+{
+    let mut metadata = json!({"name": object.name_any()});
+    if guard == Guard::ResourceVersion {
+        metadata["resourceVersion"] = json!(object.resource_version());
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+        "status": status,
+    });
+    let api: Api<K> = api_of(client, object);
+    match api
+        .patch_status(
+            &object.name_any(),
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
+        .await
+    {
+        Ok(written) => Ok(written),
+        Err(kube::Error::Api(s)) if s.code == 409 && guard == Guard::ResourceVersion => Err(
+            Error::Stale(format!("{} {}", K::kind(&()), object.name_any())),
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `status` only when it differs from `current` (the stored status as this
+/// controller would write it): a write wakes every watcher, so an unchanged pass must
+/// not write.
+pub async fn apply_status_if_changed<K, S>(
+    client: &kube::Client,
+    object: &K,
+    manager: &str,
+    current: &S,
+    status: &S,
+    guard: Guard,
+) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    S: Serialize + PartialEq,
+{
+    if current == status {
+        return Ok(None);
+    }
+    apply_status(client, object, manager, status, guard)
+        .await
+        .map(Some)
+}

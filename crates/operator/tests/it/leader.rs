@@ -1,0 +1,200 @@
+//! Two operator processes against one API server: only the one holding the leader Lease
+//! reconciles (the other serves its webhooks and metrics and waits); killed, the leader's
+//! place is taken by the other within the lease time; stopped with SIGTERM, a leader
+//! releases the Lease on its way out.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use simplyblock_api::StorageCluster;
+use simplyblock_operator::assembly::LeaderElection;
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+
+use crate::support::{PATIENCE, until, until_within};
+
+const TOKEN: &str = "leader-test-token";
+const NS: &str = "leader";
+/// Short, so the takeover is quick; the renewal comes at a third of it.
+const LEASE_SECONDS: u64 = 4;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One operator process named `identity`, its metrics on `metrics_port`.
+fn operator(
+    env: &TestEnv,
+    sim: &Server,
+    token_file: &std::path::Path,
+    identity: &str,
+    metrics_port: u16,
+) -> Child {
+    let port = free_port();
+    Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"))
+        .args(["run", "--disable-initial-discovery"])
+        .arg(format!("--webhook-listen=127.0.0.1:{port}"))
+        .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+        .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+        .arg(format!("--namespace={NS}"))
+        .arg(format!("--watch-namespace={NS}"))
+        .arg(format!("--control-plane-url={}", sim.url))
+        .arg(format!(
+            "--control-plane-token-file={}",
+            token_file.display()
+        ))
+        .arg(format!("--lease-duration={LEASE_SECONDS}s"))
+        .env("POD_NAME", identity)
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the operator starts")
+}
+
+/// The operator's `/metrics` on `port`, or `None` while it does not answer.
+async fn scrape(port: u16) -> Option<String> {
+    let client = reqwest::Client::new();
+    let response = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .ok()?;
+    response.text().await.ok()
+}
+
+/// The StorageCluster passes a process's metrics count (0 when none).
+fn cluster_passes(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("simplyblock_reconcile_total{controller=\"storagecluster\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt(LeaderElection::LEASE)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+async fn create_cluster(clusters: &Api<StorageCluster>, name: &str) {
+    let cluster: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": name},
+        "spec": {"stripe": {"dataChunks": 1, "parityChunks": 1}},
+    }))
+    .expect("cluster");
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("StorageCluster");
+}
+
+async fn created(clusters: &Api<StorageCluster>, name: &str) {
+    until(&format!("StorageCluster {name} created"), async || {
+        let uuid = clusters.get(name).await.ok()?.status?.uuid?;
+        (!uuid.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, NS)
+        .await
+        .expect("namespace");
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 100.0,
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), NS);
+    let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), NS);
+
+    let (a_port, b_port) = (free_port(), free_port());
+    let mut a = operator(&env, &sim, &token_file, "operator-a", a_port);
+    until("operator-a leading", async || {
+        (holder(&leases).await.as_deref() == Some("operator-a")).then_some(())
+    })
+    .await;
+    let mut b = operator(&env, &sim, &token_file, "operator-b", b_port);
+    // The standby serves too: its metrics answer (and its webhooks admit what follows).
+    until("operator-b serving", async || scrape(b_port).await).await;
+
+    create_cluster(&clusters, "first").await;
+    created(&clusters, "first").await;
+    let a_metrics = scrape(a_port).await.expect("operator-a's metrics");
+    assert!(cluster_passes(&a_metrics) >= 1.0, "{a_metrics}");
+    let b_metrics = scrape(b_port).await.expect("operator-b's metrics");
+    assert_eq!(
+        cluster_passes(&b_metrics),
+        0.0,
+        "the standby reconciled: {b_metrics}"
+    );
+    assert_eq!(holder(&leases).await.as_deref(), Some("operator-a"));
+
+    // The leader dies without releasing the Lease: the standby waits it out, then leads.
+    a.kill().expect("kill operator-a");
+    let _ = a.wait();
+    let killed = Instant::now();
+    until_within(
+        "operator-b leading",
+        Duration::from_secs(LEASE_SECONDS * 3),
+        async || (holder(&leases).await.as_deref() == Some("operator-b")).then_some(()),
+    )
+    .await;
+    let takeover = killed.elapsed();
+    eprintln!(
+        "takeover after the leader's death: {:.1} s (lease {LEASE_SECONDS} s)",
+        takeover.as_secs_f64()
+    );
+    assert!(
+        takeover <= Duration::from_secs(LEASE_SECONDS + 2),
+        "operator-b took {takeover:?} to lead, more than the lease time"
+    );
+    create_cluster(&clusters, "second").await;
+    created(&clusters, "second").await;
+    let b_metrics = scrape(b_port).await.expect("operator-b's metrics");
+    assert!(cluster_passes(&b_metrics) >= 1.0, "{b_metrics}");
+
+    // SIGTERM: the passes in flight finish, the Lease is released, the process ends well.
+    let pid = i32::try_from(b.id()).expect("pid");
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success());
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(status) = b.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(stopped.elapsed() < PATIENCE, "operator-b did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "operator-b ended with {status}");
+    assert_eq!(holder(&leases).await, None, "the Lease was not released");
+}
