@@ -72,6 +72,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .within(&n.namespace().unwrap_or_default()),
             )
         })
+        .graceful_shutdown_on(ctx.shutdown.clone().wait())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {

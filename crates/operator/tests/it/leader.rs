@@ -92,7 +92,7 @@ async fn create_cluster(clusters: &Api<StorageCluster>, name: &str) {
     let cluster: StorageCluster = serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
         "metadata": {"name": name},
-        "spec": {"stripe": {"dataChunks": 1, "parityChunks": 1}},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "stripe": {"dataChunks": 1, "parityChunks": 1}},
     }))
     .expect("cluster");
     clusters
