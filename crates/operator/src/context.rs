@@ -2,6 +2,9 @@
 //! the namespaces it serves, its shutdown signal, and where the operator runs.
 
 use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::Api;
 use std::time::Duration;
 
 use kube::Resource;
@@ -24,9 +27,36 @@ pub struct Context {
     /// The operator's metrics ([`crate::metrics`]).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The namespaces the controllers watch.
-    pub scope: crate::kit::Scope,
+    pub scope: Scope,
     /// Fired when the operator stops: the controllers finish the passes in flight and end.
     pub shutdown: Shutdown,
+}
+
+/// The namespaces the operator serves: one, or all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope(pub Option<String>);
+
+impl Scope {
+    /// Every namespace.
+    pub fn all() -> Scope {
+        Scope(None)
+    }
+
+    /// Only `namespace`.
+    pub fn namespace(namespace: impl Into<String>) -> Scope {
+        Scope(Some(namespace.into()))
+    }
+
+    /// The API of `K` over this scope.
+    pub fn api<K>(&self, client: &kube::Client) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        match &self.0 {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
 }
 
 /// The operator's stop signal, shared by every controller.
@@ -101,19 +131,19 @@ impl Context {
             namespace,
             step_deadline_scale: 1.0,
             metrics: Arc::default(),
-            scope: crate::kit::Scope::all(),
+            scope: Scope::all(),
             shutdown: Shutdown::new(),
         }
     }
 
     /// Watch only `namespace` (see [`Context::scope`]).
     pub fn watching(mut self, namespace: impl Into<String>) -> Context {
-        self.scope = crate::kit::Scope::namespace(namespace);
+        self.scope = Scope::namespace(namespace);
         self
     }
 
     /// Watch what `scope` says.
-    pub fn with_scope(mut self, scope: crate::kit::Scope) -> Context {
+    pub fn with_scope(mut self, scope: Scope) -> Context {
         self.scope = scope;
         self
     }

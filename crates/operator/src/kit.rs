@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+pub use crate::context::Scope;
 use crate::context::{Context, requeue};
 
 /// What a reconcile can fail with. Domain outcomes (a refused call, a bad spec) are not
@@ -90,33 +91,6 @@ impl Error {
     pub fn is_stale(&self) -> bool {
         matches!(self.inner(), Error::Stale(_))
             || matches!(self.inner(), Error::Kube(kube::Error::Api(s)) if s.code == 409)
-    }
-}
-
-/// The namespaces the operator serves: one, or all.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Scope(pub Option<String>);
-
-impl Scope {
-    /// Every namespace.
-    pub fn all() -> Scope {
-        Scope(None)
-    }
-
-    /// Only `namespace`.
-    pub fn namespace(namespace: impl Into<String>) -> Scope {
-        Scope(Some(namespace.into()))
-    }
-
-    /// The API of `K` over this scope.
-    pub fn api<K>(&self, client: &kube::Client) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
-    {
-        match &self.0 {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
     }
 }
 
