@@ -118,7 +118,6 @@ pub async fn run<K, F, Fut>(
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     let reconcile = Arc::new(reconcile);
-    let metrics = ctx.metrics.clone();
     let measured = move |object: Arc<K>, ctx: Arc<Context>| {
         let reconcile = reconcile.clone();
         async move {
@@ -157,7 +156,6 @@ pub async fn run<K, F, Fut>(
             }
         })
         .await;
-    drop(metrics);
 }
 
 /// Records the error's kind and picks the retry: a stale read is decided again at once,
@@ -275,30 +273,4 @@ where
         ),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Writes `status` only when it differs from `current` (the stored status as this
-/// controller would write it): a write wakes every watcher, so an unchanged pass must
-/// not write.
-pub async fn apply_status_if_changed<K, S>(
-    client: &kube::Client,
-    object: &K,
-    manager: &str,
-    current: &S,
-    status: &S,
-    guard: Guard,
-) -> Result<Option<K>, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug,
-    S: Serialize + PartialEq,
-{
-    if current == status {
-        return Ok(None);
-    }
-    apply_status(client, object, manager, status, guard)
-        .await
-        .map(Some)
 }
