@@ -7,8 +7,7 @@
 //! - [`OpsResource`] says what its target is, where its common status fields are, and how
 //!   to read the target's lock;
 //! - [`Steps`] gives, per step, an observation (reads only), a pure [`Steps::plan`] over it
-//!   (with the kind's own events, [`Steps::noted_plan`]) and the one call a plan may ask
-//!   for.
+//!   (with the kind's own events) and the one call a plan may ask for.
 //!
 //! A kind without a lock ([`OpsResource::LOCKS_TARGET`] false) is its own target: it runs
 //! at once, and its finalizer goes when it ends.
@@ -228,7 +227,10 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         ctx: &Context,
     ) -> impl Future<Output = Result<Self::Obs, Error>> + Send;
 
-    /// What to do next. Pure.
+    /// What to do next, with the kind's own events that go with it ([`Noted`]; a plan
+    /// without events converts into one). Pure. The runtime raises the events when it
+    /// acts on the plan: a wait's only when its message is new, none when the deadline
+    /// overrides the plan.
     fn plan(
         &self,
         op: &K,
@@ -236,21 +238,7 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         machine: &Machine<'static, Self::Step>,
         obs: &Self::Obs,
         now: Timestamp,
-    ) -> Plan<Self::Step, Self::Call>;
-
-    /// The plan with the kind's own events ([`Noted`]). The runtime raises them when it acts
-    /// on the plan: a wait's only when its message is new, none when the deadline
-    /// overrides the plan. By default [`Steps::plan`] without events.
-    fn noted_plan(
-        &self,
-        op: &K,
-        target: &K::Target,
-        machine: &Machine<'static, Self::Step>,
-        obs: &Self::Obs,
-        now: Timestamp,
-    ) -> Noted<Self::Step, Self::Call> {
-        self.plan(op, target, machine, obs, now).into()
-    }
+    ) -> Noted<Self::Step, Self::Call>;
 
     /// The message of an operation that failed because `step` outlived its deadline, when
     /// the kind can say more than the runtime's "step … exceeded its deadline". Default

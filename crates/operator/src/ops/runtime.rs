@@ -249,7 +249,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
     // The deadline is judged when the observation is in: a slow control plane makes a late
     // look, and a late look must not call.
     let now = Timestamp::now();
-    let super::Noted { plan, notes } = steps.noted_plan(op, target, &machine, &obs, now);
+    let super::Noted { plan, notes } = steps.plan(op, target, &machine, &obs, now);
     let running_status = |machine: &Machine<'static, S::Step>, message: String| OpsStatus {
         phase: OpsPhase::Running,
         step: machine.snapshot(),
