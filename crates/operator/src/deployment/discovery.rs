@@ -417,7 +417,7 @@ fn notes(events: Vec<run::Event>) -> Vec<Note> {
     events.into_iter().map(Note::from).collect()
 }
 
-/// The run's kind fields with `field` set to `value`.
+/// The run's kind fields with `fields` set.
 fn kind_with(op: &OperatorOps, fields: &[(&str, Value)]) -> Map<String, Value> {
     let mut kind = op.kind_status();
     for (field, value) in fields {
