@@ -99,6 +99,9 @@ struct Worker {
     placement: Option<String>,
 }
 
+/// The label on a draft naming the run that wrote it (its label value).
+pub const DISCOVERED_BY_LABEL: &str = "storage.simplyblock.io/discovered-by";
+
 /// The document name: `configName`, otherwise `discovered-<run>`.
 pub fn config_name(run: &str, spec: &DiscoverSpec) -> String {
     spec.config_name
@@ -482,7 +485,7 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
     };
     let mut labels = BTreeMap::new();
     labels.insert(
-        "storage.simplyblock.io/discovered-by".to_string(),
+        DISCOVERED_BY_LABEL.to_string(),
         crate::configmap::label_value(input.run),
     );
     let config = ClusterDeploymentConfig {

@@ -197,8 +197,8 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         machine: &Machine<'static, ClusterOpsStep>,
         obs: &Observed,
         now: Timestamp,
-    ) -> Plan<ClusterOpsStep, Call> {
-        plan(op, target, machine, obs, now)
+    ) -> ops::Noted<ClusterOpsStep, Call> {
+        plan(op, target, machine, obs, now).into()
     }
 
     async fn execute(

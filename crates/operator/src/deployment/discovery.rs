@@ -1,79 +1,51 @@
-//! The OperatorOps controller (action Discover) and the first-install bootstrap.
+//! The OperatorOps controller (action Discover) on the shared [`crate::ops`] runtime, and
+//! the first-install bootstrap.
 //!
-//! Inspecting picks the workers once and records them; Probing runs one probe Job per
-//! worker, pinned to it and owned by the run, and waits for their report ConfigMaps;
-//! Writing turns the reports into a ClusterDeploymentConfig in Draft, or adopts the one of
-//! that name. Every step is abortable: discovery changes nothing on the workers. The
-//! decisions are the discovery crate's; this module reads and writes.
+//! An OperatorOps takes no lock: it is its own target and runs at once. The phases, abort,
+//! deadlines, the finalizer and the standard events and metrics are the runtime's; this
+//! module is what each step reads ([`observe`]), decides ([`plan`], pure, with the
+//! discovery crate's decisions) and calls ([`execute`]).
+//!
+//! | step | reads | call | done when |
+//! |---|---|---|---|
+//! | Inspecting | Nodes, StorageNodes, API groups | | the workers and environment are recorded |
+//! | Probing | report ConfigMaps, probe pods and Jobs | a probe Job per worker without one, pinned to it and owned by the run | every worker reported or its Job failed (left out); an image that cannot be pulled fails the run |
+//! | Writing | Nodes, reports, the document of the draft's name | create the draft | the draft exists: written by this run, or adopted |
+//!
+//! Every step is abortable: discovery changes nothing on the workers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
-use simplyblock_api::common::OpsPhase;
-use simplyblock_api::operator_ops::{
-    GRAPHS, OperatorAction, OperatorOps, OperatorOpsStatus, OperatorOpsStep,
-};
+use serde_json::{Map, Value, json};
+use simplyblock_api::cluster_deployment_config::Environment;
+use simplyblock_api::operator_ops::{GRAPHS, OperatorOps, OperatorOpsStatus, OperatorOpsStep};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
+use simplyblock_discovery::plan::{DISCOVERED_BY_LABEL, WorkerReport, config_name};
 use simplyblock_discovery::{configmap, run};
 use simplyblock_statemachine::Machine;
 
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
-use crate::metrics::Metrics;
+use crate::context::Context;
+use crate::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
-/// A discovery run reached `phase` (terminal):
-/// `simplyblock_operator_operations_total{namespace,action,result}` and
-/// `simplyblock_operator_operation_duration_seconds{…}`.
-fn operator_ops_finished(
-    m: &Metrics,
-    namespace: &str,
-    action: &str,
-    phase: OpsPhase,
-    started_at: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-) {
-    let result = format!("{phase:?}").to_lowercase();
-    let labels = vec![
-        ("namespace", namespace.to_owned()),
-        ("action", action.to_owned()),
-        ("result", result),
-    ];
-    let seconds = started_at
-        .map(|t| jiff::Timestamp::now().duration_since(t.0).as_secs_f64())
-        .unwrap_or(0.0);
-    m.count("simplyblock_operator_operations_total", labels.clone());
-    m.observe(
-        "simplyblock_operator_operation_duration_seconds",
-        labels,
-        seconds,
-    );
-}
-
-/// What the newest discovery run in `namespace` put in its draft.
-fn discovery_found(m: &Metrics, namespace: &str, workers: usize, devices: usize) {
-    let labels = vec![("namespace", namespace.to_owned())];
-    m.set(
-        "simplyblock_operator_discovery_workers_found_count",
-        labels.clone(),
-        workers as f64,
-    );
-    m.set(
-        "simplyblock_operator_discovery_devices_found_count",
-        labels,
-        devices as f64,
-    );
-}
-
-const MANAGER: &str = "operatorops-controller";
 /// Held while a run is unfinished, so that deleting it mid-run leaves an Aborted record
 /// (event and metrics) before it goes; removed once the run is terminal.
 pub const FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
+const MANAGER: &str = "operatorops-controller";
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "operatorops";
+const METRIC_PREFIX: &str = "simplyblock_operator_";
+
+/// How often Probing looks for reports (their ConfigMaps' watch usually comes first).
+const PROBE_POLL: Duration = Duration::from_secs(2);
 
 /// What the probe Jobs run.
 #[derive(Clone, Debug)]
@@ -83,16 +55,173 @@ pub struct ProbeSettings {
     pub service_account: String,
 }
 
-/// The name of the controller in metrics and logs.
-pub const CONTROLLER: &str = "operatorops";
+impl OpsResource for OperatorOps {
+    /// The operator is not a resource of this API: a run is its own target.
+    type Target = OperatorOps;
+    const FINALIZER: &'static str = FINALIZER;
+    const MANAGER: &'static str = MANAGER;
+    const METRIC_PREFIX: &'static str = METRIC_PREFIX;
+    const TARGET_LABEL: &'static str = "namespace";
+    const LOCKS_TARGET: bool = false;
 
-/// Runs the controller until the operator stops.
+    fn target_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+    fn action_name(&self) -> &'static str {
+        simplyblock_statemachine::Action::name(self.spec.action)
+    }
+    fn abort_requested(&self) -> bool {
+        self.spec.abort
+    }
+    fn ops_status(&self) -> OpsStatus {
+        let OperatorOpsStatus {
+            phase,
+            step,
+            message,
+            started_at,
+            completed_at,
+            ..
+        } = self.status.clone().unwrap_or_default();
+        OpsStatus {
+            phase,
+            step,
+            message,
+            started_at,
+            completed_at,
+        }
+    }
+    fn kind_status(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        let Some(s) = &self.status else {
+            return m;
+        };
+        if !s.workers.is_empty() {
+            m.insert("workers".into(), json!(s.workers));
+        }
+        if let Some(environment) = s.environment {
+            m.insert("environment".into(), json!(environment));
+        }
+        if let Some(config) = &s.config_ref {
+            m.insert("configRef".into(), json!(config));
+        }
+        m
+    }
+    fn lock_holder(_: &OperatorOps) -> Option<&str> {
+        None
+    }
+    fn metric_target(&self) -> String {
+        self.namespace().unwrap_or_default()
+    }
+    fn own_target(&self) -> Option<OperatorOps> {
+        Some(self.clone())
+    }
+    fn deleted_message(&self) -> String {
+        let at = self
+            .ops_status()
+            .step
+            .state
+            .unwrap_or_else(|| OperatorOpsStep::Inspecting.to_string());
+        format!("the run was deleted at {at}; its probe Jobs and reports go with it")
+    }
+}
+
+/// What the steps read. Each step fills its own fields; the others stay empty.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// Inspecting, Writing: every Node.
+    pub nodes: Vec<Node>,
+    /// Inspecting: the workers that already run a StorageNode in the namespace.
+    pub storage_node_workers: BTreeSet<String>,
+    /// Inspecting: the API groups' names; `None` when listing them failed.
+    pub api_groups: Option<Vec<String>>,
+    /// Probing, Writing: the run's reports, by the worker each names.
+    pub reports: BTreeMap<String, WorkerReport>,
+    /// Probing: the run's probe pods.
+    pub probe_pods: Vec<Pod>,
+    /// Probing: the run's probe Jobs, by name: whether each failed after its retries.
+    pub probe_jobs: BTreeMap<String, bool>,
+    /// Writing: the labels of the ClusterDeploymentConfig of the draft's name, when one
+    /// exists.
+    pub existing_draft: Option<BTreeMap<String, String>>,
+}
+
+/// The one side effect a step may issue.
+#[derive(Clone, Debug)]
+pub enum Call {
+    /// Start the probe on these workers: one Job each (an existing one is kept).
+    CreateProbeJobs(Vec<String>),
+    /// Create the draft; its events are raised once it is written. A document of its
+    /// name that appeared meanwhile (409) is adopted by the next look.
+    WriteDraft {
+        config: Box<ClusterDeploymentConfig>,
+        notes: Vec<Note>,
+    },
+}
+
+/// The steps of action Discover.
+#[derive(Clone, Debug)]
+pub struct DiscoverSteps {
+    pub probe: ProbeSettings,
+}
+
+impl Steps<OperatorOps> for DiscoverSteps {
+    type Step = OperatorOpsStep;
+    type Obs = Observed;
+    type Call = Call;
+
+    async fn observe(
+        &self,
+        op: &OperatorOps,
+        _target: &OperatorOps,
+        machine: &Machine<'static, OperatorOpsStep>,
+        ctx: &Context,
+    ) -> Result<Observed, ops::Error> {
+        observe(op, machine.state(), ctx).await
+    }
+
+    fn plan(
+        &self,
+        op: &OperatorOps,
+        _target: &OperatorOps,
+        machine: &Machine<'static, OperatorOpsStep>,
+        obs: &Observed,
+        _now: Timestamp,
+    ) -> Noted<OperatorOpsStep, Call> {
+        plan(op, machine.state(), obs, &self.probe.image)
+    }
+
+    async fn execute(
+        &self,
+        op: &OperatorOps,
+        _target: &OperatorOps,
+        call: &Call,
+        ctx: &Context,
+    ) -> Result<(), String> {
+        execute(op, call, &self.probe, ctx).await
+    }
+
+    fn machine(
+        &self,
+        op: &OperatorOps,
+        now: Timestamp,
+    ) -> Result<Machine<'static, OperatorOpsStep>, simplyblock_statemachine::Error> {
+        GRAPHS.restore(op.spec.action, &op.ops_status().step, now)
+    }
+
+    fn deadline_message(&self, op: &OperatorOps, step: OperatorOpsStep) -> Option<String> {
+        (step == OperatorOpsStep::Probing).then(|| {
+            format!(
+                "no worker reported within the probing deadline; the reports that did arrive are the ConfigMaps labelled {}",
+                configmap::run_selector(&op.name_any())
+            )
+        })
+    }
+}
+
+/// Runs the controller until the operator stops: a run wakes on its own changes, its
+/// Jobs' and its report ConfigMaps'.
 pub async fn run(ctx: Arc<Context>, probe: ProbeSettings) {
-    let probe = Arc::new(probe);
-    let controller = Controller::new(
-        ctx.scope.api::<OperatorOps>(&ctx.kube),
-        watcher::Config::default(),
-    );
+    let controller = ops::controller::<OperatorOps>(&ctx);
     let store = controller.store();
     // A report ConfigMap carries its run's name as a label; the run's Jobs are owned.
     let of_run = move |cm: ConfigMap| {
@@ -104,7 +233,7 @@ pub async fn run(ctx: Arc<Context>, probe: ProbeSettings) {
                 o.namespace() == cm.namespace()
                     && run.as_deref() == Some(configmap::label_value(&o.name_any()).as_str())
             })
-            .map(|o| kube::runtime::reflector::ObjectRef::from_obj(&*o))
+            .map(|o| ObjectRef::from_obj(&*o))
             .collect::<Vec<_>>()
     };
     let reports = watcher::Config::default().labels(&format!(
@@ -115,351 +244,67 @@ pub async fn run(ctx: Arc<Context>, probe: ProbeSettings) {
     let controller = controller
         .owns(ctx.scope.api::<Job>(&ctx.kube), watcher::Config::default())
         .watches(ctx.scope.api::<ConfigMap>(&ctx.kube), reports, of_run);
-    kit::run(
-        CONTROLLER,
-        controller,
-        move |op, ctx| {
-            let probe = probe.clone();
-            async move { reconcile(op, ctx, probe).await }
-        },
-        ctx,
-    )
-    .await
+    ops::run(CONTROLLER, controller, DiscoverSteps { probe }, ctx).await
 }
 
-async fn write(ctx: &Context, op: &OperatorOps, status: &OperatorOpsStatus) -> Result<(), Error> {
-    let mut status = status.clone();
-    status.observed_generation = op.metadata.generation;
-    kit::apply_status(&ctx.kube, op, MANAGER, &status, Guard::None).await?;
-    Ok(())
-}
-
-async fn emit(ctx: &Context, op: &OperatorOps, events: &[run::Event]) {
-    for e in events {
-        ctx.event(op, e.warning, e.reason, e.message.clone()).await;
-    }
-}
-
-async fn finish(
-    ctx: &Context,
+/// What `step` reads. No writes.
+pub async fn observe(
     op: &OperatorOps,
-    mut status: OperatorOpsStatus,
-    phase: OpsPhase,
-    message: String,
-) -> Result<Action, Error> {
-    let reason = match phase {
-        OpsPhase::Succeeded => "OperationSucceeded",
-        OpsPhase::Aborted => "OperationAborted",
-        _ => "OperationFailed",
-    };
-    ctx.event(op, phase == OpsPhase::Failed, reason, message.clone())
-        .await;
-    status.phase = phase;
-    status.message = Some(message);
-    status.completed_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        jiff::Timestamp::now(),
-    ));
-    write(ctx, op, &status).await?;
-    release(ctx, op).await?;
-    operator_ops_finished(
-        &ctx.metrics,
-        &op.namespace().unwrap_or_default(),
-        simplyblock_statemachine::Action::name(op.spec.action),
-        phase,
-        status.started_at.as_ref(),
-    );
-    Ok(Action::await_change())
-}
-
-/// Sets the run's finalizers to `finalizers`, guarded by the resourceVersion it was read at.
-async fn set_finalizers(
+    step: OperatorOpsStep,
     ctx: &Context,
-    op: &OperatorOps,
-    finalizers: Vec<String>,
-) -> Result<(), Error> {
-    let body = json!({"metadata": {
-        "resourceVersion": op.metadata.resource_version,
-        "finalizers": finalizers,
-    }});
-    Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default())
-        .patch(&op.name_any(), &PatchParams::default(), &Patch::Merge(body))
-        .await?;
-    Ok(())
-}
-
-/// Drops the finalizer from a fresh read of the run (a conflict is retried by the next
-/// pass, which finds the run terminal and releases again).
-async fn release(ctx: &Context, op: &OperatorOps) -> Result<(), Error> {
-    let api = Api::<OperatorOps>::namespaced(ctx.kube.clone(), &op.namespace().unwrap_or_default());
-    let Some(fresh) = api.get_opt(&op.name_any()).await? else {
-        return Ok(());
-    };
-    if !fresh.finalizers().iter().any(|f| f.as_str() == FINALIZER) {
-        return Ok(());
-    }
-    let kept = fresh
-        .finalizers()
-        .iter()
-        .filter(|f| f.as_str() != FINALIZER)
-        .cloned()
-        .collect();
-    set_finalizers(ctx, &fresh, kept).await
-}
-
-async fn reconcile(
-    op: Arc<OperatorOps>,
-    ctx: Arc<Context>,
-    probe: Arc<ProbeSettings>,
-) -> Result<Action, Error> {
-    let mut status = op.status.clone().unwrap_or_default();
-    let held = op.finalizers().iter().any(|f| f.as_str() == FINALIZER);
-    if status.phase.is_terminal() {
-        if held {
-            release(&ctx, &op).await?;
-        }
-        return Ok(Action::await_change());
-    }
-    if op.metadata.deletion_timestamp.is_some() {
-        if !held {
-            return Ok(Action::await_change());
-        }
-        // Every step is abortable: discovery changed nothing on the workers, and the
-        // run's Jobs and reports are deleted with it.
-        let at = status
-            .step
-            .state
-            .clone()
-            .unwrap_or_else(|| "Inspecting".into());
-        return finish(
-            &ctx,
-            &op,
-            status,
-            OpsPhase::Aborted,
-            format!("the run was deleted at {at}; its probe Jobs and reports go with it"),
-        )
-        .await;
-    }
-    if !held {
-        let mut finalizers = op.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        set_finalizers(&ctx, &op, finalizers).await?;
-        // The patch is an update of the run, which brings the next pass.
-        return Ok(Action::await_change());
-    }
-    let now = jiff::Timestamp::now();
+) -> Result<Observed, ops::Error> {
     let ns = op.namespace().unwrap_or_default();
     let name = op.name_any();
-    let OperatorAction::Discover = op.spec.action;
-    let spec = op.spec.discover.clone().unwrap_or_default();
-    let mut machine = match GRAPHS.restore(OperatorAction::Discover, &status.step, now) {
-        Ok(m) => m,
-        Err(e) => return finish(&ctx, &op, status, OpsPhase::Failed, e.to_string()).await,
+    let nodes = || async {
+        Api::<Node>::all(ctx.kube.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
     };
-    if status.phase == OpsPhase::Pending {
-        status.phase = OpsPhase::Running;
-        status.started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
-        status.step = machine.snapshot();
-        status.message = Some("inspecting the workers".into());
-        ctx.event(&*op, false, "OperationStarted", "discovery started".into())
-            .await;
-        write(&ctx, &op, &status).await?;
-    }
-    if op.spec.abort {
-        // Every step of Discover is abortable.
-        return finish(
-            &ctx,
-            &op,
-            status,
-            OpsPhase::Aborted,
-            format!("aborted at {} on request", machine.state()),
-        )
-        .await;
-    }
-    if machine.timed_out(now) {
-        let message = match machine.state() {
-            OperatorOpsStep::Probing => format!(
-                "no worker reported within the probing deadline; the reports that did arrive are the ConfigMaps labelled {}",
-                configmap::run_selector(&name)
-            ),
-            step => format!("step {step} outlived its deadline"),
-        };
-        ctx.event(&*op, true, "StepDeadlineExceeded", message.clone())
-            .await;
-        return finish(&ctx, &op, status, OpsPhase::Failed, message).await;
-    }
-
-    match machine.state() {
+    let of_run = ListParams::default().labels(&configmap::run_selector(&name));
+    let mut obs = Observed::default();
+    match step {
         OperatorOpsStep::Inspecting => {
-            let nodes = Api::<Node>::all(ctx.kube.clone())
-                .list(&ListParams::default())
-                .await?
-                .items;
-            let taken: BTreeSet<String> = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
+            obs.nodes = nodes().await?;
+            obs.storage_node_workers = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
                 .list(&ListParams::default())
                 .await?
                 .items
                 .into_iter()
                 .map(|n| n.spec.worker_node)
                 .collect();
-            let groups = ctx
+            obs.api_groups = ctx
                 .kube
                 .list_api_groups()
                 .await
                 .ok()
-                .map(|g| g.groups.into_iter().map(|g| g.name).collect::<Vec<_>>());
-            match run::inspect(&spec, &nodes, &taken, groups.as_deref()) {
-                Err(message) => finish(&ctx, &op, status, OpsPhase::Failed, message).await,
-                Ok(inspection) => {
-                    emit(&ctx, &op, &inspection.events).await;
-                    advance(&mut machine, OperatorOpsStep::Probing, now);
-                    status.step = machine.snapshot();
-                    status.workers = inspection.workers.clone();
-                    status.environment = Some(inspection.environment);
-                    status.message =
-                        Some(format!("probing {} worker(s)", inspection.workers.len()));
-                    write(&ctx, &op, &status).await?;
-                    Ok(Action::requeue(requeue::NEXT_STEP))
-                }
-            }
+                .map(|g| g.groups.into_iter().map(|g| g.name).collect());
         }
         OperatorOpsStep::Probing => {
-            let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
-            let reported = reports(&ctx, &ns, &name).await?;
-            let pods = Api::<Pod>::namespaced(ctx.kube.clone(), &ns)
-                .list(&ListParams::default().labels(&configmap::run_selector(&name)))
+            obs.reports = reports(ctx, &ns, &name).await?;
+            obs.probe_pods = Api::<Pod>::namespaced(ctx.kube.clone(), &ns)
+                .list(&of_run)
                 .await?
                 .items;
-            if let Some((pod, why)) = pods
-                .iter()
-                .find_map(|p| run::image_error(p).map(|why| (p, why)))
-            {
-                let worker = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .unwrap_or_else(|| pod.name_any());
-                let message = format!(
-                    "the probe image {} cannot be started on {worker} ({why}); point --probe-image (SIMPLYBLOCK_OPERATOR_IMAGE) at an image the workers can pull, then start a new run",
-                    probe.image
-                );
-                ctx.event(&*op, true, "NodeProbeImageError", message.clone())
-                    .await;
-                return finish(&ctx, &op, status, OpsPhase::Failed, message).await;
-            }
-            let mut failed = Vec::new();
-            for worker in &status.workers {
-                let job_name = configmap::config_map_name(&name, worker);
-                if reported.contains_key(worker) {
-                    continue;
-                }
-                match jobs.get_opt(&job_name).await? {
-                    None => {
-                        let job = probe_job(&op, worker, &job_name, &probe);
-                        match jobs.create(&PostParams::default(), &job).await {
-                            Ok(_) => {}
-                            Err(kube::Error::Api(s)) if s.code == 409 => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    Some(job) if job_failed(&job) => failed.push(worker.clone()),
-                    Some(_) => {}
-                }
-            }
-            for worker in &failed {
-                ctx.event(
-                    &*op,
-                    true,
-                    "DeviceInspectionFailed",
-                    format!(
-                        "the probe on {worker} failed after its retries; the worker is left out"
-                    ),
-                )
-                .await;
-            }
-            let pending = status
-                .workers
-                .iter()
-                .filter(|w| !reported.contains_key(*w) && !failed.contains(w))
-                .count();
-            if pending > 0 {
-                let message = format!(
-                    "probing: {} of {} worker(s) reported",
-                    reported.len(),
-                    status.workers.len()
-                );
-                if status.message.as_deref() != Some(message.as_str()) {
-                    status.message = Some(message);
-                    write(&ctx, &op, &status).await?;
-                }
-                return Ok(Action::requeue(std::time::Duration::from_secs(2)));
-            }
-            if reported.is_empty() {
-                return finish(
-                    &ctx,
-                    &op,
-                    status,
-                    OpsPhase::Failed,
-                    "no worker reported: every probe Job failed".into(),
-                )
-                .await;
-            }
-            advance(&mut machine, OperatorOpsStep::Writing, now);
-            status.step = machine.snapshot();
-            status.message = Some(format!(
-                "writing the draft from {} report(s)",
-                reported.len()
-            ));
-            write(&ctx, &op, &status).await?;
-            Ok(Action::requeue(requeue::NEXT_STEP))
+            obs.probe_jobs = Api::<Job>::namespaced(ctx.kube.clone(), &ns)
+                .list(&of_run)
+                .await?
+                .items
+                .into_iter()
+                .map(|job| (job.name_any(), job_failed(&job)))
+                .collect();
         }
         OperatorOpsStep::Writing => {
-            let nodes = Api::<Node>::all(ctx.kube.clone())
-                .list(&ListParams::default())
+            obs.nodes = nodes().await?;
+            obs.reports = reports(ctx, &ns, &name).await?;
+            let spec = op.spec.discover.clone().unwrap_or_default();
+            obs.existing_draft = Api::<ClusterDeploymentConfig>::namespaced(ctx.kube.clone(), &ns)
+                .get_opt(&config_name(&name, &spec))
                 .await?
-                .items;
-            let reported = reports(&ctx, &ns, &name).await?;
-            let reports: Vec<_> = reported.into_values().collect();
-            let environment = status
-                .environment
-                .unwrap_or(simplyblock_api::cluster_deployment_config::Environment::Vanilla);
-            match run::plan_writing(&name, &ns, &spec, environment, &nodes, &reports) {
-                run::Writing::Fail { message, events } => {
-                    emit(&ctx, &op, &events).await;
-                    finish(&ctx, &op, status, OpsPhase::Failed, message).await
-                }
-                run::Writing::Write {
-                    config,
-                    events,
-                    message,
-                    ..
-                } => {
-                    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(ctx.kube.clone(), &ns);
-                    let doc_name = config.name_any();
-                    match docs.create(&PostParams::default(), &config).await {
-                        Ok(_) => emit(&ctx, &op, &events).await,
-                        Err(kube::Error::Api(s)) if s.code == 409 => {
-                            emit(&ctx, &op, &run::adopted_events(&doc_name)).await
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                    let (workers, devices) = run::found(&config);
-                    discovery_found(&ctx.metrics, &ns, workers, devices);
-                    status.config_ref = Some(doc_name);
-                    finish(&ctx, &op, status, OpsPhase::Succeeded, message).await
-                }
-            }
+                .map(|doc| doc.labels().clone());
         }
     }
-}
-
-fn advance(
-    machine: &mut Machine<'_, OperatorOpsStep>,
-    next: OperatorOpsStep,
-    now: jiff::Timestamp,
-) {
-    if let Err(e) = machine.transition_to(next, now) {
-        tracing::error!(error = %e, "illegal discovery transition");
-    }
+    Ok(obs)
 }
 
 /// The run's report ConfigMaps, by the worker each names.
@@ -467,7 +312,7 @@ async fn reports(
     ctx: &Context,
     ns: &str,
     run: &str,
-) -> Result<BTreeMap<String, simplyblock_discovery::plan::WorkerReport>, Error> {
+) -> Result<BTreeMap<String, WorkerReport>, ops::Error> {
     let maps: Api<ConfigMap> = Api::namespaced(ctx.kube.clone(), ns);
     let mut out = BTreeMap::new();
     for cm in maps
@@ -494,6 +339,267 @@ fn job_failed(job: &Job) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+}
+
+/// Issues one call; `Err` is the sentence a person reads.
+pub async fn execute(
+    op: &OperatorOps,
+    call: &Call,
+    probe: &ProbeSettings,
+    ctx: &Context,
+) -> Result<(), String> {
+    let ns = op.namespace().unwrap_or_default();
+    match call {
+        Call::CreateProbeJobs(workers) => {
+            let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
+            for worker in workers {
+                let name = configmap::config_map_name(&op.name_any(), worker);
+                match jobs
+                    .create(&PostParams::default(), &probe_job(op, worker, &name, probe))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(format!("creating probe Job {name}: {e}")),
+                }
+            }
+            Ok(())
+        }
+        Call::WriteDraft { config, notes } => {
+            let docs: Api<ClusterDeploymentConfig> = Api::namespaced(ctx.kube.clone(), &ns);
+            match docs.create(&PostParams::default(), config).await {
+                Ok(_) => {
+                    for note in notes {
+                        ctx.event(op, note.warning, note.reason, note.message.clone())
+                            .await;
+                    }
+                    let (workers, devices) = run::found(config);
+                    discovery_found(&ctx.metrics, &ns, workers, devices);
+                    Ok(())
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(format!(
+                    "creating ClusterDeploymentConfig {}: {e}",
+                    config.name_any()
+                )),
+            }
+        }
+    }
+}
+
+/// What the newest draft written in `namespace` proposes:
+/// `simplyblock_operator_discovery_{workers,devices}_found_count{namespace}`.
+fn discovery_found(m: &crate::metrics::Metrics, namespace: &str, workers: usize, devices: usize) {
+    let labels = vec![("namespace", namespace.to_owned())];
+    m.set(
+        &format!("{METRIC_PREFIX}discovery_workers_found_count"),
+        labels.clone(),
+        workers as f64,
+    );
+    m.set(
+        &format!("{METRIC_PREFIX}discovery_devices_found_count"),
+        labels,
+        devices as f64,
+    );
+}
+
+impl From<run::Event> for Note {
+    fn from(e: run::Event) -> Note {
+        Note {
+            warning: e.warning,
+            reason: e.reason,
+            message: e.message,
+        }
+    }
+}
+
+fn notes(events: Vec<run::Event>) -> Vec<Note> {
+    events.into_iter().map(Note::from).collect()
+}
+
+/// The run's kind fields with `fields` set.
+fn kind_with(op: &OperatorOps, fields: &[(&str, Value)]) -> Map<String, Value> {
+    let mut kind = op.kind_status();
+    for (field, value) in fields {
+        kind.insert((*field).into(), value.clone());
+    }
+    kind
+}
+
+/// What `step` does next, from one observation, with the events that go with it. Pure.
+pub fn plan(
+    op: &OperatorOps,
+    step: OperatorOpsStep,
+    obs: &Observed,
+    probe_image: &str,
+) -> Noted<OperatorOpsStep, Call> {
+    match step {
+        OperatorOpsStep::Inspecting => plan_inspecting(op, obs),
+        OperatorOpsStep::Probing => plan_probing(op, obs, probe_image),
+        OperatorOpsStep::Writing => plan_writing(op, obs),
+    }
+}
+
+fn plan_inspecting(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call> {
+    let spec = op.spec.discover.clone().unwrap_or_default();
+    let api_groups = obs.api_groups.as_deref();
+    match run::inspect(&spec, &obs.nodes, &obs.storage_node_workers, api_groups) {
+        Err(message) => Plan::Fail(message).into(),
+        Ok(inspection) => Noted {
+            plan: Plan::Advance {
+                to: Move::To(OperatorOpsStep::Probing),
+                message: format!("probing {} worker(s)", inspection.workers.len()),
+                kind_status: Some(kind_with(
+                    op,
+                    &[
+                        ("workers", json!(inspection.workers)),
+                        ("environment", json!(inspection.environment)),
+                    ],
+                )),
+            },
+            notes: notes(inspection.events),
+        },
+    }
+}
+
+fn plan_probing(
+    op: &OperatorOps,
+    obs: &Observed,
+    probe_image: &str,
+) -> Noted<OperatorOpsStep, Call> {
+    if let Some((pod, why)) = obs
+        .probe_pods
+        .iter()
+        .find_map(|p| run::image_error(p).map(|why| (p, why)))
+    {
+        let worker = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_else(|| pod.name_any());
+        let message = format!(
+            "the probe image {probe_image} cannot be started on {worker} ({why}); point --probe-image (SIMPLYBLOCK_OPERATOR_IMAGE) at an image the workers can pull, then start a new run"
+        );
+        return Noted {
+            notes: vec![Note {
+                warning: true,
+                reason: "NodeProbeImageError",
+                message: message.clone(),
+            }],
+            plan: Plan::Fail(message),
+        };
+    }
+    let run = op.name_any();
+    let workers = op.status.clone().unwrap_or_default().workers;
+    let unreported: Vec<&String> = workers
+        .iter()
+        .filter(|w| !obs.reports.contains_key(*w))
+        .collect();
+    let job_of = |w: &str| obs.probe_jobs.get(&configmap::config_map_name(&run, w));
+    let unstarted: Vec<String> = unreported
+        .iter()
+        .filter(|w| job_of(w).is_none())
+        .map(|w| (*w).clone())
+        .collect();
+    if !unstarted.is_empty() {
+        return Plan::Call {
+            message: format!("probing: starting the probe on {}", unstarted.join(", ")),
+            call: Call::CreateProbeJobs(unstarted),
+        }
+        .into();
+    }
+    let (failed, pending): (Vec<&String>, Vec<&String>) = unreported
+        .into_iter()
+        .partition(|w| job_of(w) == Some(&true));
+    let notes = failed
+        .iter()
+        .map(|w| Note {
+            warning: true,
+            reason: "DeviceInspectionFailed",
+            message: format!("the probe on {w} failed after its retries; the worker is left out"),
+        })
+        .collect();
+    let plan = if !pending.is_empty() {
+        let left_out = match failed.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; left out after their probe failed: {}",
+                failed
+                    .iter()
+                    .map(|w| w.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Plan::Wait {
+            message: format!(
+                "probing: {} of {} worker(s) reported{left_out}",
+                obs.reports.len(),
+                workers.len()
+            ),
+            after: PROBE_POLL,
+            event: None,
+        }
+    } else if obs.reports.is_empty() {
+        Plan::Fail("no worker reported: every probe Job failed".into())
+    } else {
+        Plan::Advance {
+            to: Move::To(OperatorOpsStep::Writing),
+            message: format!("writing the draft from {} report(s)", obs.reports.len()),
+            kind_status: None,
+        }
+    };
+    Noted { plan, notes }
+}
+
+fn plan_writing(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call> {
+    let run = op.name_any();
+    let ns = op.namespace().unwrap_or_default();
+    let spec = op.spec.discover.clone().unwrap_or_default();
+    let environment = op
+        .status
+        .as_ref()
+        .and_then(|s| s.environment)
+        .unwrap_or(Environment::Vanilla);
+    let reports: Vec<WorkerReport> = obs.reports.values().cloned().collect();
+    match run::plan_writing(&run, &ns, &spec, environment, &obs.nodes, &reports) {
+        run::Writing::Fail { message, events } => Noted {
+            plan: Plan::Fail(message),
+            notes: notes(events),
+        },
+        run::Writing::Write {
+            config,
+            events,
+            message,
+            ..
+        } => {
+            let name = config.name_any();
+            let Some(existing) = &obs.existing_draft else {
+                return Plan::Call {
+                    message: format!("writing ClusterDeploymentConfig {name} in Draft"),
+                    call: Call::WriteDraft {
+                        config,
+                        notes: notes(events),
+                    },
+                }
+                .into();
+            };
+            let written_by_this_run =
+                existing.get(DISCOVERED_BY_LABEL) == config.labels().get(DISCOVERED_BY_LABEL);
+            Noted {
+                plan: Plan::Succeed {
+                    message,
+                    kind_status: Some(kind_with(op, &[("configRef", json!(name))])),
+                },
+                // Its events were raised when it was written; an adopted document's
+                // planned notes describe another document.
+                notes: match written_by_this_run {
+                    true => Vec::new(),
+                    false => notes(run::adopted_events(&name)),
+                },
+            }
+        }
+    }
 }
 
 fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) -> Job {
@@ -546,6 +652,10 @@ fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) 
     }))
     .unwrap_or_default()
 }
+
+#[cfg(test)]
+#[path = "discovery_tests.rs"]
+mod tests;
 
 /// The first-install guard: raises `initial-discovery` in `namespace` only on a fresh
 /// installation with a usable worker, and says why not otherwise. A read error declines.

@@ -7,7 +7,10 @@
 //! - [`OpsResource`] says what its target is, where its common status fields are, and how
 //!   to read the target's lock;
 //! - [`Steps`] gives, per step, an observation (reads only), a pure [`Steps::plan`] over it
-//!   and the one call a plan may ask for.
+//!   (with the kind's own events) and the one call a plan may ask for.
+//!
+//! A kind without a lock ([`OpsResource::LOCKS_TARGET`] false) is its own target: it runs
+//! at once, and its finalizer goes when it ends.
 //!
 //! The decisions are pure functions ([`gate`], [`queue_ahead`], [`running`]) tested without
 //! an API server; [`runtime`] is the thin I/O around them.
@@ -113,6 +116,41 @@ pub trait OpsResource:
     fn own_target(&self) -> Option<Self::Target> {
         None
     }
+    /// The message of an unfinished operation that was deleted (it ends Aborted).
+    fn deleted_message(&self) -> String {
+        let at = self
+            .ops_status()
+            .step
+            .state
+            .map(|s| format!(" at step {s}"))
+            .unwrap_or_default();
+        format!("the operation was deleted{at}; it stopped where it was")
+    }
+}
+
+/// A kind's own event, beside the standard ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A plan and the kind's own events that go with it (what an inspection found, why an
+/// item was left out), decided from the same observation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Noted<S, C> {
+    pub plan: Plan<S, C>,
+    pub notes: Vec<Note>,
+}
+
+impl<S, C> From<Plan<S, C>> for Noted<S, C> {
+    fn from(plan: Plan<S, C>) -> Self {
+        Noted {
+            plan,
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// What a kind's step asks for, decided from one observation.
@@ -189,7 +227,10 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         ctx: &Context,
     ) -> impl Future<Output = Result<Self::Obs, Error>> + Send;
 
-    /// What to do next. Pure.
+    /// What to do next, with the kind's own events that go with it ([`Noted`]; a plan
+    /// without events converts into one). Pure. The runtime raises the events when it
+    /// acts on the plan: a wait's only when its message is new, none when the deadline
+    /// overrides the plan.
     fn plan(
         &self,
         op: &K,
@@ -197,7 +238,14 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         machine: &Machine<'static, Self::Step>,
         obs: &Self::Obs,
         now: Timestamp,
-    ) -> Plan<Self::Step, Self::Call>;
+    ) -> Noted<Self::Step, Self::Call>;
+
+    /// The message of an operation that failed because `step` outlived its deadline, when
+    /// the kind can say more than the runtime's "step … exceeded its deadline". Default
+    /// none.
+    fn deadline_message(&self, _op: &K, _step: Self::Step) -> Option<String> {
+        None
+    }
 
     /// Issues one call; `Err` is the sentence a person reads.
     fn execute(

@@ -79,6 +79,12 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
     steps: &S,
 ) -> Result<Action, Error> {
     let ctx = &*ctx;
+    if !K::LOCKS_TARGET && op.ops_status().phase.is_terminal() {
+        // Without a lock, the finalizer only guards the Aborted record of an unfinished
+        // operation: it goes with the operation's end.
+        drop_finalizer(&ctx.kube, &*op).await?;
+        return Ok(Action::await_change());
+    }
     crate::kit::finalized(
         &ctx.kube,
         K::FINALIZER,
@@ -93,14 +99,7 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
 /// metrics), then the lock is released.
 async fn cleanup<K: OpsResource>(op: &K, ctx: &Context) -> Result<Action, Error> {
     if !op.ops_status().phase.is_terminal() {
-        let at = op
-            .ops_status()
-            .step
-            .state
-            .map(|s| format!(" at step {s}"))
-            .unwrap_or_default();
-        let message = format!("the operation was deleted{at}; it stopped where it was");
-        return finish(op, ctx, OpsPhase::Aborted, message, None).await;
+        return finish(op, ctx, OpsPhase::Aborted, op.deleted_message(), None).await;
     }
     release(&ctx.kube, op).await?;
     Ok(Action::await_change())
@@ -250,21 +249,37 @@ async fn drive<K: OpsResource, S: Steps<K>>(
     // The deadline is judged when the observation is in: a slow control plane makes a late
     // look, and a late look must not call.
     let now = Timestamp::now();
-    let plan = steps.plan(op, target, &machine, &obs, now);
+    let super::Noted { plan, notes } = steps.plan(op, target, &machine, &obs, now);
     let running_status = |machine: &Machine<'static, S::Step>, message: String| OpsStatus {
         phase: OpsPhase::Running,
         step: machine.snapshot(),
         message: Some(message),
         ..status.clone()
     };
-    match running(&machine, plan, refused.as_deref(), now) {
+    let decision = running(&machine, plan, refused.as_deref(), now);
+    let noted = match &decision {
+        Decision::Finish {
+            deadline_exceeded, ..
+        } => !deadline_exceeded,
+        Decision::Wait { message, .. } => status.message.as_deref() != Some(message.as_str()),
+        _ => true,
+    };
+    if noted {
+        for note in notes {
+            ctx.event(op, note.warning, note.reason, note.message).await;
+        }
+    }
+    match decision {
         Decision::Finish {
             phase,
-            message,
+            mut message,
             kind_status,
             deadline_exceeded,
         } => {
             if deadline_exceeded {
+                if let Some(said) = steps.deadline_message(op, machine.state()) {
+                    message = said;
+                }
                 ctx.event(op, true, reason::DEADLINE, message.clone()).await;
                 super::metrics::deadline_exceeded(&ctx.metrics, op, machine.state().name());
             }
@@ -557,6 +572,32 @@ async fn record_answer<K: OpsResource>(
         }
     }
     Err(Error::Stale(recorded.name_any()))
+}
+
+/// Removes the kind's finalizer, guarded by the resourceVersion it was read at (a 409 is
+/// [`Error::Stale`]: the next pass decides again on the newer version).
+async fn drop_finalizer<K: OpsResource>(kube: &kube::Client, op: &K) -> Result<(), Error> {
+    if !op.finalizers().iter().any(|f| f == K::FINALIZER) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = op
+        .finalizers()
+        .iter()
+        .filter(|f| *f != K::FINALIZER)
+        .collect();
+    let body = json!({"metadata": {
+        "resourceVersion": op.meta().resource_version,
+        "finalizers": kept,
+    }});
+    match Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
+        .patch(&op.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(op.name_any())),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn observed_generation<K: OpsResource>(op: &K) -> Option<i64> {
