@@ -6,6 +6,7 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use crate::api::{ApiReq, body, cluster, node, pool, volume};
+use crate::engine::queue_replication;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -665,86 +666,4 @@ fn volume_replication(st: &mut St<'_>, req: &ApiReq, rest: &str) -> ApiResult {
             Err(ApiError::opaque("unsupported volume replication route"))
         }
     }
-}
-
-/// Queue one `snapshot_replication` task for a volume unless one is open.
-pub fn queue_replication(st: &mut St<'_>, c: Uuid, vid: Uuid) {
-    let open = st.t.tasks.values().any(|t| {
-        t.function_name == "snapshot_replication"
-            && t.params.get("lvol_id") == Some(&json!(vid))
-            && t.status != TaskStatus::Done
-    });
-    if open {
-        return;
-    }
-    let node = st.t.volumes.get(&vid.to_string()).map(|v| v.node_id);
-    let mut params = Map::new();
-    params.insert("lvol_id".into(), json!(vid));
-    st.task(c, "snapshot_replication", node, None, params, 8);
-}
-
-/// Used by the engine: make sure the replica exists on the target cluster.
-pub fn ensure_replica(st: &mut St<'_>, vid: Uuid) -> Result<Uuid, String> {
-    let r =
-        st.t.replications
-            .get(&vid.to_string())
-            .cloned()
-            .ok_or("no relationship")?;
-    if let Some(t) = r.target_lvol
-        && st.t.volumes.contains(&t.to_string())
-    {
-        return Ok(t);
-    }
-    let src =
-        st.t.volumes
-            .get(&vid.to_string())
-            .cloned()
-            .ok_or("source volume gone")?;
-    let tc =
-        st.t.clusters
-            .get(&r.target_cluster.to_string())
-            .cloned()
-            .ok_or("target cluster gone")?;
-    let tpool = r
-        .target_pool
-        .or_else(|| {
-            render::sorted(st.t.pools.values().filter(|p| p.cluster_id == tc.id), |p| {
-                p.seq
-            })
-            .first()
-            .map(|p| p.id)
-        })
-        .ok_or("the target cluster has no pool")?;
-    let node = render::sorted(
-        st.t.nodes
-            .values()
-            .filter(|n| n.cluster_id == tc.id && n.status == NodeStatus::Online && n.lvstore),
-        |n| n.seq,
-    )
-    .first()
-    .map(|n| n.id)
-    .ok_or("the target cluster has no online node")?;
-    let id = st.uuid();
-    let seq = st.seq();
-    let blobid = st.below(1 << 20);
-    let mut rec = src.clone();
-    rec.id = id;
-    rec.seq = seq;
-    rec.cluster_id = tc.id;
-    rec.pool_id = tpool;
-    rec.node_id = node;
-    rec.secondary_ids = Vec::new();
-    rec.nqn = format!("{}:lvol:{id}", tc.nqn);
-    rec.ns_id = 1;
-    rec.blobid = blobid;
-    rec.allowed_hosts = Vec::new();
-    rec.cloned_from = None;
-    rec.replication_policy = None;
-    rec.do_replicate = false;
-    rec.created_ms = st.now;
-    st.t.volumes.insert(id.to_string(), rec);
-    if let Some(x) = st.t.replications.get_mut(&vid.to_string()) {
-        x.target_lvol = Some(id);
-    }
-    Ok(id)
 }

@@ -5,6 +5,7 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use crate::api::{ApiReq, body, cluster, pool, snapshot, volume};
+use crate::engine::reap_snapshot;
 use crate::fleet::parse_size;
 use crate::model::*;
 use crate::render;
@@ -503,21 +504,6 @@ fn connect(
         (Some(ReplicationState::CutoverDone), Some(tv)) => target_paths(tv),
         _ => own,
     })
-}
-
-/// Remove a soft-deleted snapshot once no clone refers to it any more.
-pub fn reap_snapshot(t: &mut Tables, snap: Uuid) {
-    let referenced = t
-        .volumes
-        .values()
-        .any(|v| v.cloned_from == Some(snap) && v.status != VolumeStatus::Deleted);
-    if !referenced
-        && t.snapshots
-            .get(&snap.to_string())
-            .is_some_and(|s| s.soft_deleted)
-    {
-        t.snapshots.remove(&snap.to_string());
-    }
 }
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
