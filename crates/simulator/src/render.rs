@@ -45,6 +45,16 @@ fn cap(total: u64, prov: u64, used: u64, now: i64) -> CapacityStat {
     }
 }
 
+/// One I/O statistics sample: sbsim moves no data, so every figure is 0.
+pub fn iostat_sample(now: i64) -> Value {
+    json!({
+        "date": now / 1000,
+        "read_bytes": 0, "read_bytes_ps": 0, "read_io_ps": 0, "read_latency_ps": 0,
+        "write_bytes": 0, "write_bytes_ps": 0, "write_io_ps": 0, "write_latency_ps": 0,
+        "size_total": 0, "size_used": 0,
+    })
+}
+
 pub fn volume_used(v: &VolumeRec) -> u64 {
     // No I/O happens in a simulator; a small fixed share keeps figures plausible.
     v.size / 100
