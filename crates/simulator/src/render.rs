@@ -1,5 +1,6 @@
 //! Records → the DTOs the control plane answers with.
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
@@ -27,6 +28,20 @@ pub fn sorted<'a, T: 'a>(it: impl Iterator<Item = &'a T>, seq: impl Fn(&T) -> u6
     let mut v: Vec<&T> = it.collect();
     v.sort_by_key(|r| seq(r));
     v
+}
+
+/// Records in creation order, each rendered: what a list route answers.
+pub fn list<'a, T: 'a, D: Serialize>(
+    records: impl Iterator<Item = &'a T>,
+    seq: impl Fn(&T) -> u64,
+    dto: impl FnMut(&'a T) -> D,
+) -> Value {
+    json!(
+        sorted(records, seq)
+            .into_iter()
+            .map(dto)
+            .collect::<Vec<_>>()
+    )
 }
 
 fn cap(total: u64, prov: u64, used: u64, now: i64) -> CapacityStat {
@@ -60,7 +75,8 @@ pub fn volume_used(v: &VolumeRec) -> u64 {
     v.size / 100
 }
 
-fn node_devices(t: &Tables, node: Uuid) -> impl Iterator<Item = &DeviceRec> {
+/// A node's devices, in no particular order.
+pub fn node_devices(t: &Tables, node: Uuid) -> impl Iterator<Item = &DeviceRec> {
     t.devices.values().filter(move |d| d.node_id == node)
 }
 

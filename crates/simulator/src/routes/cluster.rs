@@ -27,14 +27,11 @@ fn ec_valid(ndcs: u32, npcs: u32) -> bool {
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/") => {
-            let now = st.now;
-            let list: Vec<Cluster> = render::sorted(st.t.clusters.values(), |c| c.seq)
-                .into_iter()
-                .map(|c| render::cluster(st.t, c, now))
-                .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "/clusters/") => Ok(Reply::ok(render::list(
+            st.t.clusters.values(),
+            |c| c.seq,
+            |c| render::cluster(st.t, c, st.now),
+        ))),
         ("POST", "/clusters/") => cluster_create(st, req),
         ("GET", "/clusters/{cluster_id}/") => {
             let c = cluster(st.t, req.id("cluster_id"))?;
@@ -71,15 +68,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 ));
             }
             st.t.clusters.remove(&id.to_string());
-            let tasks: Vec<String> =
-                st.t.tasks
-                    .values()
-                    .filter(|t| t.cluster_id == id)
-                    .map(|t| t.id.to_string())
-                    .collect();
-            for k in tasks {
-                st.t.tasks.remove(&k);
-            }
+            st.t.tasks.remove_where(|t| t.cluster_id == id);
             Ok(Reply::empty(204))
         }
         ("GET", "/clusters/{cluster_id}/capacity") => {
@@ -111,43 +100,10 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 .collect();
             Ok(Reply::ok(json!(ev)))
         }
-        ("POST", "/clusters/{cluster_id}/activate") => {
+        ("POST", "/clusters/{cluster_id}/activate") | ("POST", "/clusters/{cluster_id}/expand") => {
             let c = cluster(st.t, req.id("cluster_id"))?;
-            let prev = c.status;
-            if matches!(
-                prev,
-                ClusterStatus::Unready
-                    | ClusterStatus::Suspended
-                    | ClusterStatus::Degraded
-                    | ClusterStatus::ReadOnly
-            ) {
-                st.job(
-                    JobKind::ClusterActivate {
-                        cluster: c.id,
-                        prev,
-                    },
-                    0,
-                );
-            }
-            Ok(Reply::empty(202))
-        }
-        ("POST", "/clusters/{cluster_id}/expand") => {
-            let c = cluster(st.t, req.id("cluster_id"))?;
-            let prev = c.status;
-            if matches!(
-                prev,
-                ClusterStatus::Active
-                    | ClusterStatus::InExpansion
-                    | ClusterStatus::ReadOnly
-                    | ClusterStatus::Degraded
-            ) {
-                st.job(
-                    JobKind::ClusterExpand {
-                        cluster: c.id,
-                        prev,
-                    },
-                    0,
-                );
+            if let Some(job) = lifecycle_job(&req.route, c.id, c.status) {
+                st.job(job, 0);
             }
             Ok(Reply::empty(202))
         }
@@ -194,6 +150,29 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     }
 }
 
+/// The job an activation or expansion queues, if the cluster's status allows one.
+fn lifecycle_job(route: &str, cluster: Uuid, prev: ClusterStatus) -> Option<JobKind> {
+    if route.ends_with("/activate") {
+        matches!(
+            prev,
+            ClusterStatus::Unready
+                | ClusterStatus::Suspended
+                | ClusterStatus::Degraded
+                | ClusterStatus::ReadOnly
+        )
+        .then_some(JobKind::ClusterActivate { cluster, prev })
+    } else {
+        matches!(
+            prev,
+            ClusterStatus::Active
+                | ClusterStatus::InExpansion
+                | ClusterStatus::ReadOnly
+                | ClusterStatus::Degraded
+        )
+        .then_some(JobKind::ClusterExpand { cluster, prev })
+    }
+}
+
 fn cluster_create(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let format = req.format("full")?;
     let p: ClusterCreate = body(st.sim, req)?;
@@ -236,12 +215,8 @@ fn cluster_create(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             message: format!("Cluster {id} created"),
         }],
     };
-    let dto = render::cluster(st.t, &rec, now);
+    let dto = json!(render::cluster(st.t, &rec, now));
     st.t.clusters.insert(id.to_string(), rec);
-    Ok(Reply::created(
-        format!("/api/v2/clusters/{id}/"),
-        &id.to_string(),
-        json!(dto),
-        &format,
-    ))
+    let location = format!("/api/v2/clusters/{id}/");
+    Ok(Reply::created(location, &id.to_string(), dto, &format))
 }

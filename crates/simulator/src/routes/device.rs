@@ -11,16 +11,11 @@ use crate::sim::St;
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
         ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/") => {
-            let nid = req.id("storage_node_id");
-            let now = st.now;
-            let list: Vec<Device> =
-                render::sorted(st.t.devices.values().filter(|d| d.node_id == nid), |d| {
-                    d.seq
-                })
-                .into_iter()
-                .map(|d| render::device(st.t, d, now))
-                .collect();
-            Ok(Reply::ok(json!(list)))
+            Ok(Reply::ok(render::list(
+                render::node_devices(st.t, req.id("storage_node_id")),
+                |d| d.seq,
+                |d| render::device(st.t, d, st.now),
+            )))
         }
         (_, r)
             if r.starts_with(

@@ -174,12 +174,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let dto = render::migration(st.t, &rec);
             st.t.migrations.insert(id.to_string(), rec);
-            Ok(Reply::created(
-                format!("/api/v2/clusters/{c}/subsystems/{nqn}/migrations/{id}/"),
-                &id.to_string(),
-                dto,
-                &format,
-            ))
+            let location = format!("/api/v2/clusters/{c}/subsystems/{nqn}/migrations/{id}/");
+            Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
         ("GET", "{migration_id}/") => {
             let m = find(st, req.id("migration_id"))?;

@@ -15,15 +15,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
         ("GET", "/clusters/{cluster_id}/storage-nodes/") => {
             let id = req.id("cluster_id");
-            let now = st.now;
-            let list: Vec<StorageNode> =
-                render::sorted(st.t.nodes.values().filter(|n| n.cluster_id == id), |n| {
-                    n.seq
-                })
-                .into_iter()
-                .map(|n| render::node(st.t, n, now))
-                .collect();
-            Ok(Reply::ok(json!(list)))
+            Ok(Reply::ok(render::list(
+                st.t.nodes.values().filter(|n| n.cluster_id == id),
+                |n| n.seq,
+                |n| render::node(st.t, n, st.now),
+            )))
         }
         ("POST", "/clusters/{cluster_id}/storage-nodes/") => node_add(st, req),
         ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/") => {
@@ -70,34 +66,10 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/suspend") => {
             let _force = req.q_bool("force")?;
-            let key = req.id("storage_node_id").to_string();
-            let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;
-            if n.status != NodeStatus::Online {
-                return Err(ApiError::opaque(format!(
-                    "node is {}, not online",
-                    n.status
-                )));
-            }
-            if let Some(n) = st.t.nodes.get_mut(&key) {
-                n.status = NodeStatus::Suspended;
-                n.auto_restart_disabled = true;
-            }
-            Ok(Reply::empty(204))
+            suspend_or_resume(st, req, NodeStatus::Online, NodeStatus::Suspended)
         }
         ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/resume") => {
-            let key = req.id("storage_node_id").to_string();
-            let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;
-            if n.status != NodeStatus::Suspended {
-                return Err(ApiError::opaque(format!(
-                    "node is {}, not suspended",
-                    n.status
-                )));
-            }
-            if let Some(n) = st.t.nodes.get_mut(&key) {
-                n.status = NodeStatus::Online;
-                n.auto_restart_disabled = false;
-            }
-            Ok(Reply::empty(204))
+            suspend_or_resume(st, req, NodeStatus::Suspended, NodeStatus::Online)
         }
         ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/shutdown") => {
             node_shutdown(st, req)
@@ -179,6 +151,23 @@ fn node_add(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     Ok(Reply::created(loc, &task.to_string(), full, &format))
 }
 
+/// Move a node from online to suspended or back. A suspended node is not restarted
+/// automatically.
+fn suspend_or_resume(st: &mut St<'_>, req: &ApiReq, from: NodeStatus, to: NodeStatus) -> ApiResult {
+    let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;
+    if n.status != from {
+        return Err(ApiError::opaque(format!(
+            "node is {}, not {from}",
+            n.status
+        )));
+    }
+    if let Some(n) = st.t.nodes.get_mut(&req.id("storage_node_id").to_string()) {
+        n.status = to;
+        n.auto_restart_disabled = to == NodeStatus::Suspended;
+    }
+    Ok(Reply::empty(204))
+}
+
 fn node_remove(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let _force_remove = req.q_bool("force_remove")?;
     let _force_migrate = req.q_bool("force_migrate")?;
@@ -191,15 +180,7 @@ fn node_remove(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     });
     if n.status == NodeStatus::Removed {
         if force_delete {
-            let devs: Vec<String> =
-                st.t.devices
-                    .values()
-                    .filter(|d| d.node_id == nid)
-                    .map(|d| d.id.to_string())
-                    .collect();
-            for d in devs {
-                st.t.devices.remove(&d);
-            }
+            st.t.devices.remove_where(|d| d.node_id == nid);
             st.t.nodes.remove(&nid.to_string());
             return Ok(Reply::empty(204));
         }

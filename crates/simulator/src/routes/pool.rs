@@ -15,15 +15,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
         ("GET", "/clusters/{cluster_id}/storage-pools/") => {
             let id = req.id("cluster_id");
-            let now = st.now;
-            let list: Vec<Pool> =
-                render::sorted(st.t.pools.values().filter(|p| p.cluster_id == id), |p| {
-                    p.seq
-                })
-                .into_iter()
-                .map(|p| render::pool(st.t, p, now))
-                .collect();
-            Ok(Reply::ok(json!(list)))
+            Ok(Reply::ok(render::list(
+                st.t.pools.values().filter(|p| p.cluster_id == id),
+                |p| p.seq,
+                |p| render::pool(st.t, p, st.now),
+            )))
         }
         ("POST", "/clusters/{cluster_id}/storage-pools/") => pool_create(st, req),
         ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/") => {
@@ -144,12 +140,8 @@ fn pool_create(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         dhchap: p.dhchap,
         allowed_hosts: Vec::new(),
     };
-    let dto = render::pool(st.t, &rec, st.now);
+    let dto = json!(render::pool(st.t, &rec, st.now));
     st.t.pools.insert(id.to_string(), rec);
-    Ok(Reply::created(
-        format!("/api/v2/clusters/{c}/storage-pools/{id}/"),
-        &id.to_string(),
-        json!(dto),
-        &format,
-    ))
+    let location = format!("/api/v2/clusters/{c}/storage-pools/{id}/");
+    Ok(Reply::created(location, &id.to_string(), dto, &format))
 }

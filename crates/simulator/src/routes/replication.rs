@@ -34,16 +34,11 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
     };
     match (req.method.as_str(), rest) {
-        ("GET", "targets/") => {
-            let list: Vec<ReplicationTarget> =
-                render::sorted(st.t.targets.values().filter(|t| t.cluster_id == c), |t| {
-                    t.seq
-                })
-                .into_iter()
-                .map(render::target)
-                .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "targets/") => Ok(Reply::ok(render::list(
+            st.t.targets.values().filter(|t| t.cluster_id == c),
+            |t| t.seq,
+            render::target,
+        ))),
         ("POST", "targets/") => {
             let format = req.format("full")?;
             let p: ReplicationTargetCreate = body(st.sim, req)?;
@@ -70,12 +65,8 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let dto = json!(render::target(&rec));
             st.t.targets.insert(id.to_string(), rec);
-            Ok(Reply::created(
-                format!("/api/v2/clusters/{c}/replication/targets/{id}/"),
-                &id.to_string(),
-                dto,
-                &format,
-            ))
+            let location = format!("/api/v2/clusters/{c}/replication/targets/{id}/");
+            Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
         ("GET", "targets/{target_id}/") => {
             let t = target_of(st, req.id("target_id"))?;
@@ -101,16 +92,11 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     .collect();
             Ok(Reply::ok(json!(failover_all(st, &vols))))
         }
-        ("GET", "policies/") => {
-            let list: Vec<ReplicationPolicy> =
-                render::sorted(st.t.policies.values().filter(|p| p.cluster_id == c), |p| {
-                    p.seq
-                })
-                .into_iter()
-                .map(render::policy)
-                .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "policies/") => Ok(Reply::ok(render::list(
+            st.t.policies.values().filter(|p| p.cluster_id == c),
+            |p| p.seq,
+            render::policy,
+        ))),
         ("POST", "policies/") => {
             let format = req.format("full")?;
             let p: ReplicationPolicyCreate = body(st.sim, req)?;
@@ -141,12 +127,8 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let dto = json!(render::policy(&rec));
             st.t.policies.insert(id.to_string(), rec);
-            Ok(Reply::created(
-                format!("/api/v2/clusters/{c}/replication/policies/{id}/"),
-                &id.to_string(),
-                dto,
-                &format,
-            ))
+            let location = format!("/api/v2/clusters/{c}/replication/policies/{id}/");
+            Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
         ("GET", "policies/{policy_id}/") => {
             let p = policy_of(st, req.id("policy_id"))?;
@@ -334,21 +316,16 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("GET", "tasks") => {
-            let list: Vec<Task> = render::sorted(
-                st.t.tasks.values().filter(|t| {
-                    matches!(
-                        t.function_name.as_str(),
-                        "snapshot_replication" | "replication_final"
-                    ) && t.params.get("lvol_id") == Some(&json!(vid))
-                }),
-                |t| t.seq,
-            )
-            .into_iter()
-            .map(render::task)
-            .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "tasks") => Ok(Reply::ok(render::list(
+            st.t.tasks.values().filter(|t| {
+                matches!(
+                    t.function_name.as_str(),
+                    "snapshot_replication" | "replication_final"
+                ) && t.params.get("lvol_id") == Some(&json!(vid))
+            }),
+            |t| t.seq,
+            render::task,
+        ))),
         _ => Err(ApiError::opaque("unsupported volume replication route")),
     }
 }

@@ -17,16 +17,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let vid = req.id("volume_id");
     let base = req.base.clone();
     match (req.method.as_str(), req.route_below(POOL_ROUTE)) {
-        ("GET", "/volumes/{volume_id}/snapshots") => {
-            let list: Vec<Snapshot> = render::sorted(
-                st.t.snapshots.values().filter(|s| s.volume_id == vid),
-                |s| s.seq,
-            )
-            .into_iter()
-            .map(|s| render::snapshot(st.t, s, &base))
-            .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "/volumes/{volume_id}/snapshots") => Ok(Reply::ok(render::list(
+            st.t.snapshots.values().filter(|s| s.volume_id == vid),
+            |s| s.seq,
+            |s| render::snapshot(st.t, s, &base),
+        ))),
         ("POST", "/volumes/{volume_id}/snapshots") => {
             let b: SnapshotCreate = body(st.sim, req)?;
             let v = volume(st.t, p, vid)?.clone();
@@ -35,16 +30,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 "/api/v2/clusters/{c}/storage-pools/{p}/snapshots/{id}/"
             )))
         }
-        ("GET", "/snapshots/") => {
-            let list: Vec<Snapshot> =
-                render::sorted(st.t.snapshots.values().filter(|s| s.pool_id == p), |s| {
-                    s.seq
-                })
-                .into_iter()
-                .map(|s| render::snapshot(st.t, s, &base))
-                .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "/snapshots/") => Ok(Reply::ok(render::list(
+            st.t.snapshots.values().filter(|s| s.pool_id == p),
+            |s| s.seq,
+            |s| render::snapshot(st.t, s, &base),
+        ))),
         ("GET", "/snapshots/{snapshot_id}/") => {
             let s = snapshot(st.t, p, req.id("snapshot_id"))?;
             Ok(Reply::ok(json!(render::snapshot(st.t, s, &base))))

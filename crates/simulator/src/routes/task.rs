@@ -1,7 +1,6 @@
 //! A cluster's tasks, as the task runner keeps them.
 
 use serde_json::json;
-use simplyblock_controlplane::types::*;
 
 use super::request::ApiReq;
 use crate::render;
@@ -12,16 +11,13 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
         ("GET", "/clusters/{cluster_id}/tasks/") => {
             let id = req.id("cluster_id");
-            let list: Vec<Task> = render::sorted(
+            Ok(Reply::ok(render::list(
                 st.t.tasks
                     .values()
                     .filter(|t| t.cluster_id == id && t.function_name != "device_migration"),
                 |t| t.seq,
-            )
-            .into_iter()
-            .map(render::task)
-            .collect();
-            Ok(Reply::ok(json!(list)))
+                render::task,
+            )))
         }
         ("GET", "/clusters/{cluster_id}/tasks/{task_id}/") => {
             // The real lookup raises KeyError past its None check: 500, not 404.

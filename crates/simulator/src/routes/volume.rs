@@ -26,18 +26,13 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let base = req.base.clone();
     let now = st.now;
     match (req.method.as_str(), req.route_below(POOL_ROUTE)) {
-        ("GET", "/volumes/") => {
-            let list: Vec<Volume> = render::sorted(
-                st.t.volumes
-                    .values()
-                    .filter(|v| v.pool_id == p && v.status != VolumeStatus::Deleted),
-                |v| v.seq,
-            )
-            .into_iter()
-            .map(|v| render::volume(st.t, v, &base, false, now))
-            .collect();
-            Ok(Reply::ok(json!(list)))
-        }
+        ("GET", "/volumes/") => Ok(Reply::ok(render::list(
+            st.t.volumes
+                .values()
+                .filter(|v| v.pool_id == p && v.status != VolumeStatus::Deleted),
+            |v| v.seq,
+            |v| render::volume(st.t, v, &base, false, now),
+        ))),
         ("POST", "/volumes/") => create_or_clone(st, req),
         ("POST", "/volumes/replicate_lvol_on_source_cluster") => {
             let b: Value = body(st.sim, req)?;
