@@ -72,7 +72,7 @@ pub fn resolve_parents(t: &Tables, req: &ApiReq) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The cluster, if it takes changes to volumes and snapshots now.
+/// Refuse changes to volumes and snapshots unless the cluster is active or degraded.
 pub fn mutable_cluster(t: &Tables, c: Uuid) -> Result<(), ApiError> {
     let cl = cluster(t, c)?;
     if !matches!(cl.status, ClusterStatus::Active | ClusterStatus::Degraded) {

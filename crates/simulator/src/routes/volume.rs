@@ -10,7 +10,7 @@ use super::lookup::{cluster, mutable_cluster, pool, volume};
 use super::request::{ApiReq, POOL_ROUTE, body};
 use super::snapshot::snapshot_create;
 use super::volume_create::{
-    clone_from_snapshot, create_or_clone, dhchap_key, location, name_taken,
+    clone_from_snapshot, create_or_clone, dhchap_key, name_taken, volume_location,
 };
 use crate::engine::reap_snapshot;
 use crate::fleet::parse_size;
@@ -194,7 +194,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 req.q("pvc_name").map(str::to_string),
                 true,
             )?;
-            Ok(Reply::empty(201).with_location(location(c, p, id)))
+            Ok(Reply::empty(201).with_location(volume_location(c, p, id)))
         }
         _ => Err(req.unsimulated()),
     }

@@ -69,7 +69,8 @@ fn secondaries(t: &Tables, c: Uuid, primary: Uuid, ha: bool, npcs: u32) -> Vec<U
     out
 }
 
-pub fn location(c: Uuid, p: Uuid, v: Uuid) -> String {
+/// The `Location` of a new volume.
+pub fn volume_location(c: Uuid, p: Uuid, v: Uuid) -> String {
     format!("/api/v2/clusters/{c}/storage-pools/{p}/volumes/{v}/")
 }
 
@@ -177,7 +178,7 @@ pub fn create_or_clone(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             .map(|v| json!(render::volume(st.t, v, &req.base, true, st.now)))
             .unwrap_or(Value::Null);
     Ok(Reply::created(
-        location(c, p, id),
+        volume_location(c, p, id),
         &id.to_string(),
         full,
         &format,
