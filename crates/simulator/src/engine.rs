@@ -6,12 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use crate::model::*;
+use crate::render;
 use crate::sim::{Sim, St};
+use crate::store::Tables;
 
 /// Run until `stop` flips.
 pub async fn run(sim: Arc<Sim>, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -326,7 +328,7 @@ fn run_job(st: &mut St<'_>, id: &str) {
                     {
                         s.soft_deleted = true;
                     }
-                    crate::api_vol::reap_snapshot(st.t, snap);
+                    reap_snapshot(st.t, snap);
                     if let Some(dir) = &st.sim.config.volume_files
                         && !st.t.snapshots.contains(&snap.to_string())
                     {
@@ -601,7 +603,7 @@ fn run_task(st: &mut St<'_>, id: &str) {
                 .and_then(Value::as_str)
                 .and_then(|s| Uuid::parse_str(s).ok())
                 .unwrap_or_default();
-            match crate::api_repl::ensure_replica(st, vid) {
+            match ensure_replica(st, vid) {
                 Ok(_) => {
                     let now = st.now;
                     if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
@@ -968,13 +970,112 @@ fn schedule_replication(st: &mut St<'_>) -> bool {
             .collect();
     let progressed = !due.is_empty();
     for r in due {
-        crate::api_repl::queue_replication(st, r.cluster_id, r.source_lvol);
+        queue_replication(st, r.cluster_id, r.source_lvol);
         let next = st.now + (r.interval_min.max(1) as i64) * 60_000;
         if let Some(x) = st.t.replications.get_mut(&r.source_lvol.to_string()) {
             x.next_ms = next;
         }
     }
     progressed
+}
+
+/// Queue one `snapshot_replication` task for a volume unless one is open (the schedule and
+/// the trigger route both ask).
+pub fn queue_replication(st: &mut St<'_>, c: Uuid, vid: Uuid) {
+    let open = st.t.tasks.values().any(|t| {
+        t.function_name == "snapshot_replication"
+            && t.params.get("lvol_id") == Some(&json!(vid))
+            && t.status != TaskStatus::Done
+    });
+    if open {
+        return;
+    }
+    let node = st.t.volumes.get(&vid.to_string()).map(|v| v.node_id);
+    let mut params = Map::new();
+    params.insert("lvol_id".into(), json!(vid));
+    st.task(c, "snapshot_replication", node, None, params, 8);
+}
+
+/// Make sure the volume's replica exists on the target cluster.
+fn ensure_replica(st: &mut St<'_>, vid: Uuid) -> Result<Uuid, String> {
+    let r =
+        st.t.replications
+            .get(&vid.to_string())
+            .cloned()
+            .ok_or("no relationship")?;
+    if let Some(t) = r.target_lvol
+        && st.t.volumes.contains(&t.to_string())
+    {
+        return Ok(t);
+    }
+    let src =
+        st.t.volumes
+            .get(&vid.to_string())
+            .cloned()
+            .ok_or("source volume gone")?;
+    let tc =
+        st.t.clusters
+            .get(&r.target_cluster.to_string())
+            .cloned()
+            .ok_or("target cluster gone")?;
+    let tpool = r
+        .target_pool
+        .or_else(|| {
+            render::sorted(st.t.pools.values().filter(|p| p.cluster_id == tc.id), |p| {
+                p.seq
+            })
+            .first()
+            .map(|p| p.id)
+        })
+        .ok_or("the target cluster has no pool")?;
+    let node = render::sorted(
+        st.t.nodes
+            .values()
+            .filter(|n| n.cluster_id == tc.id && n.status == NodeStatus::Online && n.lvstore),
+        |n| n.seq,
+    )
+    .first()
+    .map(|n| n.id)
+    .ok_or("the target cluster has no online node")?;
+    let id = st.uuid();
+    let seq = st.seq();
+    let blobid = st.below(1 << 20);
+    let mut rec = src.clone();
+    rec.id = id;
+    rec.seq = seq;
+    rec.cluster_id = tc.id;
+    rec.pool_id = tpool;
+    rec.node_id = node;
+    rec.secondary_ids = Vec::new();
+    rec.nqn = format!("{}:lvol:{id}", tc.nqn);
+    rec.ns_id = 1;
+    rec.blobid = blobid;
+    rec.allowed_hosts = Vec::new();
+    rec.cloned_from = None;
+    rec.replication_policy = None;
+    rec.do_replicate = false;
+    rec.created_ms = st.now;
+    st.t.volumes.insert(id.to_string(), rec);
+    if let Some(x) = st.t.replications.get_mut(&vid.to_string()) {
+        x.target_lvol = Some(id);
+    }
+    Ok(id)
+}
+
+/// Remove a soft-deleted snapshot once no clone refers to it any more (a clone's deletion
+/// or inflation lets go of it).
+pub fn reap_snapshot(t: &mut Tables, snap: Uuid) {
+    let referenced = t
+        .volumes
+        .values()
+        .any(|v| v.cloned_from == Some(snap) && v.status != VolumeStatus::Deleted);
+    if !referenced
+        && t.snapshots
+            .get(&snap.to_string())
+            .is_some_and(|s| s.soft_deleted)
+    {
+        t.snapshots.remove(&snap.to_string());
+    }
 }
 
 /// The cluster-status monitor (§6.1): derive active / degraded / suspended from how many

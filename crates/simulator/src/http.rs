@@ -19,10 +19,10 @@ use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 use uuid::Uuid;
 
-use crate::api::{self, ApiReq};
 use crate::calllog::Call;
 use crate::error::SimError;
 use crate::reply::{ApiError, Body, Reply};
+use crate::routes::{self, ApiReq};
 use crate::sim::{Sim, lock};
 
 /// Set per connection so a handler can close it without answering.
@@ -282,7 +282,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         ))
     } else if let Some(verb) = path.strip_prefix("/snode/") {
         let worker = host.split(':').next().unwrap_or("").to_string();
-        ok_or(crate::admin::agent(&sim, &worker, verb))
+        ok_or(routes::snode::handle(&sim, &worker, verb))
     } else if path.starts_with("/api/v2/") || path == "/api/v2" {
         api_entry(
             &sim,
@@ -484,7 +484,7 @@ fn api_entry(
         base: base.to_string(),
     };
     with_route(Outcome {
-        reply: api::handle(sim, &req),
+        reply: routes::handle(sim, &req),
         route: None,
         www_auth: false,
     })

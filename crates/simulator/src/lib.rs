@@ -5,9 +5,6 @@
 //! scripted, seeded faults. See the crate README for the command line and admin routes.
 
 pub mod admin;
-pub mod api;
-pub mod api_repl;
-pub mod api_vol;
 pub mod calllog;
 pub mod clock;
 pub mod engine;
@@ -22,6 +19,7 @@ pub mod openapi;
 pub mod render;
 pub mod reply;
 pub mod rng;
+pub mod routes;
 pub mod sim;
 pub mod store;
 pub mod volfiles;

@@ -1,5 +1,6 @@
 //! Records → the DTOs the control plane answers with.
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
@@ -29,6 +30,20 @@ pub fn sorted<'a, T: 'a>(it: impl Iterator<Item = &'a T>, seq: impl Fn(&T) -> u6
     v
 }
 
+/// Records in creation order, each rendered: what a list route answers.
+pub fn list<'a, T: 'a, D: Serialize>(
+    records: impl Iterator<Item = &'a T>,
+    seq: impl Fn(&T) -> u64,
+    dto: impl FnMut(&'a T) -> D,
+) -> Value {
+    json!(
+        sorted(records, seq)
+            .into_iter()
+            .map(dto)
+            .collect::<Vec<_>>()
+    )
+}
+
 fn cap(total: u64, prov: u64, used: u64, now: i64) -> CapacityStat {
     let free = total.saturating_sub(used);
     CapacityStat {
@@ -45,12 +60,23 @@ fn cap(total: u64, prov: u64, used: u64, now: i64) -> CapacityStat {
     }
 }
 
+/// One I/O statistics sample: sbsim moves no data, so every figure is 0.
+pub fn iostat_sample(now: i64) -> Value {
+    json!({
+        "date": now / 1000,
+        "read_bytes": 0, "read_bytes_ps": 0, "read_io_ps": 0, "read_latency_ps": 0,
+        "write_bytes": 0, "write_bytes_ps": 0, "write_io_ps": 0, "write_latency_ps": 0,
+        "size_total": 0, "size_used": 0,
+    })
+}
+
 pub fn volume_used(v: &VolumeRec) -> u64 {
     // No I/O happens in a simulator; a small fixed share keeps figures plausible.
     v.size / 100
 }
 
-fn node_devices(t: &Tables, node: Uuid) -> impl Iterator<Item = &DeviceRec> {
+/// A node's devices, in no particular order.
+pub fn node_devices(t: &Tables, node: Uuid) -> impl Iterator<Item = &DeviceRec> {
     t.devices.values().filter(move |d| d.node_id == node)
 }
 

@@ -87,6 +87,18 @@ impl<T: Serialize + DeserializeOwned> Table<T> {
         }
     }
 
+    /// Remove every record matching `pred` (each marked changed).
+    pub fn remove_where(&mut self, mut pred: impl FnMut(&T) -> bool) {
+        let dirty = &mut self.dirty;
+        self.rows.retain(|key, row| {
+            let matches = pred(row);
+            if matches {
+                dirty.insert(key.clone());
+            }
+            !matches
+        });
+    }
+
     /// Writes the changed records into `txn`. They stay marked until the transaction
     /// commits, so a failed commit can still be rolled back.
     fn flush(&self, name: &str, txn: &redb::WriteTransaction) -> Result<(), SimError> {

@@ -1,0 +1,104 @@
+//! A storage node's devices: list, read, remove, restart, reset, statistics and health.
+
+use serde_json::json;
+use simplyblock_controlplane::types::*;
+
+use super::request::ApiReq;
+use crate::render;
+use crate::reply::{ApiError, ApiResult, Reply};
+use crate::sim::St;
+
+pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/") => {
+            Ok(Reply::ok(render::list(
+                render::node_devices(st.t, req.id("storage_node_id")),
+                |d| d.seq,
+                |d| render::device(st.t, d, st.now),
+            )))
+        }
+        (_, r)
+            if r.starts_with(
+                "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}/",
+            ) =>
+        {
+            device_route(st, req)
+        }
+        _ => Err(req.unsimulated()),
+    }
+}
+
+fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    let nid = req.id("storage_node_id");
+    let did = req.id("device_id");
+    let key = did.to_string();
+    let d = match st.t.devices.get(&key) {
+        Some(d) if d.node_id == nid => d.clone(),
+        _ => return Err(ApiError::not_found(format!("Device {did} not found"))),
+    };
+    let restart_task = st.t.tasks.values().any(|t| {
+        t.device_id == Some(did)
+            && t.function_name == "device_restart"
+            && t.status != TaskStatus::Done
+    });
+    let tail = req.route.rsplit('/').next().unwrap_or("");
+    match (req.method.as_str(), tail) {
+        ("GET", "") => Ok(Reply::ok(json!(render::device(st.t, &d, st.now)))),
+        ("POST", "remove") => {
+            let _ = req.q_bool("force")?;
+            if matches!(
+                d.status,
+                DeviceStatus::Removed
+                    | DeviceStatus::Failed
+                    | DeviceStatus::FailedAndMigrated
+                    | DeviceStatus::New
+            ) || restart_task
+            {
+                return Err(ApiError::opaque(format!("device is {}", d.status)));
+            }
+            if let Some(d) = st.t.devices.get_mut(&key) {
+                d.status = DeviceStatus::Removed;
+            }
+            Ok(Reply::empty(204))
+        }
+        ("POST", "restart") => {
+            let _ = req.q_bool("force")?;
+            if !matches!(d.status, DeviceStatus::Removed | DeviceStatus::Failed) {
+                return Err(ApiError::opaque(format!("device is {}", d.status)));
+            }
+            if let Some(d) = st.t.devices.get_mut(&key) {
+                d.status = DeviceStatus::Online;
+                d.io_error = false;
+            }
+            Ok(Reply::empty(204))
+        }
+        ("POST", "reset") => {
+            if matches!(
+                d.status,
+                DeviceStatus::Removed | DeviceStatus::FailedAndMigrated
+            ) || restart_task
+            {
+                return Err(ApiError::opaque(format!("device is {}", d.status)));
+            }
+            if let Some(d) = st.t.devices.get_mut(&key) {
+                d.io_error = false;
+            }
+            Ok(Reply::empty(204))
+        }
+        ("GET", "capacity") | ("GET", "iostats") => {
+            Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
+        }
+        ("GET", "health-info") => Ok(Reply::ok(json!({
+            "id": d.id, "model_number": d.model, "serial_number": d.serial,
+            "firmware_revision": "SIM1", "traddr": d.pcie, "critical_warning": 0,
+            "temperature_celsius": 38, "available_spare_percentage": 100,
+            "available_spare_threshold_percentage": 10, "percentage_used": 1,
+            "data_units_read": 0, "data_units_written": 0, "host_read_commands": 0,
+            "host_write_commands": 0, "controller_busy_time": 0, "power_cycles": 3,
+            "power_on_hours": 100, "unsafe_shutdowns": 0, "media_errors": 0,
+            "num_err_log_entries": 0, "warning_temperature_time_minutes": 0,
+            "critical_composite_temperature_time_minutes": 0
+        }))),
+        _ => Err(ApiError::opaque("unsupported device route")),
+    }
+}

@@ -1,0 +1,109 @@
+//! Snapshots: of a volume (list, take) and of a pool (list, read, delete).
+
+use serde_json::json;
+use simplyblock_controlplane::types::*;
+use uuid::Uuid;
+
+use super::lookup::{mutable_cluster, snapshot, volume};
+use super::request::{ApiReq, POOL_ROUTE, body};
+use crate::model::*;
+use crate::render;
+use crate::reply::{ApiError, ApiResult, Reply};
+use crate::sim::St;
+
+pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    let c = req.id("cluster_id");
+    let p = req.id("pool_id");
+    let vid = req.id("volume_id");
+    let base = req.base.clone();
+    match (req.method.as_str(), req.route_below(POOL_ROUTE)) {
+        ("GET", "/volumes/{volume_id}/snapshots") => Ok(Reply::ok(render::list(
+            st.t.snapshots.values().filter(|s| s.volume_id == vid),
+            |s| s.seq,
+            |s| render::snapshot(st.t, s, &base),
+        ))),
+        ("POST", "/volumes/{volume_id}/snapshots") => {
+            let b: SnapshotCreate = body(st.sim, req)?;
+            let v = volume(st.t, p, vid)?.clone();
+            let id = snapshot_create(st, c, &v, &b.name)?;
+            Ok(Reply::empty(201).with_location(format!(
+                "/api/v2/clusters/{c}/storage-pools/{p}/snapshots/{id}/"
+            )))
+        }
+        ("GET", "/snapshots/") => Ok(Reply::ok(render::list(
+            st.t.snapshots.values().filter(|s| s.pool_id == p),
+            |s| s.seq,
+            |s| render::snapshot(st.t, s, &base),
+        ))),
+        ("GET", "/snapshots/{snapshot_id}/") => {
+            let s = snapshot(st.t, p, req.id("snapshot_id"))?;
+            Ok(Reply::ok(json!(render::snapshot(st.t, s, &base))))
+        }
+        ("DELETE", "/snapshots/{snapshot_id}/") => {
+            let sid = req.id("snapshot_id");
+            snapshot(st.t, p, sid)?;
+            let has_clones =
+                st.t.volumes
+                    .values()
+                    .any(|v| v.cloned_from == Some(sid) && v.status != VolumeStatus::Deleted);
+            if has_clones {
+                if let Some(s) = st.t.snapshots.get_mut(&sid.to_string()) {
+                    s.soft_deleted = true;
+                    s.status = SnapshotStatus::InDeletion;
+                }
+            } else {
+                st.t.snapshots.remove(&sid.to_string());
+                if let Some(dir) = &st.sim.config.volume_files {
+                    crate::volfiles::remove(dir, sid);
+                }
+            }
+            Ok(Reply::empty(204))
+        }
+        _ => Err(req.unsimulated()),
+    }
+}
+
+/// Take a snapshot of a volume (the snapshot route, and the clone route before it clones).
+pub fn snapshot_create(
+    st: &mut St<'_>,
+    c: Uuid,
+    v: &VolumeRec,
+    name: &str,
+) -> Result<Uuid, ApiError> {
+    if st
+        .t
+        .snapshots
+        .values()
+        .any(|s| s.cluster_id == c && s.name == name && !s.soft_deleted)
+    {
+        return Err(ApiError::conflict(format!(
+            "Snapshot {name} already exists (snapshot names must be unique)"
+        )));
+    }
+    mutable_cluster(st.t, c)?;
+    if v.status != VolumeStatus::Online {
+        return Err(ApiError::opaque(format!("volume is {}", v.status)));
+    }
+    let id = st.uuid();
+    let seq = st.seq();
+    st.t.snapshots.insert(
+        id.to_string(),
+        SnapshotRec {
+            id,
+            seq,
+            cluster_id: c,
+            pool_id: v.pool_id,
+            volume_id: v.id,
+            name: name.to_string(),
+            size: v.size,
+            used_size: render::volume_used(v),
+            status: SnapshotStatus::Online,
+            created_ms: st.now,
+            soft_deleted: false,
+        },
+    );
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::copy(dir, v.id, id, v.size);
+    }
+    Ok(id)
+}
