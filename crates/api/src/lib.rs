@@ -1,5 +1,6 @@
 //! The `storage.simplyblock.io` API, version v1alpha2: the custom resource types, their
-//! CEL rules and defaults, and the step graphs their status records.
+//! CEL rules and defaults, and the step graphs their status records; and the keys
+//! written on objects ([`keys`]), which the operator, the CSI driver and discovery share.
 //!
 //! Pure data: no I/O and no runtime. Field doc comments become the CRD descriptions, which
 //! is what `kubectl explain` prints.
@@ -9,6 +10,7 @@
 
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod keys;
 pub mod names;
 pub mod operator_ops;
 pub mod storage_cluster;
@@ -28,10 +30,7 @@ pub use storage_node::StorageNode;
 pub use storage_pool::StoragePool;
 pub use storage_pool_ops::StoragePoolOps;
 
-/// The API group of every kind here.
-pub const GROUP: &str = "storage.simplyblock.io";
-/// The served and stored version.
-pub const VERSION: &str = "v1alpha2";
+pub use keys::{API_VERSION, GROUP, VERSION};
 
 /// Every CustomResourceDefinition of the API, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
