@@ -1,6 +1,7 @@
 //! The `storage.simplyblock.io` API, version v1alpha2: the custom resource types, their
-//! CEL rules and defaults, and the step graphs their status records; and the keys
-//! written on objects ([`keys`]), which the operator, the CSI driver and discovery share.
+//! CEL rules and defaults, and the step graphs their status records; and the vocabulary
+//! the operator, the CSI driver and discovery share: the keys written on objects
+//! ([`keys`]) and how sizes are read ([`quantity`]).
 //!
 //! Pure data: no I/O and no runtime. Field doc comments become the CRD descriptions, which
 //! is what `kubectl explain` prints.
@@ -13,6 +14,7 @@ pub mod common;
 pub mod keys;
 pub mod names;
 pub mod operator_ops;
+pub mod quantity;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
