@@ -1,7 +1,8 @@
 //! The `storage.simplyblock.io` API, version v1alpha2: the custom resource types, their
 //! CEL rules and defaults, and the step graphs their status records; and the vocabulary
 //! the operator, the CSI driver and discovery share: the keys written on objects
-//! ([`keys`]) and how sizes are read ([`quantity`]).
+//! ([`keys`]), how sizes are read ([`quantity`]), and the CSI secret's format
+//! ([`csi_secret`]).
 //!
 //! Pure data: no I/O and no runtime. Field doc comments become the CRD descriptions, which
 //! is what `kubectl explain` prints.
@@ -11,6 +12,7 @@
 
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod csi_secret;
 pub mod keys;
 pub mod names;
 pub mod operator_ops;
