@@ -35,14 +35,17 @@ pub mod vc {
     pub const XFS_SW: &str = "xfs_sw";
 }
 
-/// Topology keys.
+/// Topology keys: Kubernetes' own, and the simplyblock Node labels of
+/// [`simplyblock_api::keys`].
 pub mod topo {
+    use simplyblock_api::keys;
+
     pub const ZONE: &str = "topology.kubernetes.io/zone";
     pub const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
     pub const REGION: &str = "topology.kubernetes.io/region";
-    pub const POOL_PREFIX: &str = "simplyblock.io/pool.";
-    pub const STORAGE_NODE_PREFIX: &str = "simplyblock.io/storage-node-uuid.";
-    pub const HOSTNAME: &str = "topology.simplyblock.io/hostname";
+    pub const POOL_PREFIX: &str = keys::POOL_ACCESS_LABEL_PREFIX;
+    pub const STORAGE_NODE_PREFIX: &str = keys::STORAGE_NODE_TOPOLOGY_PREFIX;
+    pub const HOSTNAME: &str = keys::HOSTNAME_TOPOLOGY_KEY;
 }
 
 /// What CreateVolume reads from the StorageClass parameters.
@@ -297,7 +300,8 @@ fn check_dhchap_selector(v: &str) -> Result<String> {
     let key = v.trim();
     let name = key.strip_prefix(topo::POOL_PREFIX).unwrap_or_default();
     let valid_name = !name.is_empty()
-        && key.len() - "simplyblock.io/".len() <= 63
+        // A label key's name, the part after its '/', is at most 63 bytes.
+        && key.split_once('/').is_some_and(|(_, label_name)| label_name.len() <= 63)
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use simplyblock_api::keys;
+
 use crate::error::{CsiError, Result};
 use crate::params::topo;
 
@@ -21,7 +23,7 @@ pub fn segments(labels: &BTreeMap<String, String>, node: &str) -> BTreeMap<Strin
         out.insert(topo::REGION.to_string(), r.clone());
     }
     for (k, v) in labels {
-        if (k.starts_with(topo::POOL_PREFIX) && v == "allowed")
+        if (k.starts_with(topo::POOL_PREFIX) && v == keys::POOL_ACCESS_ALLOWED)
             || k.starts_with(topo::STORAGE_NODE_PREFIX)
         {
             out.insert(k.clone(), v.clone());

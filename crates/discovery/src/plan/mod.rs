@@ -482,7 +482,7 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
     };
     let mut labels = BTreeMap::new();
     labels.insert(
-        "storage.simplyblock.io/discovered-by".to_string(),
+        simplyblock_api::keys::DISCOVERED_BY_LABEL.to_string(),
         crate::configmap::label_value(input.run),
     );
     let config = ClusterDeploymentConfig {

@@ -6,19 +6,20 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use simplyblock_api::StoragePool;
+use simplyblock_api::keys;
 use simplyblock_api::names::derived_name;
 use simplyblock_api::storage_pool::{PoolLimits, VolumeDefaults};
 use simplyblock_controlplane::types::{Pool, PoolCreate, PoolUpdate};
 
 use crate::cluster::params::parse_size;
 
-pub const PROVISIONER: &str = "csi.simplyblock.io";
-pub const LABEL_NAMESPACE: &str = "storage.simplyblock.io/namespace";
-pub const LABEL_CLUSTER: &str = "storage.simplyblock.io/cluster";
-pub const LABEL_POOL: &str = "storage.simplyblock.io/pool";
-pub const LABEL_MANAGED_BY: &str = "storage.simplyblock.io/managed-by";
+pub const PROVISIONER: &str = keys::CSI_DRIVER_NAME;
+pub const LABEL_NAMESPACE: &str = keys::NAMESPACE_LABEL;
+pub const LABEL_CLUSTER: &str = keys::CLUSTER_LABEL;
+pub const LABEL_POOL: &str = keys::POOL_LABEL;
+pub const LABEL_MANAGED_BY: &str = keys::MANAGED_BY_LABEL;
 /// The managed-by value of the classes this controller writes (and may delete).
-pub const MANAGED_BY: &str = "storagepool";
+pub const MANAGED_BY: &str = keys::MANAGED_BY_STORAGE_POOL;
 /// Object names are at most 253 bytes.
 const MAX_OBJECT_NAME: usize = 253;
 
