@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use simplyblock_api::keys;
 use simplyblock_controlplane::ConnectEntry;
 use uuid::Uuid;
 
@@ -504,18 +505,22 @@ impl ClassParams {
     }
 }
 
-/// The storage nodes named in topology segments (`simplyblock.io/storage-node-uuid.<cluster>.<n>`)
-/// for `cluster`, preferred first, then requisite, without repeats.
+/// The storage nodes named in topology segments (`simplyblock.io/storage-node-uuid.<cluster>.<n>`,
+/// see [`keys::storage_node_topology_key`]) for `cluster`, preferred first, then requisite,
+/// without repeats.
 pub fn storage_nodes_in(
     cluster: Uuid,
     preferred: &[BTreeMap<String, String>],
     requisite: &[BTreeMap<String, String>],
 ) -> Vec<Uuid> {
-    let prefix = format!("{}{cluster}.", topo::STORAGE_NODE_PREFIX);
+    let of_cluster = |k: &str| {
+        keys::parse_storage_node_topology_key(k)
+            .is_some_and(|key| Uuid::parse_str(key.cluster_uuid).ok() == Some(cluster))
+    };
     let mut out = Vec::new();
     for seg in preferred.iter().chain(requisite) {
         for (k, v) in seg {
-            if k.starts_with(&prefix)
+            if of_cluster(k)
                 && let Ok(u) = Uuid::parse_str(v)
                 && !out.contains(&u)
             {
