@@ -69,11 +69,13 @@ pub struct StoragePoolSpec {
     "pool-wide iops and throughput limits are not supported yet; set per-volume limits in volumeDefaults"
 ))]
 pub struct PoolLimits {
-    /// The pool's capacity, e.g. `10T`; absent or `0` means unlimited.
+    /// The pool's capacity, e.g. `10T` (10^12 bytes) or `10Ti` (2^40 bytes); a bare number
+    /// is bytes; absent or `0` means unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
     pub capacity: Option<String>,
-    /// The largest volume the pool admits, e.g. `2T`; absent means no limit.
+    /// The largest volume the pool admits, e.g. `2T` (10^12 bytes each) or `2Ti` (2^40);
+    /// absent means no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
     pub max_volume_size: Option<String>,

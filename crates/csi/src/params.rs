@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use simplyblock_api::keys;
+use simplyblock_api::quantity;
 use simplyblock_controlplane::ConnectEntry;
 use uuid::Uuid;
 
@@ -264,36 +265,11 @@ impl PathTunables {
     }
 }
 
-/// A size with an optional suffix, as the control plane reads sizes: `G` is 10^9, `Gi`
-/// is 2^30 (likewise K, M, T, P); a bare number is bytes.
+/// A size as the control plane reads sizes (see [`quantity`]): `G` is 10^9, `Gi` is
+/// 2^30 (likewise k, M, T, P); a bare number is bytes.
 pub fn parse_size(key: &str, v: &str) -> Result<u64> {
-    let t = v.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
-    let mult: Option<u64> = match suffix.trim() {
-        "" | "B" => Some(1),
-        "K" | "k" | "KB" => Some(1_000),
-        "M" | "MB" => Some(1_000_000),
-        "G" | "GB" => Some(1_000_000_000),
-        "T" | "TB" => Some(1_000_000_000_000),
-        "P" | "PB" => Some(1_000_000_000_000_000),
-        "Ki" | "KiB" => Some(1 << 10),
-        "Mi" | "MiB" => Some(1 << 20),
-        "Gi" | "GiB" => Some(1 << 30),
-        "Ti" | "TiB" => Some(1 << 40),
-        "Pi" | "PiB" => Some(1 << 50),
-        _ => None,
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .zip(mult)
-        .and_then(|(n, m)| n.checked_mul(m))
-        .ok_or_else(|| {
-            CsiError::InvalidArgument(format!(
-                "parameter {key}={v:?} is not a size: give bytes or a number with a suffix such as 500Gi or 1T"
-            ))
-        })
+    quantity::parse(v)
+        .map_err(|e| CsiError::InvalidArgument(format!("parameter {key}={v:?} is not a size: {e}")))
 }
 
 /// The prefix of the Node labels that gate DHCHAP pools.
@@ -667,10 +643,15 @@ mod tests {
             "0 is no cap"
         );
         assert_eq!(with(&[]).expect("unset").max_size, None);
+        // Fractions are read as every size is (see simplyblock_api::quantity).
+        assert_eq!(
+            with(&[("max_size", "1.5Gi")]).expect("fraction").max_size,
+            Some(GIB + GIB / 2)
+        );
         let t = refused(&[("max_size", "lots")], "max_size=\"lots\"");
         assert!(t.contains("500Gi"), "says what to use: {t}");
-        refused(&[("max_size", "1.5Gi")], "max_size");
-        refused(&[("max_size", "-1")], "max_size");
+        let t = refused(&[("max_size", "-1")], "max_size");
+        assert!(t.contains("negative"), "says what is wrong: {t}");
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! Volumes (lvols), their connect strings and hosts, snapshots and clones.
 
 use serde_json::{Value, json};
+use simplyblock_api::quantity;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use crate::api::{ApiReq, body, cluster, pool, snapshot, volume};
-use crate::fleet::parse_size;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -111,9 +111,9 @@ fn create_or_clone(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     };
     // `size` may be a size string ("10G", "10Gi"); the validator turns it into bytes.
     if let Some(s) = b.get("size").and_then(Value::as_str) {
-        match parse_size(s) {
-            Some(n) => b["size"] = json!(n),
-            None => {
+        match quantity::parse(s) {
+            Ok(n) => b["size"] = json!(n),
+            Err(_) => {
                 return Err(ApiError::invalid(
                     "value_error",
                     vec![json!("body"), json!("_CreateParams"), json!("size")],
@@ -698,9 +698,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let new_size = match req.q("new_size") {
                 None => 0,
-                Some(s) => parse_size(s).ok_or_else(|| {
-                    ApiError::bad_request(format!("Invalid new_size value: '{s}'"))
-                })?,
+                Some(s) => quantity::parse(s)
+                    .map_err(|_| ApiError::bad_request(format!("Invalid new_size value: '{s}'")))?,
             };
             let v = volume(st.t, p, vid)?.clone();
             if new_size != 0 && new_size < v.size {

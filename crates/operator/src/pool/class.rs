@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use simplyblock_api::StoragePool;
-use simplyblock_api::keys;
 use simplyblock_api::names::derived_name;
 use simplyblock_api::storage_pool::{PoolLimits, VolumeDefaults};
+use simplyblock_api::{keys, quantity};
 use simplyblock_controlplane::types::{Pool, PoolCreate, PoolUpdate};
-
-use crate::cluster::params::parse_size;
 
 pub const PROVISIONER: &str = keys::CSI_DRIVER_NAME;
 pub const LABEL_NAMESPACE: &str = keys::NAMESPACE_LABEL;
@@ -140,19 +138,16 @@ pub fn limit_errors(limits: Option<&PoolLimits>) -> Vec<String> {
         ("capacity", &l.capacity),
         ("maxVolumeSize", &l.max_volume_size),
     ] {
-        if let Some(v) = value
-            && parse_size(v).is_none()
-        {
-            errors.push(format!(
-                "spec.limits.{field} {v:?} is not a size such as 500G or 10T"
-            ));
+        if let Some(Err(e)) = value.as_deref().map(quantity::parse) {
+            errors.push(format!("spec.limits.{field}: {e}"));
         }
     }
     errors
 }
 
+/// A limit in bytes, as the control plane reads sizes (`10T` is 10^12, `10Ti` 2^40).
 fn bytes(v: Option<&String>) -> u64 {
-    v.and_then(|s| parse_size(s)).unwrap_or(0)
+    v.and_then(|s| quantity::parse(s).ok()).unwrap_or(0)
 }
 
 /// The control plane's create body for `pool`.
@@ -274,12 +269,13 @@ mod tests {
             None,
         );
         let create = create_params(&p);
-        assert_eq!(create.pool_max, 10 << 40);
-        assert_eq!(create.volume_max_size, 2 << 40);
+        // T is 10^12, as the control plane reads sizes.
+        assert_eq!(create.pool_max, 10_000_000_000_000);
+        assert_eq!(create.volume_max_size, 2_000_000_000_000);
         assert_eq!(create.cr_plural, "storagepools");
         let mut found = Pool {
-            max_size: 10 << 40,
-            volume_max_size: 2 << 40,
+            max_size: 10_000_000_000_000,
+            volume_max_size: 2_000_000_000_000,
             ..Pool::default()
         };
         assert_eq!(limits_update(&p, &found), None);
@@ -287,10 +283,26 @@ mod tests {
         assert_eq!(
             limits_update(&p, &found),
             Some(PoolUpdate {
-                volume_max_size: Some(2 << 40),
+                volume_max_size: Some(2_000_000_000_000),
                 ..PoolUpdate::default()
             })
         );
+    }
+
+    #[test]
+    fn limits_read_iec_units_and_the_fractions_the_schema_admits() {
+        let p = pool(
+            Some(PoolLimits {
+                capacity: Some("10Ti".into()),
+                max_volume_size: Some("1.5Ti".into()),
+                ..PoolLimits::default()
+            }),
+            None,
+        );
+        assert_eq!(limit_errors(p.spec.limits.as_ref()), Vec::<String>::new());
+        let create = create_params(&p);
+        assert_eq!(create.pool_max, 10 << 40);
+        assert_eq!(create.volume_max_size, 3 << 39);
     }
 
     #[test]
@@ -301,6 +313,10 @@ mod tests {
             ..PoolLimits::default()
         }));
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors[0].contains("spec.limits.capacity \"lots\""));
+        assert!(
+            errors[0].starts_with("spec.limits.capacity: \"lots\" does not start with a number"),
+            "{errors:?}"
+        );
+        assert!(errors[1].contains("unit \"X\""), "{errors:?}");
     }
 }
