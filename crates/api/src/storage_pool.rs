@@ -123,7 +123,7 @@ impl Filesystem {
 }
 
 /// The defaults of the pool's volumes, written into its StorageClasses' parameters.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeDefaults {
     /// Per-volume I/O operations per second; 0 means unlimited.
@@ -136,8 +136,13 @@ pub struct VolumeDefaults {
     /// The filesystem a blank volume is formatted with.
     #[serde(default)]
     pub filesystem: Filesystem,
-    /// Compress volumes in the storage nodes.
+    /// Compress volumes in the storage nodes. Not supported yet: the control plane's
+    /// volume API has no compression setting, so the CSI driver refuses to create a volume
+    /// that asks for it, and a pool that sets it is refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self").message(
+        "enableCompression is not supported by the CSI driver of this release: the control plane's volume API has no compression setting, so no volume of this pool's StorageClass could be provisioned; remove enableCompression"
+    ))]
     pub enable_compression: bool,
     /// Encrypt volumes at rest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -95,8 +95,11 @@ pub fn parameters(
         "max_namespace_per_subsys",
         defaults.max_namespaces_per_subsystem,
     );
+    // No `compression`: the CSI driver refuses `compression=true` (the control plane's
+    // volume create has no such setting), so a class carrying it provisions nothing.
+    // Admission refuses a pool that asks for it; one stored before that gets a class
+    // without it.
     for (key, on) in [
-        ("compression", defaults.enable_compression),
         ("encryption", defaults.enable_encryption),
         ("replicate", defaults.enable_replication),
     ] {
@@ -256,6 +259,18 @@ mod tests {
         assert_eq!(params["encryption"], "true");
         assert_eq!(params["csi.storage.k8s.io/fstype"], "ext4");
         assert!(!params.contains_key("compression"));
+    }
+
+    #[test]
+    fn compression_is_never_written_since_the_driver_refuses_it() {
+        let defaults = VolumeDefaults {
+            enable_compression: true,
+            enable_replication: true,
+            ..VolumeDefaults::default()
+        };
+        let params = parameters("c1", "fast", &defaults);
+        assert!(!params.contains_key("compression"), "{params:?}");
+        assert_eq!(params["replicate"], "true");
     }
 
     #[test]
