@@ -125,7 +125,8 @@ pub struct ClusterTemplate {
     /// vCPUs given to SPDK on each storage node (at least 4); copied into every node.
     #[schemars(range(min = 4))]
     pub vcpu_count: i32,
-    /// The smallest huge-page allocation per node, e.g. `100G`; a bare number is GB.
+    /// The smallest huge-page allocation per node, e.g. `100G` (10^9 bytes each) or
+    /// `96Gi` (2^30 each); a bare number is gigabytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub min_huge_pages_size: Option<String>,

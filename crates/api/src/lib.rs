@@ -1,5 +1,8 @@
 //! The `storage.simplyblock.io` API, version v1alpha2: the custom resource types, their
-//! CEL rules and defaults, and the step graphs their status records.
+//! CEL rules and defaults, and the step graphs their status records; and the vocabulary
+//! the operator, the CSI driver and discovery share: the keys written on objects
+//! ([`keys`]), how sizes are read ([`quantity`]), and the CSI secret's format
+//! ([`csi_secret`]).
 //!
 //! Pure data: no I/O and no runtime. Field doc comments become the CRD descriptions, which
 //! is what `kubectl explain` prints.
@@ -9,8 +12,11 @@
 
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod csi_secret;
+pub mod keys;
 pub mod names;
 pub mod operator_ops;
+pub mod quantity;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
@@ -28,10 +34,7 @@ pub use storage_node::StorageNode;
 pub use storage_pool::StoragePool;
 pub use storage_pool_ops::StoragePoolOps;
 
-/// The API group of every kind here.
-pub const GROUP: &str = "storage.simplyblock.io";
-/// The served and stored version.
-pub const VERSION: &str = "v1alpha2";
+pub use keys::{API_VERSION, GROUP, VERSION};
 
 /// Every CustomResourceDefinition of the API, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -166,6 +166,7 @@ pub struct DeviceFilter {
     #[x_kube(merge_strategy = ListMerge::Set)]
     pub block_deny_list: Option<Vec<String>>,
     /// Only devices of this size: `100G-2T`, `500G-`, `-2T`, or `1T` for one exact size.
+    /// K, M, G, T and P are powers of 1024 here, the units discovery names groups in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drive_size_range: Option<String>,
 }

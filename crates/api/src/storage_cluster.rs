@@ -60,8 +60,9 @@ pub struct StorageClusterSpec {
     #[schemars(range(min = 4))]
     pub vcpu_count: i32,
 
-    /// The smallest huge-page allocation per storage node, e.g. `100G` or `1T`; a bare
-    /// number means gigabytes. A floor: a node takes more when its devices need more.
+    /// The smallest huge-page allocation per storage node, e.g. `100G` or `1T` (powers of
+    /// 1000, as the control plane reads them; `96Gi` for powers of 1024); a bare number
+    /// means gigabytes. A floor: a node takes more when its devices need more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub min_huge_pages_size: Option<String>,

@@ -180,7 +180,8 @@ pub struct Sizing {
     /// vCPUs for SPDK (at least 4).
     #[schemars(range(min = 4))]
     pub vcpu_count: i32,
-    /// The smallest huge-page allocation, e.g. `100G`; a bare number means gigabytes.
+    /// The smallest huge-page allocation, e.g. `100G` (10^9 bytes each) or `96Gi` (2^30
+    /// each); a bare number means gigabytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_huge_pages_size: Option<String>,
 }

@@ -69,11 +69,13 @@ pub struct StoragePoolSpec {
     "pool-wide iops and throughput limits are not supported yet; set per-volume limits in volumeDefaults"
 ))]
 pub struct PoolLimits {
-    /// The pool's capacity, e.g. `10T`; absent or `0` means unlimited.
+    /// The pool's capacity, e.g. `10T` (10^12 bytes) or `10Ti` (2^40 bytes); a bare number
+    /// is bytes; absent or `0` means unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
     pub capacity: Option<String>,
-    /// The largest volume the pool admits, e.g. `2T`; absent means no limit.
+    /// The largest volume the pool admits, e.g. `2T` (10^12 bytes each) or `2Ti` (2^40);
+    /// absent means no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTP]i?[B]?)?$"))]
     pub max_volume_size: Option<String>,
@@ -121,7 +123,7 @@ impl Filesystem {
 }
 
 /// The defaults of the pool's volumes, written into its StorageClasses' parameters.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeDefaults {
     /// Per-volume I/O operations per second; 0 means unlimited.
@@ -134,8 +136,13 @@ pub struct VolumeDefaults {
     /// The filesystem a blank volume is formatted with.
     #[serde(default)]
     pub filesystem: Filesystem,
-    /// Compress volumes in the storage nodes.
+    /// Compress volumes in the storage nodes. Not supported yet: the control plane's
+    /// volume API has no compression setting, so the CSI driver refuses to create a volume
+    /// that asks for it, and a pool that sets it is refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self").message(
+        "enableCompression is not supported by the CSI driver of this release: the control plane's volume API has no compression setting, so no volume of this pool's StorageClass could be provisioned; remove enableCompression"
+    ))]
     pub enable_compression: bool,
     /// Encrypt volumes at rest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -1,12 +1,13 @@
-//! The CSI secret (`simplyblock-csi-secret-v2`, key `secret.json`) and one control-plane
-//! client per cluster it names.
+//! The CSI secret (`simplyblock-csi-secret-v2`, key `secret.json`, as
+//! [`simplyblock_api::csi_secret`] defines it) and one control-plane client per cluster it
+//! names.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use simplyblock_api::csi_secret;
 use simplyblock_controlplane::{Client, ClientConfig, Url};
 use uuid::Uuid;
 
@@ -16,40 +17,43 @@ use crate::handle::PoolRef;
 /// Where the secret is mounted by default.
 pub const DEFAULT_SECRET_PATH: &str = "/etc/spdkcsi-secret/secret.json";
 
-/// One entry of the secret.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One cluster of the secret, as the driver serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterEntry {
     pub cluster_id: Uuid,
     pub cluster_endpoint: String,
-    #[serde(default)]
     pub cluster_secret: String,
     /// Marks the site's own clusters (replication picks the local member by it).
-    #[serde(default)]
     pub local: bool,
 }
 
-#[derive(Debug, Deserialize)]
-struct SecretFile {
-    #[serde(default)]
-    clusters: Vec<ClusterEntry>,
-}
-
-/// Parse `secret.json`.
+/// Parse `secret.json`, whose format [`simplyblock_api::csi_secret`] defines.
 pub fn parse_secret(text: &str) -> Result<Vec<ClusterEntry>> {
-    let f: SecretFile = serde_json::from_str(text).map_err(|e| {
-        CsiError::InvalidArgument(format!(
-            "the CSI secret is not {{\"clusters\":[{{\"cluster_id\",\"cluster_endpoint\",\"cluster_secret\"}}]}}: {e}"
-        ))
-    })?;
-    for c in &f.clusters {
-        if c.cluster_endpoint.trim().is_empty() {
-            return Err(CsiError::InvalidArgument(format!(
-                "the CSI secret gives cluster {} no cluster_endpoint",
-                c.cluster_id
-            )));
-        }
-    }
-    Ok(f.clusters)
+    let contents = csi_secret::decode(text.as_bytes())
+        .map_err(|e| CsiError::InvalidArgument(e.to_string()))?;
+    contents
+        .clusters
+        .iter()
+        .map(|c| {
+            let cluster_id = Uuid::parse_str(c.cluster_id.trim()).map_err(|_| {
+                CsiError::InvalidArgument(format!(
+                    "the CSI secret names cluster {:?}, which is not a cluster UUID",
+                    c.cluster_id
+                ))
+            })?;
+            if c.cluster_endpoint.trim().is_empty() {
+                return Err(CsiError::InvalidArgument(format!(
+                    "the CSI secret gives cluster {cluster_id} no cluster_endpoint"
+                )));
+            }
+            Ok(ClusterEntry {
+                cluster_id,
+                cluster_endpoint: c.cluster_endpoint.clone(),
+                cluster_secret: c.cluster_secret.clone(),
+                local: contents.local.contains(&c.cluster_id),
+            })
+        })
+        .collect()
 }
 
 /// Clients for every cluster the driver may serve.
@@ -160,5 +164,51 @@ mod tests {
         assert!(Clusters::new(&entries, None).is_err());
         assert!(Clusters::new(&entries, Some("token\n")).is_ok());
         assert!(parse_secret("not json").is_err());
+        let not_a_uuid = r#"{"clusters":[{"cluster_id":"prod","cluster_endpoint":"http://cp"}]}"#;
+        let e = parse_secret(not_a_uuid).expect_err("not a UUID");
+        assert!(e.to_string().contains("\"prod\""), "{e}");
+    }
+
+    #[test]
+    fn the_driver_reads_exactly_what_the_operator_writes() {
+        let a = "11111111-1111-4111-8111-111111111111";
+        let b = "22222222-2222-4222-8222-222222222222";
+        let written = csi_secret::Contents {
+            clusters: vec![
+                csi_secret::Entry {
+                    cluster_id: a.into(),
+                    cluster_endpoint: "http://cp-a:5000".into(),
+                    cluster_secret: "secret-a".into(),
+                },
+                csi_secret::Entry {
+                    cluster_id: b.into(),
+                    cluster_endpoint: "https://cp-b".into(),
+                    cluster_secret: "secret-b".into(),
+                },
+            ],
+            local: [b.to_string()].into(),
+        };
+        // The bytes the operator stores under the Secret's key, as the driver's mount
+        // shows them.
+        let data = csi_secret::secret_data(&written);
+        let text = String::from_utf8(data[csi_secret::KEY].0.clone()).expect("utf-8");
+        let read = parse_secret(&text).expect("the driver reads it");
+        assert_eq!(
+            read,
+            vec![
+                ClusterEntry {
+                    cluster_id: Uuid::parse_str(a).expect("a"),
+                    cluster_endpoint: "http://cp-a:5000".into(),
+                    cluster_secret: "secret-a".into(),
+                    local: false,
+                },
+                ClusterEntry {
+                    cluster_id: Uuid::parse_str(b).expect("b"),
+                    cluster_endpoint: "https://cp-b".into(),
+                    cluster_secret: "secret-b".into(),
+                    local: true,
+                },
+            ]
+        );
     }
 }

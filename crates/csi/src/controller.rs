@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use simplyblock_api::keys;
 use simplyblock_controlplane::{
     Client, ConnectEntry, Snapshot as CpSnapshot, SnapshotStatus, Volume as CpVolume, VolumeClone,
     VolumeCreate, VolumeStatus,
@@ -481,7 +482,7 @@ fn accessible_topology(seg: &Option<(String, String)>, dhchap: Option<&str>) -> 
         segments.insert(k.clone(), v.clone());
     }
     if let Some(key) = dhchap {
-        segments.insert(key.to_string(), "allowed".into());
+        segments.insert(key.to_string(), keys::POOL_ACCESS_ALLOWED.into());
     }
     if segments.is_empty() {
         vec![]

@@ -34,7 +34,9 @@ pub enum CsiError {
     Unimplemented(String),
     /// The cluster is not named in the CSI secret.
     #[error(
-        "cluster {0} is not in the CSI secret (simplyblock-csi-secret-v2, key secret.json); add it there or check the volume handle"
+        "cluster {0} is not in the CSI secret ({name}, key {key}); add it there or check the volume handle",
+        name = simplyblock_api::csi_secret::NAME,
+        key = simplyblock_api::csi_secret::KEY
     )]
     UnknownCluster(String),
     /// The control plane refused or could not be reached.

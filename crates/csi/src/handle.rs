@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::error::{CsiError, Result};
 
 /// The CSI driver name; also the StorageClass provisioner.
-pub const DRIVER_NAME: &str = "csi.simplyblock.io";
+pub const DRIVER_NAME: &str = simplyblock_api::keys::CSI_DRIVER_NAME;
 /// Prefix of subsystem NQNs.
 pub const SUBSYSTEM_NQN_PREFIX: &str = "nqn.2023-02.io.simplyblock";
 /// Prefix of host NQNs (followed by the Kubernetes node UID).

@@ -87,8 +87,9 @@ async fn main() -> anyhow::Result<()> {
         Ok(text) => parse_secret(&text)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && a.cluster_id.is_some() => vec![],
         Err(e) => anyhow::bail!(
-            "cannot read the CSI secret {}: {e}; mount Secret simplyblock-csi-secret-v2 there or pass --cluster-id/--cluster-endpoint",
-            a.secret_file.display()
+            "cannot read the CSI secret {}: {e}; mount Secret {} there or pass --cluster-id/--cluster-endpoint",
+            a.secret_file.display(),
+            simplyblock_api::csi_secret::NAME
         ),
     };
     if let (Some(id), Some(ep)) = (a.cluster_id, &a.cluster_endpoint) {

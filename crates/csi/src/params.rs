@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use simplyblock_api::keys;
+use simplyblock_api::quantity;
 use simplyblock_controlplane::ConnectEntry;
 use uuid::Uuid;
 
@@ -35,14 +37,17 @@ pub mod vc {
     pub const XFS_SW: &str = "xfs_sw";
 }
 
-/// Topology keys.
+/// Topology keys: Kubernetes' own, and the simplyblock Node labels of
+/// [`simplyblock_api::keys`].
 pub mod topo {
+    use simplyblock_api::keys;
+
     pub const ZONE: &str = "topology.kubernetes.io/zone";
     pub const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
     pub const REGION: &str = "topology.kubernetes.io/region";
-    pub const POOL_PREFIX: &str = "simplyblock.io/pool.";
-    pub const STORAGE_NODE_PREFIX: &str = "simplyblock.io/storage-node-uuid.";
-    pub const HOSTNAME: &str = "topology.simplyblock.io/hostname";
+    pub const POOL_PREFIX: &str = keys::POOL_ACCESS_LABEL_PREFIX;
+    pub const STORAGE_NODE_PREFIX: &str = keys::STORAGE_NODE_TOPOLOGY_PREFIX;
+    pub const HOSTNAME: &str = keys::HOSTNAME_TOPOLOGY_KEY;
 }
 
 /// What CreateVolume reads from the StorageClass parameters.
@@ -260,36 +265,11 @@ impl PathTunables {
     }
 }
 
-/// A size with an optional suffix, as the control plane reads sizes: `G` is 10^9, `Gi`
-/// is 2^30 (likewise K, M, T, P); a bare number is bytes.
+/// A size as the control plane reads sizes (see [`quantity`]): `G` is 10^9, `Gi` is
+/// 2^30 (likewise k, M, T, P); a bare number is bytes.
 pub fn parse_size(key: &str, v: &str) -> Result<u64> {
-    let t = v.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
-    let mult: Option<u64> = match suffix.trim() {
-        "" | "B" => Some(1),
-        "K" | "k" | "KB" => Some(1_000),
-        "M" | "MB" => Some(1_000_000),
-        "G" | "GB" => Some(1_000_000_000),
-        "T" | "TB" => Some(1_000_000_000_000),
-        "P" | "PB" => Some(1_000_000_000_000_000),
-        "Ki" | "KiB" => Some(1 << 10),
-        "Mi" | "MiB" => Some(1 << 20),
-        "Gi" | "GiB" => Some(1 << 30),
-        "Ti" | "TiB" => Some(1 << 40),
-        "Pi" | "PiB" => Some(1 << 50),
-        _ => None,
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .zip(mult)
-        .and_then(|(n, m)| n.checked_mul(m))
-        .ok_or_else(|| {
-            CsiError::InvalidArgument(format!(
-                "parameter {key}={v:?} is not a size: give bytes or a number with a suffix such as 500Gi or 1T"
-            ))
-        })
+    quantity::parse(v)
+        .map_err(|e| CsiError::InvalidArgument(format!("parameter {key}={v:?} is not a size: {e}")))
 }
 
 /// The prefix of the Node labels that gate DHCHAP pools.
@@ -297,7 +277,8 @@ fn check_dhchap_selector(v: &str) -> Result<String> {
     let key = v.trim();
     let name = key.strip_prefix(topo::POOL_PREFIX).unwrap_or_default();
     let valid_name = !name.is_empty()
-        && key.len() - "simplyblock.io/".len() <= 63
+        // A label key's name, the part after its '/', is at most 63 bytes.
+        && key.split_once('/').is_some_and(|(_, label_name)| label_name.len() <= 63)
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -500,18 +481,22 @@ impl ClassParams {
     }
 }
 
-/// The storage nodes named in topology segments (`simplyblock.io/storage-node-uuid.<cluster>.<n>`)
-/// for `cluster`, preferred first, then requisite, without repeats.
+/// The storage nodes named in topology segments (`simplyblock.io/storage-node-uuid.<cluster>.<n>`,
+/// see [`keys::storage_node_topology_key`]) for `cluster`, preferred first, then requisite,
+/// without repeats.
 pub fn storage_nodes_in(
     cluster: Uuid,
     preferred: &[BTreeMap<String, String>],
     requisite: &[BTreeMap<String, String>],
 ) -> Vec<Uuid> {
-    let prefix = format!("{}{cluster}.", topo::STORAGE_NODE_PREFIX);
+    let of_cluster = |k: &str| {
+        keys::parse_storage_node_topology_key(k)
+            .is_some_and(|key| Uuid::parse_str(key.cluster_uuid).ok() == Some(cluster))
+    };
     let mut out = Vec::new();
     for seg in preferred.iter().chain(requisite) {
         for (k, v) in seg {
-            if k.starts_with(&prefix)
+            if of_cluster(k)
                 && let Ok(u) = Uuid::parse_str(v)
                 && !out.contains(&u)
             {
@@ -658,10 +643,15 @@ mod tests {
             "0 is no cap"
         );
         assert_eq!(with(&[]).expect("unset").max_size, None);
+        // Fractions are read as every size is (see simplyblock_api::quantity).
+        assert_eq!(
+            with(&[("max_size", "1.5Gi")]).expect("fraction").max_size,
+            Some(GIB + GIB / 2)
+        );
         let t = refused(&[("max_size", "lots")], "max_size=\"lots\"");
         assert!(t.contains("500Gi"), "says what to use: {t}");
-        refused(&[("max_size", "1.5Gi")], "max_size");
-        refused(&[("max_size", "-1")], "max_size");
+        let t = refused(&[("max_size", "-1")], "max_size");
+        assert!(t.contains("negative"), "says what is wrong: {t}");
     }
 
     #[test]

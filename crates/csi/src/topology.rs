@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use simplyblock_api::keys;
+
 use crate::error::{CsiError, Result};
 use crate::params::topo;
 
@@ -21,7 +23,7 @@ pub fn segments(labels: &BTreeMap<String, String>, node: &str) -> BTreeMap<Strin
         out.insert(topo::REGION.to_string(), r.clone());
     }
     for (k, v) in labels {
-        if (k.starts_with(topo::POOL_PREFIX) && v == "allowed")
+        if (k.starts_with(topo::POOL_PREFIX) && v == keys::POOL_ACCESS_ALLOWED)
             || k.starts_with(topo::STORAGE_NODE_PREFIX)
         {
             out.insert(k.clone(), v.clone());
@@ -101,5 +103,34 @@ mod tests {
             segments(&l(&[("kubernetes.io/hostname", "w2")]), "w2"),
             l(&[("topology.simplyblock.io/hostname", "w2")])
         );
+    }
+
+    #[test]
+    fn the_storage_node_labels_the_operator_writes_place_volumes_on_their_nodes() {
+        let c1 = uuid::Uuid::from_u128(0x1111);
+        let c2 = uuid::Uuid::from_u128(0x2222);
+        let (n1, n2, n3) = (
+            uuid::Uuid::from_u128(0xa1),
+            uuid::Uuid::from_u128(0xa2),
+            uuid::Uuid::from_u128(0xb1),
+        );
+        // The labels of a Node serving two slots of one cluster and one of another, keyed
+        // as the operator's workload keys them.
+        let labels: BTreeMap<String, String> = [
+            (keys::storage_node_topology_key(&c1.to_string(), 0), n1),
+            (keys::storage_node_topology_key(&c1.to_string(), 1), n2),
+            (keys::storage_node_topology_key(&c2.to_string(), 0), n3),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        let reported = segments(&labels, "w1");
+        assert_eq!(reported, labels, "every storage-node label is a segment");
+        let placed = |cluster| {
+            crate::params::storage_nodes_in(cluster, std::slice::from_ref(&reported), &[])
+        };
+        assert_eq!(placed(c1), vec![n1, n2]);
+        assert_eq!(placed(c2), vec![n3]);
+        assert!(placed(uuid::Uuid::from_u128(0x3333)).is_empty());
     }
 }

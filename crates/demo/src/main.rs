@@ -23,7 +23,7 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
-use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
 use simplyblock_operator::context::Context;
 use simplyblock_operator::deployment::discovery::ProbeSettings;
@@ -180,7 +180,7 @@ async fn main() -> anyhow::Result<()> {
         "{}",
         table::get(
             &client,
-            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/operatorops")
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/operatorops")
         )
         .await?
     );
@@ -202,9 +202,7 @@ async fn main() -> anyhow::Result<()> {
         async || docs.get(&name).await.ok()?.status?.message,
     )
     .await?;
-    let cdc_path = format!(
-        "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/clusterdeploymentconfigs"
-    );
+    let cdc_path = format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/clusterdeploymentconfigs");
     println!("\n$ kubectl get clusterdeploymentconfigs -n {NAMESPACE}");
     print!("{}", table::get(&client, &cdc_path).await?);
     let review = docs
@@ -263,9 +261,7 @@ async fn main() -> anyhow::Result<()> {
         "{}",
         table::get(
             &client,
-            &format!(
-                "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storageclusters"
-            )
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/storageclusters")
         )
         .await?
     );
@@ -273,7 +269,7 @@ async fn main() -> anyhow::Result<()> {
         "{}",
         table::get(
             &client,
-            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storagenodes")
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/storagenodes")
         )
         .await?
     );
@@ -342,7 +338,7 @@ async fn day_one(
         "{}",
         table::get(
             client,
-            &format!("/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storagepools")
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/storagepools")
         )
         .await?
     );
@@ -389,7 +385,7 @@ async fn day_one(
     let ops: Api<StorageClusterOps> = Api::namespaced(client.clone(), NAMESPACE);
     let op_name = format!("{cluster}-rolling-restart");
     let op: StorageClusterOps = serde_json::from_value(serde_json::json!({
-        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+        "apiVersion": API_VERSION, "kind": "StorageClusterOps",
         "metadata": {"name": op_name},
         "spec": {"clusterRef": cluster, "action": "RollingRestart"},
     }))?;
@@ -429,9 +425,7 @@ async fn day_one(
         "{}",
         table::get(
             client,
-            &format!(
-                "/apis/storage.simplyblock.io/v1alpha2/namespaces/{NAMESPACE}/storageclusterops"
-            )
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/storageclusterops")
         )
         .await?
     );

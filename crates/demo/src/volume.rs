@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
+use simplyblock_api::csi_secret;
 use simplyblock_csi::attach::loopdev::LoopAttacher;
 use simplyblock_csi::clusters::{Clusters, parse_secret};
 use simplyblock_csi::proto::csi::v1 as csi;
@@ -97,12 +98,12 @@ pub async fn serve(
     volume_files: &Path,
 ) -> anyhow::Result<Served> {
     let secret = Api::<Secret>::namespaced(kube.clone(), namespace)
-        .get(simplyblock_operator::csi_secret::NAME)
+        .get(csi_secret::NAME)
         .await?;
     let text = secret
         .data
         .as_ref()
-        .and_then(|d| d.get(simplyblock_operator::csi_secret::KEY))
+        .and_then(|d| d.get(csi_secret::KEY))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .ok_or_else(|| anyhow::anyhow!("the CSI secret holds no cluster list"))?;
     let clusters = Arc::new(Clusters::new(&parse_secret(&text)?, None)?);

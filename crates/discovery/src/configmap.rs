@@ -14,12 +14,13 @@ pub const MAX_REPORT_BYTES: usize = 1024 * 1024 - 8 * 1024;
 /// The longest label value Kubernetes accepts.
 pub const MAX_LABEL_VALUE: usize = 63;
 
-pub const LABEL_COMPONENT: &str = "storage.simplyblock.io/component";
-pub const LABEL_RUN: &str = "storage.simplyblock.io/nodeprobe-run";
-pub const LABEL_NODE: &str = "storage.simplyblock.io/nodeprobe-node";
-pub const COMPONENT: &str = "nodeprobe";
+pub const LABEL_COMPONENT: &str = keys::COMPONENT_LABEL;
+pub const LABEL_RUN: &str = keys::NODEPROBE_RUN_LABEL;
+pub const LABEL_NODE: &str = keys::NODEPROBE_NODE_LABEL;
+pub const COMPONENT: &str = keys::NODEPROBE_COMPONENT;
 const NAME_PREFIX: &str = "sb-nodeprobe-";
 
+use simplyblock_api::keys;
 use simplyblock_api::names::{cut, digest8, sanitize};
 
 fn sha_hex(input: &[u8]) -> String {
@@ -67,7 +68,7 @@ pub fn run_selector(run: &str) -> String {
 }
 
 /// The annotation holding the exact node name, which a label value may have had to cut.
-pub const NODE_ANNOTATION: &str = "storage.simplyblock.io/nodeprobe-node";
+pub const NODE_ANNOTATION: &str = keys::NODEPROBE_NODE_ANNOTATION;
 
 /// The discovery run a report belongs to: its OperatorOps' name and UID.
 #[derive(Debug, Clone, Copy)]
@@ -88,11 +89,11 @@ pub fn report_config_map(
 ) -> k8s_openapi::api::core::v1::ConfigMap {
     let mut labels = labels(run.name, node);
     labels.insert(
-        "storage.simplyblock.io/managed-by".into(),
-        "operatorops".into(),
+        keys::MANAGED_BY_LABEL.into(),
+        keys::MANAGED_BY_OPERATOR_OPS.into(),
     );
     let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: format!("{}/{}", simplyblock_api::GROUP, simplyblock_api::VERSION),
+        api_version: keys::API_VERSION.into(),
         kind: "OperatorOps".into(),
         name: run.name.into(),
         uid: run.uid.into(),
@@ -183,7 +184,7 @@ mod tests {
         let o = &owners[0];
         assert_eq!(
             (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()),
-            ("storage.simplyblock.io/v1alpha2", "OperatorOps", run.name)
+            (keys::API_VERSION, "OperatorOps", run.name)
         );
         assert_eq!(o.uid, run.uid);
         assert_eq!(o.controller, Some(true));

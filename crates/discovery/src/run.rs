@@ -518,7 +518,7 @@ mod tests {
     #[test]
     fn found_counts_every_worker_of_a_group_with_its_devices() {
         let config: ClusterDeploymentConfig = serde_json::from_value(serde_json::json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ClusterDeploymentConfig",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "ClusterDeploymentConfig",
             "metadata": {"name": "d"},
             "spec": {"nodeSets": [
                 {"name": "a", "groups": [

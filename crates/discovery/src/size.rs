@@ -1,5 +1,8 @@
 //! Sizes as people write them: the `driveSizeRange` filter and the binary sizes in group
-//! names and notes. Units are binary (K = 1024), which is what the group names use.
+//! names and notes. Units are binary (K = 1024), which is what the group names use, so a
+//! size copied from a group name into the filter means what the name meant.
+
+use simplyblock_api::quantity;
 
 use crate::Error;
 
@@ -33,7 +36,7 @@ pub fn parse_size_range(input: &str) -> Result<SizeRange, Error> {
     }
     let (min, max) = match text.split_once('-') {
         None => {
-            let n = parse_size(text).map_err(|d| fail(&d))?;
+            let n = parse_size(text).map_err(|e| fail(&e.to_string()))?;
             if n == 0 {
                 return Err(fail("an exact size of zero matches no device"));
             }
@@ -50,12 +53,12 @@ pub fn parse_size_range(input: &str) -> Result<SizeRange, Error> {
             let min = if a.is_empty() {
                 0
             } else {
-                parse_size(a).map_err(|d| fail(&format!("the lower bound {d}")))?
+                parse_size(a).map_err(|e| fail(&format!("the lower bound {e}")))?
             };
             let max = if b.is_empty() {
                 0
             } else {
-                let m = parse_size(b).map_err(|d| fail(&format!("the upper bound {d}")))?;
+                let m = parse_size(b).map_err(|e| fail(&format!("the upper bound {e}")))?;
                 if m == 0 {
                     return Err(fail("an upper bound of zero matches no device"));
                 }
@@ -74,52 +77,11 @@ pub fn parse_size_range(input: &str) -> Result<SizeRange, Error> {
     })
 }
 
-/// One size: digits with an optional fraction and a unit K, M, G, T or P (optionally
-/// followed by `i`, `B` or `iB`); a bare number is bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    if number.is_empty() || number.starts_with('.') || number.ends_with('.') {
-        return Err(format!("{s:?} does not start with a number"));
-    }
-    let unit_upper = unit.to_ascii_uppercase();
-    let power = match unit_upper.as_str() {
-        "" | "B" => 0,
-        u => {
-            let mut chars = u.chars();
-            let letter = chars.next().unwrap_or(' ');
-            let rest: String = chars.collect();
-            let Some((_, p)) = UNITS.iter().find(|(c, _)| *c == letter) else {
-                return Err(format!("{s:?} has the unit {unit:?}; use K, M, G, T or P"));
-            };
-            if !matches!(rest.as_str(), "" | "I" | "B" | "IB") {
-                return Err(format!("{s:?} has the unit {unit:?}; use K, M, G, T or P"));
-            }
-            *p
-        }
-    };
-    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-    if frac.contains('.') {
-        return Err(format!("{s:?} is not a number"));
-    }
-    let scale = 1024u128.pow(power);
-    let whole: u128 = whole
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number"))?;
-    let mut value = whole
-        .checked_mul(scale)
-        .ok_or_else(|| format!("{s:?} is too large"))?;
-    if !frac.is_empty() {
-        let digits = frac.len().min(18);
-        let f: u128 = frac[..digits]
-            .parse()
-            .map_err(|_| format!("{s:?} is not a number"))?;
-        value += f * scale / 10u128.pow(u32::try_from(digits).unwrap_or(18));
-    }
-    u64::try_from(value).map_err(|_| format!("{s:?} is too large"))
+/// One bound of a range: the shared size reader with K, M, G, T and P as powers of 1024
+/// (`i` and `B` allowed after them), the units the group names are written in; a bare
+/// number is bytes.
+fn parse_size(text: &str) -> Result<u64, quantity::QuantityError> {
+    quantity::parse_with_binary_letters(text)
 }
 
 /// A size in binary units: whole units exactly (`2T`), otherwise truncated to three

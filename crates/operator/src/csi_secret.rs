@@ -1,40 +1,16 @@
-//! The CSI driver's view of the clusters: Secret `simplyblock-csi-secret-v2`, key
-//! `secret.json`, `{"clusters":[{"cluster_id","cluster_endpoint","cluster_secret"}]}`.
-//! Every cluster controller writes its own entry into the one shared object, so writes
-//! are read-modify-write under the object's resourceVersion, retried on conflict.
+//! Writing the CSI driver's view of the clusters: the Secret whose format
+//! [`simplyblock_api::csi_secret`] defines. Every cluster controller writes its own entry
+//! into the one shared object, so writes are read-modify-write under the object's
+//! resourceVersion, retried on conflict.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use serde::{Deserialize, Serialize};
+use simplyblock_api::csi_secret::secret_data;
+use simplyblock_api::keys;
 
-pub const NAME: &str = "simplyblock-csi-secret-v2";
-pub const KEY: &str = "secret.json";
-
-#[derive(Serialize, Deserialize, Default, Debug, PartialEq, Eq)]
-pub struct Contents {
-    #[serde(default)]
-    pub clusters: Vec<Entry>,
-}
-
-#[derive(Serialize, Deserialize, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub cluster_id: String,
-    pub cluster_endpoint: String,
-    pub cluster_secret: String,
-}
-
-impl std::fmt::Debug for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry")
-            .field("cluster_id", &self.cluster_id)
-            .field("cluster_endpoint", &self.cluster_endpoint)
-            .field("cluster_secret", &"<redacted>")
-            .finish()
-    }
-}
+pub use simplyblock_api::csi_secret::{Contents, Entry, KEY, NAME};
 
 /// `contents` with `entry` in place of any entry for the same cluster; `None` when that
 /// changes nothing.
@@ -42,15 +18,12 @@ pub fn with_entry(contents: &Contents, entry: &Entry) -> Option<Contents> {
     if contents.clusters.iter().any(|e| e == entry) {
         return None;
     }
-    let mut clusters: Vec<Entry> = contents
-        .clusters
-        .iter()
-        .filter(|e| e.cluster_id != entry.cluster_id)
-        .cloned()
-        .collect();
-    clusters.push(entry.clone());
-    clusters.sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
-    Some(Contents { clusters })
+    let mut next = contents.clone();
+    next.clusters.retain(|e| e.cluster_id != entry.cluster_id);
+    next.clusters.push(entry.clone());
+    next.clusters
+        .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
+    Some(next)
 }
 
 /// `contents` without the entry for `cluster_id`; `None` when there is none.
@@ -58,14 +31,10 @@ pub fn without_entry(contents: &Contents, cluster_id: &str) -> Option<Contents> 
     if !contents.clusters.iter().any(|e| e.cluster_id == cluster_id) {
         return None;
     }
-    Some(Contents {
-        clusters: contents
-            .clusters
-            .iter()
-            .filter(|e| e.cluster_id != cluster_id)
-            .cloned()
-            .collect(),
-    })
+    let mut next = contents.clone();
+    next.clusters.retain(|e| e.cluster_id != cluster_id);
+    next.local.remove(cluster_id);
+    Some(next)
 }
 
 fn read(secret: &Secret) -> Contents {
@@ -73,13 +42,8 @@ fn read(secret: &Secret) -> Contents {
         .data
         .as_ref()
         .and_then(|d| d.get(KEY))
-        .and_then(|b| serde_json::from_slice(&b.0).ok())
+        .and_then(|b| simplyblock_api::csi_secret::decode(&b.0).ok())
         .unwrap_or_default()
-}
-
-fn data(contents: &Contents) -> BTreeMap<String, ByteString> {
-    let json = serde_json::to_vec(contents).unwrap_or_default();
-    BTreeMap::from([(KEY.to_string(), ByteString(json))])
 }
 
 /// Applies `change` to the Secret in `namespace`, creating it when absent.
@@ -99,12 +63,12 @@ pub async fn update(
                     metadata: kube::api::ObjectMeta {
                         name: Some(NAME.into()),
                         labels: Some(BTreeMap::from([(
-                            "storage.simplyblock.io/managed-by".into(),
-                            "storagecluster".into(),
+                            keys::MANAGED_BY_LABEL.into(),
+                            keys::MANAGED_BY_STORAGE_CLUSTER.into(),
                         )])),
                         ..Default::default()
                     },
-                    data: Some(data(&next)),
+                    data: Some(secret_data(&next)),
                     ..Secret::default()
                 };
                 match api.create(&PostParams::default(), &secret).await {
@@ -116,7 +80,7 @@ pub async fn update(
                 let Some(next) = change(&read(&secret)) else {
                     return Ok(());
                 };
-                secret.data = Some(data(&next));
+                secret.data = Some(secret_data(&next));
                 // replace carries the resourceVersion read above: a concurrent writer
                 // makes this a 409, and the loop reads again.
                 match api.replace(NAME, &PostParams::default(), &secret).await {
@@ -162,12 +126,22 @@ mod tests {
     }
 
     #[test]
-    fn the_wire_form_is_what_the_driver_reads() {
+    fn the_wire_form_is_the_reference_shape() {
         let c = with_entry(&Contents::default(), &entry("a", "s")).expect("added");
         assert_eq!(
-            serde_json::to_string(&c).expect("json"),
+            String::from_utf8(simplyblock_api::csi_secret::encode(&c)).expect("utf-8"),
             r#"{"clusters":[{"cluster_id":"a","cluster_endpoint":"http://cp:5000","cluster_secret":"s"}]}"#
         );
         assert!(!format!("{c:?}").contains("\"s\""));
+    }
+
+    #[test]
+    fn a_local_mark_survives_rewriting_its_entry_and_goes_with_it() {
+        let mut marked = with_entry(&Contents::default(), &entry("a", "s1")).expect("added");
+        marked.local.insert("a".into());
+        let rotated = with_entry(&marked, &entry("a", "s2")).expect("changed");
+        assert!(rotated.local.contains("a"));
+        let removed = without_entry(&rotated, "a").expect("removed");
+        assert!(removed.local.is_empty());
     }
 }

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
+use simplyblock_api::quantity;
 use simplyblock_discovery::probe::{ProbeOptions, RootFs, probe_with};
 use simplyblock_discovery::report::{DeviceKind, Transport};
 
@@ -70,36 +71,6 @@ pub struct FleetDevices {
 pub enum SizeValue {
     Bytes(u64),
     Text(String),
-}
-
-/// Parse a size: bytes, or a number with an SI (`G` = 1e9) or IEC (`Gi` = 2^30) suffix,
-/// optionally followed by `B`.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let num: f64 = num.parse().ok()?;
-    let unit = unit.trim().trim_end_matches(['B', 'b']);
-    let mult: f64 = match unit {
-        "" => 1.0,
-        "k" | "K" => 1e3,
-        "M" | "m" => 1e6,
-        "G" | "g" => 1e9,
-        "T" | "t" => 1e12,
-        "P" | "p" => 1e15,
-        "Ki" | "ki" | "KI" => 1024.0,
-        "Mi" | "mi" | "MI" => 1024f64.powi(2),
-        "Gi" | "gi" | "GI" => 1024f64.powi(3),
-        "Ti" | "ti" | "TI" => 1024f64.powi(4),
-        "Pi" | "pi" | "PI" => 1024f64.powi(5),
-        _ => return None,
-    };
-    if !num.is_finite() || num < 0.0 {
-        return None;
-    }
-    Some((num * mult) as u64)
 }
 
 pub fn load(path: &Path) -> Result<FleetFile, SimError> {
@@ -224,7 +195,7 @@ fn synthetic_devices(w: &FleetWorker) -> Vec<WorkerDevice> {
     let count = d.count.unwrap_or(2).max(d.pci.len() as u32);
     let size = match &d.size {
         Some(SizeValue::Bytes(b)) => *b,
-        Some(SizeValue::Text(t)) => parse_size(t).unwrap_or(1_000_000_000_000),
+        Some(SizeValue::Text(t)) => quantity::parse(t).unwrap_or(1_000_000_000_000),
         None => 1_000_000_000_000,
     };
     (0..count)
@@ -255,15 +226,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("10G"), Some(10_000_000_000));
-        assert_eq!(parse_size("10Gi"), Some(10 * (1 << 30)));
-        assert_eq!(parse_size("1.92T"), Some(1_920_000_000_000));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("12X"), None);
-    }
-
-    #[test]
     fn fleet_parses_and_fills_defaults() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("fleet.yaml");
@@ -278,6 +240,26 @@ mod tests {
         assert_eq!(w.devices[0].size, 2_000_000_000_000);
         assert_eq!(w.mgmt_ip(), "10.0.0.1");
         assert_eq!(w.storage_nodes, 1);
+    }
+
+    #[test]
+    fn device_sizes_are_read_as_the_control_plane_reads_them() {
+        for (size, bytes) in [
+            ("1.92T", 1_920_000_000_000),
+            ("10Gi", 10 << 30),
+            ("4096", 4096),
+        ] {
+            let w = FleetWorker {
+                devices: Some(FleetDevices {
+                    count: Some(1),
+                    size: Some(SizeValue::Text(size.into())),
+                    ..FleetDevices::default()
+                }),
+                ..worker(None)
+            };
+            let record = worker_record(&w, None).expect("record");
+            assert_eq!(record.devices[0].size, bytes, "{size}");
+        }
     }
 
     const HOSTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hosts");

@@ -707,3 +707,32 @@ async fn a_node_keeps_its_identity() {
         ]
     );
 }
+
+fn pool(name: &str, volume_defaults: Value) -> Value {
+    json!({
+        "apiVersion": simplyblock_api::API_VERSION,
+        "kind": "StoragePool",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": "simplyblock", "volumeDefaults": volume_defaults}
+    })
+}
+
+#[tokio::test]
+async fn a_pool_cannot_ask_for_compression() {
+    use simplyblock_api::StoragePool;
+    let (client, ns) = crate::support::namespace("cel-pool-compression").await;
+    let api = dynamic::<StoragePool>(&client, &ns);
+    let asked = create(&api, pool("compressed", json!({"enableCompression": true}))).await;
+    assert_eq!(
+        refusal(asked),
+        [
+            "spec.volumeDefaults.enableCompression: Invalid value: true: enableCompression is not supported by the CSI driver of this release: the control plane's volume API has no compression setting, so no volume of this pool's StorageClass could be provisioned; remove enableCompression"
+        ]
+    );
+    create(&api, pool("plain", json!({"enableCompression": false})))
+        .await
+        .expect("false is what the driver does");
+    create(&api, pool("encrypted", json!({"enableEncryption": true})))
+        .await
+        .expect("other defaults are admitted");
+}

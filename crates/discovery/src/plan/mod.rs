@@ -100,7 +100,7 @@ struct Worker {
 }
 
 /// The label on a draft naming the run that wrote it (its label value).
-pub const DISCOVERED_BY_LABEL: &str = "storage.simplyblock.io/discovered-by";
+pub use simplyblock_api::keys::DISCOVERED_BY_LABEL;
 
 /// The document name: `configName`, otherwise `discovered-<run>`.
 pub fn config_name(run: &str, spec: &DiscoverSpec) -> String {

@@ -164,7 +164,7 @@ mod tests {
             status["completedAt"] = json!(at(c));
         }
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageClusterOps",
             "metadata": {"name": name, "uid": format!("uid-{name}"), "creationTimestamp": at(created)},
             "spec": {"clusterRef": "sb", "action": "CancelTask", "cancelTask": {"taskID": "t"}},
             "status": status,

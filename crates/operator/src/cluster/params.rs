@@ -1,5 +1,6 @@
 //! The control plane's cluster-create body, built from a StorageCluster spec. Pure.
 
+use simplyblock_api::quantity::{self, Unit};
 use simplyblock_api::storage_cluster::StorageClusterSpec;
 use simplyblock_controlplane::{BackupConfig, ClusterCreate, VaultSettings};
 
@@ -79,7 +80,10 @@ pub fn cluster_create(
         .as_deref()
         .filter(|s| !s.is_empty())
     {
-        body.hugepages_mem = parse_size(size).ok_or_else(|| ConfigError::HugePages(size.into()))?;
+        // Read as the control plane reads the same field (100G is 10^9 bytes each), but
+        // a bare number is gigabytes, as the field documents.
+        body.hugepages_mem = quantity::parse_with_default_unit(size, Unit::G)
+            .map_err(|_| ConfigError::HugePages(size.into()))?;
     }
     if let Some(vault) = spec.kms.as_ref().and_then(|k| k.vault.as_ref()) {
         body.hashicorp_vault_settings = Some(VaultSettings {
@@ -112,22 +116,6 @@ fn percent(v: Option<i64>) -> u32 {
         .unwrap_or(0)
 }
 
-/// `100G`, `1T`, `512M`, `100Gi`, or a bare number of gigabytes, in bytes (binary units).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(digits);
-    let n: u64 = number.parse().ok()?;
-    let shift = match unit.to_ascii_lowercase().trim_end_matches(['b', 'i']) {
-        "" | "g" => 30,
-        "m" => 20,
-        "t" => 40,
-        "k" => 10,
-        _ => return None,
-    };
-    n.checked_mul(1u64 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,15 +125,23 @@ mod tests {
         serde_json::from_value(v).expect("spec")
     }
 
+    fn huge_pages(size: &str) -> Result<u64, ConfigError> {
+        let s = spec(json!({"maxSubsystemCount": 10, "vcpuCount": 4, "minHugePagesSize": size}));
+        cluster_create("sb", "ns", &s, None).map(|body| body.hugepages_mem)
+    }
+
     #[test]
-    fn sizes_read_as_the_field_documents() {
-        assert_eq!(parse_size("100"), Some(100 << 30));
-        assert_eq!(parse_size("100G"), Some(100 << 30));
-        assert_eq!(parse_size("4Gi"), Some(4 << 30));
-        assert_eq!(parse_size("1T"), Some(1 << 40));
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("12X"), None);
-        assert_eq!(parse_size(""), None);
+    fn huge_pages_read_as_the_field_documents() {
+        // A bare number is gigabytes; the units are the control plane's (G is 10^9).
+        assert_eq!(huge_pages("100"), Ok(100_000_000_000));
+        assert_eq!(huge_pages("100G"), Ok(100_000_000_000));
+        assert_eq!(huge_pages("4Gi"), Ok(4 << 30));
+        assert_eq!(huge_pages("1T"), Ok(1_000_000_000_000));
+        assert_eq!(huge_pages("512M"), Ok(512_000_000));
+        assert_eq!(huge_pages("1.5Gi"), Ok(3 << 29));
+        assert_eq!(huge_pages("12X"), Err(ConfigError::HugePages("12X".into())));
+        // Empty is unset: the control plane computes the minimum itself.
+        assert_eq!(huge_pages(""), Ok(0));
     }
 
     #[test]
@@ -160,7 +156,7 @@ mod tests {
         let body = cluster_create("sb", "storage", &s, None).expect("body");
         assert_eq!((body.max_subsys, body.spdk_vcpu_count), (12, 6));
         assert_eq!((body.distr_ndcs, body.distr_npcs), (2, 1));
-        assert_eq!(body.hugepages_mem, 8 << 30);
+        assert_eq!(body.hugepages_mem, 8_000_000_000);
         assert_eq!(
             (
                 body.cr_name.as_str(),

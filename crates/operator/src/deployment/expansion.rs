@@ -15,12 +15,12 @@ use simplyblock_api::storage_cluster::{
 use simplyblock_api::storage_node::{Sizing, StorageNode, StorageNodeConfig, StorageNodeSpec};
 
 /// The label naming the cluster an object belongs to.
-pub const CLUSTER_LABEL: &str = "storage.simplyblock.io/cluster";
+pub const CLUSTER_LABEL: &str = simplyblock_api::keys::CLUSTER_LABEL;
 /// The label naming a node's worker.
-pub const WORKER_LABEL: &str = "storage.simplyblock.io/worker";
+pub const WORKER_LABEL: &str = simplyblock_api::keys::WORKER_LABEL;
 /// The label naming the document that created a cluster: how a document tells a cluster
 /// it created (and may resume) from one that merely has the same name.
-pub const CREATED_BY_LABEL: &str = "storage.simplyblock.io/deployment-config";
+pub const CREATED_BY_LABEL: &str = simplyblock_api::keys::DEPLOYMENT_CONFIG_LABEL;
 
 /// The device class the document's groups name (unset counts as NVMe).
 pub fn device_class(doc: &ClusterDeploymentConfig) -> DeviceClass {
@@ -228,7 +228,7 @@ mod tests {
 
     fn doc(spec: serde_json::Value) -> ClusterDeploymentConfig {
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ClusterDeploymentConfig",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "ClusterDeploymentConfig",
             "metadata": {"name": "doc", "namespace": "ns"}, "spec": spec
         }))
         .expect("doc")

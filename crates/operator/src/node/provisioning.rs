@@ -197,7 +197,7 @@ mod tests {
 
     fn cluster(storage_nodes: serde_json::Value) -> StorageCluster {
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageCluster",
             "metadata": {"name": "sb", "namespace": "ns"},
             "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "storageNodes": storage_nodes},
         }))
@@ -210,7 +210,7 @@ mod tests {
             .expect("object")
             .extend(config.as_object().cloned().unwrap_or_default());
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageNode",
             "metadata": {"name": "sb-w1-0", "namespace": "ns"},
             "spec": {"clusterRef": "sb", "workerNode": "w1", "slot": 0, "config": c},
         }))

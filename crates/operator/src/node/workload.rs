@@ -50,10 +50,10 @@ pub enum Error {
     Conflict(String),
 }
 
-/// `storage.simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label
+/// `simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label
 /// the CSI driver reads. Its key never changes for a worker's lifetime.
 pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
-    format!("storage.simplyblock.io/storage-node-uuid.{cluster_uuid}.{slot}")
+    simplyblock_api::keys::storage_node_topology_key(cluster_uuid, slot)
 }
 
 pub async fn run(ctx: Arc<Context>) {

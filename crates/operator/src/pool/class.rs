@@ -8,17 +8,16 @@ use kube::api::ObjectMeta;
 use simplyblock_api::StoragePool;
 use simplyblock_api::names::derived_name;
 use simplyblock_api::storage_pool::{PoolLimits, VolumeDefaults};
+use simplyblock_api::{keys, quantity};
 use simplyblock_controlplane::types::{Pool, PoolCreate, PoolUpdate};
 
-use crate::cluster::params::parse_size;
-
-pub const PROVISIONER: &str = "csi.simplyblock.io";
-pub const LABEL_NAMESPACE: &str = "storage.simplyblock.io/namespace";
-pub const LABEL_CLUSTER: &str = "storage.simplyblock.io/cluster";
-pub const LABEL_POOL: &str = "storage.simplyblock.io/pool";
-pub const LABEL_MANAGED_BY: &str = "storage.simplyblock.io/managed-by";
+pub const PROVISIONER: &str = keys::CSI_DRIVER_NAME;
+pub const LABEL_NAMESPACE: &str = keys::NAMESPACE_LABEL;
+pub const LABEL_CLUSTER: &str = keys::CLUSTER_LABEL;
+pub const LABEL_POOL: &str = keys::POOL_LABEL;
+pub const LABEL_MANAGED_BY: &str = keys::MANAGED_BY_LABEL;
 /// The managed-by value of the classes this controller writes (and may delete).
-pub const MANAGED_BY: &str = "storagepool";
+pub const MANAGED_BY: &str = keys::MANAGED_BY_STORAGE_POOL;
 /// Object names are at most 253 bytes.
 const MAX_OBJECT_NAME: usize = 253;
 
@@ -96,8 +95,11 @@ pub fn parameters(
         "max_namespace_per_subsys",
         defaults.max_namespaces_per_subsystem,
     );
+    // No `compression`: the CSI driver refuses `compression=true` (the control plane's
+    // volume create has no such setting), so a class carrying it provisions nothing.
+    // Admission refuses a pool that asks for it; one stored before that gets a class
+    // without it.
     for (key, on) in [
-        ("compression", defaults.enable_compression),
         ("encryption", defaults.enable_encryption),
         ("replicate", defaults.enable_replication),
     ] {
@@ -139,19 +141,16 @@ pub fn limit_errors(limits: Option<&PoolLimits>) -> Vec<String> {
         ("capacity", &l.capacity),
         ("maxVolumeSize", &l.max_volume_size),
     ] {
-        if let Some(v) = value
-            && parse_size(v).is_none()
-        {
-            errors.push(format!(
-                "spec.limits.{field} {v:?} is not a size such as 500G or 10T"
-            ));
+        if let Some(Err(e)) = value.as_deref().map(quantity::parse) {
+            errors.push(format!("spec.limits.{field}: {e}"));
         }
     }
     errors
 }
 
+/// A limit in bytes, as the control plane reads sizes (`10T` is 10^12, `10Ti` 2^40).
 fn bytes(v: Option<&String>) -> u64 {
-    v.and_then(|s| parse_size(s)).unwrap_or(0)
+    v.and_then(|s| quantity::parse(s).ok()).unwrap_or(0)
 }
 
 /// The control plane's create body for `pool`.
@@ -263,6 +262,18 @@ mod tests {
     }
 
     #[test]
+    fn compression_is_never_written_since_the_driver_refuses_it() {
+        let defaults = VolumeDefaults {
+            enable_compression: true,
+            enable_replication: true,
+            ..VolumeDefaults::default()
+        };
+        let params = parameters("c1", "fast", &defaults);
+        assert!(!params.contains_key("compression"), "{params:?}");
+        assert_eq!(params["replicate"], "true");
+    }
+
+    #[test]
     fn limits_are_sent_in_bytes_and_updated_only_when_they_differ() {
         let p = pool(
             Some(PoolLimits {
@@ -273,12 +284,13 @@ mod tests {
             None,
         );
         let create = create_params(&p);
-        assert_eq!(create.pool_max, 10 << 40);
-        assert_eq!(create.volume_max_size, 2 << 40);
+        // T is 10^12, as the control plane reads sizes.
+        assert_eq!(create.pool_max, 10_000_000_000_000);
+        assert_eq!(create.volume_max_size, 2_000_000_000_000);
         assert_eq!(create.cr_plural, "storagepools");
         let mut found = Pool {
-            max_size: 10 << 40,
-            volume_max_size: 2 << 40,
+            max_size: 10_000_000_000_000,
+            volume_max_size: 2_000_000_000_000,
             ..Pool::default()
         };
         assert_eq!(limits_update(&p, &found), None);
@@ -286,10 +298,26 @@ mod tests {
         assert_eq!(
             limits_update(&p, &found),
             Some(PoolUpdate {
-                volume_max_size: Some(2 << 40),
+                volume_max_size: Some(2_000_000_000_000),
                 ..PoolUpdate::default()
             })
         );
+    }
+
+    #[test]
+    fn limits_read_iec_units_and_the_fractions_the_schema_admits() {
+        let p = pool(
+            Some(PoolLimits {
+                capacity: Some("10Ti".into()),
+                max_volume_size: Some("1.5Ti".into()),
+                ..PoolLimits::default()
+            }),
+            None,
+        );
+        assert_eq!(limit_errors(p.spec.limits.as_ref()), Vec::<String>::new());
+        let create = create_params(&p);
+        assert_eq!(create.pool_max, 10 << 40);
+        assert_eq!(create.volume_max_size, 3 << 39);
     }
 
     #[test]
@@ -300,6 +328,10 @@ mod tests {
             ..PoolLimits::default()
         }));
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors[0].contains("spec.limits.capacity \"lots\""));
+        assert!(
+            errors[0].starts_with("spec.limits.capacity: \"lots\" does not start with a number"),
+            "{errors:?}"
+        );
+        assert!(errors[1].contains("unit \"X\""), "{errors:?}");
     }
 }

@@ -30,9 +30,9 @@ pub const VALIDITY: SignedDuration = SignedDuration::from_hours(365 * 24);
 /// A CA with less than this left is replaced: a third of its life.
 pub const ROTATE_BEFORE: SignedDuration = SignedDuration::from_hours(365 * 8);
 /// Annotation: when the CA stops being valid (RFC 3339).
-pub const NOT_AFTER: &str = "storage.simplyblock.io/not-after";
+pub const NOT_AFTER: &str = simplyblock_api::keys::NOT_AFTER_ANNOTATION;
 /// Annotation: when the previous CA stops being valid (RFC 3339).
-pub const PREVIOUS_NOT_AFTER: &str = "storage.simplyblock.io/previous-not-after";
+pub const PREVIOUS_NOT_AFTER: &str = simplyblock_api::keys::PREVIOUS_NOT_AFTER_ANNOTATION;
 
 /// What the Secret records.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -117,7 +117,7 @@ mod tests {
             status["step"] = json!({"state": step});
         }
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageClusterOps",
             "metadata": {"name": "op"},
             "spec": {"clusterRef": "sb", "action": action},
             "status": status,

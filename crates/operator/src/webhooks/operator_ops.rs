@@ -58,7 +58,7 @@ mod tests {
 
     fn op(range: &str) -> OperatorOps {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "OperatorOps",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "OperatorOps",
             "metadata": {"name": "run"},
             "spec": {"action": "Discover", "discover": {"deviceFilter": {"driveSizeRange": range}}}
         }))

@@ -201,7 +201,7 @@ mod tests {
 
     fn node(value: serde_json::Value) -> StorageNode {
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageNode",
             "metadata": {"name": "n"}, "spec": value
         }))
         .expect("node")
@@ -209,7 +209,7 @@ mod tests {
 
     fn cluster(spec: serde_json::Value) -> StorageCluster {
         serde_json::from_value(json!({
-            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageCluster",
             "metadata": {"name": "sb"}, "spec": spec
         }))
         .expect("cluster")

@@ -204,8 +204,9 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
             .await
             .expect("pools")
             .expect("pool");
-    assert_eq!(found.max_size, 10 << 40);
-    assert_eq!(found.volume_max_size, 1 << 40);
+    // T is 10^12, as the control plane reads sizes.
+    assert_eq!(found.max_size, 10_000_000_000_000);
+    assert_eq!(found.volume_max_size, 1_000_000_000_000);
     let class_name = p.status.expect("status").storage_class_names[0].clone();
     let params = h
         .classes()
@@ -228,7 +229,7 @@ async fn a_pool_whose_create_answer_is_lost_is_adopted_and_limits_follow_the_spe
         .expect("patched");
     until("the new limit in the control plane", async || {
         let f = h.cp.find_pool(h.uuid, "fast").await.ok()??;
-        (f.volume_max_size == 2 << 40).then_some(())
+        (f.volume_max_size == 2_000_000_000_000).then_some(())
     })
     .await;
     crate::support::nudged(&h.ctx.metrics, &h.pools(), "storagepool", "fast").await;

@@ -163,7 +163,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
                     .unwrap_or_default();
                 labels
                     .keys()
-                    .any(|k| k.starts_with("storage.simplyblock.io/storage-node-uuid."))
+                    .any(|k| k.starts_with(simplyblock_api::keys::STORAGE_NODE_TOPOLOGY_PREFIX))
                     .then_some(labels)
             },
         )

@@ -3,6 +3,7 @@
 //! [`super::volume_create`]; its snapshots are in [`super::snapshot`].
 
 use serde_json::{Value, json};
+use simplyblock_api::quantity;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -13,7 +14,6 @@ use super::volume_create::{
     clone_from_snapshot, create_or_clone, dhchap_key, name_taken, volume_location,
 };
 use crate::engine::reap_snapshot;
-use crate::fleet::parse_size;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -170,9 +170,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let new_size = match req.q("new_size") {
                 None => 0,
-                Some(s) => parse_size(s).ok_or_else(|| {
-                    ApiError::bad_request(format!("Invalid new_size value: '{s}'"))
-                })?,
+                Some(s) => quantity::parse(s)
+                    .map_err(|_| ApiError::bad_request(format!("Invalid new_size value: '{s}'")))?,
             };
             let v = volume(st.t, p, vid)?.clone();
             if new_size != 0 && new_size < v.size {

@@ -2,12 +2,12 @@
 //! snapshot, and the create-or-clone union the volume route takes.
 
 use serde_json::{Value, json};
+use simplyblock_api::quantity;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{cluster, mutable_cluster, pool};
 use super::request::ApiReq;
-use crate::fleet::parse_size;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -103,9 +103,9 @@ pub fn create_or_clone(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     };
     // `size` may be a size string ("10G", "10Gi"); the validator turns it into bytes.
     if let Some(s) = b.get("size").and_then(Value::as_str) {
-        match parse_size(s) {
-            Some(n) => b["size"] = json!(n),
-            None => {
+        match quantity::parse(s) {
+            Ok(n) => b["size"] = json!(n),
+            Err(_) => {
                 return Err(ApiError::invalid(
                     "value_error",
                     vec![json!("body"), json!("_CreateParams"), json!("size")],

@@ -1,0 +1,257 @@
+//! The names written on Kubernetes objects: the API group and version, label and
+//! annotation keys, finalizers, the values of the managed-by label, and the Node label
+//! keys the CSI driver reports as topology.
+//!
+//! Whoever writes a key and whoever reads it take it from here, so the two cannot drift
+//! apart.
+
+// The API.
+
+/// The API group of every kind here.
+pub const GROUP: &str = "storage.simplyblock.io";
+/// The served and stored version.
+pub const VERSION: &str = "v1alpha2";
+/// The `apiVersion` of every kind here: `GROUP/VERSION`.
+pub const API_VERSION: &str = "storage.simplyblock.io/v1alpha2";
+
+// Labels.
+
+/// Label: which controller wrote an object and may delete it; the value is one of the
+/// `MANAGED_BY_*` constants.
+pub const MANAGED_BY_LABEL: &str = "storage.simplyblock.io/managed-by";
+/// Managed-by value: written by the StorageCluster controller (the storage-node
+/// workload, its Secrets and EndpointSlices, the CSI secret).
+pub const MANAGED_BY_STORAGE_CLUSTER: &str = "storagecluster";
+/// Managed-by value: a StorageClass written by the StoragePool controller.
+pub const MANAGED_BY_STORAGE_POOL: &str = "storagepool";
+/// Managed-by value: a discovery run's probe Jobs and report ConfigMaps.
+pub const MANAGED_BY_OPERATOR_OPS: &str = "operatorops";
+/// The value of Kubernetes' `endpointslice.kubernetes.io/managed-by` on the
+/// EndpointSlices the operator writes, so the EndpointSlice controller leaves them alone.
+pub const ENDPOINT_SLICE_MANAGER: &str = "storage.simplyblock.io";
+
+/// Label: the StorageCluster (by name) an object belongs to: the storage-node pods (the
+/// workload's selector) and their Secrets and EndpointSlices, StorageNodes, a pool's
+/// StorageClasses.
+pub const CLUSTER_LABEL: &str = "storage.simplyblock.io/cluster";
+/// Label on a StorageClass: the namespace of the pool it is assigned to (StorageClasses
+/// are cluster-scoped, pools are not).
+pub const NAMESPACE_LABEL: &str = "storage.simplyblock.io/namespace";
+/// Label on a StorageClass: the StoragePool (by name) it is assigned to.
+pub const POOL_LABEL: &str = "storage.simplyblock.io/pool";
+/// Label on a StorageNode: the Kubernetes node (worker) it runs on.
+pub const WORKER_LABEL: &str = "storage.simplyblock.io/worker";
+/// Label on a StorageCluster: the ClusterDeploymentConfig that created it, which is how a
+/// document tells a cluster it created (and may resume) from one that has the same name.
+pub const DEPLOYMENT_CONFIG_LABEL: &str = "storage.simplyblock.io/deployment-config";
+/// Label on an approved ClusterDeploymentConfig, for selectors; output only.
+pub const READY_TO_DEPLOY_LABEL: &str = "storage.simplyblock.io/ready-to-deploy";
+/// Label on a draft ClusterDeploymentConfig: the discovery run (OperatorOps) it was
+/// planned from.
+pub const DISCOVERED_BY_LABEL: &str = "storage.simplyblock.io/discovered-by";
+/// Label: which part of the system an object is; see [`NODEPROBE_COMPONENT`].
+pub const COMPONENT_LABEL: &str = "storage.simplyblock.io/component";
+/// Component value: a discovery probe's report ConfigMap (and the Job that writes it).
+pub const NODEPROBE_COMPONENT: &str = "nodeprobe";
+/// Label on a probe report: the discovery run it belongs to (a label value of its name).
+pub const NODEPROBE_RUN_LABEL: &str = "storage.simplyblock.io/nodeprobe-run";
+/// Label on a probe report: the node it describes (a label value of its name, which may
+/// have been cut; [`NODEPROBE_NODE_ANNOTATION`] holds it whole).
+pub const NODEPROBE_NODE_LABEL: &str = "storage.simplyblock.io/nodeprobe-node";
+/// Label on a Kubernetes Node: the StorageCluster (by name) whose storage-node DaemonSet
+/// runs there; the DaemonSet's nodeSelector. The reference's name, kept so the
+/// DaemonSets of existing installations keep selecting their nodes.
+pub const ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
+
+// Annotations.
+
+/// Annotation on a probe report: the exact name of the node it describes.
+pub const NODEPROBE_NODE_ANNOTATION: &str = "storage.simplyblock.io/nodeprobe-node";
+/// Annotation on a Secret holding a certificate (the webhook CA, a storage-node serving
+/// certificate): when it stops being valid, RFC 3339.
+pub const NOT_AFTER_ANNOTATION: &str = "storage.simplyblock.io/not-after";
+/// Annotation on the webhook CA's Secret: when the previous CA, still in the caBundle,
+/// stops being valid, RFC 3339.
+pub const PREVIOUS_NOT_AFTER_ANNOTATION: &str = "storage.simplyblock.io/previous-not-after";
+/// Annotation on a storage-node serving Secret: the DNS names its certificate holds,
+/// comma-separated.
+pub const DNS_NAMES_ANNOTATION: &str = "storage.simplyblock.io/dns-names";
+/// Annotation on the storage-node pod template: the serving Secret's resourceVersion, so
+/// a pod created after a reissue is visibly of the new certificate.
+pub const SERVING_CERTIFICATE_VERSION_ANNOTATION: &str =
+    "storage.simplyblock.io/serving-certificate-version";
+/// Annotation on a StorageCluster: the default pool the operator created for it; once
+/// there, the pool is not created again (a person may have deleted it).
+pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
+/// Annotation on a StorageCluster: asks for data realignment now, whatever
+/// `volumeMigrationSettings.dataRealignment` says about its interval and minimum moves.
+pub const TRIGGER_REALIGNMENT_ANNOTATION: &str = "storage.simplyblock.io/trigger-realignment";
+
+// Finalizers.
+
+/// Holds a StorageCluster until its pools, its control-plane cluster and its entry in
+/// the CSI secret are gone.
+pub const STORAGE_CLUSTER_FINALIZER: &str = "storage.simplyblock.io/storagecluster-finalizer";
+/// The StorageCluster finalizer older operators set; read and removed on delete.
+pub const LEGACY_STORAGE_CLUSTER_FINALIZER: &str = "storage.simplyblock.io/cluster-finalizer";
+/// Holds a StorageNode until its control-plane node is removed.
+pub const STORAGE_NODE_FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
+/// Holds a StoragePool until its volumes, its StorageClass and its control-plane pool
+/// are gone.
+pub const STORAGE_POOL_FINALIZER: &str = "storage.simplyblock.io/storagepool-finalizer";
+/// Holds a StorageClusterOps until it has released its cluster's lock.
+pub const STORAGE_CLUSTER_OPS_FINALIZER: &str =
+    "storage.simplyblock.io/storageclusterops-finalizer";
+/// Holds an OperatorOps until the run is terminal.
+pub const OPERATOR_OPS_FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
+
+// The CSI driver.
+
+/// The CSI driver's name: the provisioner of the StorageClasses the operator writes, and
+/// the name the driver registers under.
+pub const CSI_DRIVER_NAME: &str = "csi.simplyblock.io";
+
+// Topology: Node labels the CSI node plugin reports as its topology segments.
+
+/// Prefix of the Node labels `<prefix><cluster uuid>.<slot>` whose value is the UUID of
+/// the storage node serving that slot on the Node; the CSI controller places a volume's
+/// primary on a storage node of the Nodes its consumer may run on.
+///
+/// Not under `storage.simplyblock.io/` like the other keys: external-provisioner records
+/// the set of topology keys a node plugin registered with in CSINode, and CreateVolume
+/// fails for a Node whose keys changed, so the prefix the reference's driver reported
+/// stays.
+pub const STORAGE_NODE_TOPOLOGY_PREFIX: &str = "simplyblock.io/storage-node-uuid.";
+/// Prefix of the Node labels `<prefix><pool>`: valued [`POOL_ACCESS_ALLOWED`], the Node may
+/// attach the volumes of a pool whose hosts authenticate (DH-HMAC-CHAP).
+pub const POOL_ACCESS_LABEL_PREFIX: &str = "simplyblock.io/pool.";
+/// The value of a pool access label that lets the Node attach the pool's volumes.
+pub const POOL_ACCESS_ALLOWED: &str = "allowed";
+/// The topology key a node plugin reports when its Node has no other: the node's name.
+pub const HOSTNAME_TOPOLOGY_KEY: &str = "topology.simplyblock.io/hostname";
+
+/// The Node label key that names the storage node of `slot` of cluster `cluster_uuid`:
+/// `simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`. Its value is the storage
+/// node's UUID; the key never changes for a worker's lifetime.
+pub fn storage_node_topology_key(cluster_uuid: &str, slot: i32) -> String {
+    format!("{STORAGE_NODE_TOPOLOGY_PREFIX}{cluster_uuid}.{slot}")
+}
+
+/// The cluster and slot a storage-node topology key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageNodeTopologyKey<'a> {
+    pub cluster_uuid: &'a str,
+    pub slot: i32,
+}
+
+/// Reads a key [`storage_node_topology_key`] wrote; `None` for any other key.
+pub fn parse_storage_node_topology_key(key: &str) -> Option<StorageNodeTopologyKey<'_>> {
+    let rest = key.strip_prefix(STORAGE_NODE_TOPOLOGY_PREFIX)?;
+    // A cluster UUID holds no '.', so the slot is what follows the last one.
+    let (cluster_uuid, slot) = rest.rsplit_once('.')?;
+    if cluster_uuid.is_empty() {
+        return None;
+    }
+    Some(StorageNodeTopologyKey {
+        cluster_uuid,
+        slot: slot.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource;
+
+    #[test]
+    fn the_api_version_is_group_and_version_and_what_every_kind_declares() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+        for declared in [
+            crate::StorageCluster::api_version(&()),
+            crate::StorageClusterOps::api_version(&()),
+            crate::ClusterDeploymentConfig::api_version(&()),
+            crate::OperatorOps::api_version(&()),
+            crate::StorageNode::api_version(&()),
+            crate::StoragePool::api_version(&()),
+            crate::StoragePoolOps::api_version(&()),
+        ] {
+            assert_eq!(declared, API_VERSION);
+        }
+    }
+
+    #[test]
+    fn keys_under_the_group_are_valid_label_keys() {
+        for key in [
+            MANAGED_BY_LABEL,
+            CLUSTER_LABEL,
+            NAMESPACE_LABEL,
+            POOL_LABEL,
+            WORKER_LABEL,
+            DEPLOYMENT_CONFIG_LABEL,
+            READY_TO_DEPLOY_LABEL,
+            DISCOVERED_BY_LABEL,
+            COMPONENT_LABEL,
+            NODEPROBE_RUN_LABEL,
+            NODEPROBE_NODE_LABEL,
+            NODEPROBE_NODE_ANNOTATION,
+            NOT_AFTER_ANNOTATION,
+            PREVIOUS_NOT_AFTER_ANNOTATION,
+            DNS_NAMES_ANNOTATION,
+            SERVING_CERTIFICATE_VERSION_ANNOTATION,
+            DEFAULT_POOL_ANNOTATION,
+            TRIGGER_REALIGNMENT_ANNOTATION,
+            STORAGE_CLUSTER_FINALIZER,
+            LEGACY_STORAGE_CLUSTER_FINALIZER,
+            STORAGE_NODE_FINALIZER,
+            STORAGE_POOL_FINALIZER,
+            STORAGE_CLUSTER_OPS_FINALIZER,
+            OPERATOR_OPS_FINALIZER,
+        ] {
+            let (prefix, name) = key.split_once('/').expect("a prefixed key");
+            assert_eq!(prefix, GROUP, "{key}");
+            assert!(
+                !name.is_empty()
+                    && name.len() <= 63
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+                "{key} is not a valid label key name"
+            );
+        }
+    }
+
+    #[test]
+    fn the_storage_node_topology_key_keeps_the_reference_prefix() {
+        let key = storage_node_topology_key("0b0c9d2e-5c1a-4b6e-9d44-2f8a1c3e7b10", 1);
+        assert_eq!(
+            key,
+            "simplyblock.io/storage-node-uuid.0b0c9d2e-5c1a-4b6e-9d44-2f8a1c3e7b10.1"
+        );
+        // A label key's name part (after the '/') is at most 63 bytes.
+        let name = key.split_once('/').map(|(_, n)| n).unwrap_or_default();
+        assert!(name.len() <= 63, "{} bytes", name.len());
+    }
+
+    #[test]
+    fn a_storage_node_topology_key_reads_back_as_its_cluster_and_slot() {
+        let cluster = "0b0c9d2e-5c1a-4b6e-9d44-2f8a1c3e7b10";
+        for slot in [0, 1, 7] {
+            assert_eq!(
+                parse_storage_node_topology_key(&storage_node_topology_key(cluster, slot)),
+                Some(StorageNodeTopologyKey {
+                    cluster_uuid: cluster,
+                    slot
+                })
+            );
+        }
+        for other in [
+            "storage.simplyblock.io/storage-node-uuid.c1.0",
+            "simplyblock.io/storage-node-uuid.c1",
+            "simplyblock.io/storage-node-uuid..0",
+            "simplyblock.io/storage-node-uuid.c1.first",
+            "simplyblock.io/pool.gold",
+        ] {
+            assert_eq!(parse_storage_node_topology_key(other), None, "{other}");
+        }
+    }
+}
