@@ -167,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
     tasks.push(tokio::spawn(cluster::ops::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(deployment::controller::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(node::controller::run(ctx.clone(), None)));
-    tasks.push(tokio::spawn(node::workload::run(ctx.clone(), None)));
+    tasks.push(tokio::spawn(cluster::workload::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(pool::controller::run(ctx.clone(), None)));
     tasks.push(tokio::spawn(pool::ops::run(ctx.clone(), None)));
     let probe = deployment::discovery::ProbeSettings {

@@ -158,7 +158,7 @@ async fn main() {
     tokio::spawn(cluster::ops::run(ctx.clone(), scope.clone()));
     tokio::spawn(deployment::controller::run(ctx.clone(), scope.clone()));
     tokio::spawn(node::controller::run(ctx.clone(), scope.clone()));
-    tokio::spawn(node::workload::run(ctx.clone(), scope.clone()));
+    tokio::spawn(cluster::workload::run(ctx.clone(), scope.clone()));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../deploy/samples/clusterdeploymentconfig.yaml"

@@ -260,7 +260,7 @@ async fn main() -> anyhow::Result<()> {
                 _ = cluster::ops::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = node::controller::run(controllers.clone(), watch_namespace.clone()) => {}
-                _ = node::workload::run(controllers.clone(), watch_namespace.clone()) => {}
+                _ = cluster::workload::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = pool::controller::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = pool::ops::run(controllers.clone(), watch_namespace.clone()) => {}
                 _ = deployment::discovery::run(controllers, probe, watch_namespace) => {}

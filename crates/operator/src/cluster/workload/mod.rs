@@ -1,11 +1,14 @@
 //! The storage-node workload of a cluster: worker enrollment, the DaemonSet, the headless
 //! Service with the cluster's EndpointSlice, the pods' ServiceAccount and Role, the serving
-//! certificate of the storage-node API ([`super::serving`]), and the per-node
+//! certificate of the storage-node API ([`serving`]), and the per-node
 //! configuration. A second controller on StorageCluster that writes none of its status.
 //!
 //! Enrollment comes first: the DaemonSet only schedules on workers carrying the
 //! enrollment label, and a node waits at CheckingHost for the pod that DaemonSet runs, so
 //! a label nobody writes is a deadlock in which neither side reports anything wrong.
+
+pub mod names;
+pub mod serving;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,15 +28,11 @@ use serde_json::json;
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_certs::{Authority, Pair};
 
-use super::serving::{self, Decision, Recorded};
+pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, SERVICE_NAME, topology_label};
+use serving::{Decision, Recorded};
+
 use crate::context::{Context, requeue};
 
-/// The label whose value names the cluster a worker serves; the DaemonSet selects on it.
-pub const ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
-/// The headless Service through which the control plane reaches each worker.
-pub const SERVICE_NAME: &str = "simplyblock-storage-node-api";
-/// The storage-node image used when neither the cluster nor the ControlPlane names one.
-pub const DEFAULT_IMAGE: &str = "quay.io/simplyblock-io/simplyblock:latest";
 const MANAGER: &str = "storagenode-workload";
 
 #[derive(Debug, thiserror::Error)]
@@ -48,12 +47,6 @@ pub enum Error {
     Issue(#[from] simplyblock_certs::Error),
     #[error("Secret {0} changed while it was being written; retrying with a fresh read")]
     Conflict(String),
-}
-
-/// `storage.simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label
-/// the CSI driver reads. Its key never changes for a worker's lifetime.
-pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
-    format!("storage.simplyblock.io/storage-node-uuid.{cluster_uuid}.{slot}")
 }
 
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {

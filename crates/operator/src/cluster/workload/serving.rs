@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::workload::SERVICE_NAME;
+use super::names::SERVICE_NAME;
 
 /// The CA's common name. A stored CA is reloaded under it, so it never changes.
 pub const CA_COMMON_NAME: &str = "simplyblock-storage-node-ca";
