@@ -4,6 +4,7 @@
 //! One module per domain; pure decisions (`validation`, plans) live apart from the I/O
 //! that reads the world and writes the result.
 
+pub mod ca;
 pub mod cluster;
 pub mod context;
 pub mod crash;
