@@ -14,24 +14,21 @@ pub mod manifests;
 pub mod names;
 pub mod serving;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_certs::{Authority, Pair};
 
 pub use manifests::{Manifests, Worker, manifests};
-use names::{CLUSTER_LABEL, MANAGED_BY, MANAGED_BY_LABEL};
 pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, SERVICE_NAME, topology_label};
 use serving::{Decision, Recorded};
 
@@ -184,83 +181,33 @@ async fn render(
     apply_changed(ctx, MANAGER, &objects.daemonset).await
 }
 
-/// The cluster's CA, made once and stored in its Secret; a concurrent maker's CA wins.
-async fn cluster_ca(ctx: &Context, cluster: &StorageCluster) -> Result<Authority, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let secret_name = serving::ca_secret_name(&cluster.name_any());
-    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
-    let stored = match api.get_opt(&secret_name).await? {
-        Some(s) => s,
-        None => {
-            let ca = Authority::new(serving::CA_COMMON_NAME)?;
-            let pair = ca.pair();
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(secret_name.clone()),
-                    namespace: Some(ns.clone()),
-                    labels: Some(BTreeMap::from([
-                        (CLUSTER_LABEL.to_string(), cluster.name_any()),
-                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-                    ])),
-                    owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-                    ..ObjectMeta::default()
-                },
-                type_: Some("Opaque".to_string()),
-                string_data: Some(BTreeMap::from([
-                    ("ca.crt".to_string(), pair.cert),
-                    ("ca.key".to_string(), pair.key),
-                ])),
-                ..Secret::default()
-            };
-            match api.create(&PostParams::default(), &secret).await {
-                Ok(_) => return Ok(ca),
-                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&secret_name).await?,
-                Err(e) => return Err(e.into()),
-            }
+impl From<crate::ca::Error> for Error {
+    fn from(e: crate::ca::Error) -> Error {
+        match e {
+            crate::ca::Error::Kube { source, .. } => Error::Kube(source),
+            crate::ca::Error::Unusable { secret, reason } => Error::BrokenCa { secret, reason },
+            crate::ca::Error::Make(e) => Error::Issue(e),
+            crate::ca::Error::Contended { secret } => Error::Conflict(secret),
         }
-    };
-    let data = stored.data.unwrap_or_default();
-    let text = |k: &str| {
-        data.get(k)
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| Error::BrokenCa {
-                secret: secret_name.clone(),
-                reason: format!("{k} is missing"),
-            })
-    };
-    let pair = Pair {
-        cert: text("ca.crt")?,
-        key: text("ca.key")?,
-    };
-    Authority::from_pair(serving::CA_COMMON_NAME, &pair).map_err(|e| Error::BrokenCa {
-        secret: secret_name.clone(),
-        reason: e.to_string(),
-    })
+    }
 }
 
-/// Makes sure the serving Secret holds a current certificate from the cluster's CA; returns
-/// the Secret's resourceVersion. A new certificate is written with the resourceVersion
-/// read, so a concurrent issuer's certificate is never overwritten by a second one.
+/// Makes sure the serving Secret holds a current certificate from the cluster's CA (kept
+/// by [`crate::ca`]); returns the Secret's resourceVersion. A new certificate is written
+/// with the resourceVersion read, so a concurrent issuer's certificate is never
+/// overwritten by a second one.
 async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<String, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let secret_name = serving::tls_secret_name(&name);
-    let ca = cluster_ca(ctx, cluster).await?;
     let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    let ca_secret = serving::secret_metadata(cluster, &serving::ca_secret_name(&name));
+    let ca = crate::ca::ensure(&api, &ca_secret, &serving::CA_POLICY).await?;
+    let secret_name = serving::tls_secret_name(&name);
     let current = api.get_opt(&secret_name).await?;
-    let recorded = current.as_ref().map(|s| {
-        let data: BTreeMap<String, Vec<u8>> = s
-            .data
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        Recorded::from_parts(&s.annotations().clone(), &data)
-    });
+    let recorded = current.as_ref().map(Recorded::from_secret);
     let names = serving::dns_names(&ns);
     let now = jiff::Timestamp::now();
-    let reason = match serving::decide(now, recorded.as_ref(), &ca.cert_pem(), &names) {
+    let reason = match serving::decide(now, recorded.as_ref(), &ca.bundle, &names) {
         Decision::Keep => {
             let rv = current.and_then(|s| s.metadata.resource_version);
             return Ok(rv.unwrap_or_default());
@@ -269,47 +216,13 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     };
     let not_after = now + serving::VALIDITY;
     let dns: Vec<&str> = names.iter().map(String::as_str).collect();
-    let issued = ca.serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
-    let bytes = |s: String| ByteString(s.into_bytes());
-    let mut secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name.clone()),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([
-                (CLUSTER_LABEL.to_string(), name.clone()),
-                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-            ])),
-            annotations: Some(BTreeMap::from([
-                (
-                    serving::NOT_AFTER_ANNOTATION.to_string(),
-                    not_after.to_string(),
-                ),
-                (serving::NAMES_ANNOTATION.to_string(), names.join(",")),
-            ])),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".to_string()),
-        data: Some(BTreeMap::from([
-            ("tls.crt".to_string(), bytes(issued.cert)),
-            ("tls.key".to_string(), bytes(issued.key)),
-            ("ca.crt".to_string(), bytes(ca.cert_pem())),
-        ])),
-        ..Secret::default()
-    };
-    let written = match current {
-        None => api.create(&PostParams::default(), &secret).await,
-        Some(old) => {
-            secret.metadata.resource_version = old.metadata.resource_version;
-            api.replace(&secret_name, &PostParams::default(), &secret)
-                .await
-        }
-    };
-    let written = match written {
-        Ok(s) => s,
-        Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Conflict(secret_name)),
-        Err(e) => return Err(e.into()),
-    };
+    let issued =
+        ca.authority
+            .serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
+    let secret = serving::tls_secret(cluster, issued, &ca.bundle, not_after, &names);
+    let written = crate::ca::create_or_swap(&api, current.as_ref(), secret)
+        .await?
+        .ok_or_else(|| Error::Conflict(secret_name.clone()))?;
     tracing::info!(cluster = %name, secret = %secret_name, reason, not_after = %not_after, "issued the storage-node serving certificate");
     ctx.event(
         cluster,
