@@ -100,7 +100,7 @@ impl SnodeSettings {
     pub fn address(&self, worker: &str) -> String {
         format!(
             "{worker}.{}.{}.svc.cluster.local:{}",
-            crate::node::workload::SERVICE_NAME,
+            crate::cluster::workload::names::SERVICE_NAME,
             self.namespace,
             self.port
         )

@@ -5,6 +5,7 @@
 //! that reads the world and writes the result.
 
 pub mod assembly;
+pub mod ca;
 pub mod cluster;
 pub mod context;
 pub mod crash;

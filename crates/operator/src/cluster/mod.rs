@@ -1,8 +1,9 @@
 //! StorageCluster: the creation machine, the steady state (and the history of its
-//! operations) and the teardown.
+//! operations), the teardown, and the storage-node workload the cluster runs on its workers.
 
 pub mod controller;
 pub mod history;
 pub mod observe;
 pub mod ops;
 pub mod params;
+pub mod workload;

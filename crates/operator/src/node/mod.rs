@@ -1,6 +1,4 @@
-//! StorageNode: provisioning and steady state, and the storage-node workload.
+//! StorageNode: provisioning and steady state.
 
 pub mod controller;
 pub mod provisioning;
-pub mod serving;
-pub mod workload;

@@ -1,5 +1,6 @@
-//! The storage-node API's serving certificate: a CA per cluster, stored in a Secret of its
-//! own so that it survives operator restarts, and a serving certificate issued from it for
+//! The storage-node API's serving certificate: a CA per cluster, kept in a Secret of its
+//! own by [`crate::ca`] (so that it survives operator restarts, and is replaced before its
+//! end with the previous one still trusted), and a serving certificate issued from it for
 //! every name the control plane reaches a node by.
 //!
 //! Whether to issue is a pure decision over what the Secret records ([`decide`]); the
@@ -8,11 +9,24 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use simplyblock_api::StorageCluster;
+use simplyblock_certs::Pair;
 
-use super::workload::SERVICE_NAME;
+use super::names::{CLUSTER_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME};
 
-/// The CA's common name. A stored CA is reloaded under it, so it never changes.
-pub const CA_COMMON_NAME: &str = "simplyblock-storage-node-ca";
+/// The cluster's CA: valid ten years and replaced with a third of its life left, so a
+/// serving certificate (a year) never outlives the CA it chains to, and one issued just
+/// before the replacement still verifies against the previous CA, trusted until its end.
+pub const CA_POLICY: crate::ca::Policy = crate::ca::Policy {
+    // A stored CA is reloaded under its common name, so it never changes.
+    common_name: "simplyblock-storage-node-ca",
+    validity: SignedDuration::from_hours(10 * 365 * 24),
+    rotate_before: SignedDuration::from_hours(10 * 365 * 24 / 3),
+};
 /// How long a serving certificate is valid.
 pub const VALIDITY: SignedDuration = SignedDuration::from_hours(365 * 24);
 /// How long before its end a serving certificate is replaced: a month of outage of the
@@ -20,12 +34,12 @@ pub const VALIDITY: SignedDuration = SignedDuration::from_hours(365 * 24);
 pub const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(30 * 24);
 
 /// Annotation on the serving Secret: when its certificate stops being valid (RFC 3339).
-pub const NOT_AFTER_ANNOTATION: &str = "storage.simplyblock.io/not-after";
+pub const NOT_AFTER_ANNOTATION: &str = simplyblock_api::keys::NOT_AFTER_ANNOTATION;
 /// Annotation on the serving Secret: the DNS names its certificate holds, comma-separated.
-pub const NAMES_ANNOTATION: &str = "storage.simplyblock.io/dns-names";
+pub const NAMES_ANNOTATION: &str = simplyblock_api::keys::DNS_NAMES_ANNOTATION;
 /// Annotation on the pod template: the serving Secret's resourceVersion, so a pod
 /// created after a reissue is visibly of the new certificate.
-pub const TEMPLATE_ANNOTATION: &str = "storage.simplyblock.io/serving-certificate-version";
+pub const TEMPLATE_ANNOTATION: &str = simplyblock_api::keys::SERVING_CERTIFICATE_VERSION_ANNOTATION;
 
 /// The Secret holding the cluster's CA certificate and key.
 pub fn ca_secret_name(cluster: &str) -> String {
@@ -35,6 +49,50 @@ pub fn ca_secret_name(cluster: &str) -> String {
 /// The `kubernetes.io/tls` Secret the storage-node pods mount.
 pub fn tls_secret_name(cluster: &str) -> String {
     format!("simplyblock-storage-node-tls-{cluster}")
+}
+
+/// The metadata of the cluster's Secrets: the controller watches them by their label, and
+/// they go with the cluster.
+pub fn secret_metadata(cluster: &StorageCluster, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: cluster.namespace(),
+        labels: Some(BTreeMap::from([
+            (CLUSTER_LABEL.to_string(), cluster.name_any()),
+            (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        ])),
+        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The `kubernetes.io/tls` Secret of a certificate `issued` for `names`, valid until
+/// `not_after`, with the CAs to trust (`bundle`) as `ca.crt`.
+pub fn tls_secret(
+    cluster: &StorageCluster,
+    issued: Pair,
+    bundle: &str,
+    not_after: Timestamp,
+    names: &[String],
+) -> Secret {
+    let bytes = |s: &str| ByteString(s.as_bytes().to_vec());
+    let metadata = secret_metadata(cluster, &tls_secret_name(&cluster.name_any()));
+    Secret {
+        metadata: ObjectMeta {
+            annotations: Some(BTreeMap::from([
+                (NOT_AFTER_ANNOTATION.to_string(), not_after.to_string()),
+                (NAMES_ANNOTATION.to_string(), names.join(",")),
+            ])),
+            ..metadata
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), bytes(&issued.cert)),
+            ("tls.key".to_string(), bytes(&issued.key)),
+            ("ca.crt".to_string(), bytes(bundle)),
+        ])),
+        ..Secret::default()
+    }
 }
 
 /// Every name a storage node is reached by: `<worker>.simplyblock-storage-node-api.<ns>.svc`
@@ -54,13 +112,25 @@ pub fn dns_names(namespace: &str) -> Vec<String> {
 pub struct Recorded {
     /// Both `tls.crt` and `tls.key` are present.
     pub complete: bool,
-    /// The `ca.crt` it carries.
+    /// The `ca.crt` it carries: the bundle of CAs it was written with.
     pub ca: Option<String>,
     pub not_after: Option<Timestamp>,
     pub names: Option<String>,
 }
 
 impl Recorded {
+    /// Reads the record of a serving Secret.
+    pub fn from_secret(secret: &Secret) -> Recorded {
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        Recorded::from_parts(secret.annotations(), &data)
+    }
+
     /// Reads the record from a Secret's annotations and data (decoded).
     pub fn from_parts(
         annotations: &BTreeMap<String, String>,
@@ -89,11 +159,12 @@ pub enum Decision {
     Issue(&'static str),
 }
 
-/// Decides over the recorded certificate, the CA in force and the names wanted. Pure.
+/// Decides over the recorded certificate, the bundle of the CAs in force (the first of
+/// which issues) and the names wanted. Pure.
 pub fn decide(
     now: Timestamp,
     recorded: Option<&Recorded>,
-    ca_pem: &str,
+    bundle: &str,
     names: &[String],
 ) -> Decision {
     let Some(r) = recorded else {
@@ -102,8 +173,8 @@ pub fn decide(
     if !r.complete {
         return Decision::Issue("the serving Secret lacks its certificate or key");
     }
-    if r.ca.as_deref() != Some(ca_pem) {
-        return Decision::Issue("the certificate is not from the cluster's CA");
+    if r.ca.as_deref() != Some(bundle) {
+        return Decision::Issue("the certificate is not from the cluster's current CA");
     }
     if r.names.as_deref() != Some(names.join(",").as_str()) {
         return Decision::Issue("the certificate does not hold the names the nodes are reached by");
@@ -213,6 +284,43 @@ mod tests {
         );
         let empty_key = BTreeMap::from([("tls.crt".to_string(), b"CERT".to_vec())]);
         assert!(!Recorded::from_parts(&annotations, &empty_key).complete);
+    }
+
+    #[test]
+    fn a_written_certificate_reads_back_as_one_that_stands() {
+        let cluster: StorageCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+            "metadata": {"name": "sb", "namespace": "storage", "uid": "u-1"},
+            "spec": {"maxSubsystemCount": 10, "vcpuCount": 4},
+        }))
+        .expect("cluster");
+        let names = dns_names("storage");
+        let issued = Pair {
+            cert: "CERT".into(),
+            key: "KEY".into(),
+        };
+        let secret = tls_secret(&cluster, issued, "CA2\nCA1\n", now() + VALIDITY, &names);
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("simplyblock-storage-node-tls-sb")
+        );
+        assert_eq!(
+            secret.metadata.labels.clone().unwrap_or_default()[MANAGED_BY_LABEL],
+            MANAGED_BY,
+            "the controller watches its Secrets by this label"
+        );
+        let recorded = Recorded::from_secret(&secret);
+        assert_eq!(
+            decide(now(), Some(&recorded), "CA2\nCA1\n", &names),
+            Decision::Keep
+        );
+        assert!(
+            matches!(
+                decide(now(), Some(&recorded), "CA2\n", &names),
+                Decision::Issue(_)
+            ),
+            "a bundle that changed is written again"
+        );
     }
 
     #[test]

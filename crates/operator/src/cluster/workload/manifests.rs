@@ -1,0 +1,625 @@
+//! The storage-node workload's objects, built as typed objects from the cluster, its
+//! StorageNodes and their workers. Pure: the controller reads the world, calls
+//! [`manifests`] and applies each object it returns.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, SecretVolumeSource, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use simplyblock_api::storage_cluster::PullPolicy;
+use simplyblock_api::{StorageCluster, StorageNode};
+
+use super::names::{
+    CLUSTER_LABEL, DEFAULT_IMAGE, ENROLLMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME,
+    topology_label,
+};
+use super::serving;
+
+/// The label every object of the workload carries, and its pods select on, with its value.
+const APP_LABEL: &str = "app.kubernetes.io/name";
+const APP: &str = "simplyblock-storage-node";
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// A worker as its endpoint: name, first internal address, readiness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    pub name: String,
+    pub address: Option<String>,
+    pub ready: bool,
+}
+
+/// Every object the workload applies, for one cluster.
+#[derive(Debug, Clone)]
+pub struct Manifests {
+    /// One env file per worker, read by the storage-node pods.
+    pub config: ConfigMap,
+    /// The headless Service of the namespace, shared by its clusters.
+    pub service: Service,
+    /// This cluster's endpoints of [`Manifests::service`].
+    pub endpoints: EndpointSlice,
+    pub account: ServiceAccount,
+    pub role: Role,
+    pub binding: RoleBinding,
+    pub daemonset: DaemonSet,
+}
+
+/// The workload of `cluster` for its `nodes` on `workers`, serving the storage-node API on
+/// `port`, its pods of the serving certificate whose Secret is at `certificate_version`.
+pub fn manifests(
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+    workers: &[Worker],
+    port: u16,
+    certificate_version: &str,
+) -> Manifests {
+    let name = cluster.name_any();
+    let account = format!("simplyblock-storage-node-{name}");
+    let config_name = format!("simplyblock-storage-node-config-{name}");
+    Manifests {
+        config: ConfigMap {
+            metadata: owned(cluster, &config_name),
+            data: Some(
+                nodes
+                    .iter()
+                    .map(|n| (n.spec.worker_node.clone(), node_config(cluster, n)))
+                    .collect(),
+            ),
+            ..ConfigMap::default()
+        },
+        service: service(cluster, port),
+        endpoints: endpoint_slice(cluster, port, workers),
+        // The pods' identity: a ServiceAccount of the cluster, allowed to read its own
+        // configuration and nothing else.
+        account: ServiceAccount {
+            metadata: owned(cluster, &account),
+            automount_service_account_token: Some(true),
+            ..ServiceAccount::default()
+        },
+        role: Role {
+            metadata: owned(cluster, &account),
+            rules: Some(vec![PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["configmaps".into()]),
+                resource_names: Some(vec![config_name.clone()]),
+                verbs: vec!["get".into(), "watch".into()],
+                ..PolicyRule::default()
+            }]),
+        },
+        binding: RoleBinding {
+            metadata: owned(cluster, &account),
+            role_ref: RoleRef {
+                api_group: Some(RBAC_GROUP.into()),
+                kind: "Role".into(),
+                name: account.clone(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: account.clone(),
+                namespace: cluster.namespace(),
+                ..Subject::default()
+            }]),
+        },
+        daemonset: daemonset(cluster, &account, &config_name, port, certificate_version),
+    }
+}
+
+/// The labels each worker of the cluster carries: the enrollment label, and the topology
+/// label of each slot whose node the control plane has named. Pure.
+pub fn enrollment(
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let name = cluster.name_any();
+    let cluster_uuid = cluster.status.as_ref().and_then(|s| s.uuid.as_deref());
+    let mut wanted: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for n in nodes {
+        let labels = wanted.entry(n.spec.worker_node.clone()).or_default();
+        labels.insert(ENROLLMENT_LABEL.to_string(), name.clone());
+        if let (Some(cu), Some(uuid)) =
+            (cluster_uuid, n.status.as_ref().and_then(|s| s.uuid.clone()))
+        {
+            labels.insert(topology_label(cu, n.spec.slot.unwrap_or(0)), uuid);
+        }
+    }
+    wanted
+}
+
+/// The env file of one node: the configuration the storage node reads at start.
+fn node_config(cluster: &StorageCluster, node: &StorageNode) -> String {
+    let c = &node.spec.config;
+    let storage = cluster.spec.storage_nodes.as_ref();
+    let mut env = vec![
+        format!("MAX_SUBSYS_COUNT={}", cluster.spec.max_subsystem_count),
+        format!("VCPU_COUNT={}", c.sizing.vcpu_count),
+    ];
+    if let Some(h) = c
+        .sizing
+        .min_huge_pages_size
+        .as_ref()
+        .or(cluster.spec.min_huge_pages_size.as_ref())
+    {
+        env.push(format!("MAX_HUGE_PAGES_SIZE={h}"));
+    }
+    if !c.device_names.is_empty() {
+        env.push(format!("NVME_DEVICES={}", c.device_names.join(",")));
+    }
+    if !c.pcie_allow_list.is_empty() {
+        env.push(format!("PCI_ALLOWED={}", c.pcie_allow_list.join(",")));
+    }
+    if !c.pcie_deny_list.is_empty() {
+        env.push(format!("PCI_BLOCKED={}", c.pcie_deny_list.join(",")));
+    }
+    if let Some(jm) = &c.journal_manager {
+        if let Some(p) = jm.percent_per_device {
+            env.push(format!("JM_PERCENT={p}"));
+        }
+        if let Some(count) = jm.count {
+            env.push(format!("HA_JM_COUNT={count}"));
+        }
+    }
+    if let Some(cpu) = c
+        .reserved_system_cpu
+        .as_ref()
+        .or(storage.and_then(|s| s.reserved_system_cpu.as_ref()))
+    {
+        env.push(format!("RESERVED_SYSTEM_CPU={cpu}"));
+    }
+    env.join("\n") + "\n"
+}
+
+/// The namespace's headless Service. Each cluster of the namespace adds its owner
+/// reference under a field manager of its own, so the Service goes when the last cluster
+/// does.
+fn service(cluster: &StorageCluster, port: u16) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(SERVICE_NAME.into()),
+            namespace: cluster.namespace(),
+            labels: Some(BTreeMap::from([(APP_LABEL.into(), APP.into())])),
+            owner_references: owner(cluster, false),
+            ..ObjectMeta::default()
+        },
+        // No selector: the pods run on the host network, so the endpoint controller would
+        // publish bare addresses; the cluster's EndpointSlice gives each worker its own
+        // name, `<worker>.simplyblock-storage-node-api.<namespace>.svc`, which is how the
+        // control plane reaches a node.
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            ports: Some(vec![ServicePort {
+                name: Some("api".into()),
+                port: port.into(),
+                target_port: Some(IntOrString::Int(port.into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The cluster's EndpointSlice of the storage-node Service: one endpoint per worker with
+/// an address, named after the worker so each gets its own DNS name.
+fn endpoint_slice(cluster: &StorageCluster, port: u16, workers: &[Worker]) -> EndpointSlice {
+    let name = cluster.name_any();
+    let endpoints = workers
+        .iter()
+        .filter_map(|w| {
+            Some(Endpoint {
+                addresses: vec![w.address.clone()?],
+                hostname: Some(w.name.clone()),
+                node_name: Some(w.name.clone()),
+                conditions: Some(EndpointConditions {
+                    ready: Some(w.ready),
+                    ..EndpointConditions::default()
+                }),
+                ..Endpoint::default()
+            })
+        })
+        .collect();
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{SERVICE_NAME}-{name}")),
+            namespace: cluster.namespace(),
+            labels: Some(BTreeMap::from([
+                ("kubernetes.io/service-name".into(), SERVICE_NAME.into()),
+                (
+                    "endpointslice.kubernetes.io/managed-by".into(),
+                    "storage.simplyblock.io".into(),
+                ),
+                (CLUSTER_LABEL.into(), name),
+                (MANAGED_BY_LABEL.into(), MANAGED_BY.into()),
+            ])),
+            owner_references: owner(cluster, true),
+            ..ObjectMeta::default()
+        },
+        address_type: "IPv4".into(),
+        ports: Some(vec![EndpointPort {
+            name: Some("api".into()),
+            port: Some(port.into()),
+            protocol: Some("TCP".into()),
+            ..EndpointPort::default()
+        }]),
+        endpoints: Some(endpoints),
+    }
+}
+
+fn daemonset(
+    cluster: &StorageCluster,
+    account: &str,
+    config_name: &str,
+    port: u16,
+    certificate_version: &str,
+) -> DaemonSet {
+    let name = cluster.name_any();
+    let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
+    let image = storage
+        .image
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+    let container = Container {
+        name: "storage-node-api".into(),
+        image: Some(image),
+        image_pull_policy: Some(pull_policy(storage.image_pull_policy).into()),
+        ports: Some(vec![ContainerPort {
+            name: Some("api".into()),
+            container_port: port.into(),
+            ..ContainerPort::default()
+        }]),
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
+        env: Some(vec![
+            EnvVar {
+                name: "NODE_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "spec.nodeName".into(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+            EnvVar {
+                name: "SB_TLS_SERVE".into(),
+                value: Some("1".into()),
+                ..EnvVar::default()
+            },
+        ]),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "config".into(),
+                mount_path: "/etc/simplyblock/node".into(),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "tls".into(),
+                mount_path: "/etc/simplyblock/tls".into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        resources: storage.container_resources,
+        ..Container::default()
+    };
+    DaemonSet {
+        metadata: owned(cluster, account),
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([
+                    (APP_LABEL.into(), APP.into()),
+                    (CLUSTER_LABEL.into(), name.clone()),
+                ])),
+                ..LabelSelector::default()
+            },
+            // A storage node restarts only through the control plane (Restart,
+            // RollingRestart): a changed template, a new image or certificate, reaches a
+            // node when that operation recreates its pod, never by the DaemonSet alone.
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                ..DaemonSetUpdateStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(cluster)),
+                    annotations: Some(BTreeMap::from([(
+                        serving::TEMPLATE_ANNOTATION.into(),
+                        certificate_version.into(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    node_selector: Some(BTreeMap::from([(ENROLLMENT_LABEL.into(), name.clone())])),
+                    service_account_name: Some(account.into()),
+                    host_network: Some(true),
+                    tolerations: Some(storage.tolerations),
+                    containers: vec![container],
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: config_name.into(),
+                                ..ConfigMapVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        Volume {
+                            name: "tls".into(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(serving::tls_secret_name(&name)),
+                                default_mode: Some(0o400),
+                                ..SecretVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                    ]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DaemonSetSpec::default()
+        },
+        ..DaemonSet::default()
+    }
+}
+
+fn pull_policy(policy: PullPolicy) -> &'static str {
+    match policy {
+        PullPolicy::Always => "Always",
+        PullPolicy::Never => "Never",
+        PullPolicy::IfNotPresent => "IfNotPresent",
+    }
+}
+
+/// The labels of the cluster's own objects and pods.
+fn labels(cluster: &StorageCluster) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.into(), APP.into()),
+        (CLUSTER_LABEL.into(), cluster.name_any()),
+        (MANAGED_BY_LABEL.into(), MANAGED_BY.into()),
+    ])
+}
+
+/// The metadata of an object the cluster alone owns.
+fn owned(cluster: &StorageCluster, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: cluster.namespace(),
+        labels: Some(labels(cluster)),
+        owner_references: owner(cluster, true),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The cluster as owner; `controller` only where no other cluster shares the object.
+fn owner(cluster: &StorageCluster, controller: bool) -> Option<Vec<OwnerReference>> {
+    let reference = cluster.controller_owner_ref(&())?;
+    Some(vec![OwnerReference {
+        controller: Some(controller),
+        ..reference
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PORT: u16 = 5000;
+    const CERTIFICATE_VERSION: &str = "4711";
+
+    fn cluster(spec: serde_json::Value) -> StorageCluster {
+        let mut full = json!({"maxSubsystemCount": 10, "vcpuCount": 4});
+        full.as_object_mut()
+            .expect("object")
+            .extend(spec.as_object().cloned().unwrap_or_default());
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+            "metadata": {"name": "sb", "namespace": "storage", "uid": "0c1d2e3f-0000-4000-8000-000000000001"},
+            "spec": full,
+            "status": {"uuid": "c0ffee00-0000-4000-8000-000000000002"},
+        }))
+        .expect("cluster")
+    }
+
+    fn node(worker: &str, slot: i32, uuid: Option<&str>, config: serde_json::Value) -> StorageNode {
+        let mut c = json!({"sizing": {"vcpuCount": 4}});
+        c.as_object_mut()
+            .expect("object")
+            .extend(config.as_object().cloned().unwrap_or_default());
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
+            "metadata": {"name": format!("sb-{worker}-{slot}"), "namespace": "storage"},
+            "spec": {"clusterRef": "sb", "workerNode": worker, "slot": slot, "config": c},
+            "status": uuid.map(|u| json!({"uuid": u})),
+        }))
+        .expect("node")
+    }
+
+    fn worker(name: &str, address: Option<&str>, ready: bool) -> Worker {
+        Worker {
+            name: name.into(),
+            address: address.map(Into::into),
+            ready,
+        }
+    }
+
+    /// Every object as one YAML document each, in the order they are applied.
+    fn yaml(m: &Manifests) -> String {
+        fn doc<T: serde::Serialize>(object: &T) -> String {
+            serde_saphyr::to_string(object).expect("YAML")
+        }
+        [
+            doc(&m.config),
+            doc(&m.service),
+            doc(&m.endpoints),
+            doc(&m.account),
+            doc(&m.role),
+            doc(&m.binding),
+            doc(&m.daemonset),
+        ]
+        .join("---\n")
+    }
+
+    /// The checked-in text of `snapshots/<file>`; `UPDATE_EXPECT=1` writes `actual` there.
+    fn expected(file: &str, actual: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/cluster/workload/snapshots")
+            .join(file);
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
+            std::fs::write(&path, actual).expect("write");
+        }
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[test]
+    fn a_cluster_of_defaults_renders_as_its_snapshot() {
+        let nodes = [
+            node("w1", 0, Some("n-1"), json!({})),
+            node("w2", 0, None, json!({})),
+        ];
+        let workers = [
+            worker("w1", Some("10.0.0.11"), true),
+            worker("w2", None, false),
+        ];
+        let rendered = yaml(&manifests(
+            &cluster(json!({})),
+            &nodes,
+            &workers,
+            PORT,
+            CERTIFICATE_VERSION,
+        ));
+        assert_eq!(rendered, expected("defaults.yaml", &rendered));
+    }
+
+    #[test]
+    fn a_tuned_cluster_renders_as_its_snapshot() {
+        let tuned = cluster(json!({
+            "minHugePagesSize": "8G",
+            "enableFailureDomains": true,
+            "storageNodes": {
+                "image": "quay.io/simplyblock-io/simplyblock:25.10.1",
+                "imagePullPolicy": "IfNotPresent",
+                "reservedSystemCPU": "0-1",
+                "tolerations": [
+                    {"key": "storage", "operator": "Exists", "effect": "NoSchedule"},
+                ],
+                "containerResources": {
+                    "requests": {"cpu": "2", "memory": "4Gi"},
+                    "limits": {"memory": "8Gi"},
+                },
+            },
+        }));
+        let nodes = [
+            node(
+                "w1",
+                0,
+                Some("n-1"),
+                json!({
+                    "deviceNames": ["0000:01:00.0", "0000:02:00.0"],
+                    "pcieAllowList": ["0000:01:00.0", "0000:02:00.0"],
+                    "pcieDenyList": ["0000:03:00.0"],
+                    "journalManager": {"count": 2, "percentPerDevice": 5},
+                    "failureDomain": "1",
+                }),
+            ),
+            node(
+                "w2",
+                0,
+                Some("n-2"),
+                json!({"reservedSystemCPU": "8", "failureDomain": "1"}),
+            ),
+            node(
+                "w3",
+                0,
+                Some("n-3"),
+                json!({"sizing": {"vcpuCount": 8, "minHugePagesSize": "16G"}, "failureDomain": "2"}),
+            ),
+        ];
+        let workers = [
+            worker("w1", Some("10.0.0.11"), true),
+            worker("w2", Some("10.0.0.12"), false),
+            worker("w3", None, true),
+        ];
+        let rendered = yaml(&manifests(
+            &tuned,
+            &nodes,
+            &workers,
+            PORT,
+            CERTIFICATE_VERSION,
+        ));
+        assert_eq!(rendered, expected("tuned.yaml", &rendered));
+    }
+
+    #[test]
+    fn each_worker_with_an_address_is_a_named_endpoint() {
+        let workers = [
+            worker("worker-1", Some("10.0.0.11"), true),
+            worker("worker-2", None, true),
+            worker("worker-3", Some("10.0.0.13"), false),
+        ];
+        let slice = endpoint_slice(&cluster(json!({})), PORT, &workers);
+        let endpoints = slice.endpoints.expect("endpoints");
+        assert_eq!(
+            endpoints.len(),
+            2,
+            "a worker without an address is left out"
+        );
+        assert_eq!(endpoints[0].hostname.as_deref(), Some("worker-1"));
+        assert_eq!(endpoints[0].addresses, ["10.0.0.11"]);
+        assert_eq!(
+            endpoints[1].conditions.as_ref().and_then(|c| c.ready),
+            Some(false)
+        );
+        assert_eq!(
+            slice.metadata.labels.unwrap_or_default()["kubernetes.io/service-name"],
+            SERVICE_NAME
+        );
+        assert_eq!(
+            slice.ports.unwrap_or_default()[0].port,
+            Some(i32::from(PORT))
+        );
+    }
+
+    #[test]
+    fn a_worker_is_enrolled_at_once_and_labelled_per_named_slot() {
+        let nodes = [
+            node("w1", 0, Some("n-1"), json!({})),
+            node("w1", 1, None, json!({})),
+            node("w2", 0, None, json!({})),
+        ];
+        let wanted = enrollment(&cluster(json!({})), &nodes);
+        let topology = topology_label("c0ffee00-0000-4000-8000-000000000002", 0);
+        assert_eq!(
+            wanted["w1"],
+            BTreeMap::from([
+                (ENROLLMENT_LABEL.to_string(), "sb".to_string()),
+                (topology, "n-1".to_string()),
+            ]),
+            "a slot the control plane has not named yet has no topology label"
+        );
+        assert_eq!(
+            wanted["w2"],
+            BTreeMap::from([(ENROLLMENT_LABEL.to_string(), "sb".to_string())]),
+            "a worker is enrolled before its node is added"
+        );
+
+        let mut unnamed = cluster(json!({}));
+        unnamed.status = None;
+        let wanted = enrollment(&unnamed, &nodes);
+        assert!(
+            wanted.values().all(|labels| labels.len() == 1),
+            "without the cluster's UUID there is no topology key: {wanted:?}"
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! The storage-node workload of a cluster: worker enrollment, the DaemonSet, the headless
+//! Service with the cluster's EndpointSlice, the pods' ServiceAccount and Role, the serving
+//! certificate of the storage-node API ([`serving`]), and the per-node
+//! configuration. A second controller on StorageCluster that writes none of its status.
+//!
+//! The objects are built by a pure function ([`manifests()`]); this module reads what they
+//! are built from and applies each of them.
+//!
+//! Enrollment comes first: the DaemonSet only schedules on workers carrying the
+//! enrollment label, and a node waits at CheckingHost for the pod that DaemonSet runs, so
+//! a label nobody writes is a deadlock in which neither side reports anything wrong.
+
+pub mod manifests;
+pub mod names;
+pub mod serving;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use simplyblock_api::{StorageCluster, StorageNode};
+
+pub use manifests::{Manifests, Worker, manifests};
+pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, SERVICE_NAME, topology_label};
+use serving::{Decision, Recorded};
+
+use crate::context::{Context, requeue};
+use crate::kit::{self, Error};
+
+const MANAGER: &str = "storagenode-workload";
+
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagenode-workload";
+
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let controller = Controller::new(
+        ctx.scope.api::<StorageCluster>(&ctx.kube),
+        watcher::Config::default(),
+    )
+    // A lost or edited serving Secret is issued again at once, not at the next resync.
+    .owns(
+        ctx.scope.api::<Secret>(&ctx.kube),
+        watcher::Config::default().labels(&format!(
+            "{}={}",
+            names::MANAGED_BY_LABEL,
+            names::MANAGED_BY
+        )),
+    )
+    .watches(
+        ctx.scope.api::<StorageNode>(&ctx.kube),
+        watcher::Config::default(),
+        |n: StorageNode| {
+            Some(
+                ObjectRef::<StorageCluster>::new(&n.spec.cluster_ref)
+                    .within(&n.namespace().unwrap_or_default()),
+            )
+        },
+    );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
+}
+
+pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let nodes: Vec<StorageNode> = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| n.spec.cluster_ref == name)
+        .collect();
+    enroll(&ctx, &cluster, &nodes).await?;
+    render(&ctx, &cluster, &nodes).await?;
+    Ok(Action::requeue(requeue::RESYNC))
+}
+
+/// Labels every worker with a node of this cluster, and its slots' topology labels;
+/// removes the label from workers that no longer have one. Any read error aborts the
+/// whole rebuild, so a failed list never strips the fleet of its labels.
+async fn enroll(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let wanted = manifests::enrollment(cluster, nodes);
+    let workers: Api<Node> = Api::all(ctx.kube.clone());
+    let enrolled: BTreeSet<String> = workers
+        .list_metadata(&ListParams::default().labels(&format!("{ENROLLMENT_LABEL}={name}")))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for (worker, labels) in &wanted {
+        let Some(current) = workers.get_metadata_opt(worker).await? else {
+            continue;
+        };
+        let have = current.metadata.labels.unwrap_or_default();
+        let missing = labels.iter().any(|(k, v)| have.get(k) != Some(v));
+        if missing {
+            let patch = json!({"metadata": {"labels": labels}});
+            workers
+                .patch(worker, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+    }
+    for worker in enrolled.iter().filter(|w| !wanted.contains_key(*w)) {
+        let patch = json!({"metadata": {"labels": {ENROLLMENT_LABEL: null}}});
+        workers
+            .patch(worker, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Applies the cluster's [`manifests()`]: the configuration, the shared headless Service and
+/// the cluster's endpoints of it, the pods' identity, and the DaemonSet.
+async fn render(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> Result<(), Error> {
+    let workers = workers(ctx, nodes).await?;
+    // Only the DaemonSet names the certificate: when it cannot be issued, everything else
+    // is still brought up to date (the endpoints above all) before the error is reported.
+    let certificate = serving_certificate(ctx, cluster).await;
+    let objects = manifests(
+        cluster,
+        nodes,
+        &workers,
+        ctx.snode.port,
+        certificate.as_deref().unwrap_or_default(),
+    );
+    apply_changed(ctx, MANAGER, &objects.config).await?;
+    let service_manager = format!("{MANAGER}-{}", cluster.name_any());
+    apply_changed(ctx, &service_manager, &objects.service).await?;
+    apply_changed(ctx, MANAGER, &objects.endpoints).await?;
+    apply_changed(ctx, MANAGER, &objects.account).await?;
+    apply_changed(ctx, MANAGER, &objects.role).await?;
+    apply_changed(ctx, MANAGER, &objects.binding).await?;
+    certificate?;
+    apply_changed(ctx, MANAGER, &objects.daemonset).await
+}
+
+/// Makes sure the serving Secret holds a current certificate from the cluster's CA (kept
+/// by [`crate::ca`]); returns the Secret's resourceVersion. A new certificate is written
+/// with the resourceVersion read, so a concurrent issuer's certificate is never
+/// overwritten by a second one.
+async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<String, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    let ca_secret = serving::secret_metadata(cluster, &serving::ca_secret_name(&name));
+    let ca = crate::ca::ensure(&api, &ca_secret, &serving::CA_POLICY).await?;
+    let secret_name = serving::tls_secret_name(&name);
+    let current = api.get_opt(&secret_name).await?;
+    let recorded = current.as_ref().map(Recorded::from_secret);
+    let names = serving::dns_names(&ns);
+    let now = jiff::Timestamp::now();
+    let reason = match serving::decide(now, recorded.as_ref(), &ca.bundle, &names) {
+        Decision::Keep => {
+            let rv = current.and_then(|s| s.metadata.resource_version);
+            return Ok(rv.unwrap_or_default());
+        }
+        Decision::Issue(reason) => reason,
+    };
+    let not_after = now + serving::VALIDITY;
+    let dns: Vec<&str> = names.iter().map(String::as_str).collect();
+    let issued =
+        ca.authority
+            .serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
+    let secret = serving::tls_secret(cluster, issued, &ca.bundle, not_after, &names);
+    let written = crate::ca::create_or_swap(&api, current.as_ref(), secret)
+        .await?
+        .ok_or_else(|| Error::Stale(format!("Secret {secret_name}")))?;
+    tracing::info!(cluster = %name, secret = %secret_name, reason, not_after = %not_after, "issued the storage-node serving certificate");
+    ctx.event(
+        cluster,
+        false,
+        "ServingCertificateIssued",
+        format!(
+            "Issued the storage-node API's serving certificate in Secret {secret_name}, valid until {not_after}: {reason}."
+        ),
+    )
+    .await;
+    Ok(written.metadata.resource_version.unwrap_or_default())
+}
+
+/// The cluster's workers, read from their Nodes; a worker whose Node is gone is left out.
+async fn workers(ctx: &Context, nodes: &[StorageNode]) -> Result<Vec<Worker>, Error> {
+    let names: BTreeSet<&str> = nodes.iter().map(|n| n.spec.worker_node.as_str()).collect();
+    let api: Api<Node> = Api::all(ctx.kube.clone());
+    let mut out = Vec::new();
+    for name in names {
+        let Some(node) = api.get_opt(name).await? else {
+            continue;
+        };
+        let status = node.status.unwrap_or_default();
+        let address = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address);
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        out.push(Worker {
+            name: name.to_owned(),
+            address,
+            ready,
+        });
+    }
+    Ok(out)
+}
+
+/// What this process last applied to an object, by (kind, namespace, name, manager): the
+/// body and the resourceVersion the apply produced.
+type Applied = std::collections::HashMap<(String, String, String, String), (String, String)>;
+
+static APPLIED: std::sync::LazyLock<std::sync::Mutex<Applied>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Applies `object` (server-side, forced: a concurrent writer's fields are taken over
+/// rather than raced, and a conflict cannot leave half an object) unless the live object is
+/// still exactly what this process last applied: the same body, and nobody has written the
+/// object since (same resourceVersion). A no-op apply is still a write, and a converged
+/// cluster should write nothing; any other writer's change moves the resourceVersion and is
+/// overwritten again.
+async fn apply_changed<K>(ctx: &Context, manager: &str, object: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let ns = object.meta().namespace.clone().unwrap_or_default();
+    let name = object.name_any();
+    let api: Api<K> = Api::namespaced(ctx.kube.clone(), &ns);
+    let text = serde_json::to_string(object).map_err(kube::Error::SerdeError)?;
+    let key = (
+        K::kind(&()).to_string(),
+        ns,
+        name.clone(),
+        manager.to_string(),
+    );
+    let remembered = APPLIED.lock().ok().and_then(|m| m.get(&key).cloned());
+    if let Some((last, rv)) = remembered
+        && last == text
+        && api
+            .get_metadata_opt(&name)
+            .await?
+            .and_then(|o| o.metadata.resource_version)
+            == Some(rv)
+    {
+        return Ok(());
+    }
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(object),
+        )
+        .await?;
+    if let (Ok(mut m), Some(rv)) = (APPLIED.lock(), applied.meta().resource_version.clone()) {
+        m.insert(key, (text, rv));
+    }
+    Ok(())
+}
