@@ -2,7 +2,10 @@
 //! operations) and the teardown.
 
 pub mod controller;
+pub mod creation;
 pub mod history;
+pub mod identity;
 pub mod observe;
 pub mod ops;
 pub mod params;
+pub mod status;
