@@ -97,21 +97,30 @@ pub enum CreationPlan {
     },
 }
 
-/// The notice of a step that outlived its deadline, when it is not already the status
-/// message. The step goes on being retried.
+/// The notice of a step that outlived its deadline, raised once: when the cluster is not
+/// already Unavailable. The step goes on being retried.
 pub fn overdue(
     machine: &Machine<'_, CreationStep>,
     status: &StorageClusterStatus,
     now: Timestamp,
 ) -> Option<String> {
-    if !machine.timed_out(now) {
+    if !machine.timed_out(now) || status.phase == ClusterPhase::Unavailable {
         return None;
     }
-    let message = format!(
+    Some(format!(
         "creation step {} outlived its deadline; it is still being retried",
         machine.state()
-    );
-    (status.message.as_deref() != Some(message.as_str())).then_some(message)
+    ))
+}
+
+/// The phase a step that stays where it is writes: Unavailable once past its deadline, so
+/// that its own message does not undo the deadline's notice (and raise it again).
+pub fn holding_phase(machine: &Machine<'_, CreationStep>, now: Timestamp) -> ClusterPhase {
+    if machine.timed_out(now) {
+        ClusterPhase::Unavailable
+    } else {
+        ClusterPhase::Creating
+    }
 }
 
 /// What `step` does next, given what was read. Pure.
@@ -346,7 +355,7 @@ pub async fn execute(
             after,
         } => {
             ctx.event(cluster, true, reason, message.clone()).await;
-            say(ctx, cluster, &machine, message).await?;
+            say(ctx, cluster, &machine, message, now).await?;
             Ok(Action::requeue(after))
         }
         CreationPlan::Wait { after } => Ok(Action::requeue(after)),
@@ -388,7 +397,7 @@ pub async fn execute(
         }
         CreationPlan::Restart { message } => {
             machine.reset(now);
-            say(ctx, cluster, &machine, message).await?;
+            say(ctx, cluster, &machine, message, now).await?;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         CreationPlan::Finish { identity, status } => {
@@ -399,18 +408,19 @@ pub async fn execute(
     }
 }
 
-/// Writes the step and `message` (phase Creating) over whatever is stored.
+/// Writes the step and `message` over whatever is stored, in the [`holding_phase`].
 async fn say(
     ctx: &Context,
     cluster: &StorageCluster,
     machine: &Machine<'_, CreationStep>,
     message: String,
+    now: Timestamp,
 ) -> Result<(), Error> {
-    let creating = ClusterPhase::Creating;
+    let phase = holding_phase(machine, now);
     write_step(
         ctx,
         cluster,
-        creating,
+        phase,
         Some(machine),
         Some(message),
         Guard::None,

@@ -280,7 +280,22 @@ fn a_step_past_its_deadline_is_noted_once() {
         notice,
         "creation step Claiming outlived its deadline; it is still being retried"
     );
-    assert_eq!(overdue(&machine, &stored(Some(&notice)), late), None);
+    // Noted: the step's own later message (a config error) does not bring it back.
+    let noted = StorageClusterStatus {
+        phase: ClusterPhase::Unavailable,
+        ..stored(Some(&hugepages().to_string()))
+    };
+    assert_eq!(overdue(&machine, &noted, late), None);
+}
+
+#[test]
+fn a_step_held_past_its_deadline_keeps_the_cluster_unavailable() {
+    // Regression: a hold wrote Creating over the deadline's Unavailable, and the notice
+    // and the hold then rewrote each other on every pass.
+    let machine = CREATION_GRAPH.start(now());
+    assert_eq!(holding_phase(&machine, now()), ClusterPhase::Creating);
+    let late = now() + Duration::from_secs(11 * 60);
+    assert_eq!(holding_phase(&machine, late), ClusterPhase::Unavailable);
 }
 
 #[test]
