@@ -2,8 +2,11 @@
 //! operations), the teardown, and the storage-node workload the cluster runs on its workers.
 
 pub mod controller;
+pub mod creation;
 pub mod history;
+pub mod identity;
 pub mod observe;
 pub mod ops;
 pub mod params;
+pub mod status;
 pub mod workload;

@@ -1,0 +1,470 @@
+//! The StorageCluster creation machine (`CREATION_GRAPH`: Claiming → CheckingControlPlane
+//! → ResolvingConfig → Creating → Adopting → Persisting) as one pass of three parts:
+//!
+//! - [`observe`] reads what the current step needs, and only that; it writes nothing;
+//! - [`plan`] decides, purely, what the step does next with what was read;
+//! - [`execute`] performs the plan's writes and its one control-plane call.
+//!
+//! Every step is written to `status.step` before its side effect, and every side effect is
+//! preceded by a look at whether it already happened: a cluster created by a request whose
+//! answer was lost is found by name and adopted, never created twice. The claim is written
+//! only onto the resourceVersion it was decided from, and the identity the create call
+//! answers with is stored in its Secret before anything else can fail.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use simplyblock_api::StorageCluster;
+use simplyblock_api::storage_cluster::{
+    CREATION_GRAPH, ClusterPhase, CreationStep, StorageClusterStatus,
+};
+use simplyblock_controlplane::{Cluster, ClusterCreate, Task};
+use simplyblock_statemachine::{Machine, State};
+
+use super::identity::{self, Identity, cluster_secret_name, upgrade_secret_name};
+use super::observe::steady_status;
+use super::params::{self, BackupCredentials, ConfigError};
+use super::status::{write_steady, write_step};
+use crate::context::{Context, requeue};
+use crate::kit::{Error, Guard};
+
+/// What one pass of the creation machine read. Each field is read only in the steps named
+/// beside it; elsewhere it stays empty.
+#[derive(Debug, Default, PartialEq)]
+pub struct Observation {
+    /// CheckingControlPlane: why the control plane is not ready; `None` when it is.
+    pub not_ready: Option<String>,
+    /// CheckingControlPlane (once ready), Adopting: the identity an upgrade left behind.
+    pub upgrade: Option<Identity>,
+    /// ResolvingConfig, and Creating when no cluster has the name yet: the create body, or
+    /// why the spec and the Secrets it names cannot give one.
+    pub config: Option<Result<ClusterCreate, ConfigError>>,
+    /// Creating, and Adopting without an upgrade Secret: the control-plane cluster that
+    /// already has this StorageCluster's name.
+    pub existing: Option<Identity>,
+    /// Persisting: the identity stored in the cluster's Secret.
+    pub stored: Option<Identity>,
+    /// Persisting, with a stored identity: what the control plane reports of that cluster.
+    pub reported: Option<Reported>,
+}
+
+/// The control plane's cluster and its tasks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reported {
+    pub cluster: Cluster,
+    pub tasks: Vec<Task>,
+}
+
+/// What the current step does next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CreationPlan {
+    /// The step's outcome is there: move to `to`. Under [`Guard::ResourceVersion`] (the
+    /// claim) only the writer whose read is still current moves the cluster on.
+    Advance {
+        to: CreationStep,
+        message: String,
+        guard: Guard,
+    },
+    /// Stay in the step: raise `reason` (a warning), write `message`, look again after
+    /// `after`.
+    Hold {
+        reason: &'static str,
+        message: String,
+        after: Duration,
+    },
+    /// Stay in the step with nothing new to say; look again after `after`.
+    Wait { after: Duration },
+    /// Store `identity` in the cluster's Secret, then move to `to`; `adopted`: the cluster
+    /// was not created by this operator, which an event says.
+    Record {
+        identity: Identity,
+        to: CreationStep,
+        adopted: bool,
+    },
+    /// Create the cluster in the control plane.
+    Create { body: Box<ClusterCreate> },
+    /// Back to the first step, saying why.
+    Restart { message: String },
+    /// The control plane has the cluster: publish it to the CSI driver and write the
+    /// steady-state `status`, which ends the machine.
+    Finish {
+        identity: Identity,
+        status: Box<StorageClusterStatus>,
+    },
+}
+
+/// The notice of a step that outlived its deadline, raised once: when the cluster is not
+/// already Unavailable. The step goes on being retried.
+pub fn overdue(
+    machine: &Machine<'_, CreationStep>,
+    status: &StorageClusterStatus,
+    now: Timestamp,
+) -> Option<String> {
+    if !machine.timed_out(now) || status.phase == ClusterPhase::Unavailable {
+        return None;
+    }
+    Some(format!(
+        "creation step {} outlived its deadline; it is still being retried",
+        machine.state()
+    ))
+}
+
+/// The phase a step that stays where it is writes: Unavailable once past its deadline, so
+/// that its own message does not undo the deadline's notice (and raise it again).
+pub fn holding_phase(machine: &Machine<'_, CreationStep>, now: Timestamp) -> ClusterPhase {
+    if machine.timed_out(now) {
+        ClusterPhase::Unavailable
+    } else {
+        ClusterPhase::Creating
+    }
+}
+
+/// What `step` does next, given what was read. Pure.
+pub fn plan(step: CreationStep, status: &StorageClusterStatus, obs: &Observation) -> CreationPlan {
+    // A read the step always makes is missing only if observe changed: look again.
+    let look_again = CreationPlan::Wait {
+        after: requeue::RETRY,
+    };
+    match step {
+        CreationStep::Claiming => CreationPlan::Advance {
+            to: CreationStep::CheckingControlPlane,
+            message: "claimed; checking the control plane".into(),
+            guard: Guard::ResourceVersion,
+        },
+        CreationStep::CheckingControlPlane => match (&obs.not_ready, &obs.upgrade) {
+            (Some(why), _) => CreationPlan::Hold {
+                reason: "FDBNotReady",
+                message: format!(
+                    "the control plane is not ready ({why}); the cluster is created once it is"
+                ),
+                after: requeue::RETRY,
+            },
+            (None, Some(_)) => advance(CreationStep::Adopting),
+            (None, None) => advance(CreationStep::ResolvingConfig),
+        },
+        CreationStep::ResolvingConfig => match &obs.config {
+            Some(Ok(_)) => advance(CreationStep::Creating),
+            Some(Err(e)) => hold_on_config(status, e),
+            None => look_again,
+        },
+        CreationStep::Creating => match (&obs.existing, &obs.config) {
+            // An earlier create whose answer was lost, or another writer.
+            (Some(existing), _) => CreationPlan::Record {
+                identity: existing.clone(),
+                to: CreationStep::Adopting,
+                adopted: false,
+            },
+            (None, Some(Ok(body))) => CreationPlan::Create {
+                body: Box::new(body.clone()),
+            },
+            (None, Some(Err(e))) => hold_on_config(status, e),
+            (None, None) => look_again,
+        },
+        CreationStep::Adopting => match obs.upgrade.as_ref().or(obs.existing.as_ref()) {
+            Some(found) => CreationPlan::Record {
+                identity: found.clone(),
+                to: CreationStep::Persisting,
+                adopted: true,
+            },
+            None => CreationPlan::Restart {
+                message: "nothing to adopt was found; creating the cluster afresh".into(),
+            },
+        },
+        CreationStep::Persisting => match (&obs.stored, &obs.reported) {
+            (None, _) => CreationPlan::Restart {
+                message: "the cluster's Secret is missing; looking the cluster up again".into(),
+            },
+            (Some(identity), Some(reported)) => {
+                let mut next = steady_status(status, &reported.cluster, &reported.tasks);
+                next.step = Default::default();
+                next.message = Some(format!("created in the control plane as {}", identity.uuid));
+                CreationPlan::Finish {
+                    identity: identity.clone(),
+                    status: Box::new(next),
+                }
+            }
+            (Some(_), None) => look_again,
+        },
+    }
+}
+
+/// After a create call that failed: a cluster of the name that is there anyway was
+/// created by it (its answer was lost) and is adopted; otherwise the failure is said and
+/// the call retried.
+pub fn after_failed_create(error: &str, exists: bool) -> CreationPlan {
+    if exists {
+        return advance(CreationStep::Adopting);
+    }
+    CreationPlan::Hold {
+        reason: "ClusterCreationFailed",
+        message: format!("creating the cluster in the control plane failed: {error}"),
+        after: requeue::RETRY,
+    }
+}
+
+fn advance(to: CreationStep) -> CreationPlan {
+    CreationPlan::Advance {
+        to,
+        message: format!("creation step {}", to.name()),
+        guard: Guard::None,
+    }
+}
+
+/// A spec the create body cannot be made from: said once (a spec or Secret change brings
+/// the next pass; the requeue is a backstop).
+fn hold_on_config(status: &StorageClusterStatus, e: &ConfigError) -> CreationPlan {
+    let message = e.to_string();
+    if status.message.as_deref() == Some(message.as_str()) {
+        return CreationPlan::Wait {
+            after: requeue::RESYNC,
+        };
+    }
+    CreationPlan::Hold {
+        reason: e.reason(),
+        message,
+        after: requeue::RESYNC,
+    }
+}
+
+/// Reads what `step` needs. No writes.
+pub async fn observe(
+    cluster: &StorageCluster,
+    step: CreationStep,
+    ctx: &Context,
+) -> Result<Observation, Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let mut obs = Observation::default();
+    match step {
+        CreationStep::Claiming => {}
+        CreationStep::CheckingControlPlane => {
+            obs.not_ready = ctx.cp.ready().await.err().map(|e| e.to_string());
+            if obs.not_ready.is_none() {
+                obs.upgrade = identity::read(ctx, &ns, &upgrade_secret_name(&name)).await?;
+            }
+        }
+        CreationStep::ResolvingConfig => obs.config = Some(resolve(cluster, ctx).await?),
+        CreationStep::Creating => {
+            obs.existing = named(ctx, &name).await?;
+            if obs.existing.is_none() {
+                obs.config = Some(resolve(cluster, ctx).await?);
+            }
+        }
+        CreationStep::Adopting => {
+            obs.upgrade = identity::read(ctx, &ns, &upgrade_secret_name(&name)).await?;
+            if obs.upgrade.is_none() {
+                obs.existing = named(ctx, &name).await?;
+            }
+        }
+        CreationStep::Persisting => {
+            obs.stored = identity::read(ctx, &ns, &cluster_secret_name(&name)).await?;
+            if let Some(id) = &obs.stored {
+                obs.reported = Some(Reported {
+                    cluster: ctx.cp.get_cluster(id.uuid).await?,
+                    tasks: ctx.cp.list_tasks(id.uuid).await.unwrap_or_default(),
+                });
+            }
+        }
+    }
+    Ok(obs)
+}
+
+/// The identity of the control-plane cluster named `name`, if there is one.
+async fn named(ctx: &Context, name: &str) -> Result<Option<Identity>, Error> {
+    Ok(ctx
+        .cp
+        .list_clusters()
+        .await?
+        .into_iter()
+        .find(|c| c.name.as_deref() == Some(name))
+        .map(|c| Identity {
+            uuid: c.id,
+            secret: c.secret,
+        }))
+}
+
+/// The create body, with the backup credentials read from their Secret.
+async fn resolve(
+    cluster: &StorageCluster,
+    ctx: &Context,
+) -> Result<Result<ClusterCreate, ConfigError>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let creds = match &cluster.spec.backup {
+        None => None,
+        Some(store) => {
+            let secret_name = &store.credentials_secret_ref.name;
+            let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+            let secret = api.get_opt(secret_name).await?;
+            let key = |k: &str| {
+                secret
+                    .as_ref()
+                    .and_then(|s| s.data.as_ref())
+                    .and_then(|d| d.get(k))
+                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            };
+            match (key("access_key_id"), key("secret_access_key")) {
+                (Some(access_key_id), Some(secret_access_key)) => Some(BackupCredentials {
+                    access_key_id,
+                    secret_access_key,
+                }),
+                _ => {
+                    return Ok(Err(ConfigError::BackupCredentials(format!(
+                        "Secret {secret_name} in namespace {ns} must exist and hold the keys access_key_id and secret_access_key"
+                    ))));
+                }
+            }
+        }
+    };
+    Ok(params::cluster_create(
+        &cluster.name_any(),
+        &ns,
+        &cluster.spec,
+        creds.as_ref(),
+    ))
+}
+
+/// Performs `plan` for the step `machine` is in: its writes, in write-ahead order, and at
+/// most one control-plane call.
+pub async fn execute(
+    cluster: &StorageCluster,
+    mut machine: Machine<'_, CreationStep>,
+    plan: CreationPlan,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    match plan {
+        CreationPlan::Advance { to, message, guard } => {
+            if let Err(e) = machine.transition_to(to, now) {
+                // A controller bug, not a user's: say so and stop rather than loop.
+                tracing::error!(error = %e, "illegal creation transition");
+                return Ok(Action::await_change());
+            }
+            let creating = ClusterPhase::Creating;
+            if !write_step(ctx, cluster, creating, Some(&machine), Some(message), guard).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        CreationPlan::Hold {
+            reason,
+            message,
+            after,
+        } => {
+            ctx.event(cluster, true, reason, message.clone()).await;
+            say(ctx, cluster, &machine, message, now).await?;
+            Ok(Action::requeue(after))
+        }
+        CreationPlan::Wait { after } => Ok(Action::requeue(after)),
+        CreationPlan::Record {
+            identity,
+            to,
+            adopted,
+        } => {
+            identity::write(ctx, cluster, &identity).await?;
+            if adopted {
+                let note = format!(
+                    "adopted control-plane cluster {} instead of creating one",
+                    identity.uuid
+                );
+                ctx.event(cluster, false, "ClusterAdopted", note).await;
+            }
+            Box::pin(execute(cluster, machine, advance(to), ctx, now)).await
+        }
+        CreationPlan::Create { body } => {
+            let created = ctx.cp.create_cluster(&body).await;
+            crate::crash::point(crate::crash::CLUSTER_CREATE);
+            let next = match created {
+                // The secret exists nowhere else it can be read back from reliably: it is
+                // recorded before anything else can fail.
+                Ok(created) => CreationPlan::Record {
+                    identity: Identity {
+                        uuid: created.id,
+                        secret: created.secret,
+                    },
+                    to: CreationStep::Persisting,
+                    adopted: false,
+                },
+                Err(e) => {
+                    let exists = named(ctx, &cluster.name_any()).await?.is_some();
+                    after_failed_create(&e.to_string(), exists)
+                }
+            };
+            Box::pin(execute(cluster, machine, next, ctx, now)).await
+        }
+        CreationPlan::Restart { message } => {
+            machine.reset(now);
+            say(ctx, cluster, &machine, message, now).await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        CreationPlan::Finish { identity, status } => {
+            identity::publish_csi_entry(ctx, &identity).await?;
+            write_steady(ctx, cluster, &status).await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+    }
+}
+
+/// Writes the step and `message` over whatever is stored, in the [`holding_phase`].
+async fn say(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    machine: &Machine<'_, CreationStep>,
+    message: String,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let phase = holding_phase(machine, now);
+    write_step(
+        ctx,
+        cluster,
+        phase,
+        Some(machine),
+        Some(message),
+        Guard::None,
+    )
+    .await?;
+    Ok(())
+}
+
+/// One pass of the creation machine: restore the step, note a missed deadline, then
+/// observe → plan → execute.
+pub async fn create(
+    cluster: &StorageCluster,
+    status: &StorageClusterStatus,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let now = Timestamp::now();
+    let machine = match CREATION_GRAPH.restore(&status.step, now) {
+        Ok(m) => m,
+        Err(e) => {
+            let message = format!("the stored creation step cannot be resumed: {e}");
+            let unavailable = ClusterPhase::Unavailable;
+            write_step(ctx, cluster, unavailable, None, Some(message), Guard::None).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if let Some(message) = overdue(&machine, status, now) {
+        ctx.event(cluster, true, "StepDeadlineExceeded", message.clone())
+            .await;
+        let unavailable = ClusterPhase::Unavailable;
+        write_step(
+            ctx,
+            cluster,
+            unavailable,
+            Some(&machine),
+            Some(message),
+            Guard::None,
+        )
+        .await?;
+    }
+    let obs = observe(cluster, machine.state(), ctx).await?;
+    let next = plan(machine.state(), status, &obs);
+    execute(cluster, machine, next, ctx, now).await
+}
+
+#[cfg(test)]
+#[path = "creation_tests.rs"]
+mod tests;
