@@ -315,9 +315,13 @@ async fn provision(
             return Ok(Action::await_change());
         }
     };
+    // This pass's own bookkeeping writes move the resourceVersion on; a guarded write
+    // later in the pass goes onto the object as they left it, so it fails only on
+    // someone else's write.
+    let mut current = None;
     if status.step.is_empty() {
         // The first pass: record the machine's start so its deadline counts from now.
-        write(
+        current = write(
             ctx,
             node,
             NodePhase::Provisioning,
@@ -339,9 +343,9 @@ async fn provision(
         if status.message.as_deref() != Some(message.as_str()) {
             ctx.event(node, true, "StepDeadlineExceeded", message.clone())
                 .await;
-            write(
+            current = write(
                 ctx,
-                node,
+                current.as_ref().unwrap_or(node),
                 NodePhase::Provisioning,
                 Some(machine.snapshot()),
                 Some(message),
@@ -351,6 +355,7 @@ async fn provision(
             .await?;
         }
     }
+    let node = current.as_ref().unwrap_or(node);
     let observed = observe(machine.state(), node, cluster, cluster_id, ctx).await?;
     let plan = machine::plan(machine.state(), node, cluster, &observed, now);
     execute(plan, &mut machine, node, status, cluster, cluster_id, ctx).await
@@ -481,7 +486,9 @@ async fn execute(
                     return Ok(Action::requeue(requeue::RETRY));
                 }
             }
-            let (to, guard) = (ProvisioningStep::Resolving, Guard::None);
+            // Guarded: a pass that read an older copy (a requeue can run before the watch
+            // brings this controller's own last write) must not move the node back.
+            let (to, guard) = (ProvisioningStep::Resolving, Guard::ResourceVersion);
             advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
         }
         ProvisioningPlan::Record { found } => {

@@ -84,7 +84,7 @@ pub enum ProvisioningPlan {
         cluster_version: Option<String>,
         message: String,
     },
-    /// Send the node add, then move into Resolving.
+    /// Send the node add, then move into Resolving under the node's resourceVersion.
     SendAdd { message: String },
     /// The control plane made the node: record it, and give the worker's slot back.
     Record { found: CpNode },
@@ -155,7 +155,12 @@ pub fn plan(
                 || observed.sibling_posted
                 || observed.add == Some(AddWindow::Open);
             if sent {
-                advance(Resolving, message)
+                Advance {
+                    to: Resolving,
+                    message,
+                    guard: Guard::ResourceVersion,
+                    then: requeue::NEXT_STEP,
+                }
             } else {
                 SendAdd { message }
             }

@@ -228,7 +228,7 @@ fn posting_sends_the_add_only_when_nothing_shows_it_was_sent() {
     for observed in sent {
         let p = next(Posting, &node(), observed.clone());
         assert!(
-            advance_to(Resolving, Guard::None)(&p),
+            advance_to(Resolving, Guard::ResourceVersion)(&p),
             "{observed:?} gave {p:?}"
         );
     }
