@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -27,7 +26,8 @@ use simplyblock_controlplane::{
 };
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
-use super::provisioning::{self, Contender, SlotDecision};
+use super::machine::{self, Observation, ProvisioningPlan, SlotInputs};
+use super::provisioning::{self, AddWindow, Contender};
 use crate::context::{Context, requeue};
 use crate::kit::{self, Error, Guard};
 
@@ -140,7 +140,7 @@ async fn hold(
         machine.map(|m| m.snapshot()).or(Some(status.step.clone())),
         Some(message),
         None,
-        false,
+        Guard::None,
     )
     .await?;
     Ok(())
@@ -171,7 +171,8 @@ struct OwnedStatus {
     observed_generation: Option<i64>,
 }
 
-/// Writes this controller's status fields. With `lock`, only on the resourceVersion read.
+/// Writes this controller's status fields and returns the node as stored; `None` when the
+/// write was guarded and someone wrote the node since it was read.
 async fn write(
     ctx: &Context,
     node: &StorageNode,
@@ -179,8 +180,8 @@ async fn write(
     step: Option<StepSnapshot>,
     message: Option<String>,
     observed: Option<&StorageNodeStatus>,
-    lock: bool,
-) -> Result<bool, Error> {
+    guard: Guard,
+) -> Result<Option<StorageNode>, Error> {
     let observed = observed.cloned().unwrap_or_default();
     let status = OwnedStatus {
         phase,
@@ -194,44 +195,34 @@ async fn write(
         resources: observed.resources,
         observed_generation: node.metadata.generation,
     };
-    let guard = if lock {
-        Guard::ResourceVersion
-    } else {
-        Guard::None
-    };
     match kit::apply_status(&ctx.kube, node, MANAGER, &status, guard).await {
-        Ok(_) => Ok(true),
-        Err(Error::Stale(_)) => Ok(false),
+        Ok(written) => Ok(Some(written)),
+        Err(Error::Stale(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Moves the machine to `next` and writes it, then looks again after `then`; a guarded
+/// write that lost its race looks again after [`requeue::CONFLICT`] instead.
 async fn advance(
     ctx: &Context,
     node: &StorageNode,
     machine: &mut Machine<'_, ProvisioningStep>,
     next: ProvisioningStep,
     message: String,
-    lock: bool,
-) -> Result<Option<Action>, Error> {
+    guard: Guard,
+    then: std::time::Duration,
+) -> Result<Action, Error> {
     if let Err(e) = machine.transition_to(next, jiff::Timestamp::now()) {
         tracing::error!(error = %e, "illegal provisioning transition");
-        return Ok(Some(Action::await_change()));
+        return Ok(Action::await_change());
     }
-    if !write(
-        ctx,
-        node,
-        NodePhase::Provisioning,
-        Some(machine.snapshot()),
-        Some(message),
-        None,
-        lock,
-    )
-    .await?
-    {
-        return Ok(Some(Action::requeue(requeue::CONFLICT)));
+    let step = Some(machine.snapshot());
+    let phase = NodePhase::Provisioning;
+    match write(ctx, node, phase, step, Some(message), None, guard).await? {
+        Some(_) => Ok(Action::requeue(then)),
+        None => Ok(Action::requeue(requeue::CONFLICT)),
     }
-    Ok(None)
 }
 
 fn snode(ctx: &Context, worker: &str) -> Result<SnodeClient, Error> {
@@ -241,20 +232,21 @@ fn snode(ctx: &Context, worker: &str) -> Result<SnodeClient, Error> {
     Ok(SnodeClient::new(config)?)
 }
 
-/// The worker's management address, as Kubernetes reports it.
-async fn worker_address(ctx: &Context, worker: &str) -> Result<Option<String>, Error> {
-    let node = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?;
-    Ok(node.and_then(|n| n.status?.addresses).and_then(|a| {
-        a.into_iter()
-            .find(|a| a.type_ == "InternalIP")
-            .map(|a| a.address)
-    }))
+/// The worker's Node, if it is one of this cluster's.
+async fn worker_node(ctx: &Context, worker: &str) -> Result<Option<Node>, Error> {
+    Ok(Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?)
 }
 
-/// Whether the worker is gone, NotReady or cordoned.
-async fn worker_away(ctx: &Context, worker: &str) -> Result<Option<String>, Error> {
-    let node = Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?;
-    Ok(away_reason(worker, node.as_ref()))
+/// The worker's management address, as Kubernetes reports it.
+fn address_of(node: Option<&Node>) -> Option<&str> {
+    node?
+        .status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.as_str())
 }
 
 /// Why `worker` (its Node, if there is one) cannot take a node add now.
@@ -277,13 +269,15 @@ fn away_reason(worker: &str, node: Option<&Node>) -> Option<String> {
     not_ready.then(|| format!("worker {worker} is NotReady"))
 }
 
-/// The backend nodes of this node's worker, in slot order (by RPC port).
+/// The backend nodes of `worker` (named by its hostname or its Node's address), in slot
+/// order (by RPC port).
 async fn backend_nodes_of(
     ctx: &Context,
     cluster_id: Uuid,
     worker: &str,
-    address: Option<&str>,
+    known: Option<&Node>,
 ) -> Result<Vec<simplyblock_controlplane::StorageNode>, Error> {
+    let address = address_of(known);
     let mut nodes: Vec<_> = ctx
         .cp
         .list_storage_nodes(cluster_id)
@@ -303,8 +297,6 @@ async fn provision(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let now = jiff::Timestamp::now();
-    let worker = node.spec.worker_node.clone();
-    let slot = node.spec.slot.unwrap_or(0);
     let mut machine = match PROVISIONING_GRAPH.restore(&status.step, now) {
         Ok(m) => m,
         Err(e) => {
@@ -317,22 +309,29 @@ async fn provision(
                     "the stored provisioning step cannot be resumed: {e}"
                 )),
                 None,
-                false,
+                Guard::None,
             )
             .await?;
             return Ok(Action::await_change());
         }
     };
+    // This pass's own bookkeeping writes move the resourceVersion on; a guarded write
+    // later in the pass goes onto the object as they left it, so it fails only on
+    // someone else's write.
+    let mut current = None;
     if status.step.is_empty() {
         // The first pass: record the machine's start so its deadline counts from now.
-        write(
+        current = write(
             ctx,
             node,
             NodePhase::Provisioning,
             Some(machine.snapshot()),
-            Some(format!("checking worker {worker}'s storage-node API")),
+            Some(format!(
+                "checking worker {}'s storage-node API",
+                node.spec.worker_node
+            )),
             None,
-            false,
+            Guard::None,
         )
         .await?;
     }
@@ -344,261 +343,207 @@ async fn provision(
         if status.message.as_deref() != Some(message.as_str()) {
             ctx.event(node, true, "StepDeadlineExceeded", message.clone())
                 .await;
-            write(
+            current = write(
                 ctx,
-                node,
+                current.as_ref().unwrap_or(node),
                 NodePhase::Provisioning,
                 Some(machine.snapshot()),
                 Some(message),
                 None,
-                false,
+                Guard::None,
             )
             .await?;
         }
     }
-    let address = worker_address(ctx, &worker).await?;
+    let node = current.as_ref().unwrap_or(node);
+    let observed = observe(machine.state(), node, cluster, cluster_id, ctx).await?;
+    let plan = machine::plan(machine.state(), node, cluster, &observed, now);
+    execute(plan, &mut machine, node, status, cluster, cluster_id, ctx).await
+}
 
-    match machine.state() {
+/// Reads what `step` decides from, and nothing else: the control plane is asked only
+/// what the step needs, in the order a step stops at its first answer.
+async fn observe(
+    step: ProvisioningStep,
+    node: &StorageNode,
+    cluster: &StorageCluster,
+    cluster_id: Uuid,
+    ctx: &Context,
+) -> Result<Observation, Error> {
+    let worker = &node.spec.worker_node;
+    let mut observed = Observation::default();
+    match step {
         ProvisioningStep::CheckingHost => {
-            if let Err(e) = snode(ctx, &worker)?.check().await {
-                hold(ctx, node, status, Some(&machine), "HostUnreachable", format!("worker {worker}'s storage-node API does not answer yet ({e}); the node is added once it does")).await?;
-                return Ok(Action::requeue(requeue::CONFLICT));
+            if let Err(e) = snode(ctx, worker)?.check().await {
+                observed.host_unreachable = Some(e.to_string());
+                return Ok(observed);
             }
-            let adopt = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref())
-                .await?
-                .len()
-                > slot as usize;
-            let next = if adopt {
-                ProvisioningStep::Adopting
-            } else {
-                ProvisioningStep::CheckingConfig
-            };
-            Ok(advance(
-                ctx,
-                node,
-                &mut machine,
-                next,
-                format!("worker {worker} answers"),
-                false,
-            )
-            .await?
-            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+            let known = worker_node(ctx, worker).await?;
+            observed.backend = backend_nodes_of(ctx, cluster_id, worker, known.as_ref()).await?;
         }
-        ProvisioningStep::CheckingConfig => {
-            if cluster.spec.enable_failure_domains.unwrap_or(false)
-                && node.spec.config.failure_domain.is_none()
-            {
-                hold(ctx, node, status, Some(&machine), "FailureDomainMissing", "StorageCluster uses failure domains and this node names none; set spec.config.failureDomain".into()).await?;
-                return Ok(Action::requeue(requeue::RESYNC));
-            }
-            Ok(advance(
-                ctx,
-                node,
-                &mut machine,
-                ProvisioningStep::AwaitingSlot,
-                "waiting for a node-add slot".into(),
-                false,
-            )
-            .await?
-            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
-        }
+        ProvisioningStep::CheckingConfig => {}
         ProvisioningStep::AwaitingSlot => {
-            match take_slot(ctx, node, cluster).await? {
-                SlotOutcome::Taken => {
-                    // The transition into Posting is the mutex: under the resourceVersion
-                    // this pass read, so two passes cannot both get here.
-                    Ok(advance(
-                        ctx,
-                        node,
-                        &mut machine,
-                        ProvisioningStep::Posting,
-                        format!("adding worker {worker} to the control plane"),
-                        true,
-                    )
-                    .await?
-                    .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
-                }
-                SlotOutcome::Busy(message) => {
-                    hold(ctx, node, status, Some(&machine), "AwaitingSlot", message).await?;
-                    Ok(Action::requeue(requeue::CONFLICT))
-                }
-                SlotOutcome::Conflict => Ok(Action::requeue(requeue::CONFLICT)),
-            }
+            observed.slots = slot_inputs(ctx, node, cluster).await?;
         }
         ProvisioningStep::Posting => {
-            if let Some(why) = worker_away(ctx, &worker).await? {
-                return Ok(advance(
-                    ctx,
-                    node,
-                    &mut machine,
-                    ProvisioningStep::AwaitingWorker,
-                    why,
-                    false,
-                )
-                .await?
-                .unwrap_or(Action::requeue(requeue::RESYNC)));
+            let known = worker_node(ctx, worker).await?;
+            observed.worker_away = away_reason(worker, known.as_ref());
+            if observed.worker_away.is_some() {
+                return Ok(observed);
             }
-            // The add's effect may already be there: nodes of the worker, a sibling that
-            // posted, or an add task still open from a pass that died after sending it.
-            let already = !backend_nodes_of(ctx, cluster_id, &worker, address.as_deref())
-                .await?
-                .is_empty()
-                || sibling_posted(ctx, node).await?
-                || add_open(ctx, cluster_id, &ctx.snode.address(&worker)).await?;
-            if !already {
-                let body = provisioning::node_add_body(
-                    ctx.snode.address(&worker),
-                    &ctx.snode.namespace,
-                    node,
-                    cluster,
-                );
-                let added = ctx.cp.add_storage_node(cluster_id, &body).await;
-                crate::crash::point(crate::crash::NODE_ADD);
-                match added {
-                    Ok(task) => {
-                        ctx.event(
-                            node,
-                            false,
-                            "NodeAddRequested",
-                            format!("node add for worker {worker} queued as task {task}"),
-                        )
-                        .await
-                    }
-                    // The real server's answer to a second add while one is open.
-                    Err(e) if e.is_retryable() => {
-                        tracing::info!(%worker, error = %e, "a node add for this worker is already open")
-                    }
-                    Err(e) => {
-                        hold(
-                            ctx,
-                            node,
-                            status,
-                            Some(&machine),
-                            "NodeAddFailed",
-                            format!("the control plane refused to add worker {worker}: {e}"),
-                        )
-                        .await?;
-                        return Ok(Action::requeue(requeue::RETRY));
-                    }
-                }
+            observed.backend = backend_nodes_of(ctx, cluster_id, worker, known.as_ref()).await?;
+            if !observed.backend.is_empty() {
+                return Ok(observed);
             }
-            Ok(advance(
-                ctx,
-                node,
-                &mut machine,
-                ProvisioningStep::Resolving,
-                format!("waiting for the control plane to create worker {worker}'s node"),
-                false,
-            )
-            .await?
-            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
+            observed.sibling_posted = sibling_posted(ctx, node).await?;
+            if !observed.sibling_posted {
+                observed.add = Some(add_window(ctx, cluster_id, worker).await?);
+            }
         }
         ProvisioningStep::Resolving => {
-            let backend = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref()).await?;
-            // The task window is the evidence of where the add is: while it is open the
-            // node may exist half-made, and the worker keeps its node-add slot, so the
-            // budget covers the whole add and not only its first half.
-            let tasks = ctx.cp.list_tasks(cluster_id).await?;
-            let own = ctx.snode.address(&worker);
-            match backend.get(slot as usize) {
-                Some(_) if provisioning::add_open(&tasks, &own) => {
-                    Ok(Action::requeue(std::time::Duration::from_secs(1)))
-                }
-                Some(found) => {
-                    let observed = observed(found);
-                    write(
-                        ctx,
-                        node,
-                        phase_of(found),
-                        None,
-                        Some(format!("created in the control plane as {}", found.id)),
-                        Some(&observed),
-                        false,
-                    )
-                    .await?;
-                    release_slot(ctx, node, cluster).await?;
+            let known = worker_node(ctx, worker).await?;
+            observed.backend = backend_nodes_of(ctx, cluster_id, worker, known.as_ref()).await?;
+            observed.add = Some(add_window(ctx, cluster_id, worker).await?);
+        }
+        ProvisioningStep::AwaitingWorker => {
+            let known = worker_node(ctx, worker).await?;
+            observed.worker_away = away_reason(worker, known.as_ref());
+        }
+        ProvisioningStep::Adopting => {
+            let known = worker_node(ctx, worker).await?;
+            observed.backend = backend_nodes_of(ctx, cluster_id, worker, known.as_ref()).await?;
+        }
+    }
+    Ok(observed)
+}
+
+/// Does what `plan` says: the status writes, the slot claim and the node add.
+async fn execute(
+    plan: ProvisioningPlan,
+    machine: &mut Machine<'_, ProvisioningStep>,
+    node: &StorageNode,
+    status: &StorageNodeStatus,
+    cluster: &StorageCluster,
+    cluster_id: Uuid,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let worker = &node.spec.worker_node;
+    match plan {
+        ProvisioningPlan::Advance {
+            to,
+            message,
+            guard,
+            then,
+        } => advance(ctx, node, machine, to, message, guard, then).await,
+        ProvisioningPlan::Hold {
+            reason,
+            message,
+            then,
+        } => {
+            hold(ctx, node, status, Some(machine), reason, message).await?;
+            Ok(Action::requeue(then))
+        }
+        ProvisioningPlan::TakeSlot {
+            slots,
+            cluster_version,
+            message,
+        } => {
+            // The slot first, under the cluster's resourceVersion: two claims from one
+            // reading cannot both land. Then the transition into Posting, under the
+            // node's: two passes cannot both get there.
+            if !write_slots(ctx, cluster, cluster_version, &slots).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            let (to, guard) = (ProvisioningStep::Posting, Guard::ResourceVersion);
+            advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
+        }
+        ProvisioningPlan::SendAdd { message } => {
+            let body = provisioning::node_add_body(
+                ctx.snode.address(worker),
+                &ctx.snode.namespace,
+                node,
+                cluster,
+            );
+            let added = ctx.cp.add_storage_node(cluster_id, &body).await;
+            crate::crash::point(crate::crash::NODE_ADD);
+            match added {
+                Ok(task) => {
                     ctx.event(
                         node,
                         false,
-                        "NodeOnline",
-                        format!(
-                            "worker {worker} slot {slot} is control-plane node {}",
-                            found.id
-                        ),
+                        "NodeAddRequested",
+                        format!("node add for worker {worker} queued as task {task}"),
                     )
-                    .await;
-                    Ok(Action::requeue(requeue::NEXT_STEP))
+                    .await
                 }
-                // An add that is over without a node (refused, lost, or out of retries)
-                // is asked for again rather than waited out while it holds the slot.
-                None if provisioning::add_over_without_node(&tasks, &own) => Ok(advance(
-                    ctx,
-                    node,
-                    &mut machine,
-                    ProvisioningStep::Posting,
-                    format!("the node add for worker {worker} ended without a node; asking again"),
-                    false,
-                )
-                .await?
-                .unwrap_or(Action::requeue(requeue::NEXT_STEP))),
-                None => Ok(Action::requeue(std::time::Duration::from_secs(1))),
+                // The real server's answer to a second add while one is open.
+                Err(e) if e.is_retryable() => {
+                    tracing::info!(%worker, error = %e, "a node add for this worker is already open")
+                }
+                Err(e) => {
+                    let message = format!("the control plane refused to add worker {worker}: {e}");
+                    hold(ctx, node, status, Some(machine), "NodeAddFailed", message).await?;
+                    return Ok(Action::requeue(requeue::RETRY));
+                }
             }
+            // Guarded: a pass that read an older copy (a requeue can run before the watch
+            // brings this controller's own last write) must not move the node back.
+            let (to, guard) = (ProvisioningStep::Resolving, Guard::ResourceVersion);
+            advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
         }
-        ProvisioningStep::AwaitingWorker => {
-            if worker_away(ctx, &worker).await?.is_some() {
-                return Ok(Action::requeue(requeue::RESYNC));
-            }
-            Ok(advance(
-                ctx,
-                node,
-                &mut machine,
-                ProvisioningStep::CheckingHost,
-                format!("worker {worker} is back"),
-                false,
-            )
-            .await?
-            .unwrap_or(Action::requeue(requeue::NEXT_STEP)))
-        }
-        ProvisioningStep::Adopting => {
-            let backend = backend_nodes_of(ctx, cluster_id, &worker, address.as_deref()).await?;
-            let Some(found) = backend.get(slot as usize) else {
-                machine.reset(now);
-                write(
-                    ctx,
-                    node,
-                    NodePhase::Provisioning,
-                    Some(machine.snapshot()),
-                    Some("nothing to adopt; adding the node".into()),
-                    None,
-                    false,
-                )
-                .await?;
-                return Ok(Action::requeue(requeue::NEXT_STEP));
-            };
-            let observed = observed(found);
-            write(
-                ctx,
-                node,
-                phase_of(found),
-                None,
-                Some(format!("adopted control-plane node {}", found.id)),
-                Some(&observed),
-                false,
-            )
-            .await?;
-            ctx.event(
-                node,
-                false,
-                "NodeAdopted",
-                format!(
-                    "adopted control-plane node {} instead of adding one",
-                    found.id
-                ),
-            )
-            .await;
+        ProvisioningPlan::Record { found } => {
+            let message = format!("created in the control plane as {}", found.id);
+            record(ctx, node, &found, message).await?;
+            release_slot(ctx, node, cluster).await?;
+            let slot = node.spec.slot.unwrap_or(0);
+            let message = format!(
+                "worker {worker} slot {slot} is control-plane node {}",
+                found.id
+            );
+            ctx.event(node, false, "NodeOnline", message).await;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
+        ProvisioningPlan::Adopt { found } => {
+            let message = format!("adopted control-plane node {}", found.id);
+            record(ctx, node, &found, message).await?;
+            let message = format!(
+                "adopted control-plane node {} instead of adding one",
+                found.id
+            );
+            ctx.event(node, false, "NodeAdopted", message).await;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        ProvisioningPlan::Restart { message } => {
+            machine.reset(jiff::Timestamp::now());
+            let step = Some(machine.snapshot());
+            let phase = NodePhase::Provisioning;
+            write(ctx, node, phase, step, Some(message), None, Guard::None).await?;
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        ProvisioningPlan::Wait(after) => Ok(Action::requeue(after)),
     }
+}
+
+/// Records the control-plane node `found` as this node's: the machine is done.
+async fn record(
+    ctx: &Context,
+    node: &StorageNode,
+    found: &simplyblock_controlplane::StorageNode,
+    message: String,
+) -> Result<(), Error> {
+    let observed = observed(found);
+    let phase = phase_of(found);
+    write(
+        ctx,
+        node,
+        phase,
+        None,
+        Some(message),
+        Some(&observed),
+        Guard::None,
+    )
+    .await?;
+    Ok(())
 }
 
 /// A sibling of the same worker with a control-plane node, or of a lower slot already
@@ -630,40 +575,25 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
     Ok(posted)
 }
 
-/// Whether a node-add task for the worker's address is still open.
-async fn add_open(ctx: &Context, cluster_id: Uuid, address: &str) -> Result<bool, Error> {
+/// Where the node add of `worker` is, by the control plane's task list.
+async fn add_window(ctx: &Context, cluster_id: Uuid, worker: &str) -> Result<AddWindow, Error> {
     let tasks = ctx.cp.list_tasks(cluster_id).await?;
-    Ok(provisioning::add_open(&tasks, address))
+    Ok(provisioning::add_window(&tasks, &ctx.snode.address(worker)))
 }
 
-enum SlotOutcome {
-    Taken,
-    Busy(String),
-    Conflict,
-}
-
-/// Takes a node-add slot on the cluster, counted by distinct worker: a second slot of a
-/// worker already in flight rides on its claim. Who may take one is decided from the
-/// ordered set of waiting workers ([`provisioning::slot_decision`]); the claim is written
-/// under the cluster's resourceVersion, so two claims from one reading cannot both land.
-async fn take_slot(
+/// What the node-add budget is decided from, read fresh (the cluster, its nodes, and the
+/// Nodes of the other waiting workers); `None` when the cluster is gone.
+async fn slot_inputs(
     ctx: &Context,
     node: &StorageNode,
     cluster: &StorageCluster,
-) -> Result<SlotOutcome, Error> {
+) -> Result<Option<SlotInputs>, Error> {
     let ns = node.namespace().unwrap_or_default();
     let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
     let Some(fresh) = clusters.get_opt(&cluster.name_any()).await? else {
-        return Ok(SlotOutcome::Busy("the cluster is gone".into()));
+        return Ok(None);
     };
-    let slots = fresh.status.clone().unwrap_or_default().provisioning_slots;
     let worker = &node.spec.worker_node;
-    let budget = fresh
-        .spec
-        .storage_nodes
-        .as_ref()
-        .map(|s| s.node_provisioning_budget)
-        .unwrap_or(1);
     let siblings = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
         .list(&ListParams::default())
         .await?
@@ -704,27 +634,40 @@ async fn take_slot(
                 .map_or(i64::MAX, |t| t.0.as_second()),
         });
     }
-    let mut kept = match provisioning::slot_decision(worker, budget, &slots, &contenders) {
-        SlotDecision::Held => return Ok(SlotOutcome::Taken),
-        SlotDecision::Wait(why) => return Ok(SlotOutcome::Busy(why)),
-        SlotDecision::Claim(kept) => kept,
-    };
-    kept.push(ProvisioningSlot {
-        worker: worker.clone(),
-        node: node.name_any(),
-        taken_at: Time(jiff::Timestamp::now()),
-    });
-    let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": {"provisioningSlots": kept}});
+    Ok(Some(SlotInputs {
+        cluster_version: fresh.resource_version(),
+        budget: fresh
+            .spec
+            .storage_nodes
+            .as_ref()
+            .map(|s| s.node_provisioning_budget)
+            .unwrap_or(1),
+        slots: fresh.status.unwrap_or_default().provisioning_slots,
+        contenders,
+    }))
+}
+
+/// Writes the cluster's `status.provisioningSlots` onto its resourceVersion `version`;
+/// `false` when someone wrote the cluster since.
+async fn write_slots<S: Serialize>(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    version: Option<String>,
+    slots: &[S],
+) -> Result<bool, Error> {
+    let clusters: Api<StorageCluster> = kit::api_of(&ctx.kube, cluster);
+    let patch =
+        json!({"metadata": {"resourceVersion": version}, "status": {"provisioningSlots": slots}});
     match clusters
         .patch_status(
-            &fresh.name_any(),
+            &cluster.name_any(),
             &PatchParams::default(),
             &Patch::Merge(patch),
         )
         .await
     {
-        Ok(_) => Ok(SlotOutcome::Taken),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(SlotOutcome::Conflict),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -735,8 +678,7 @@ async fn release_slot(
     node: &StorageNode,
     cluster: &StorageCluster,
 ) -> Result<(), Error> {
-    let clusters: Api<StorageCluster> =
-        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    let clusters: Api<StorageCluster> = kit::api_of(&ctx.kube, cluster);
     for _ in 0..8 {
         let Some(fresh) = clusters.get_opt(&cluster.name_any()).await? else {
             return Ok(());
@@ -747,18 +689,8 @@ async fn release_slot(
         }
         let kept: Vec<&ProvisioningSlot> =
             slots.iter().filter(|s| s.node != node.name_any()).collect();
-        let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": {"provisioningSlots": kept}});
-        match clusters
-            .patch_status(
-                &fresh.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e.into()),
+        if write_slots(ctx, &fresh, fresh.resource_version(), &kept).await? {
+            return Ok(());
         }
     }
     Ok(())
@@ -809,7 +741,7 @@ async fn steady(
                 None,
                 Some(format!("the control plane no longer knows node {uuid}")),
                 Some(status),
-                false,
+                Guard::None,
             )
             .await?;
             return Ok(Action::requeue(requeue::RESYNC));
@@ -827,7 +759,7 @@ async fn steady(
         && status.step.is_empty();
     if !same {
         let message = status.message.clone();
-        write(ctx, node, phase, None, message, Some(&next), false).await?;
+        write(ctx, node, phase, None, message, Some(&next), Guard::None).await?;
     }
     // A node on its way somewhere (in creation, restarting) is looked at again soon; a
     // settled one at the resync backstop.

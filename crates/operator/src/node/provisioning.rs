@@ -1,5 +1,6 @@
-//! The decisions of the provisioning machine that need no I/O: the node-add body, the
-//! node-add budget, and what the control plane's task list says about an add.
+//! The decisions of the provisioning machine that need no I/O beside its step plan
+//! ([`super::machine`]): the node-add body, the node-add budget, and what the control
+//! plane's task list says about an add.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -187,6 +188,28 @@ pub fn add_open(tasks: &[Task], address: &str) -> bool {
 /// all; one that gave up ends done without success). Such an add is asked for again.
 pub fn add_over_without_node(tasks: &[Task], address: &str) -> bool {
     !add_open(tasks, address) && !adds_for(tasks, address).any(Task::succeeded)
+}
+
+/// Where the node add of the worker at one address is, by the control plane's tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddWindow {
+    /// An add is still open: the node may exist half-made.
+    Open,
+    /// No add is open and one succeeded.
+    Succeeded,
+    /// No add is open and none succeeded ([`add_over_without_node`]): ask again.
+    EndedWithoutNode,
+}
+
+/// The add window of the worker at `address`.
+pub fn add_window(tasks: &[Task], address: &str) -> AddWindow {
+    if add_open(tasks, address) {
+        AddWindow::Open
+    } else if add_over_without_node(tasks, address) {
+        AddWindow::EndedWithoutNode
+    } else {
+        AddWindow::Succeeded
+    }
 }
 
 #[cfg(test)]
@@ -407,7 +430,14 @@ mod tests {
         assert!(add_open(std::slice::from_ref(&open), a));
         assert!(!add_over_without_node(&[gave_up.clone(), open], a));
         let ok = task(a, TaskStatus::Done, "Node add result: Success");
-        assert!(!add_over_without_node(&[gave_up, ok], a));
+        assert!(!add_over_without_node(&[gave_up.clone(), ok.clone()], a));
+        assert_eq!(add_window(&[gave_up.clone(), ok], a), AddWindow::Succeeded);
+        assert_eq!(add_window(&[gave_up], a), AddWindow::EndedWithoutNode);
+        assert_eq!(add_window(&[], a), AddWindow::EndedWithoutNode);
+        assert_eq!(
+            add_window(&[task(a, TaskStatus::Running, "")], a),
+            AddWindow::Open
+        );
         // Another worker's address is not this one's, even as a suffix.
         assert!(!add_open(
             &[task("xw1.svc:5000", TaskStatus::Running, "")],
