@@ -7,8 +7,8 @@
 //! exists: CreatingNodes lists the cluster's nodes and creates only the missing slots, so
 //! any number of passes produce the same nodes.
 //!
-//! A pass of the expansion is [`observe`] (reads only, what the step needs), the pure
-//! [`plan::plan`] over it, and [`Pass::execute`], which performs the plan's writes.
+//! A pass of the expansion is `observe` (reads only, what the step needs), the pure
+//! [`plan::plan`] over it, and `Pass::execute`, which performs the plan's writes.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
