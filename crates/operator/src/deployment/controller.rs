@@ -6,29 +6,31 @@
 //! what does not exist, and never changes what does. Every step is a predicate over what
 //! exists: CreatingNodes lists the cluster's nodes and creates only the missing slots, so
 //! any number of passes produce the same nodes.
+//!
+//! A pass of the expansion is `observe` (reads only, what the step needs), the pure
+//! [`plan::plan`] over it, and `Pass::execute`, which performs the plan's writes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use simplyblock_api::cluster_deployment_config::{
     ClusterDeploymentConfig, ClusterDeploymentConfigStatus, DeploymentPhase, EXPANSION_GRAPH,
     ExpansionStep,
 };
 use simplyblock_api::names::label_value;
-use simplyblock_api::storage_cluster_ops::{
-    ClusterAction, StorageClusterOps, StorageClusterOpsSpec,
-};
-use simplyblock_api::storage_node::NodePhase;
+use simplyblock_api::storage_cluster_ops::StorageClusterOps;
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_statemachine::Machine;
 
-use super::expansion::{self, CLUSTER_LABEL, CREATED_BY_LABEL};
+use super::expansion::{self, CLUSTER_LABEL};
+use super::plan::{self, Advance, ExpansionPlan, Observation};
 use super::{validation, world};
 use crate::context::{Context, requeue};
 use crate::kit::{self, Error, Guard};
@@ -143,8 +145,7 @@ async fn draft(
             doc,
             DeploymentPhase::Draft,
             None,
-            Some(message),
-            None,
+            Change::message(message),
             None,
         )
         .await?;
@@ -156,20 +157,28 @@ async fn label_ready(doc: &ClusterDeploymentConfig, ctx: &Context) -> Result<(),
     if doc.labels().get(READY_LABEL).map(String::as_str) == Some("true") {
         return Ok(());
     }
-    let patch = json!({"metadata": {"labels": {READY_LABEL: "true"}}});
-    Api::<ClusterDeploymentConfig>::namespaced(ctx.kube.clone(), &namespace(doc))
-        .patch(
-            &doc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
+    let ready = Patch::Merge(json!({"metadata": {"labels": {READY_LABEL: "true"}}}));
+    let docs: Api<ClusterDeploymentConfig> = kit::api_of(&ctx.kube, doc);
+    docs.patch(&doc.name_any(), &PatchParams::default(), &ready)
         .await?;
     Ok(())
 }
 
-struct StatusExtra {
+/// What one status write changes; what it leaves `None` is restated as stored.
+#[derive(Default)]
+struct Change {
+    message: Option<String>,
     cluster_ref: Option<String>,
     node_refs: Option<Vec<String>>,
+}
+
+impl Change {
+    fn message(message: String) -> Change {
+        Change {
+            message: Some(message),
+            ..Change::default()
+        }
+    }
 }
 
 async fn write_status(
@@ -177,23 +186,18 @@ async fn write_status(
     doc: &ClusterDeploymentConfig,
     phase: DeploymentPhase,
     machine: Option<&Machine<'_, ExpansionStep>>,
-    message: Option<String>,
-    extra: Option<StatusExtra>,
-    started: Option<jiff::Timestamp>,
+    change: Change,
+    started: Option<Timestamp>,
 ) -> Result<(), Error> {
     let current = doc.status.clone().unwrap_or_default();
-    let extra = extra.unwrap_or(StatusExtra {
-        cluster_ref: None,
-        node_refs: None,
-    });
     // Every apply restates every field: a field this manager owns and leaves out is
     // removed.
     let status = ClusterDeploymentConfigStatus {
         phase,
         step: machine.map(|m| m.snapshot()).unwrap_or(current.step),
-        cluster_ref: extra.cluster_ref.or(current.cluster_ref),
-        node_refs: extra.node_refs.unwrap_or(current.node_refs),
-        message: message.or(current.message),
+        cluster_ref: change.cluster_ref.or(current.cluster_ref),
+        node_refs: change.node_refs.unwrap_or(current.node_refs),
+        message: change.message.or(current.message),
         observed_generation: doc.metadata.generation,
         expansion_started_at: started.map(Time),
     };
@@ -201,400 +205,255 @@ async fn write_status(
     Ok(())
 }
 
-/// When the expansion began: the stored value, or now on the first pass after approval
-/// (the writes of that one pass may restamp it by the milliseconds between them).
-fn started(doc: &ClusterDeploymentConfig) -> Option<jiff::Timestamp> {
-    Some(
-        doc.status
-            .as_ref()
-            .and_then(|s| s.expansion_started_at.as_ref())
-            .map(|t| t.0)
-            .unwrap_or_else(jiff::Timestamp::now),
-    )
-}
-
-async fn fail(
-    ctx: &Context,
-    doc: &ClusterDeploymentConfig,
-    machine: &Machine<'_, ExpansionStep>,
-    reason: &str,
-    message: String,
-) -> Result<Action, Error> {
-    ctx.event(doc, true, reason, message.clone()).await;
-    super::metrics::validation_failure(&ctx.metrics, &namespace(doc), reason);
-    write_status(
-        ctx,
-        doc,
-        DeploymentPhase::Failed,
-        Some(machine),
-        Some(format!("{reason}: {message}")),
-        None,
-        started(doc),
-    )
-    .await?;
-    Ok(Action::await_change())
-}
-
-async fn advance(
-    ctx: &Context,
-    doc: &ClusterDeploymentConfig,
-    machine: &mut Machine<'_, ExpansionStep>,
-    next: ExpansionStep,
-    message: String,
-    extra: Option<StatusExtra>,
-) -> Result<Action, Error> {
-    let now = jiff::Timestamp::now();
-    if let Err(e) = machine.transition_to(next, now) {
-        tracing::error!(error = %e, "illegal expansion transition");
-        return Ok(Action::await_change());
-    }
-    write_status(
-        ctx,
-        doc,
-        DeploymentPhase::Expanding,
-        Some(machine),
-        Some(message),
-        extra,
-        started(doc),
-    )
-    .await?;
-    Ok(Action::requeue(requeue::NEXT_STEP))
-}
-
+/// One pass of the expansion: restore the step, observe, plan, execute.
 async fn expand(
     doc: &ClusterDeploymentConfig,
     status: &ClusterDeploymentConfigStatus,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    let now = jiff::Timestamp::now();
-    let ns = namespace(doc);
-    let name = doc.name_any();
-    let mut machine = match EXPANSION_GRAPH.restore(&status.step, now) {
+    let now = Timestamp::now();
+    let pass = Pass {
+        doc,
+        ctx,
+        // The stored start, or this first pass after approval.
+        started: status.expansion_started_at.as_ref().map_or(now, |t| t.0),
+        now,
+    };
+    let machine = match plan::restore(status, now) {
         Ok(m) => m,
         Err(e) => {
-            let m = EXPANSION_GRAPH.start(now);
-            return fail(ctx, doc, &m, "UnknownStep", e.to_string()).await;
+            let fresh = EXPANSION_GRAPH.start(now);
+            return pass.fail(&fresh, "UnknownStep", e.to_string()).await;
         }
     };
-    if status.phase == DeploymentPhase::Draft && !status.step.is_empty() {
-        // A status from before approval; the expansion starts now.
-        machine = EXPANSION_GRAPH.start(now);
-    }
-    if machine.timed_out(now) {
-        let message = format!("expansion step {} outlived its deadline", machine.state());
-        return fail(ctx, doc, &machine, "StepDeadlineExceeded", message).await;
-    }
-    let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
-    let Some(target) = expansion::target_cluster(doc).map(str::to_string) else {
-        return fail(
-            ctx,
-            doc,
-            &machine,
-            "NoClusterNamed",
-            "the document names neither spec.clusterRef nor spec.cluster.name".into(),
-        )
-        .await;
-    };
+    let target = expansion::target_cluster(doc);
+    let observation = observe(doc, status, machine.state(), target, ctx).await?;
+    let next = plan::plan(&machine, doc, status, &observation, now);
+    pass.execute(next, machine).await
+}
 
-    match machine.state() {
+/// Reads what `step`'s plan needs, and nothing else. No writes.
+async fn observe(
+    doc: &ClusterDeploymentConfig,
+    status: &ClusterDeploymentConfigStatus,
+    step: ExpansionStep,
+    target: Option<&str>,
+    ctx: &Context,
+) -> Result<Observation, Error> {
+    let mut obs = Observation::default();
+    let Some(target) = target else {
+        return Ok(obs);
+    };
+    let ns = namespace(doc);
+    let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
+    match step {
         ExpansionStep::Validating => {
-            if status.phase != DeploymentPhase::Expanding || status.expansion_started_at.is_none() {
-                write_status(
-                    ctx,
-                    doc,
+            if plan::began(status) {
+                obs.world = Some(world::read(&ctx.kube, &ns, &doc.spec).await?);
+            }
+        }
+        ExpansionStep::CreatingCluster | ExpansionStep::AwaitingCluster => {
+            obs.cluster = clusters.get_opt(target).await?;
+        }
+        ExpansionStep::CreatingNodes => {
+            obs.cluster = clusters.get_opt(target).await?;
+            if obs.cluster.is_some() {
+                obs.nodes = cluster_nodes(ctx, &ns, target)
+                    .await?
+                    .into_iter()
+                    .filter(|n| n.spec.cluster_ref == target)
+                    .map(|n| (n.spec.worker_node, n.spec.slot.unwrap_or(0)))
+                    .collect();
+            }
+        }
+        ExpansionStep::Activating => {
+            obs.phases = cluster_nodes(ctx, &ns, target)
+                .await?
+                .into_iter()
+                .map(|n| (n.name_any(), n.status.map(|s| s.phase).unwrap_or_default()))
+                .collect();
+            if doc.spec.cluster_ref.is_none() {
+                let ops: Api<StorageClusterOps> = Api::namespaced(ctx.kube.clone(), &ns);
+                obs.activation_requested =
+                    ops.get_opt(&plan::activation_name(target)).await?.is_some();
+            }
+        }
+    }
+    Ok(obs)
+}
+
+/// The StorageNodes labelled as `cluster`'s.
+async fn cluster_nodes(ctx: &Context, ns: &str, cluster: &str) -> Result<Vec<StorageNode>, Error> {
+    let selector = format!("{CLUSTER_LABEL}={}", label_value(cluster));
+    let nodes: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), ns);
+    Ok(nodes
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
+}
+
+/// What one expansion pass writes with: the document, and when the expansion began.
+struct Pass<'a> {
+    doc: &'a ClusterDeploymentConfig,
+    ctx: &'a Context,
+    started: Timestamp,
+    now: Timestamp,
+}
+
+impl Pass<'_> {
+    /// Performs `next`: the writes, in the order crash-safety needs.
+    async fn execute(
+        &self,
+        next: ExpansionPlan,
+        mut machine: Machine<'_, ExpansionStep>,
+    ) -> Result<Action, Error> {
+        let (doc, ctx) = (self.doc, self.ctx);
+        match next {
+            ExpansionPlan::Begin { message } => {
+                self.write(
                     DeploymentPhase::Expanding,
-                    Some(&machine),
-                    Some("validating against the cluster".into()),
-                    None,
-                    started(doc),
+                    &machine,
+                    Change::message(message),
                 )
                 .await?;
+                Ok(Action::requeue(requeue::NEXT_STEP))
             }
-            let world = world::read(&ctx.kube, &ns, &doc.spec).await?;
-            // A document that resumes its own cluster is not in conflict with it.
-            let mut world = world;
-            if status.cluster_ref.as_deref() == Some(target.as_str())
-                && doc.spec.cluster_ref.is_none()
-            {
-                world.clusters.remove(&target);
-            }
-            let problems = validation::approval_problems(&name, &doc.spec, &world);
-            if let Some(first) = problems.first() {
-                return fail(
-                    ctx,
-                    doc,
-                    &machine,
-                    first.reason.as_str(),
-                    validation::summary(&problems),
-                )
-                .await;
-            }
-            advance(
-                ctx,
-                doc,
-                &mut machine,
-                ExpansionStep::CreatingCluster,
-                format!("creating or resolving StorageCluster {target}"),
-                None,
-            )
-            .await
-        }
-        ExpansionStep::CreatingCluster => {
-            let existing = clusters.get_opt(&target).await?;
-            match (doc.spec.cluster_ref.is_some(), existing) {
-                (true, Some(_)) => {}
-                (true, None) => {
-                    return fail(
-                        ctx,
-                        doc,
-                        &machine,
-                        "ClusterNotFound",
-                        format!("StorageCluster {target} named by spec.clusterRef does not exist"),
-                    )
-                    .await;
-                }
-                (false, Some(c)) => {
-                    let ours = c.labels().get(CREATED_BY_LABEL) == Some(&label_value(&name))
-                        && status.cluster_ref.as_deref() == Some(target.as_str());
-                    if !ours {
-                        return fail(ctx, doc, &machine, "ClusterExists", format!("StorageCluster {target} already exists and this document did not create it; grow it with a document naming it in spec.clusterRef")).await;
-                    }
-                }
-                (false, None) => {
-                    // Recorded first: a crash after the create finds the cluster as ours.
-                    write_status(
-                        ctx,
-                        doc,
-                        DeploymentPhase::Expanding,
-                        Some(&machine),
-                        None,
-                        Some(StatusExtra {
-                            cluster_ref: Some(target.clone()),
-                            node_refs: None,
-                        }),
-                        started(doc),
-                    )
+            ExpansionPlan::Fail { reason, message } => self.fail(&machine, reason, message).await,
+            ExpansionPlan::Advance(then) => self.advance(&mut machine, then).await,
+            ExpansionPlan::CreateCluster { cluster, then } => {
+                // Recorded first: a crash after the create finds the cluster as ours.
+                let record = Change {
+                    cluster_ref: cluster.metadata.name.clone(),
+                    ..Change::default()
+                };
+                self.write(DeploymentPhase::Expanding, &machine, record)
                     .await?;
-                    let Some(cluster) = expansion::cluster(doc) else {
-                        return fail(
-                            ctx,
-                            doc,
-                            &machine,
-                            "NoClusterNamed",
-                            "the document has no spec.cluster to create".into(),
-                        )
-                        .await;
-                    };
-                    match clusters.create(&PostParams::default(), &cluster).await {
-                        Ok(_) => {
-                            ctx.event(
-                                doc,
-                                false,
-                                "ClusterCreated",
-                                format!("created StorageCluster {target}"),
-                            )
-                            .await
-                        }
-                        Err(kube::Error::Api(s)) if s.code == 409 => {
-                            // Someone else's, created between the look and the create.
-                            return Ok(Action::requeue(requeue::NEXT_STEP));
-                        }
+                let clusters: Api<StorageCluster> = kit::api_of(&ctx.kube, doc);
+                match clusters.create(&PostParams::default(), &cluster).await {
+                    Ok(_) => {
+                        let message = format!("created StorageCluster {}", cluster.name_any());
+                        ctx.event(doc, false, "ClusterCreated", message).await;
+                    }
+                    // Someone else's, created between the look and the create, or an
+                    // earlier pass's: the next pass tells which.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        return Ok(Action::requeue(requeue::NEXT_STEP));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                self.advance(&mut machine, then).await
+            }
+            ExpansionPlan::CreateNodes {
+                cluster,
+                nodes,
+                then,
+            } => {
+                let ns = namespace(doc);
+                let api: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
+                let mut created = 0;
+                for node in &nodes {
+                    match api.create(&PostParams::default(), node).await {
+                        Ok(_) => created += 1,
+                        Err(kube::Error::Api(s)) if s.code == 409 => {}
                         Err(e) => return Err(e.into()),
                     }
                 }
+                if created > 0 {
+                    super::metrics::nodes_created(&ctx.metrics, &ns, created);
+                    let message =
+                        format!("created {created} StorageNode(s) for StorageCluster {cluster}");
+                    ctx.event(doc, false, "NodesCreated", message).await;
+                }
+                self.advance(&mut machine, then).await
             }
-            advance(
-                ctx,
-                doc,
-                &mut machine,
-                ExpansionStep::AwaitingCluster,
-                format!("waiting for StorageCluster {target} to exist in the control plane"),
-                Some(StatusExtra {
-                    cluster_ref: Some(target.clone()),
-                    node_refs: None,
-                }),
-            )
-            .await
-        }
-        ExpansionStep::AwaitingCluster => {
-            let created = clusters
-                .get_opt(&target)
-                .await?
-                .and_then(|c| c.status)
-                .and_then(|s| s.uuid)
-                .is_some_and(|u| !u.is_empty());
-            if !created {
-                return Ok(Action::requeue(requeue::RESYNC));
+            ExpansionPlan::Wait { announce } => {
+                if let Some(message) = announce {
+                    ctx.event(doc, false, "AwaitingNodes", message.clone())
+                        .await;
+                    self.write(
+                        DeploymentPhase::Expanding,
+                        &machine,
+                        Change::message(message),
+                    )
+                    .await?;
+                }
+                Ok(Action::requeue(requeue::RESYNC))
             }
-            advance(
-                ctx,
-                doc,
-                &mut machine,
-                ExpansionStep::CreatingNodes,
-                "creating the storage nodes".into(),
-                None,
-            )
-            .await
-        }
-        ExpansionStep::CreatingNodes => {
-            let Some(cluster) = clusters.get_opt(&target).await? else {
-                return fail(
-                    ctx,
-                    doc,
+            ExpansionPlan::Finish { activate, message } => {
+                if let Some(op) = activate {
+                    self.request_activation(&op).await?;
+                }
+                let seconds = self.now.duration_since(self.started).as_secs_f64();
+                super::metrics::expanded(&ctx.metrics, &namespace(doc), seconds);
+                self.write(
+                    DeploymentPhase::Expanded,
                     &machine,
-                    "ClusterNotFound",
-                    format!("StorageCluster {target} disappeared during the expansion"),
+                    Change::message(message),
                 )
-                .await;
-            };
-            let nodes_api: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
-            let existing: BTreeSet<(String, i32)> = nodes_api
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("{CLUSTER_LABEL}={}", label_value(&target))),
-                )
-                .await?
-                .items
-                .into_iter()
-                .filter(|n| n.spec.cluster_ref == target)
-                .map(|n| (n.spec.worker_node, n.spec.slot.unwrap_or(0)))
-                .collect();
-            let wanted = expansion::nodes(doc, &cluster);
-            let mut created = 0;
-            for node in &wanted {
-                let key = (node.spec.worker_node.clone(), node.spec.slot.unwrap_or(0));
-                if existing.contains(&key) {
-                    continue;
-                }
-                match nodes_api.create(&PostParams::default(), node).await {
-                    Ok(_) => created += 1,
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                .await?;
+                Ok(Action::await_change())
             }
-            if created > 0 {
-                super::metrics::nodes_created(&ctx.metrics, &ns, created);
-                ctx.event(
-                    doc,
-                    false,
-                    "NodesCreated",
-                    format!("created {created} StorageNode(s) for StorageCluster {target}"),
-                )
-                .await;
-            }
-            // The record is rebuilt from the slots the document describes, so a node whose
-            // creation outran this write is never left out of it.
-            let refs: Vec<String> = wanted
-                .iter()
-                .filter_map(|n| n.metadata.name.clone())
-                .collect();
-            advance(
-                ctx,
-                doc,
-                &mut machine,
-                ExpansionStep::Activating,
-                format!("waiting for {} storage node(s) to come online", refs.len()),
-                Some(StatusExtra {
-                    cluster_ref: None,
-                    node_refs: Some(refs),
-                }),
-            )
-            .await
         }
-        ExpansionStep::Activating => activating(doc, status, &target, &machine, ctx).await,
     }
-}
 
-async fn activating(
-    doc: &ClusterDeploymentConfig,
-    status: &ClusterDeploymentConfigStatus,
-    target: &str,
-    machine: &Machine<'_, ExpansionStep>,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    let ns = namespace(doc);
-    let nodes_api: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
-    let phases: BTreeMap<String, NodePhase> = nodes_api
-        .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", label_value(target))))
-        .await?
-        .items
-        .into_iter()
-        .map(|n| (n.name_any(), n.status.map(|s| s.phase).unwrap_or_default()))
-        .collect();
-    let online = status
-        .node_refs
-        .iter()
-        .filter(|r| phases.get(*r) == Some(&NodePhase::Online))
-        .count();
-    if online < status.node_refs.len() {
+    async fn request_activation(&self, op: &StorageClusterOps) -> Result<(), Error> {
+        let (doc, ctx) = (self.doc, self.ctx);
+        let ops: Api<StorageClusterOps> = kit::api_of(&ctx.kube, doc);
+        match ops.create(&PostParams::default(), op).await {
+            Ok(_) => {}
+            // Created by an earlier pass whose status write was lost.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
         let message = format!(
-            "{online}/{} storage node(s) online; waiting for the rest",
-            status.node_refs.len()
+            "requested activation of StorageCluster {} ({})",
+            op.spec.cluster_ref,
+            op.name_any()
         );
-        if status.message.as_deref() != Some(message.as_str()) {
-            ctx.event(doc, false, "AwaitingNodes", message.clone())
-                .await;
-            write_status(
-                ctx,
-                doc,
-                DeploymentPhase::Expanding,
-                Some(machine),
-                Some(message),
-                None,
-                started(doc),
-            )
+        ctx.event(doc, false, "ActivationRequested", message).await;
+        Ok(())
+    }
+
+    async fn write(
+        &self,
+        phase: DeploymentPhase,
+        machine: &Machine<'_, ExpansionStep>,
+        change: Change,
+    ) -> Result<(), Error> {
+        let started = Some(self.started);
+        write_status(self.ctx, self.doc, phase, Some(machine), change, started).await
+    }
+
+    async fn fail(
+        &self,
+        machine: &Machine<'_, ExpansionStep>,
+        reason: &str,
+        message: String,
+    ) -> Result<Action, Error> {
+        let (doc, ctx) = (self.doc, self.ctx);
+        ctx.event(doc, true, reason, message.clone()).await;
+        super::metrics::validation_failure(&ctx.metrics, &namespace(doc), reason);
+        let change = Change::message(format!("{reason}: {message}"));
+        self.write(DeploymentPhase::Failed, machine, change).await?;
+        Ok(Action::await_change())
+    }
+
+    async fn advance(
+        &self,
+        machine: &mut Machine<'_, ExpansionStep>,
+        then: Advance,
+    ) -> Result<Action, Error> {
+        if let Err(e) = machine.transition_to(then.to, self.now) {
+            tracing::error!(error = %e, "illegal expansion transition");
+            return Ok(Action::await_change());
+        }
+        let change = Change {
+            message: Some(then.message),
+            cluster_ref: then.cluster_ref,
+            node_refs: then.node_refs,
+        };
+        self.write(DeploymentPhase::Expanding, machine, change)
             .await?;
-        }
-        return Ok(Action::requeue(requeue::RESYNC));
+        Ok(Action::requeue(requeue::NEXT_STEP))
     }
-    if doc.spec.cluster_ref.is_none() {
-        // A growth document's nodes are added with expand: the control plane rebalances
-        // onto them itself; only a new cluster is activated.
-        let ops: Api<StorageClusterOps> = Api::namespaced(ctx.kube.clone(), &ns);
-        let name = format!("{target}-activate");
-        if ops.get_opt(&name).await?.is_none() {
-            let mut op = StorageClusterOps::new(
-                &name,
-                StorageClusterOpsSpec {
-                    cluster_ref: target.to_string(),
-                    action: ClusterAction::Activate,
-                    abort: false,
-                    cancel_task: None,
-                    rolling_restart: None,
-                },
-            );
-            op.metadata.owner_references = doc.controller_owner_ref(&()).map(|o| vec![o]);
-            match ops.create(&PostParams::default(), &op).await {
-                Ok(_) => {}
-                // Created by an earlier pass whose status write was lost.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-            ctx.event(
-                doc,
-                false,
-                "ActivationRequested",
-                format!("requested activation of StorageCluster {target} ({name})"),
-            )
-            .await;
-        }
-    }
-    if let Some(began) = started(doc) {
-        let seconds = jiff::Timestamp::now().duration_since(began).as_secs_f64();
-        super::metrics::expanded(&ctx.metrics, &ns, seconds);
-    }
-    write_status(
-        ctx,
-        doc,
-        DeploymentPhase::Expanded,
-        Some(machine),
-        Some(format!(
-            "expanded: StorageCluster {target} with {} storage node(s)",
-            status.node_refs.len()
-        )),
-        None,
-        started(doc),
-    )
-    .await?;
-    Ok(Action::await_change())
 }

@@ -4,5 +4,6 @@ pub mod controller;
 pub mod discovery;
 pub mod expansion;
 pub mod metrics;
+pub mod plan;
 pub mod validation;
 pub mod world;
