@@ -9,13 +9,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use kube::api::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::StorageClusterOps;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_cluster_ops::GRAPHS;
 use simplyblock_statemachine::State as _;
 
-use super::{WebhookContext, request, typed};
+use super::{WebhookContext, typed};
 
 /// The path of the StorageClusterOps DELETE guard.
 pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storageclusterops";
@@ -48,24 +48,15 @@ pub async fn review(
     State(_ctx): State<Arc<WebhookContext>>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req = match request(review) {
-        Ok(req) => req,
-        Err(answer) => return Json(*answer),
-    };
-    let response = AdmissionResponse::from(&req);
-    let outcome = match (&req.operation, req.old_object.as_ref()) {
-        (Operation::Delete, Some(old)) => typed::<StorageClusterOps>(old)
-            .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-            .and_then(|op| on_delete(&op)),
-        _ => Ok(()),
-    };
-    Json(
-        match outcome {
-            Ok(()) => response,
-            Err(message) => super::deny(response, message),
+    super::answer(review, |req| async move {
+        match (&req.operation, req.old_object.as_ref()) {
+            (Operation::Delete, Some(old)) => typed::<StorageClusterOps>(old)
+                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
+                .and_then(|op| on_delete(&op)),
+            _ => Ok(()),
         }
-        .into_review(),
-    )
+    })
+    .await
 }
 
 /// Whether `op` may be deleted now; the refusal names the step and what to do.

@@ -7,34 +7,27 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use kube::api::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::ClusterDeploymentConfig;
 
-use super::{WebhookContext, request, typed};
+use super::{WebhookContext, typed};
 use crate::deployment::{validation, world};
 
 pub async fn review(
     State(ctx): State<Arc<WebhookContext>>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req = match request(review) {
-        Ok(req) => req,
-        Err(answer) => return Json(*answer),
-    };
-    let response = AdmissionResponse::from(&req);
-    let answer = match decide(
-        &ctx,
-        &req.operation,
-        req.object.as_ref(),
-        req.old_object.as_ref(),
-        &req.namespace,
-    )
+    super::answer(review, |req| async move {
+        decide(
+            &ctx,
+            &req.operation,
+            req.object.as_ref(),
+            req.old_object.as_ref(),
+            &req.namespace,
+        )
+        .await
+    })
     .await
-    {
-        Ok(()) => response,
-        Err(message) => super::deny(response, message),
-    };
-    Json(answer.into_review())
 }
 
 async fn decide(

@@ -139,6 +139,28 @@ pub(crate) fn request(
 }
 
 /// Reads the typed object out of a review's raw one.
+/// Answers `review` with the verdict of `decide` on its request: `Err` denies with that
+/// message (what is wrong and what to do), a malformed review is refused as invalid.
+pub(crate) async fn answer<F, Fut>(
+    review: AdmissionReview<DynamicObject>,
+    decide: F,
+) -> axum::Json<AdmissionReview<DynamicObject>>
+where
+    F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let req = match request(review) {
+        Ok(req) => req,
+        Err(answer) => return axum::Json(*answer),
+    };
+    let response = AdmissionResponse::from(&req);
+    let verdict = match decide(req).await {
+        Ok(()) => response,
+        Err(message) => deny(response, message),
+    };
+    axum::Json(verdict.into_review())
+}
+
 pub(crate) fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
     serde_json::to_value(object)
         .and_then(serde_json::from_value)

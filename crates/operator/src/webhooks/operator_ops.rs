@@ -6,10 +6,10 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use kube::api::DynamicObject;
-use kube::core::admission::{AdmissionResponse, AdmissionReview};
+use kube::core::admission::AdmissionReview;
 use simplyblock_api::operator_ops::OperatorOps;
 
-use super::{WebhookContext, request, typed};
+use super::{WebhookContext, typed};
 
 pub const NAME: &str = "voperatorops.simplyblock.io";
 pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-operatorops";
@@ -18,22 +18,13 @@ pub async fn review(
     State(_): State<Arc<WebhookContext>>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req = match request(review) {
-        Ok(req) => req,
-        Err(answer) => return Json(*answer),
-    };
-    let response = AdmissionResponse::from(&req);
-    let outcome = match req.object.as_ref() {
-        Some(object) => typed::<OperatorOps>(object).and_then(|op| check(&op)),
-        None => Ok(()),
-    };
-    Json(
-        match outcome {
-            Ok(()) => response,
-            Err(message) => super::deny(response, message),
+    super::answer(review, |req| async move {
+        match req.object.as_ref() {
+            Some(object) => typed::<OperatorOps>(object).and_then(|op| check(&op)),
+            None => Ok(()),
         }
-        .into_review(),
-    )
+    })
+    .await
 }
 
 /// The problems of a run's spec that its schema cannot express.

@@ -7,45 +7,36 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use kube::api::{Api, DynamicObject};
-use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::storage_cluster::DeviceClass;
 use simplyblock_api::{StorageCluster, StorageNode};
 
-use super::{WebhookContext, request, typed};
+use super::{WebhookContext, typed};
 
 pub async fn review(
     State(ctx): State<Arc<WebhookContext>>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req = match request(review) {
-        Ok(req) => req,
-        Err(answer) => return Json(*answer),
-    };
-    let response = AdmissionResponse::from(&req);
-    let operator = ctx.is_operator(req.user_info.username.as_deref());
-    let outcome = match (&req.operation, req.object.as_ref()) {
-        (Operation::Create, Some(object)) => {
-            on_create(
-                &ctx,
-                object,
-                req.namespace.as_deref().unwrap_or_default(),
-                operator,
-            )
-            .await
+    super::answer(review, |req| async move {
+        let operator = ctx.is_operator(req.user_info.username.as_deref());
+        match (&req.operation, req.object.as_ref()) {
+            (Operation::Create, Some(object)) => {
+                on_create(
+                    &ctx,
+                    object,
+                    req.namespace.as_deref().unwrap_or_default(),
+                    operator,
+                )
+                .await
+            }
+            (Operation::Update, Some(object)) if !operator => match req.old_object.as_ref() {
+                Some(old) => on_update(object, old),
+                None => Ok(()),
+            },
+            _ => Ok(()),
         }
-        (Operation::Update, Some(object)) if !operator => match req.old_object.as_ref() {
-            Some(old) => on_update(object, old),
-            None => Ok(()),
-        },
-        _ => Ok(()),
-    };
-    Json(
-        match outcome {
-            Ok(()) => response,
-            Err(message) => super::deny(response, message),
-        }
-        .into_review(),
-    )
+    })
+    .await
 }
 
 fn on_update(object: &DynamicObject, old: &DynamicObject) -> Result<(), String> {
