@@ -399,36 +399,27 @@ pub enum Decision<S, C> {
         kind_status: Option<Map<String, Value>>,
         deadline_exceeded: bool,
     },
-    /// Write the new step (and kind fields), then look again at once.
-    Advance {
-        to: Move<S>,
-        message: String,
-        kind_status: Option<Map<String, Value>>,
-    },
-    /// Write kind fields and look again.
-    Record {
-        kind_status: Map<String, Value>,
-        message: String,
-    },
-    /// Issue the call, write the message, look again after `after`.
-    Call {
-        call: C,
-        message: String,
-        after: Duration,
-    },
-    /// Move to `to` and write it, issue the call once, write `accepted`.
-    CallOnce {
-        to: S,
-        call: C,
-        message: String,
-        accepted: String,
-    },
-    /// Write the message, look again after `after`.
-    Wait {
-        message: String,
-        after: Duration,
-        event: Option<&'static str>,
-    },
+    /// Carry out `plan` (never [`Plan::Succeed`] or [`Plan::Fail`], which finish), its
+    /// message noted; a call or a wait looks again after `after`, within the deadline.
+    Carry { plan: Plan<S, C>, after: Duration },
+}
+
+impl<S, C> Plan<S, C> {
+    /// The plan with `note` before its message (a refused abort the person must see).
+    fn noted(mut self, note: Option<&str>) -> Plan<S, C> {
+        if let Some(note) = note {
+            match &mut self {
+                Plan::Advance { message, .. }
+                | Plan::Record { message, .. }
+                | Plan::Succeed { message, .. }
+                | Plan::Fail(message)
+                | Plan::Call { message, .. }
+                | Plan::CallOnce { message, .. }
+                | Plan::Wait { message, .. } => *message = format!("{note} — {message}"),
+            }
+        }
+        self
+    }
 }
 
 /// The abort rule before a step runs: `Ok(None)` no abort asked, `Ok(Some(message))` abort
@@ -458,44 +449,11 @@ pub fn running<S: State, C>(
     refused_abort: Option<&str>,
     now: Timestamp,
 ) -> Decision<S, C> {
-    let with_note = |m: String| match refused_abort {
-        Some(note) => format!("{note} — {m}"),
-        None => m,
-    };
     let budget = |after: Duration| match machine.requeue_after(now) {
         Some(left) => after.min(left),
         None => after,
     };
-    let late = |message: &str| Decision::Finish {
-        phase: OpsPhase::Failed,
-        message: format!(
-            "step {} exceeded its deadline{}: {message}",
-            machine.state().name(),
-            machine
-                .deadline()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        ),
-        kind_status: None,
-        deadline_exceeded: true,
-    };
     match plan {
-        Plan::Advance {
-            to,
-            message,
-            kind_status,
-        } => Decision::Advance {
-            to,
-            message: with_note(message),
-            kind_status,
-        },
-        Plan::Record {
-            kind_status,
-            message,
-        } => Decision::Record {
-            kind_status,
-            message: with_note(message),
-        },
         Plan::Succeed {
             message,
             kind_status,
@@ -516,33 +474,31 @@ pub fn running<S: State, C>(
         | Plan::Wait { message, .. }
             if machine.timed_out(now) =>
         {
-            late(&message)
+            Decision::Finish {
+                phase: OpsPhase::Failed,
+                message: format!(
+                    "step {} exceeded its deadline{}: {message}",
+                    machine.state().name(),
+                    machine
+                        .deadline()
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default()
+                ),
+                kind_status: None,
+                deadline_exceeded: true,
+            }
         }
-        Plan::CallOnce {
-            to,
-            call,
-            message,
-            accepted,
-        } => Decision::CallOnce {
-            to,
-            call,
-            message: with_note(message),
-            accepted,
-        },
-        Plan::Call { call, message } => Decision::Call {
-            call,
-            message: with_note(message),
-            after: budget(POLL),
-        },
-        Plan::Wait {
-            message,
-            after,
-            event,
-        } => Decision::Wait {
-            message: with_note(message),
-            after: budget(after),
-            event,
-        },
+        plan => {
+            let after = match &plan {
+                Plan::Wait { after, .. } => budget(*after),
+                Plan::Call { .. } => budget(POLL),
+                _ => Duration::ZERO,
+            };
+            Decision::Carry {
+                plan: plan.noted(refused_abort),
+                after,
+            }
+        }
     }
 }
 

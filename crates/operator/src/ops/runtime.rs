@@ -17,7 +17,7 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_statemachine::{Machine, State};
 
 use super::{
-    Decision, Gate, Move, Observation, OpsResource, OpsStatus, Steps, abort_check, gate,
+    Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, Steps, abort_check, gate,
     queue_ahead, reason, running,
 };
 use crate::context::{Context, requeue};
@@ -261,7 +261,10 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         Decision::Finish {
             deadline_exceeded, ..
         } => !deadline_exceeded,
-        Decision::Wait { message, .. } => status.message.as_deref() != Some(message.as_str()),
+        Decision::Carry {
+            plan: Plan::Wait { message, .. },
+            ..
+        } => status.message.as_deref() != Some(message.as_str()),
         _ => true,
     };
     if noted {
@@ -294,10 +297,22 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             }
             finish(op, ctx, phase, message, kind_status).await
         }
-        Decision::Advance {
-            to,
-            message,
-            kind_status,
+        // `running` finishes both; carried, they would be a bug.
+        Decision::Carry {
+            plan: Plan::Succeed { .. } | Plan::Fail(_),
+            ..
+        } => {
+            let message = "the operator carried a terminal plan as a step; this is a bug in the operator, please report it".to_owned();
+            finish(op, ctx, OpsPhase::Failed, message, None).await
+        }
+        Decision::Carry {
+            plan:
+                Plan::Advance {
+                    to,
+                    message,
+                    kind_status,
+                },
+            ..
         } => {
             let from = machine.state();
             let before = machine.clone();
@@ -327,9 +342,12 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             }
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
-        Decision::Record {
-            kind_status,
-            message,
+        Decision::Carry {
+            plan: Plan::Record {
+                kind_status,
+                message,
+            },
+            ..
         } => {
             write_status(
                 &ctx.kube,
@@ -341,9 +359,8 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             steps.kind_status_written(ctx, op, &kind_status);
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
-        Decision::Call {
-            call,
-            message,
+        Decision::Carry {
+            plan: Plan::Call { call, message },
             after,
         } => {
             // Write-ahead: the step is on record before its side effect.
@@ -372,11 +389,15 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 }
             }
         }
-        Decision::CallOnce {
-            to,
-            call,
-            message,
-            accepted,
+        Decision::Carry {
+            plan:
+                Plan::CallOnce {
+                    to,
+                    call,
+                    message,
+                    accepted,
+                },
+            ..
         } => {
             let before = machine.clone();
             if let Err(e) = machine.transition_to(to, now) {
@@ -412,10 +433,9 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 }
             }
         }
-        Decision::Wait {
-            message,
+        Decision::Carry {
+            plan: Plan::Wait { message, event, .. },
             after,
-            event,
         } => {
             if let Some(reason) = event
                 && status.message.as_deref() != Some(message.as_str())

@@ -192,10 +192,16 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
     };
     assert!(matches!(
         running(&m, advance, None, late),
-        Decision::Advance { .. }
+        Decision::Carry {
+            plan: Plan::Advance { .. },
+            ..
+        }
     ));
     // In time: waits are capped by the deadline.
-    let Decision::Wait { after, .. } = running(
+    let Decision::Carry {
+        plan: Plan::Wait { .. },
+        after,
+    } = running(
         &m,
         Plan::<S, ()>::Wait {
             message: "w".into(),
@@ -204,7 +210,8 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
         },
         None,
         ts(100),
-    ) else {
+    )
+    else {
         panic!("wait");
     };
     assert_eq!(after, Duration::from_secs(20));
@@ -214,7 +221,10 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
 fn a_refused_abort_stays_in_the_message() {
     let gr = graph();
     let m = Machine::start(&gr, ts(0));
-    let Decision::Wait { message, .. } = running(
+    let Decision::Carry {
+        plan: Plan::Wait { message, .. },
+        ..
+    } = running(
         &m,
         Plan::<S, ()>::Wait {
             message: "waiting".into(),
@@ -223,7 +233,8 @@ fn a_refused_abort_stays_in_the_message() {
         },
         Some("spec.abort is refused: no"),
         ts(1),
-    ) else {
+    )
+    else {
         panic!("wait");
     };
     assert_eq!(message, "spec.abort is refused: no — waiting");
@@ -248,11 +259,14 @@ fn a_call_issued_once_is_late_like_any_call_and_otherwise_keeps_its_record() {
     ));
     assert_eq!(
         running(&m, once(), Some("refused"), ts(1)),
-        Decision::CallOnce {
-            to: S::Awaiting,
-            call: (),
-            message: "refused — calling".into(),
-            accepted: "accepted".into(),
+        Decision::Carry {
+            plan: Plan::CallOnce {
+                to: S::Awaiting,
+                call: (),
+                message: "refused — calling".into(),
+                accepted: "accepted".into(),
+            },
+            after: Duration::ZERO,
         }
     );
 }
