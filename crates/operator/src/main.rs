@@ -58,7 +58,7 @@ struct RunArgs {
         env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
     )]
     webhook_listen: SocketAddr,
-    /// Where `/metrics` (Prometheus text format) and `/healthz` are served over plain
+    /// Where `/metrics` (OpenMetrics text format) and `/healthz` are served over plain
     /// HTTP; empty or `off` serves neither.
     #[arg(
         long,
