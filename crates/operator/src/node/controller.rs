@@ -129,6 +129,10 @@ async fn hold(
     reason: &str,
     message: String,
 ) -> Result<(), Error> {
+    let overdue = machine
+        .filter(|m| m.timed_out(jiff::Timestamp::now()))
+        .map(|m| machine::overdue_note(m.state()));
+    let message = machine::held_message(message, overdue.as_deref());
     if status.message.as_deref() == Some(message.as_str()) {
         return Ok(());
     }
@@ -336,11 +340,13 @@ async fn provision(
         .await?;
     }
     if machine.timed_out(now) {
-        let message = format!(
-            "provisioning step {} outlived its deadline; still retrying",
-            machine.state()
-        );
-        if status.message.as_deref() != Some(message.as_str()) {
+        let message = machine::overdue_note(machine.state());
+        // Said once: a held step carries the notice in its own message from then on.
+        if !status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&message))
+        {
             ctx.event(node, true, "StepDeadlineExceeded", message.clone())
                 .await;
             current = write(

@@ -253,3 +253,18 @@ pub fn slot_of(node: &StorageNode) -> usize {
 #[cfg(test)]
 #[path = "machine_tests.rs"]
 mod tests;
+
+/// The notice of a step past its deadline (provisioning goes on retrying).
+pub fn overdue_note(step: ProvisioningStep) -> String {
+    format!("provisioning step {step} outlived its deadline; still retrying")
+}
+
+/// `message` as a held step past its deadline writes it: with the notice, so that the
+/// notice and the reason it holds are one message. Two messages would replace each other
+/// on every pass, each with a write and an event.
+pub fn held_message(message: String, overdue: Option<&str>) -> String {
+    match overdue {
+        Some(note) if !message.contains(note) => format!("{message} ({note})"),
+        _ => message,
+    }
+}

@@ -324,3 +324,21 @@ fn every_advance_is_an_edge_of_the_graph() {
     }
     assert!(edges >= 7, "only {edges} advances were planned");
 }
+
+#[test]
+fn a_held_step_past_its_deadline_says_both_in_one_message() {
+    let note = overdue_note(ProvisioningStep::AwaitingSlot);
+    assert_eq!(
+        note,
+        "provisioning step AwaitingSlot outlived its deadline; still retrying"
+    );
+    let held = held_message("waiting for a node-add slot".into(), Some(&note));
+    assert_eq!(held, format!("waiting for a node-add slot ({note})"));
+    // Stable: the next pass writes the same message, so nothing changes and no event.
+    assert_eq!(held_message(held.clone(), Some(&note)), held);
+    assert_eq!(
+        held_message("waiting".into(), None),
+        "waiting",
+        "in time, the reason alone"
+    );
+}
