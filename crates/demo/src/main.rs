@@ -11,7 +11,6 @@ mod table;
 mod volume;
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -24,9 +23,8 @@ use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
-use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
+use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_operator::context::Context;
-use simplyblock_operator::deployment::discovery::ProbeSettings;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::TestEnv;
 
@@ -140,21 +138,13 @@ async fn main() -> anyhow::Result<()> {
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
     let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
-        context,
-        webhook_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        webhook_endpoint: WebhookEndpoint::Bound,
-        certificate_validity: Duration::from_secs(24 * 3600),
-        metrics_listen: None,
-        probe: ProbeSettings {
-            image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
-            service_account: "simplyblock-nodeprobe".into(),
-        },
         initial_discovery: true,
         leader_election: Some(LeaderElection {
             lease: LeaderElection::LEASE.into(),
             identity: "simplyblock-operator-demo".into(),
             duration: Duration::from_secs(15),
         }),
+        ..simplyblock_operator::Config::local(context)
     }));
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let holder = wait_for("the leader Lease", Duration::from_secs(60), async || {

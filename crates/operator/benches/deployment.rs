@@ -14,9 +14,7 @@ use simplyblock_api::StorageCluster;
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
-use simplyblock_operator::assembly::WebhookEndpoint;
 use simplyblock_operator::context::Context;
-use simplyblock_operator::deployment::discovery::ProbeSettings;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 
@@ -153,19 +151,9 @@ async fn main() {
         .watching(NS)
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
-    let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
-        context,
-        webhook_listen: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
-        webhook_endpoint: WebhookEndpoint::Bound,
-        certificate_validity: Duration::from_secs(24 * 3600),
-        metrics_listen: None,
-        probe: ProbeSettings {
-            image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
-            service_account: "simplyblock-nodeprobe".into(),
-        },
-        initial_discovery: false,
-        leader_election: None,
-    }));
+    let operator = tokio::spawn(simplyblock_operator::run(
+        simplyblock_operator::Config::local(context),
+    ));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../deploy/samples/clusterdeploymentconfig.yaml"

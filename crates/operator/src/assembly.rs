@@ -70,6 +70,24 @@ pub struct Config {
     pub leader_election: Option<LeaderElection>,
 }
 
+impl Config {
+    /// An operator on this machine against an API server outside any cluster (the demo,
+    /// the benchmark): webhooks on a free loopback port registered by that address, no
+    /// metrics server, no discovery run, no election.
+    pub fn local(context: Context) -> Config {
+        Config {
+            context,
+            webhook_listen: SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+            webhook_endpoint: WebhookEndpoint::Bound,
+            certificate_validity: Duration::from_secs(24 * 3600),
+            metrics_listen: None,
+            probe: ProbeSettings::default(),
+            initial_discovery: false,
+            leader_election: None,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -165,6 +183,7 @@ async fn lead(
     let lease = match election {
         None => None,
         Some(election) => {
+            let (duration, grace) = lease_times(&election);
             let manager = lease_manager(ctx, &election).await?;
             tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
             loop {
@@ -174,7 +193,7 @@ async fn lead(
                 }
             }
             tracing::info!(identity = %election.identity, "leading: the controllers start");
-            Some(manager)
+            Some((manager, duration, grace))
         }
     };
     if initial_discovery {
@@ -188,13 +207,13 @@ async fn lead(
         });
     }
     let controllers = futures::future::join_all(controllers(ctx, probe));
-    let Some(manager) = lease else {
+    let Some((manager, duration, grace)) = lease else {
         controllers.await;
         return Ok(());
     };
     let outcome = tokio::select! {
         _ = controllers => Ok(()),
-        lost = keep(&manager) => lost,
+        lost = keep(&manager, duration, grace) => lost,
     };
     if outcome.is_err() {
         // Nothing may reconcile without the Lease; the controllers end where they are.
@@ -206,14 +225,29 @@ async fn lead(
     outcome
 }
 
-/// Renews the Lease; returns when it is lost.
-async fn keep(manager: &LeaseManager) -> Result<(), Error> {
+/// Renews the Lease; returns when it is lost. A renewal is tried `grace` before the Lease
+/// runs out, so when one fails the last good one was `duration - grace` ago; failures
+/// that go on until the Lease could have run out lose it, since a standby may lead by then.
+async fn keep(manager: &LeaseManager, duration: Duration, grace: Duration) -> Result<(), Error> {
+    let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
-        match manager.changed().await {
-            Ok(true) => {}
+        let began = tokio::time::Instant::now();
+        let result = manager.changed().await;
+        // A call that lasted past a renewal renewed in between: any earlier streak is over.
+        if began.elapsed() > duration - grace {
+            failing_since = None;
+        }
+        match result {
+            Ok(true) => failing_since = None,
             Ok(false) => return Err(Error::LostLeadership),
-            // A failed renewal is retried until the Lease runs out.
             Err(e) => {
+                let now = tokio::time::Instant::now();
+                let since = *failing_since
+                    .get_or_insert_with(|| now.checked_sub(duration - grace).unwrap_or(now));
+                if since.elapsed() >= duration {
+                    tracing::error!(error = %e, "the leader Lease could not be renewed before it ran out");
+                    return Err(Error::LostLeadership);
+                }
                 tracing::warn!(error = %e, "renewing the leader Lease failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -221,14 +255,22 @@ async fn keep(manager: &LeaseManager) -> Result<(), Error> {
     }
 }
 
-async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<LeaseManager, Error> {
+/// The Lease's duration, and how long before it runs out the holder renews it (a third).
+fn lease_times(election: &LeaderElection) -> (Duration, Duration) {
     let duration = election.duration.as_secs().max(2);
+    (
+        Duration::from_secs(duration),
+        Duration::from_secs((duration / 3).max(1)),
+    )
+}
+
+async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<LeaseManager, Error> {
+    let (duration, grace) = lease_times(election);
     Ok(LeaseManagerBuilder::new(ctx.kube.clone(), &election.lease)
         .with_namespace(&ctx.namespace)
         .with_identity(&election.identity)
-        .with_duration(duration)
-        // Renewed with a third of the lease left.
-        .with_grace((duration / 3).max(1))
+        .with_duration(duration.as_secs())
+        .with_grace(grace.as_secs())
         .with_field_manager("simplyblock-operator-leader")
         .build()
         .await?)

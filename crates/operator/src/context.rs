@@ -73,10 +73,6 @@ impl Shutdown {
         self.0.cancel();
     }
 
-    pub fn is_fired(&self) -> bool {
-        self.0.is_cancelled()
-    }
-
     /// Resolves once fired.
     pub async fn wait(self) {
         self.0.cancelled_owned().await

@@ -12,7 +12,6 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -113,7 +112,6 @@ pub async fn run<K, F, Fut>(
     ctx: Arc<Context>,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {

@@ -102,11 +102,11 @@ struct RunArgs {
     #[arg(
         long,
         env = "SIMPLYBLOCK_OPERATOR_IMAGE",
-        default_value = "quay.io/simplyblock-io/simplyblock-operator:latest"
+        default_value = ProbeSettings::IMAGE
     )]
     probe_image: String,
     /// The service account probe Jobs run as.
-    #[arg(long, default_value = "simplyblock-nodeprobe")]
+    #[arg(long, default_value = ProbeSettings::SERVICE_ACCOUNT)]
     probe_service_account: String,
     /// Do not raise the first-install discovery run.
     #[arg(long)]

@@ -116,7 +116,7 @@ impl Metrics {
         family.get_or_create(&labels).set(value);
     }
 
-    /// Sets the gauge `name` to 1 for the series whose `state` label is `current` and 0
+    /// Sets the gauge `name` to 1 for the series whose `phase` label is `current` and 0
     /// for every other of `states` (all 0 when `current` is `None`: the object is gone).
     pub fn one_hot<'a>(
         &self,

@@ -55,6 +55,22 @@ pub struct ProbeSettings {
     pub service_account: String,
 }
 
+impl ProbeSettings {
+    /// The released operator image.
+    pub const IMAGE: &str = "quay.io/simplyblock-io/simplyblock-operator:latest";
+    /// The service account the chart gives probe Jobs.
+    pub const SERVICE_ACCOUNT: &str = "simplyblock-nodeprobe";
+}
+
+impl Default for ProbeSettings {
+    fn default() -> ProbeSettings {
+        ProbeSettings {
+            image: Self::IMAGE.into(),
+            service_account: Self::SERVICE_ACCOUNT.into(),
+        }
+    }
+}
+
 impl OpsResource for OperatorOps {
     /// The operator is not a resource of this API: a run is its own target.
     type Target = OperatorOps;

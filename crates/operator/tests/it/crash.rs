@@ -15,7 +15,7 @@
 //! script made.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
@@ -65,29 +65,11 @@ fn operator(
     ns: &str,
     crash_after: Option<&str>,
 ) -> Child {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"))
-        .args(["run", "--disable-initial-discovery"])
-        .arg(format!("--webhook-listen=127.0.0.1:{port}"))
-        .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+    crate::support::operator_command(env, &sim.url, token_file, ns)
         // Two runs share the machine: the metrics port is whatever is free.
         .arg("--metrics-addr=127.0.0.1:0")
-        .arg(format!("--namespace={ns}"))
-        .arg(format!("--watch-namespace={ns}"))
-        .arg(format!("--control-plane-url={}", sim.url))
-        .arg(format!(
-            "--control-plane-token-file={}",
-            token_file.display()
-        ))
         .arg(format!("--storage-node-proxy={}", sim.addr))
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("RUST_LOG", "warn")
         .env(crash::ENV, crash_after.unwrap_or_default())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("the operator starts")
 }
@@ -176,14 +158,7 @@ impl Deployment {
 }
 
 async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
-    let env = TestEnv::start().await.expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    simplyblock_testenv::create_namespace(&kube, ns)
-        .await
-        .expect("namespace");
+    let (env, kube) = crate::support::own_api_server(ns).await;
     let nodes: Api<Node> = Api::all(kube.clone());
     let mut fleet = String::from("workers:\n");
     for (i, w) in WORKERS.iter().enumerate() {

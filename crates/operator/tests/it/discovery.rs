@@ -20,7 +20,6 @@ use simplyblock_discovery::configmap;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::deployment::discovery::{self, ProbeSettings};
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs};
-use simplyblock_testenv::TestEnv;
 
 const NS: &str = "discover";
 const WORKERS: [&str; 3] = ["dw1", "dw2", "dw3"];
@@ -39,14 +38,7 @@ fn profile(worker: &str) -> &'static str {
 async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     // An API server of its own: a fresh install sees no deployment document anywhere, and
     // this test's Nodes are the whole fleet.
-    let env = TestEnv::start().await.expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    simplyblock_testenv::create_namespace(&kube, NS)
-        .await
-        .expect("namespace");
+    let (_env, kube) = crate::support::own_api_server(NS).await;
     let nodes: Api<Node> = Api::all(kube.clone());
     let all: Vec<&str> = WORKERS.iter().copied().chain([HELD]).collect();
     for (i, w) in all.iter().enumerate() {
@@ -417,15 +409,8 @@ fn expected(file: &str, actual: &str) -> String {
 async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
     // An API server of its own: the process registers webhooks for the whole cluster, and
     // they stop answering when the process is stopped.
-    let env = TestEnv::start().await.expect("API server");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
     let ns = "operator-start";
-    simplyblock_testenv::create_namespace(&kube, ns)
-        .await
-        .expect("namespace");
+    let (env, kube) = crate::support::own_api_server(ns).await;
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "sw1"}})).expect("node");
     let nodes: Api<Node> = Api::all(kube.clone());
     nodes

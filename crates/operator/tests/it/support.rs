@@ -149,6 +149,52 @@ pub async fn api_server() -> &'static TestEnv {
     TestEnv::shared().expect("API server")
 }
 
+/// An API server of the test's own, with the CRDs installed and namespace `ns`: for a test
+/// whose Nodes must be the whole fleet, or whose operator processes register the webhooks
+/// of the whole cluster (which stop answering when the process stops).
+pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    namespace(&kube, ns).await;
+    (env, kube)
+}
+
+/// The operator binary, run against `env` and the control plane at `control_plane_url`
+/// (with the token in `token_file`), serving and watching `ns`; its webhooks on a free
+/// port, its output discarded. Callers add their own flags and start it.
+pub fn operator_command(
+    env: &TestEnv,
+    control_plane_url: &str,
+    token_file: &std::path::Path,
+    ns: &str,
+) -> std::process::Command {
+    use std::process::Stdio;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"));
+    command
+        .args(["run", "--disable-initial-discovery"])
+        .arg(format!("--webhook-listen=127.0.0.1:{port}"))
+        .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+        .arg(format!("--namespace={ns}"))
+        .arg(format!("--watch-namespace={ns}"))
+        .arg(format!("--control-plane-url={control_plane_url}"))
+        .arg(format!(
+            "--control-plane-token-file={}",
+            token_file.display()
+        ))
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
 /// An sbsim of a test's own, with its state in `dir`.
 pub struct Sbsim {
     pub server: Server,
