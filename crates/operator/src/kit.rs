@@ -221,6 +221,43 @@ where
     }
 }
 
+/// Removes the finalizer `name` from `object` as it was read: the resourceVersion makes
+/// this a compare-and-swap on the finalizer list (a 409 is [`Error::Stale`]). Gone, or
+/// without that finalizer, is success.
+pub async fn remove_finalizer<K>(client: &kube::Client, object: &K, name: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    if !object.finalizers().iter().any(|f| f == name) {
+        return Ok(());
+    }
+    let kept: Vec<&String> = object.finalizers().iter().filter(|f| *f != name).collect();
+    let patch = json!({"metadata": {
+        "resourceVersion": object.resource_version(),
+        "finalizers": kept,
+    }});
+    match api_of::<K, K>(client, object)
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(format!(
+            "{} {}",
+            K::kind(&()),
+            object.name_any()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether a status write may overwrite a newer version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Guard {

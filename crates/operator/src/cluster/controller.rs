@@ -235,30 +235,8 @@ async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Erro
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    remove_legacy_finalizer(cluster, ctx).await?;
+    kit::remove_finalizer(&ctx.kube, cluster, LEGACY_FINALIZER).await?;
     Ok(Action::await_change())
-}
-
-async fn remove_legacy_finalizer(cluster: &StorageCluster, ctx: &Context) -> Result<(), Error> {
-    let finalizers = cluster.finalizers();
-    if !finalizers.iter().any(|f| f == LEGACY_FINALIZER) {
-        return Ok(());
-    }
-    let kept: Vec<&String> = finalizers
-        .iter()
-        .filter(|f| *f != LEGACY_FINALIZER)
-        .collect();
-    // The resourceVersion makes this a compare-and-swap on the finalizer list.
-    let patch =
-        json!({"metadata": {"finalizers": kept, "resourceVersion": cluster.resource_version()}});
-    Api::<StorageCluster>::namespaced(ctx.kube.clone(), &cluster.namespace().unwrap_or_default())
-        .patch(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
-    Ok(())
 }
 
 #[cfg(test)]

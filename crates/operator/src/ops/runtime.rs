@@ -82,7 +82,7 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
     if !K::LOCKS_TARGET && op.ops_status().phase.is_terminal() {
         // Without a lock, the finalizer only guards the Aborted record of an unfinished
         // operation: it goes with the operation's end.
-        drop_finalizer(&ctx.kube, &*op).await?;
+        crate::kit::remove_finalizer(&ctx.kube, &*op, K::FINALIZER).await?;
         return Ok(Action::await_change());
     }
     crate::kit::finalized(
@@ -592,32 +592,6 @@ async fn record_answer<K: OpsResource>(
         }
     }
     Err(Error::Stale(recorded.name_any()))
-}
-
-/// Removes the kind's finalizer, guarded by the resourceVersion it was read at (a 409 is
-/// [`Error::Stale`]: the next pass decides again on the newer version).
-async fn drop_finalizer<K: OpsResource>(kube: &kube::Client, op: &K) -> Result<(), Error> {
-    if !op.finalizers().iter().any(|f| f == K::FINALIZER) {
-        return Ok(());
-    }
-    let kept: Vec<&String> = op
-        .finalizers()
-        .iter()
-        .filter(|f| *f != K::FINALIZER)
-        .collect();
-    let body = json!({"metadata": {
-        "resourceVersion": op.meta().resource_version,
-        "finalizers": kept,
-    }});
-    match Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
-        .patch(&op.name_any(), &PatchParams::default(), &Patch::Merge(body))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(op.name_any())),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn observed_generation<K: OpsResource>(op: &K) -> Option<i64> {
