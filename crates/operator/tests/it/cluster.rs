@@ -80,15 +80,18 @@ impl Harness {
     }
 }
 
-async fn uuid_of(h: &Harness, name: &str) -> Option<String> {
-    h.clusters().get(name).await.ok()?.status?.uuid
+/// The cluster's uuid once the creation machine is done: the uuid is recorded a step
+/// before the machine ends, so a uuid alone does not mean the phase has moved on.
+async fn created(h: &Harness, name: &str) -> Option<String> {
+    let status = h.clusters().get(name).await.ok()?.status?;
+    status.step.is_empty().then_some(status.uuid?)
 }
 
 #[tokio::test]
 async fn a_cluster_is_created_once_and_reported() {
     let h = harness("cluster-create", "").await;
     h.create("sb").await;
-    let uuid = until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
+    let uuid = until("the cluster created", async || created(&h, "sb").await).await;
 
     let cluster = h.clusters().get("sb").await.expect("cluster");
     let status = cluster.status.expect("status");
@@ -172,7 +175,7 @@ async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
     )
     .await;
     h.create("sb").await;
-    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
+    until("the cluster created", async || created(&h, "sb").await).await;
     assert_eq!(
         h.calls("POST", "/api/v2/clusters/").await,
         1,
@@ -193,7 +196,7 @@ async fn a_create_committed_after_the_client_gave_up_is_adopted_not_repeated() {
     )
     .await;
     h.create("sb").await;
-    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
+    until("the cluster created", async || created(&h, "sb").await).await;
     assert_eq!(
         h.calls("POST", "/api/v2/clusters/").await,
         1,
@@ -222,7 +225,7 @@ async fn an_unready_control_plane_holds_creation_and_says_why() {
         "nothing is created while unready"
     );
     // It proceeds once the control plane answers.
-    until("the cluster's uuid", async || uuid_of(&h, "sb").await).await;
+    until("the cluster created", async || created(&h, "sb").await).await;
     assert_eq!(h.calls("POST", "/api/v2/clusters/").await, 1);
 }
 
@@ -275,7 +278,7 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
     let h = harness("cluster-task-verdict", "taskfail:name=node_add").await;
     h.create("sb").await;
     let uuid: simplyblock_controlplane::Uuid =
-        until("the cluster's uuid", async || uuid_of(&h, "sb").await)
+        until("the cluster created", async || created(&h, "sb").await)
             .await
             .parse()
             .expect("uuid");
