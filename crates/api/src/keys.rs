@@ -24,6 +24,11 @@ pub const MANAGED_BY_LABEL: &str = "storage.simplyblock.io/managed-by";
 pub const MANAGED_BY_STORAGE_CLUSTER: &str = "storagecluster";
 /// Managed-by value: a StorageClass written by the StoragePool controller.
 pub const MANAGED_BY_STORAGE_POOL: &str = "storagepool";
+/// Managed-by value: the control plane's workloads a local ControlPlane installed.
+pub const MANAGED_BY_CONTROL_PLANE: &str = "controlplane";
+/// Managed-by value: the CSI driver's objects a SimplyblockDriver installed or adopted,
+/// cluster-scoped ones included (which its finalizer deletes).
+pub const MANAGED_BY_SIMPLYBLOCK_DRIVER: &str = "simplyblockdriver";
 /// Managed-by value: a discovery run's probe Jobs and report ConfigMaps.
 pub const MANAGED_BY_OPERATOR_OPS: &str = "operatorops";
 /// The value of Kubernetes' `endpointslice.kubernetes.io/managed-by` on the
@@ -102,6 +107,12 @@ pub const STORAGE_POOL_FINALIZER: &str = "storage.simplyblock.io/storagepool-fin
 /// Holds a StorageClusterOps until it has released its cluster's lock.
 pub const STORAGE_CLUSTER_OPS_FINALIZER: &str =
     "storage.simplyblock.io/storageclusterops-finalizer";
+/// Holds a ControlPlane while StorageClusters exist in its namespace.
+pub const CONTROL_PLANE_FINALIZER: &str = "storage.simplyblock.io/controlplane-finalizer";
+/// Holds a ControlPlaneOps until it has released the control plane's lock.
+pub const CONTROL_PLANE_OPS_FINALIZER: &str = "storage.simplyblock.io/controlplaneops-finalizer";
+/// Holds a SimplyblockDriver until its cluster-scoped objects are deleted.
+pub const SIMPLYBLOCK_DRIVER_FINALIZER: &str = "storage.simplyblock.io/simplyblockdriver-finalizer";
 /// Holds an OperatorOps until the run is terminal.
 pub const OPERATOR_OPS_FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
 

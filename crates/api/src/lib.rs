@@ -12,11 +12,14 @@
 
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod control_plane;
+pub mod control_plane_ops;
 pub mod csi_secret;
 pub mod keys;
 pub mod names;
 pub mod operator_ops;
 pub mod quantity;
+pub mod simplyblock_driver;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
@@ -27,7 +30,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use cluster_deployment_config::ClusterDeploymentConfig;
+pub use control_plane::ControlPlane;
+pub use control_plane_ops::ControlPlaneOps;
 pub use operator_ops::OperatorOps;
+pub use simplyblock_driver::SimplyblockDriver;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
@@ -46,6 +52,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         StorageNode::crd(),
         StoragePool::crd(),
         StoragePoolOps::crd(),
+        ControlPlane::crd(),
+        ControlPlaneOps::crd(),
+        SimplyblockDriver::crd(),
     ]
 }
 

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use kube::api::PostParams;
 use simplyblock_api::{
-    ClusterDeploymentConfig, OperatorOps, StorageCluster, StorageClusterOps, StorageNode,
-    StoragePool, StoragePoolOps, crd_file_name, crd_yaml, crds,
+    ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, SimplyblockDriver,
+    StorageCluster, StorageClusterOps, StorageNode, StoragePool, StoragePoolOps, crd_file_name,
+    crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -73,6 +74,14 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::storage_pool_ops::GRAPHS.declared_state_names(),
         &step_schema(&StoragePoolOps::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::control_plane::INSTALL_GRAPH.declared_state_names(),
+        &step_schema(&ControlPlane::crd()),
+    );
+    assert_step_schema_matches(
+        &simplyblock_api::control_plane_ops::GRAPHS.declared_state_names(),
+        &step_schema(&ControlPlaneOps::crd()),
+    );
 }
 
 #[test]
@@ -110,6 +119,9 @@ async fn samples_are_accepted_by_the_api_server() {
             "StorageNode" => crate::support::dynamic::<StorageNode>(&client, &ns),
             "StoragePool" => crate::support::dynamic::<StoragePool>(&client, &ns),
             "StoragePoolOps" => crate::support::dynamic::<StoragePoolOps>(&client, &ns),
+            "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
+            "ControlPlaneOps" => crate::support::dynamic::<ControlPlaneOps>(&client, &ns),
+            "SimplyblockDriver" => crate::support::dynamic::<SimplyblockDriver>(&client, &ns),
             other => panic!("no sample check for {other}"),
         };
         let created = api
@@ -132,6 +144,13 @@ async fn samples_are_accepted_by_the_api_server() {
             "StoragePool" => drop(serde_json::from_value::<StoragePool>(value).expect("typed")),
             "StoragePoolOps" => {
                 drop(serde_json::from_value::<StoragePoolOps>(value).expect("typed"))
+            }
+            "ControlPlane" => drop(serde_json::from_value::<ControlPlane>(value).expect("typed")),
+            "ControlPlaneOps" => {
+                drop(serde_json::from_value::<ControlPlaneOps>(value).expect("typed"))
+            }
+            "SimplyblockDriver" => {
+                drop(serde_json::from_value::<SimplyblockDriver>(value).expect("typed"))
             }
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }

@@ -2,4 +2,5 @@
 
 mod cel;
 mod crds;
+mod install_kinds;
 mod support;
