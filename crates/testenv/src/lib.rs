@@ -16,6 +16,7 @@
 
 pub mod assets;
 pub mod process;
+pub mod standin;
 pub mod wait;
 
 use std::fs;

@@ -1,3 +1,4 @@
 //! The integration tests of this crate, one binary: a module per area.
 
 mod lifecycle;
+mod standin;

@@ -1,0 +1,251 @@
+//! What a real cluster's kubelets and workload controllers would report, for an API server
+//! that has neither: the status of Deployments, StatefulSets and DaemonSets (their pods
+//! ready), and of FoundationDB clusters (available), so that controllers waiting on them
+//! can be run here.
+//!
+//! A workload reports every replica ready unless it carries [`READY_ANNOTATION`], whose
+//! number of ready replicas is reported instead: how a test or the demo makes a component
+//! fail. A DaemonSet schedules one pod per Node its node selector matches.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) {
+//! let standin = simplyblock_testenv::standin::StandIn::start(client, Some("ns".into()));
+//! // ... the workloads of `ns` now become ready as they are created ...
+//! drop(standin);
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// Annotation on a workload: report this many ready replicas instead of all of them.
+pub const READY_ANNOTATION: &str = "standin.simplyblock.io/ready-replicas";
+/// Annotation on a FoundationDBCluster: `"false"` reports it unavailable.
+pub const AVAILABLE_ANNOTATION: &str = "standin.simplyblock.io/available";
+
+/// How often the stand-in looks.
+const INTERVAL: Duration = Duration::from_millis(100);
+
+/// A running stand-in; dropping it stops it.
+pub struct StandIn {
+    task: JoinHandle<()>,
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StandIn {
+    /// Reports the workloads of `namespace` (of every namespace when `None`) ready, until
+    /// dropped.
+    pub fn start(client: kube::Client, namespace: Option<String>) -> StandIn {
+        let task = tokio::spawn(async move {
+            loop {
+                // A failed pass (an object deleted mid-write, a CRD not installed) is
+                // tried again on the next.
+                let _ = pass(&client, namespace.as_deref()).await;
+                tokio::time::sleep(INTERVAL).await;
+            }
+        });
+        StandIn { task }
+    }
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The replicas a workload reports ready: all of `desired`, or what its annotation says.
+fn ready(annotations: Option<&BTreeMap<String, String>>, desired: i32) -> i32 {
+    annotations
+        .and_then(|a| a.get(READY_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .map_or(desired, |n: i32| n.clamp(0, desired))
+}
+
+async fn write_status<K>(api: &Api<K>, name: &str, current: Option<Value>, status: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    // The API server drops zero counts: a missing count reads as 0.
+    let zero = json!(0);
+    let differs = current.is_none_or(|c| {
+        status.as_object().is_some_and(|want| {
+            want.iter().any(|(k, v)| {
+                c.get(k).unwrap_or(&zero) != v && !(v.is_null() && c.get(k).is_none())
+            })
+        })
+    });
+    if differs {
+        let _ = api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await;
+    }
+}
+
+async fn pass(client: &kube::Client, namespace: Option<&str>) -> Result<(), kube::Error> {
+    let deployments = api::<Deployment>(client, namespace);
+    for d in deployments.list(&ListParams::default()).await? {
+        let desired = d.spec.replicas.unwrap_or(1);
+        let n = ready(d.metadata.annotations.as_ref(), desired);
+        let status = json!({
+            "observedGeneration": d.metadata.generation,
+            "replicas": desired, "updatedReplicas": desired,
+            "readyReplicas": n, "availableReplicas": n,
+        });
+        let api = Api::<Deployment>::namespaced(
+            client.clone(),
+            d.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let current = d.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+        write_status(&api, &d.metadata.name.unwrap_or_default(), current, status).await;
+    }
+
+    let sets = api::<StatefulSet>(client, namespace);
+    for s in sets.list(&ListParams::default()).await? {
+        let desired = s.spec.replicas.unwrap_or(1);
+        let n = ready(s.metadata.annotations.as_ref(), desired);
+        let status = json!({
+            "observedGeneration": s.metadata.generation,
+            "replicas": desired, "currentReplicas": desired, "updatedReplicas": desired,
+            "readyReplicas": n, "availableReplicas": n,
+        });
+        let api = Api::<StatefulSet>::namespaced(
+            client.clone(),
+            s.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let current = s.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+        write_status(&api, &s.metadata.name.unwrap_or_default(), current, status).await;
+    }
+
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let daemon_sets = api::<DaemonSet>(client, namespace);
+    for ds in daemon_sets.list(&ListParams::default()).await? {
+        let selector = ds
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|p| p.node_selector.clone())
+            .unwrap_or_default();
+        let desired = nodes
+            .iter()
+            .filter(|node| {
+                let labels = node.metadata.labels.clone().unwrap_or_default();
+                selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .count() as i32;
+        let n = ready(ds.metadata.annotations.as_ref(), desired);
+        let status = json!({
+            "observedGeneration": ds.metadata.generation,
+            "desiredNumberScheduled": desired, "currentNumberScheduled": desired,
+            "updatedNumberScheduled": desired, "numberMisscheduled": 0,
+            "numberReady": n, "numberAvailable": n,
+        });
+        let api = Api::<DaemonSet>::namespaced(
+            client.clone(),
+            ds.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let current = ds
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok());
+        write_status(&api, &ds.metadata.name.unwrap_or_default(), current, status).await;
+    }
+
+    foundationdb(client, namespace).await
+}
+
+/// The FoundationDB operator's `FoundationDBCluster`, when its CRD is installed.
+pub fn foundationdb_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps.foundationdb.org", "v1beta2", "FoundationDBCluster"),
+        "foundationdbclusters",
+    )
+}
+
+async fn foundationdb(client: &kube::Client, namespace: Option<&str>) -> Result<(), kube::Error> {
+    let resource = foundationdb_resource();
+    let all: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    for fdb in all.list(&ListParams::default()).await? {
+        let available = fdb
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(AVAILABLE_ANNOTATION))
+            .is_none_or(|v| v != "false");
+        let status = json!({
+            "generations": {"reconciled": fdb.metadata.generation},
+            "health": {"available": available, "healthy": available},
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            fdb.metadata.namespace.as_deref().unwrap_or_default(),
+            &resource,
+        );
+        let current = fdb.data.get("status").cloned();
+        write_status(
+            &api,
+            &fdb.metadata.name.unwrap_or_default(),
+            current,
+            status,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// A minimal `FoundationDBCluster` CRD (`apps.foundationdb.org/v1beta2`, any fields, a
+/// status subresource): what tests and the demo install in place of the FoundationDB
+/// operator's.
+pub fn foundationdb_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "foundationdbclusters.apps.foundationdb.org"},
+        "spec": {
+            "group": "apps.foundationdb.org",
+            "names": {
+                "kind": "FoundationDBCluster", "listKind": "FoundationDBClusterList",
+                "plural": "foundationdbclusters", "singular": "foundationdbcluster",
+                "shortNames": ["fdb"]
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1beta2", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true
+                }}
+            }]
+        }
+    }))
+    .expect("the FoundationDBCluster CRD is well-formed")
+}
