@@ -76,7 +76,6 @@ out=$(cd "$out" && pwd)
 work="$out/work"
 mkdir -p "$work" "$out/rootfs"
 
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 debian_mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
@@ -112,6 +111,10 @@ for image in "${images[@]}"; do
     [ -x "$target_dir/release/simplyblock-$image" ] \
         || die "no $target_dir/release/simplyblock-$image; build it or drop --skip-build"
 done
+
+# Exported only now: the cc crate's build scripts rerun when it changes, so cargo would
+# rebuild them (ring among others) here and again in the next ordinary build.
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 # Left-over containers of an interrupted run would hold their names; ours go on exit too.
 containers=()
