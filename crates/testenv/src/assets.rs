@@ -1,5 +1,5 @@
-//! The kube-apiserver and etcd binaries: found in a versioned cache, or built there once
-//! from the Go module proxy.
+//! The binaries the tests run (kube-apiserver and etcd, and the peer tools csi-sanity and
+//! helm): found in a versioned cache, or built there once from the Go module proxy.
 //!
 //! No package registry ships kube-apiserver, so it is compiled from `k8s.io/kubernetes` the
 //! way envtest's assets are produced. The build runs under an exclusive file lock, so test
@@ -90,10 +90,26 @@ pub const CSI_TEST_VERSION: &str = "v5.6.0";
 /// csi-sanity, the CSI driver's peer suite: found in the cache, or built there once under
 /// the same lock as the API server's binaries.
 pub fn csi_sanity() -> Result<PathBuf, Error> {
+    tool(
+        &format!("csi-sanity-{CSI_TEST_VERSION}"),
+        "csi-sanity",
+        Recipe::csi_sanity,
+    )
+}
+
+/// The Helm release that lints, renders and installs the chart in tests.
+pub const HELM_VERSION: &str = "v4.3.2";
+
+/// helm, the chart's peer tool: found in the cache, or built there once under the same
+/// lock as the API server's binaries.
+pub fn helm() -> Result<PathBuf, Error> {
+    tool(&format!("helm-{HELM_VERSION}"), "helm", Recipe::helm)
+}
+
+/// The binary `name` in the cache folder `folder`, built from `recipe` when missing.
+fn tool(folder: &str, name: &str, recipe: fn() -> Recipe) -> Result<PathBuf, Error> {
     let cache = cache_dir();
-    let bin = cache
-        .join(format!("csi-sanity-{CSI_TEST_VERSION}"))
-        .join("csi-sanity");
+    let bin = cache.join(folder).join(name);
     if bin.is_file() {
         return Ok(bin);
     }
@@ -109,7 +125,7 @@ pub fn csi_sanity() -> Result<PathBuf, Error> {
     }
     if !bin.is_file() {
         check_go()?;
-        build(&Recipe::csi_sanity(), &bin)?;
+        build(&recipe(), &bin)?;
     }
     drop(lock);
     Ok(bin)
@@ -149,6 +165,20 @@ impl Recipe {
             tools_go: tools_go(&[package]),
             package,
             ldflags: "-s -w".to_string(),
+        }
+    }
+
+    fn helm() -> Recipe {
+        let package = "helm.sh/helm/v4/cmd/helm";
+        Recipe {
+            what: format!("helm {HELM_VERSION}"),
+            go_mod: format!(
+                "module local/testenv-helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 {HELM_VERSION}\n"
+            ),
+            tools_go: tools_go(&[package]),
+            package,
+            // Without the stamp `helm version` reports a bare minor version.
+            ldflags: format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
         }
     }
 

@@ -27,8 +27,8 @@ enum Cmd {
         #[arg(long = "crds")]
         crds: Vec<PathBuf>,
     },
-    /// Build (or find in the cache) kube-apiserver, etcd and csi-sanity, then print their
-    /// paths.
+    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity and helm, then print
+    /// their paths.
     Build,
 }
 
@@ -50,6 +50,8 @@ async fn main() -> anyhow::Result<()> {
             let sanity =
                 tokio::task::spawn_blocking(simplyblock_testenv::assets::csi_sanity).await??;
             println!("csi-sanity: {}", sanity.display());
+            let helm = tokio::task::spawn_blocking(simplyblock_testenv::assets::helm).await??;
+            println!("helm: {}", helm.display());
         }
         Cmd::Up { crds } => {
             let env = TestEnv::start().await?;

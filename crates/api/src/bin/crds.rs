@@ -1,4 +1,4 @@
-//! Writes every CRD to `deploy/crds/<plural>.yaml` (or to the directory given).
+//! Writes every CRD to `deploy/charts/simplyblock-operator/crds/<plural>.yaml` (or to the directory given).
 
 use std::path::PathBuf;
 
@@ -6,7 +6,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/charts/simplyblock-operator/crds")
+        });
     std::fs::create_dir_all(&dir)?;
     for crd in simplyblock_api::crds() {
         let path = dir.join(simplyblock_api::crd_file_name(&crd));

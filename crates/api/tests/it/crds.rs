@@ -17,7 +17,7 @@ fn repo_root() -> PathBuf {
 
 #[test]
 fn checked_in_crds_match_the_types() {
-    let dir = repo_root().join("deploy/crds");
+    let dir = repo_root().join("deploy/charts/simplyblock-operator/crds");
     let mut stale = Vec::new();
     for crd in crds() {
         let file = dir.join(crd_file_name(&crd));
@@ -31,11 +31,13 @@ fn checked_in_crds_match_the_types() {
         stale.is_empty(),
         "these CRDs differ from what the types generate: {stale:?}\nregenerate them with `cargo run -p simplyblock-api --bin crds` and commit the result"
     );
-    let files = std::fs::read_dir(&dir).expect("deploy/crds").count();
+    let files = std::fs::read_dir(&dir)
+        .expect("deploy/charts/simplyblock-operator/crds")
+        .count();
     assert_eq!(
         files,
         crds().len(),
-        "deploy/crds holds a file no type generates"
+        "deploy/charts/simplyblock-operator/crds holds a file no type generates"
     );
 }
 

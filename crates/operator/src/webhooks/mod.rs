@@ -287,3 +287,62 @@ pub(crate) fn deny(response: AdmissionResponse, message: String) -> AdmissionRes
     response.result.reason = "Forbidden".into();
     response
 }
+
+#[cfg(test)]
+mod chart_tests {
+    use super::*;
+
+    /// The chart's ValidatingWebhookConfiguration: the operator's own, for the webhook
+    /// Service of the release namespace and without a caBundle (the operator writes the
+    /// bundle of the CA it keeps).
+    fn chart_template() -> String {
+        let endpoint = Endpoint::Service {
+            namespace: "NAMESPACE".into(),
+            name: "simplyblock-operator-webhook".into(),
+        };
+        let mut config = configuration(&endpoint, "");
+        for webhook in config.webhooks.iter_mut().flatten() {
+            webhook.client_config.ca_bundle = None;
+        }
+        let value = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": CONFIGURATION_NAME, "labels": {"LABELS": ""}},
+            "webhooks": config.webhooks,
+        });
+        let yaml = serde_saphyr::to_string(&value).expect("yaml");
+        let mut out = String::from(
+            "# Generated from the operator's webhooks::configuration(); `UPDATE_EXPECT=1 cargo test\n\
+             # -p simplyblock-operator --lib chart_tests` rewrites it. Do not edit.\n",
+        );
+        for line in yaml.lines() {
+            let line = line
+                .replace(
+                    "namespace: NAMESPACE",
+                    "namespace: {{ .Release.Namespace }}",
+                )
+                .replace(
+                    "    LABELS: \"\"",
+                    "    {{- include \"simplyblock.labels\" . | nindent 4 }}",
+                );
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    #[test]
+    fn the_chart_registers_the_operators_webhooks() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/charts/simplyblock-operator/templates/webhooks.yaml");
+        let actual = chart_template();
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            std::fs::write(&path, &actual).expect("write the chart's webhooks");
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == actual,
+            "the chart's webhooks.yaml differs from webhooks::configuration(); rerun with UPDATE_EXPECT=1"
+        );
+    }
+}

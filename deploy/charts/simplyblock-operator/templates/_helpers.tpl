@@ -1,0 +1,43 @@
+{{/* The labels every object of the release carries. */}}
+{{- define "simplyblock.labels" -}}
+app.kubernetes.io/name: simplyblock-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The operator pods' selector. */}}
+{{- define "simplyblock.selector" -}}
+app.kubernetes.io/name: simplyblock-operator
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{/* The operator's image reference. */}}
+{{- define "simplyblock.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The profile, refused unless it is one of the three. */}}
+{{- define "simplyblock.profile" -}}
+{{- $profile := .Values.deployment.profile -}}
+{{- if not (has $profile (list "standalone" "managed" "empty")) -}}
+{{- fail (printf "deployment.profile %q is not a profile: choose standalone (the operator installs the control plane here), managed (it runs elsewhere: set controlplane.managed.endpoint) or empty (the operator alone)" $profile) -}}
+{{- end -}}
+{{- $profile -}}
+{{- end -}}
+
+{{/* The managed profile's endpoint, refused when missing, loopback or link-local. */}}
+{{- define "simplyblock.managedEndpoint" -}}
+{{- $endpoint := .Values.controlplane.managed.endpoint -}}
+{{- if not $endpoint -}}
+{{- fail "deployment.profile managed needs controlplane.managed.endpoint, the control plane's URL (https://host[:port])" -}}
+{{- end -}}
+{{- if not (regexMatch "^https?://[^\\s/?#]+(/[^\\s?#]*)?$" $endpoint) -}}
+{{- fail (printf "controlplane.managed.endpoint %q is not a URL: write https://host[:port]" $endpoint) -}}
+{{- end -}}
+{{- if regexMatch "(?i)^https?://([^/@]*@)?(localhost|127\\.[0-9.]+|0\\.0\\.0\\.0|\\[::1\\]|169\\.254\\.[0-9.]+|\\[fe[89ab][0-9a-f]?:[^\\]]*\\])([:/].*)?$" $endpoint -}}
+{{- fail (printf "controlplane.managed.endpoint %q is a loopback or link-local address, which reaches the operator's own pod or the node's metadata service: give the control plane's routable address" $endpoint) -}}
+{{- end -}}
+{{- $endpoint -}}
+{{- end -}}
