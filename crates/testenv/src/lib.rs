@@ -15,6 +15,7 @@
 //! start.
 
 pub mod assets;
+pub mod chart;
 pub mod process;
 pub mod standin;
 pub mod wait;
@@ -65,6 +66,8 @@ pub enum Error {
     },
     #[error("the Kubernetes client could not be configured: {0}")]
     Client(String),
+    #[error("applying the chart's objects failed: {0}")]
+    Apply(String),
     #[error("installing CustomResourceDefinition {name} failed: {reason}")]
     Crd { name: String, reason: String },
 }

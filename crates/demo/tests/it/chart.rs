@@ -1,0 +1,278 @@
+//! The Helm chart: each profile lints and renders what it must and nothing it must not,
+//! bad values are refused with a message, every value a template reads is defined, no
+//! role holds a wildcard, and a real API server accepts every rendered object.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use simplyblock_testenv::chart::{self, kind_and_name};
+use simplyblock_testenv::{TestEnv, create_namespace};
+
+const PROFILES: [&str; 3] = ["standalone", "managed", "empty"];
+
+/// `--set` values that make `profile` render.
+fn values(profile: &str) -> Vec<(&'static str, &str)> {
+    let mut v = vec![("deployment.profile", profile)];
+    if profile == "managed" {
+        v.push((
+            "controlplane.managed.endpoint",
+            "https://cp.example.com:8443",
+        ));
+    }
+    v
+}
+
+fn rendered(profile: &str) -> Vec<kube::api::DynamicObject> {
+    chart::render("simplyblock-system", &values(profile))
+        .unwrap_or_else(|e| panic!("profile {profile} does not render: {e}"))
+}
+
+fn names(profile: &str) -> BTreeSet<String> {
+    rendered(profile).iter().map(kind_and_name).collect()
+}
+
+#[test]
+fn every_profile_lints() {
+    for profile in PROFILES {
+        chart::lint(&values(profile)).unwrap_or_else(|e| panic!("helm lint ({profile}): {e}"));
+    }
+}
+
+#[test]
+fn each_profile_renders_the_operator_and_only_its_own_objects() {
+    let operator = [
+        "Deployment/simplyblock-operator",
+        "ServiceAccount/simplyblock-operator",
+        "ServiceAccount/simplyblock-nodeprobe",
+        "ClusterRole/simplyblock-operator",
+        "ClusterRoleBinding/simplyblock-operator",
+        "Role/simplyblock-operator-leader-election",
+        "Service/simplyblock-operator-webhook",
+        "ValidatingWebhookConfiguration/simplyblock-operator",
+    ];
+    let installs = ["ControlPlane/simplyblock", "SimplyblockDriver/simplyblock"];
+    for profile in PROFILES {
+        let names = names(profile);
+        for must in operator {
+            assert!(names.contains(must), "{profile} lacks {must}: {names:?}");
+        }
+        for install in installs {
+            assert_eq!(
+                names.contains(install),
+                profile != "empty",
+                "{profile} and {install}: {names:?}"
+            );
+        }
+    }
+
+    let source = |profile: &str| {
+        rendered(profile)
+            .into_iter()
+            .find(|o| kind_and_name(o) == "ControlPlane/simplyblock")
+            .map(|o| o.data["spec"]["source"].clone())
+            .expect("a ControlPlane")
+    };
+    let standalone = source("standalone");
+    assert!(standalone["local"]["image"].is_string(), "{standalone}");
+    assert!(standalone.get("managed").is_none());
+    let managed = source("managed");
+    assert_eq!(
+        managed["managed"]["endpoint"],
+        "https://cp.example.com:8443"
+    );
+    assert!(managed.get("local").is_none());
+
+    // The operator runs as the chart says: two leader-elected, locked-down replicas.
+    let deployment = rendered("empty")
+        .into_iter()
+        .find(|o| kind_and_name(o) == "Deployment/simplyblock-operator")
+        .expect("operator Deployment");
+    let spec = &deployment.data["spec"];
+    assert_eq!(spec["replicas"], 2);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["image"],
+        format!(
+            "quay.io/simplyblock-io/simplyblock-operator:{}",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    assert!(container["livenessProbe"].is_object() && container["readinessProbe"].is_object());
+}
+
+#[test]
+fn bad_values_are_refused_with_what_to_do() {
+    let refused = |values: &[(&str, &str)]| {
+        chart::render("simplyblock-system", values).expect_err("the render must fail")
+    };
+    let bogus = refused(&[("deployment.profile", "bogus")]);
+    assert!(
+        bogus.contains("deployment.profile \"bogus\" is not a profile: choose standalone"),
+        "{bogus}"
+    );
+    let missing = refused(&[("deployment.profile", "managed")]);
+    assert!(
+        missing.contains("deployment.profile managed needs controlplane.managed.endpoint"),
+        "{missing}"
+    );
+    for endpoint in [
+        "https://127.0.0.1:8443",
+        "https://localhost",
+        "http://169.254.169.254",
+        "https://[::1]:443",
+        "https://[fe80::1]",
+    ] {
+        let message = refused(&[
+            ("deployment.profile", "managed"),
+            ("controlplane.managed.endpoint", endpoint),
+        ]);
+        assert!(
+            message.contains("is a loopback or link-local address"),
+            "{endpoint}: {message}"
+        );
+    }
+    let unknown = refused(&[("operator.replica", "3")]);
+    assert!(
+        unknown.contains("additional properties 'replica' not allowed"),
+        "{unknown}"
+    );
+    let foreign = refused(&[("controlplane.local.image", "evil.example.com/api:1")]);
+    assert!(foreign.contains("/controlplane/local/image"), "{foreign}");
+}
+
+/// Every `.Values` path a template reads, directly or through a variable assigned from
+/// one (`$x := .Values.a` then `$x.b`).
+fn paths_read(template: &str) -> BTreeSet<String> {
+    fn path_at(text: &str) -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+            .collect::<String>()
+            .trim_end_matches('.')
+            .to_string()
+    }
+    let mut variables = std::collections::BTreeMap::new();
+    for (i, _) in template.match_indices(":= .Values.") {
+        let before = &template[..i];
+        let name = before
+            .trim_end()
+            .rsplit('$')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        variables.insert(name, path_at(&template[i + ":= .Values.".len()..]));
+    }
+    let mut paths = BTreeSet::new();
+    for (i, _) in template.match_indices(".Values.") {
+        paths.insert(path_at(&template[i + ".Values.".len()..]));
+    }
+    for (name, base) in &variables {
+        let needle = format!("${name}.");
+        for (i, _) in template.match_indices(&needle) {
+            let rest = path_at(&template[i + needle.len()..]);
+            if !rest.is_empty() {
+                paths.insert(format!("{base}.{rest}"));
+            }
+        }
+    }
+    paths.retain(|p| !p.is_empty());
+    paths
+}
+
+#[test]
+fn every_value_a_template_reads_is_defined() {
+    let dir = chart::dir();
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml parses");
+    let mut undefined = Vec::new();
+    let mut read = 0;
+    for entry in std::fs::read_dir(dir.join("templates")).expect("templates") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("template");
+        for p in paths_read(&text) {
+            read += 1;
+            let defined = p
+                .split('.')
+                .try_fold(&values, |v, key| v.get(key))
+                .is_some();
+            if !defined {
+                undefined.push(format!(
+                    "{}: .Values.{p}",
+                    path.file_name().unwrap_or_default().to_string_lossy()
+                ));
+            }
+        }
+    }
+    assert!(read > 20, "the scan found only {read} value reads");
+    assert!(
+        undefined.is_empty(),
+        "templates read values that values.yaml does not define (they render empty): {undefined:#?}"
+    );
+}
+
+#[test]
+fn the_value_scan_sees_direct_and_variable_reads() {
+    let paths = paths_read(
+        "{{ .Values.a.b }} {{- $x := .Values.c }} {{ $x.d.e }} {{ with .Values.f }}{{ end }}",
+    );
+    assert_eq!(
+        paths.into_iter().collect::<Vec<_>>(),
+        ["a.b", "c", "c.d.e", "f"]
+    );
+}
+
+#[test]
+fn no_role_holds_a_wildcard() {
+    let mut rules = 0;
+    for profile in PROFILES {
+        for object in rendered(profile) {
+            let kind = object
+                .types
+                .as_ref()
+                .map(|t| t.kind.clone())
+                .unwrap_or_default();
+            if kind != "ClusterRole" && kind != "Role" {
+                continue;
+            }
+            for rule in object.data["rules"].as_array().into_iter().flatten() {
+                rules += 1;
+                for field in ["verbs", "resources", "apiGroups", "nonResourceURLs"] {
+                    for value in rule[field].as_array().into_iter().flatten() {
+                        assert!(
+                            value.as_str().is_some_and(|v| !v.contains('*')),
+                            "{} grants {field} {value} in {rule}",
+                            kind_and_name(&object)
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(rules > 10, "only {rules} rules were read");
+}
+
+#[tokio::test]
+async fn a_real_api_server_accepts_every_rendered_object() {
+    let env = TestEnv::shared().expect("test environment");
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let client = env.client().await.expect("client");
+    for profile in PROFILES {
+        let ns = format!("chart-{profile}");
+        create_namespace(&client, &ns).await.expect("namespace");
+        let objects = chart::render(&ns, &values(profile)).expect("render");
+        chart::apply(&client, &objects, "chart-test", true)
+            .await
+            .unwrap_or_else(|e| panic!("profile {profile}: {e}"));
+    }
+}

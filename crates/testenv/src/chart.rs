@@ -1,0 +1,140 @@
+//! The operator's Helm chart as the tests and the demo use it: rendered by the helm the
+//! test cache holds ([`crate::assets::helm`]), its objects parsed, and applied to an API
+//! server with server-side apply.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::{Discovery, Scope};
+
+use crate::Error;
+
+/// The chart's directory in the repository.
+pub fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/charts/simplyblock-operator")
+}
+
+/// Runs helm with `args`; its stdout, or its stderr as the error.
+fn helm(args: &[&str]) -> Result<String, String> {
+    let helm = crate::assets::helm().map_err(|e| e.to_string())?;
+    let out = Command::new(helm)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running helm: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// `--set` arguments for `values`.
+fn sets(values: &[(&str, &str)]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|(k, v)| ["--set".to_string(), format!("{k}={v}")])
+        .collect()
+}
+
+/// `helm lint` of the chart with `values`; helm's complaint as the error.
+pub fn lint(values: &[(&str, &str)]) -> Result<String, String> {
+    let dir = dir();
+    let mut args = vec!["lint".to_string(), dir.display().to_string()];
+    args.extend(sets(values));
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The chart rendered as release `simplyblock-operator` in `namespace` with `values`
+/// (`--set` pairs); helm's refusal as the error.
+pub fn render(namespace: &str, values: &[(&str, &str)]) -> Result<Vec<DynamicObject>, String> {
+    let dir = dir();
+    let mut args = vec![
+        "template".to_string(),
+        "simplyblock-operator".to_string(),
+        dir.display().to_string(),
+        "--namespace".to_string(),
+        namespace.to_string(),
+    ];
+    args.extend(sets(values));
+    let text = helm(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let mut objects = Vec::new();
+    for document in text.split("\n---") {
+        let has_content = document
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        if !has_content {
+            continue;
+        }
+        let object: DynamicObject = serde_saphyr::from_str(document)
+            .map_err(|e| format!("a rendered document does not parse: {e}\n{document}"))?;
+        objects.push(object);
+    }
+    Ok(objects)
+}
+
+/// `Kind/name` of an object.
+pub fn kind_and_name(object: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        object.types.as_ref().map_or("", |t| t.kind.as_str()),
+        object.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Applies `objects` with server-side apply under `manager` (only a dry run when
+/// `dry_run`), each in the namespace it names; every refusal is listed in the error.
+pub async fn apply(
+    client: &kube::Client,
+    objects: &[DynamicObject],
+    manager: &str,
+    dry_run: bool,
+) -> Result<(), Error> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|e| Error::Client(format!("API discovery: {e}")))?;
+    let mut params = PatchParams::apply(manager).force();
+    params.dry_run = dry_run;
+    let mut refusals = Vec::new();
+    for object in objects {
+        let Some(types) = &object.types else {
+            refusals.push(format!("{}: no apiVersion/kind", kind_and_name(object)));
+            continue;
+        };
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", types.api_version.as_str()));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+        let Some((resource, capabilities)) = discovery.resolve_gvk(&gvk) else {
+            refusals.push(format!(
+                "{}: {} is not served",
+                kind_and_name(object),
+                types.api_version
+            ));
+            continue;
+        };
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                object.metadata.namespace.as_deref().unwrap_or("default"),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let name = object.metadata.name.clone().unwrap_or_default();
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(object)).await {
+            refusals.push(format!("{}: {e}", kind_and_name(object)));
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Apply(format!(
+            "the API server refused {} object(s):\n{}",
+            refusals.len(),
+            refusals.join("\n")
+        )))
+    }
+}
