@@ -138,3 +138,37 @@ pub async fn apply(
         )))
     }
 }
+
+/// The ServiceAccount the operator runs as.
+pub const OPERATOR_ACCOUNT: &str = "simplyblock-operator";
+
+/// Installs the chart's accounts and roles for a release in `namespace` (which must
+/// exist) and returns a client that is the operator's ServiceAccount: a test that runs the
+/// operator with it holds exactly the permissions the chart grants.
+pub async fn operator_client(env: &crate::TestEnv, namespace: &str) -> Result<kube::Client, Error> {
+    install_identity(env, namespace).await?;
+    env.service_account_client(namespace, OPERATOR_ACCOUNT)
+        .await
+}
+
+/// Applies the chart's ServiceAccounts and roles for a release in `namespace`.
+pub async fn install_identity(env: &crate::TestEnv, namespace: &str) -> Result<(), Error> {
+    let identity: Vec<DynamicObject> = render(namespace, &[("deployment.profile", "empty")])
+        .map_err(Error::Apply)?
+        .into_iter()
+        .filter(|o| {
+            let kind = o.types.as_ref().map_or("", |t| t.kind.as_str());
+            matches!(
+                kind,
+                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+            )
+        })
+        .collect();
+    apply(
+        &env.client().await?,
+        &identity,
+        "simplyblock-testenv",
+        false,
+    )
+    .await
+}

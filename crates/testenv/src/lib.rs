@@ -225,9 +225,69 @@ impl TestEnv {
         kube::Client::try_from(self.config.clone()).map_err(|e| Error::Client(e.to_string()))
     }
 
+    /// A client authenticated as ServiceAccount `namespace/name` (which must exist), with a
+    /// token from the TokenRequest API: what a pod running as that account holds, so RBAC
+    /// decides what it may do. Call it inside the tokio runtime that will use the client.
+    pub async fn service_account_client(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<kube::Client, Error> {
+        let token = self.service_account_token(namespace, name).await?;
+        let mut config = self.config.clone();
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+        kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// A day-long token for ServiceAccount `namespace/name`.
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, Error> {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client().await?, namespace);
+        let request = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 24 * 60 * 60}
+        }))
+        .map_err(|e| Error::Client(e.to_string()))?;
+        let issued = accounts
+            .create_token_request(name, &Default::default(), &request)
+            .await
+            .map_err(|e| Error::Client(format!("a token for {namespace}/{name}: {e}")))?;
+        serde_json::to_value(&issued)
+            .ok()
+            .and_then(|v| v["status"]["token"].as_str().map(str::to_string))
+            .ok_or_else(|| Error::Client(format!("no token issued for {namespace}/{name}")))
+    }
+
     /// The client configuration, for building clients with other settings.
     pub fn config(&self) -> &kube::Config {
         &self.config
+    }
+
+    /// A kubeconfig file for ServiceAccount `namespace/name` (a day-long token), for a
+    /// process under test that runs as that account.
+    pub async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<PathBuf, Error> {
+        let token = self.service_account_token(namespace, name).await?;
+        let ca = self.dir.join("ca.crt");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: {name}\n    namespace: {namespace}\ncurrent-context: testenv\n",
+            url = self.url,
+            ca = ca.display(),
+        );
+        let path = self.dir.join(format!("kubeconfig-{namespace}-{name}"));
+        fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        Ok(path)
     }
 
     /// A kubeconfig file for the admin user, for kubectl and for processes under test.

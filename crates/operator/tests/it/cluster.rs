@@ -36,7 +36,7 @@ async fn harness(ns: &str, faults: &str) -> Harness {
     let cp = sim.cp.clone();
     let ctx = Arc::new(
         Context::new(
-            kube.clone(),
+            crate::support::operator_kube().await,
             cp.clone(),
             sim.server.url.clone(),
             ns.to_string(),

@@ -19,9 +19,9 @@ use crate::support::{Harness, harness, until};
 
 impl Harness {
     /// The controller with every step deadline multiplied by `scale`.
-    fn start_scaled(&self, scale: f64) -> tokio::task::JoinHandle<()> {
+    async fn start_scaled(&self, scale: f64) -> tokio::task::JoinHandle<()> {
         let ctx = Context::new(
-            self.kube.clone(),
+            crate::support::operator_kube().await,
             self.cp.clone(),
             self.sim.server.url.clone(),
             self.ns.clone(),
@@ -701,7 +701,7 @@ async fn a_control_plane_slower_than_the_step_deadline_fails_the_operation() {
         (1, 1),
     )
     .await;
-    let _c = h.start_scaled(0.005);
+    let _c = h.start_scaled(0.005).await;
     h.create_op("sb-activate", "Activate").await;
     let op = h.phase_is("sb-activate", OpsPhase::Failed).await;
     let status = op.status.expect("status");

@@ -55,8 +55,15 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
     let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
     cfg.timeout = Duration::from_secs(5);
     let cp = Client::new(cfg).expect("client");
-    let ctx =
-        Arc::new(Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into()).watching(NS));
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube().await,
+            cp.clone(),
+            sim.url.clone(),
+            NS.into(),
+        )
+        .watching(NS),
+    );
     let cluster_controller = tokio::spawn(cluster::controller::run(ctx.clone()));
     let deployment_controller = tokio::spawn(deployment::controller::run(ctx.clone()));
 

@@ -38,7 +38,7 @@ fn profile(worker: &str) -> &'static str {
 async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     // An API server of its own: a fresh install sees no deployment document anywhere, and
     // this test's Nodes are the whole fleet.
-    let (_env, kube) = crate::support::own_api_server(NS).await;
+    let (env, kube) = crate::support::own_api_server(NS).await;
     let nodes: Api<Node> = Api::all(kube.clone());
     let all: Vec<&str> = WORKERS.iter().copied().chain([HELD]).collect();
     for (i, w) in all.iter().enumerate() {
@@ -94,7 +94,15 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     tokio::spawn(jobs::watch(sim.sim.clone(), kube.clone()));
     let cp =
         Client::new(ClientConfig::new(Url::parse(&sim.url).expect("url"), "t")).expect("client");
-    let ctx = Arc::new(Context::new(kube.clone(), cp, sim.url.clone(), NS.into()).watching(NS));
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube_on(&env, NS).await,
+            cp,
+            sim.url.clone(),
+            NS.into(),
+        )
+        .watching(NS),
+    );
     let probe = ProbeSettings {
         image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
         service_account: "simplyblock-nodeprobe".into(),
@@ -445,7 +453,7 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
         // Nothing here calls the control plane; discovery makes no control-plane calls.
         .arg("--control-plane-url=http://127.0.0.1:9")
         .arg(format!("--control-plane-token-file={}", token.display()))
-        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("KUBECONFIG", crate::support::operator_kubeconfig(&env, ns))
         .env("RUST_LOG", "info")
         // The operator logs to stdout.
         .stdout(log.try_clone().expect("log"))

@@ -11,6 +11,7 @@ mod leader;
 mod lock;
 mod pools;
 mod provisioning;
+mod rbac;
 mod rolling_refresh;
 mod support;
 mod webhooks;

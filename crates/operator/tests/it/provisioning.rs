@@ -83,9 +83,14 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     cfg.timeout = Duration::from_secs(5);
     let cp = Client::new(cfg).expect("client");
     let ctx = Arc::new(
-        Context::new(kube.clone(), cp.clone(), sim.url.clone(), NS.into())
-            .watching(NS)
-            .with_snode_proxy(sim.addr),
+        Context::new(
+            crate::support::operator_kube().await,
+            cp.clone(),
+            sim.url.clone(),
+            NS.into(),
+        )
+        .watching(NS)
+        .with_snode_proxy(sim.addr),
     );
     tokio::spawn(cluster::controller::run(ctx.clone()));
     tokio::spawn(deployment::controller::run(ctx.clone()));
@@ -669,9 +674,14 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     cfg.timeout = Duration::from_secs(5);
     let cp = Client::new(cfg).expect("client");
     let ctx = Arc::new(
-        Context::new(kube.clone(), cp.clone(), sim.url.clone(), ns.into())
-            .watching(ns)
-            .with_snode_proxy(sim.addr),
+        Context::new(
+            crate::support::operator_kube().await,
+            cp.clone(),
+            sim.url.clone(),
+            ns.into(),
+        )
+        .watching(ns)
+        .with_snode_proxy(sim.addr),
     );
     tokio::spawn(cluster::controller::run(ctx.clone()));
     tokio::spawn(cluster::ops::run(ctx.clone()));

@@ -151,7 +151,9 @@ pub async fn api_server() -> &'static TestEnv {
 
 /// An API server of the test's own, with the CRDs installed and namespace `ns`: for a test
 /// whose Nodes must be the whole fleet, or whose operator processes register the webhooks
-/// of the whole cluster (which stop answering when the process stops).
+/// of the whole cluster (which stop answering when the process stops). The chart's
+/// accounts and roles are installed for a release in `ns`, and the operator's kubeconfig
+/// ([`operator_kubeconfig`]) written. The client returned is the admin's.
 pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
     let env = TestEnv::start().await.expect("API server");
     env.install_crds(&simplyblock_api::crds())
@@ -159,7 +161,32 @@ pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
         .expect("CRDs");
     let kube = env.client().await.expect("client");
     namespace(&kube, ns).await;
+    simplyblock_testenv::chart::install_identity(&env, ns)
+        .await
+        .expect("the chart's accounts and roles");
+    let written = env
+        .service_account_kubeconfig(ns, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
+        .await
+        .expect("the operator's kubeconfig");
+    assert_eq!(written, operator_kubeconfig(&env, ns));
     (env, kube)
+}
+
+/// The kubeconfig of the chart's operator ServiceAccount in `ns` on an
+/// [`own_api_server`]: what an operator process under test runs as.
+pub fn operator_kubeconfig(env: &TestEnv, ns: &str) -> std::path::PathBuf {
+    env.dir().join(format!(
+        "kubeconfig-{ns}-{}",
+        simplyblock_testenv::chart::OPERATOR_ACCOUNT
+    ))
+}
+
+/// A client that is the operator (the chart's ServiceAccount in `ns`) on an
+/// [`own_api_server`].
+pub async fn operator_kube_on(env: &TestEnv, ns: &str) -> kube::Client {
+    env.service_account_client(ns, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
+        .await
+        .expect("the operator's client")
 }
 
 /// The operator binary, run against `env` and the control plane at `control_plane_url`
@@ -188,7 +215,7 @@ pub fn operator_command(
             "--control-plane-token-file={}",
             token_file.display()
         ))
-        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("KUBECONFIG", operator_kubeconfig(env, ns))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -300,6 +327,42 @@ pub struct Served {
     pub base: String,
 }
 
+/// The operator's ServiceAccount token on the shared API server: the chart's accounts
+/// and roles installed once per process, in the operator's namespace.
+async fn operator_token() -> &'static str {
+    static TOKEN: OnceCell<String> = OnceCell::const_new();
+    TOKEN
+        .get_or_init(|| async {
+            let env = TestEnv::shared().expect("API server");
+            let admin = env.client().await.expect("client");
+            // Another test may have made it already.
+            let _ = simplyblock_testenv::create_namespace(&admin, OPERATOR_NAMESPACE).await;
+            simplyblock_testenv::chart::install_identity(env, OPERATOR_NAMESPACE)
+                .await
+                .expect("the chart's accounts and roles");
+            env.service_account_token(
+                OPERATOR_NAMESPACE,
+                simplyblock_testenv::chart::OPERATOR_ACCOUNT,
+            )
+            .await
+            .expect("the operator's token")
+        })
+        .await
+}
+
+/// A client that is the operator: the chart's ServiceAccount, holding exactly the
+/// permissions the chart's roles grant, so a permission the chart lacks fails the test
+/// that needs it. The tests' own setup and assertions use the admin client.
+pub async fn operator_kube() -> kube::Client {
+    let env = TestEnv::shared().expect("API server");
+    let mut config = env.config().clone();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(operator_token().await.to_string().into()),
+        ..Default::default()
+    };
+    kube::Client::try_from(config).expect("the operator's client")
+}
+
 /// The shared API server with the CRDs installed and the webhooks registered, served once
 /// per process from a thread of their own (each test has its own runtime). One server for
 /// every test: the webhook configurations are cluster-wide, and two servers registering
@@ -345,7 +408,7 @@ pub async fn webhooks() -> &'static Served {
             });
             let addr = rx.await.expect("the webhook server started");
             let base = format!("https://{addr}");
-            let client = env.client().await.expect("client");
+            let client = operator_kube().await;
             webhooks::register(&client, &Endpoint::Url(base.clone()), &certs.ca_bundle())
                 .await
                 .expect("webhook configuration");
@@ -414,7 +477,7 @@ pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
         .expect("uuid");
     let ctx = Arc::new(
         Context::new(
-            kube.clone(),
+            operator_kube().await,
             cp.clone(),
             sim.server.url.clone(),
             ns.to_string(),
