@@ -29,6 +29,11 @@ pub struct ClientConfig {
     pub read_retries: u32,
     /// First pause between read attempts; doubled each time.
     pub retry_backoff: Duration,
+    /// Send plain-HTTP requests through this address as an HTTP proxy instead of
+    /// resolving the URL's host; the request still names the URL (absolute URI and
+    /// `Host`). Lets an operator outside the cluster reach a control plane known by its
+    /// in-cluster address (a test, the demo, with sbsim).
+    pub connect_to: Option<std::net::SocketAddr>,
 }
 
 impl ClientConfig {
@@ -42,6 +47,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(5),
             read_retries: 3,
             retry_backoff: Duration::from_millis(200),
+            connect_to: None,
         }
     }
 }
@@ -116,11 +122,17 @@ impl Client {
     /// method, body and token kept, since they stay on the same host.
     pub fn new(config: ClientConfig) -> Result<Self> {
         let tls = client_config(config.tls.as_ref())?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
-            .redirect(reqwest::redirect::Policy::limited(4))
+            .redirect(reqwest::redirect::Policy::limited(4));
+        if let Some(addr) = config.connect_to {
+            let proxy = reqwest::Proxy::http(format!("http://{addr}"))
+                .map_err(|e| Error::Config(format!("proxy {addr}: {e}")))?;
+            builder = builder.proxy(proxy);
+        }
+        let http = builder
             .build()
             .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
         let mut api = config.base_url.clone();
@@ -302,6 +314,38 @@ impl Client {
         self.call(Method::GET, "/_meta/ready", &[], None)
             .await
             .map(|_| ())
+    }
+
+    /// `GET /_meta/version`: the version the control plane reports, `None` when it
+    /// reports none (a control plane without the route answers 404). The answer is a JSON
+    /// string or an object with a `version` field.
+    pub async fn version(&self) -> Result<Option<String>> {
+        let path = "/_meta/version";
+        let r = self.raw(Method::GET, path, &[], None).await?;
+        if r.status == 404 {
+            return Ok(None);
+        }
+        if !(200..300).contains(&r.status) {
+            return Err(classify(&Method::GET, path, &r));
+        }
+        let value: serde_json::Value = decode(&Method::GET, path, &r)?;
+        let version = match &value {
+            serde_json::Value::String(v) => Some(v.clone()),
+            serde_json::Value::Object(o) => {
+                o.get("version").and_then(|v| v.as_str()).map(str::to_owned)
+            }
+            _ => None,
+        };
+        match version {
+            Some(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
+            Some(_) => Ok(None),
+            None => Err(Error::Protocol {
+                method: "GET".into(),
+                path: path.into(),
+                status: r.status,
+                message: format!("expected a version string or {{\"version\": …}}, got {value}"),
+            }),
+        }
     }
 
     /// `GET /_meta/health`.

@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 /// TLS material for a client.
 #[derive(Clone, Default)]
 pub struct TlsConfig {
-    /// PEM bundle of the CAs that sign the server certificate.
+    /// PEM bundle of the CAs that sign the server certificate; empty: the system's CA
+    /// store (a control plane with a publicly trusted certificate).
     pub ca_pem: Vec<u8>,
     /// PEM certificate chain and PEM private key presented to the server (mTLS).
     pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
@@ -48,14 +49,26 @@ pub(crate) fn client_config(tls: Option<&TlsConfig>) -> Result<rustls::ClientCon
     let Some(tls) = tls else {
         return Ok(builder.with_root_certificates(roots).with_no_client_auth());
     };
-    for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
-        let cert = cert.map_err(|e| Error::Config(format!("CA bundle is not PEM: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| Error::Config(format!("CA certificate rejected: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(Error::Config("the CA bundle holds no certificate".into()));
+    if tls.ca_pem.is_empty() {
+        // Certificates of the store that do not parse are skipped, as a browser would.
+        let found = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(found.certs);
+        if roots.is_empty() {
+            return Err(Error::Config(format!(
+                "no CA bundle was given and the system's CA store holds no usable certificate ({} error(s) reading it)",
+                found.errors.len()
+            )));
+        }
+    } else {
+        for cert in CertificateDer::pem_slice_iter(&tls.ca_pem) {
+            let cert = cert.map_err(|e| Error::Config(format!("CA bundle is not PEM: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| Error::Config(format!("CA certificate rejected: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(Error::Config("the CA bundle holds no certificate".into()));
+        }
     }
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
