@@ -15,6 +15,7 @@
 //! | `GET /_sim/workers/{host}/snode/{verb}` | its storage-node API, without Host routing |
 //! | `GET /_sim/clock`, `PUT /_sim/clock` `{"scale": F}` | sim time and speed |
 //! | `POST /_sim/clock/advance` `{"seconds": F}` | jump sim time forward |
+//! | `GET /_sim/version`, `PUT /_sim/version` `{"version": "…" \| null}` | what `/api/v2/_meta/version` reports (null: 404) |
 
 use std::collections::BTreeMap;
 
@@ -93,6 +94,20 @@ pub fn handle(
                 f.rules.extend(rules);
             }
             Ok(Reply::ok(json!({"rules": f.rules})))
+        }
+        ("GET", ["version"]) => Ok(Reply::ok(json!({"version": *lock(&sim.version)}))),
+        ("PUT", ["version"]) => {
+            let version = match body.and_then(|b| b.get("version")) {
+                Some(Value::String(v)) => Some(v.clone()),
+                Some(Value::Null) => None,
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "body must be {\"version\": \"…\"} or {\"version\": null}",
+                    ));
+                }
+            };
+            *lock(&sim.version) = version.clone();
+            Ok(Reply::ok(json!({ "version": version })))
         }
         ("DELETE", ["faults"]) => {
             lock(&sim.faults).set(Vec::new());

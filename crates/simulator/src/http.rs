@@ -386,6 +386,12 @@ fn api_entry(
                 ok(Reply::empty(204))
             };
         }
+        ("GET", "/api/v2/_meta/version") => {
+            return match lock(&sim.version).clone() {
+                Some(v) => ok(Reply::ok(json!({ "version": v }))),
+                None => err(ApiError::not_found("Not Found")),
+            };
+        }
         _ => {}
     }
     let Some(m) = sim.spec.match_path(path) else {

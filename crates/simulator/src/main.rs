@@ -75,6 +75,10 @@ struct Serve {
     /// Keep each volume's data as a sparse file <id>.img in this directory (for loop devices).
     #[arg(long)]
     volume_files: Option<PathBuf>,
+    /// The version /api/v2/_meta/version reports; without it the route answers 404, as a
+    /// control plane without it does.
+    #[arg(long)]
+    reports_version: Option<String>,
 }
 
 fn read(p: &PathBuf) -> anyhow::Result<Vec<u8>> {
@@ -109,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
         enrollment_label: s.enrollment_label,
         record_bodies: s.record_bodies,
         volume_files: s.volume_files,
+        version: s.reports_version,
         ..SimConfig::new(s.state_dir)
     };
     if config.tokens.is_empty() {

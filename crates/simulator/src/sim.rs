@@ -84,6 +84,9 @@ pub struct SimConfig {
     pub call_log_capacity: usize,
     /// Keep each volume's data as a sparse file `<id>.img` here (see [`crate::volfiles`]).
     pub volume_files: Option<PathBuf>,
+    /// The version `/_meta/version` reports at start; `None` answers 404, as a control
+    /// plane without the route does. `PUT /_sim/version` changes it.
+    pub version: Option<String>,
 }
 
 /// The label the storage-node DaemonSet's nodeSelector uses; its value is the
@@ -105,6 +108,7 @@ impl SimConfig {
             record_bodies: false,
             call_log_capacity: 100_000,
             volume_files: None,
+            version: None,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct Sim {
     /// Passes the engine has finished: how a test sees that it looked again (and, with
     /// the clock frozen, that nothing moved) without sleeping.
     pub engine_passes: std::sync::atomic::AtomicU64,
+    /// What `/_meta/version` reports now (see [`SimConfig::version`]).
+    pub version: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -193,6 +199,7 @@ impl Sim {
             db,
             wake: Notify::new(),
             engine_passes: std::sync::atomic::AtomicU64::new(0),
+            version: Mutex::new(config.version.clone()),
             config,
         }))
     }

@@ -290,3 +290,36 @@ async fn node_add_failures_retry_to_max_retry_with_the_real_result() {
     let rules = admin(&env, Method::GET, "/_sim/faults", None).await;
     assert_eq!(rules["rules"][0]["fired"], 11);
 }
+
+#[tokio::test]
+async fn the_reported_version_is_scripted_and_ready_fails_on_an_error_fault() {
+    let env = start(1, 1).await;
+    // No version at start: the route answers 404, as a control plane without it does.
+    assert_eq!(env.client.version().await.expect("version"), None);
+    admin(
+        &env,
+        Method::PUT,
+        "/_sim/version",
+        Some(json!({"version": "25.10.1"})),
+    )
+    .await;
+    assert_eq!(
+        env.client.version().await.expect("version").as_deref(),
+        Some("25.10.1")
+    );
+    admin(
+        &env,
+        Method::PUT,
+        "/_sim/version",
+        Some(json!({"version": null})),
+    )
+    .await;
+    assert_eq!(env.client.version().await.expect("version"), None);
+
+    // `/_meta/ready` passes the fault script like any route.
+    set_faults(&env, "error:path=/api/v2/_meta/ready,status=503").await;
+    let e = env.client.ready().await.expect_err("refused");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e}");
+    admin(&env, Method::DELETE, "/_sim/faults", None).await;
+    env.client.ready().await.expect("ready again");
+}
