@@ -1,7 +1,7 @@
 //! What a real cluster's kubelets and workload controllers would report, for an API server
 //! that has neither: the status of Deployments, StatefulSets and DaemonSets (their pods
-//! ready), and of FoundationDB clusters (available), so that controllers waiting on them
-//! can be run here.
+//! ready), of FoundationDB clusters (available) and of FoundationDB backups (a snapshot
+//! taken), so that controllers waiting on them can be run here.
 //!
 //! A workload reports every replica ready unless it carries [`READY_ANNOTATION`], whose
 //! number of ready replicas is reported instead: how a test or the demo makes a component
@@ -29,6 +29,8 @@ use tokio::task::JoinHandle;
 pub const READY_ANNOTATION: &str = "standin.simplyblock.io/ready-replicas";
 /// Annotation on a FoundationDBCluster: `"false"` reports it unavailable.
 pub const AVAILABLE_ANNOTATION: &str = "standin.simplyblock.io/available";
+/// Annotation on a FoundationDBBackup: `"false"` takes no snapshot.
+pub const SNAPSHOT_ANNOTATION: &str = "standin.simplyblock.io/snapshot";
 
 /// How often the stand-in looks.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -175,7 +177,10 @@ async fn pass(client: &kube::Client, namespace: Option<&str>) -> Result<(), kube
         write_status(&api, &ds.metadata.name.unwrap_or_default(), current, status).await;
     }
 
-    foundationdb(client, namespace).await
+    // Either CRD may be missing; each kind is reported on its own.
+    let clusters = foundationdb(client, namespace).await;
+    let backups = foundationdb_backups(client, namespace).await;
+    clusters.and(backups)
 }
 
 /// The FoundationDB operator's `FoundationDBCluster`, when its CRD is installed.
@@ -218,6 +223,103 @@ async fn foundationdb(client: &kube::Client, namespace: Option<&str>) -> Result<
         .await;
     }
     Ok(())
+}
+
+/// The FoundationDB operator's `FoundationDBBackup`, when its CRD is installed.
+pub fn foundationdb_backup_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps.foundationdb.org", "v1beta2", "FoundationDBBackup"),
+        "foundationdbbackups",
+    )
+}
+
+/// A backup reports a snapshot taken at the moment its spec was first seen at a new
+/// generation (a create, a changed spec), as the backup agents' next snapshot would be.
+async fn foundationdb_backups(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> Result<(), kube::Error> {
+    let resource = foundationdb_backup_resource();
+    let all: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    for backup in all.list(&ListParams::default()).await? {
+        let generation = backup.metadata.generation;
+        let current = backup.data.get("status").cloned();
+        let reconciled = current
+            .as_ref()
+            .and_then(|s| s["generations"]["reconciled"].as_i64());
+        if reconciled == generation {
+            continue;
+        }
+        let snapshot = backup
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SNAPSHOT_ANNOTATION))
+            .is_none_or(|v| v != "false");
+        let state = backup.data["spec"]["backupState"]
+            .as_str()
+            .unwrap_or("Running")
+            .to_owned();
+        let mut details = json!({
+            "url": backup.data["spec"]["blobStoreConfiguration"]["accountName"],
+            "running": state == "Running",
+            "paused": state == "Paused",
+        });
+        if snapshot && state == "Running" {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            details["snapshotTime"] = json!(now);
+        }
+        let status = json!({
+            "generations": {"reconciled": generation},
+            "backupDetails": details,
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            backup.metadata.namespace.as_deref().unwrap_or_default(),
+            &resource,
+        );
+        write_status(
+            &api,
+            &backup.metadata.name.unwrap_or_default(),
+            current,
+            status,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// A minimal `FoundationDBBackup` CRD (`apps.foundationdb.org/v1beta2`, any fields, a
+/// status subresource), beside [`foundationdb_crd`].
+pub fn foundationdb_backup_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "foundationdbbackups.apps.foundationdb.org"},
+        "spec": {
+            "group": "apps.foundationdb.org",
+            "names": {
+                "kind": "FoundationDBBackup", "listKind": "FoundationDBBackupList",
+                "plural": "foundationdbbackups", "singular": "foundationdbbackup"
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1beta2", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true
+                }}
+            }]
+        }
+    }))
+    .expect("the FoundationDBBackup CRD is well-formed")
 }
 
 /// A minimal `FoundationDBCluster` CRD (`apps.foundationdb.org/v1beta2`, any fields, a
