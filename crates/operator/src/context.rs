@@ -1,5 +1,6 @@
-//! What every controller shares: the two API clients, the event publisher, the metrics,
-//! the namespaces it serves, its shutdown signal, and where the operator runs.
+//! What every controller shares: the Kubernetes client and the link to the control plane,
+//! the event publisher, the metrics, the namespaces it serves, its shutdown signal, and
+//! where the operator runs.
 
 use std::sync::Arc;
 
@@ -12,9 +13,12 @@ use kube::Resource;
 /// Shared by the controllers of one operator process.
 pub struct Context {
     pub kube: kube::Client,
-    pub cp: simplyblock_controlplane::Client,
-    /// The control plane's address as the CSI driver should reach it.
-    pub cp_endpoint: String,
+    /// How the controllers reach the control plane ([`Context::control_plane`]): published
+    /// by the ControlPlane controller, or pinned.
+    pub link: crate::link::Link,
+    /// How the ControlPlane controller builds its clients: the token it sends and the
+    /// proxy it dials through.
+    pub access: crate::link::Access,
     /// The operator's namespace, where the CSI secret lives.
     pub namespace: String,
     pub events: crate::events::Publisher,
@@ -104,12 +108,28 @@ impl SnodeSettings {
 }
 
 impl Context {
+    /// Controllers that reach the control plane through `cp` at `cp_endpoint` whatever
+    /// the ControlPlane says (pinned): the in-process harnesses of tests and benchmarks.
     pub fn new(
         kube: kube::Client,
         cp: simplyblock_controlplane::Client,
         cp_endpoint: String,
         namespace: String,
     ) -> Context {
+        let reach = crate::link::Reach {
+            client: cp,
+            endpoint: cp_endpoint,
+        };
+        Context::with_link(kube, crate::link::Link::pinned(reach), namespace)
+    }
+
+    /// Controllers that reach the control plane the ControlPlane controller publishes
+    /// (the operator process).
+    pub fn resolving(kube: kube::Client, namespace: String) -> Context {
+        Context::with_link(kube, crate::link::Link::published(), namespace)
+    }
+
+    fn with_link(kube: kube::Client, link: crate::link::Link, namespace: String) -> Context {
         Context {
             events: crate::events::Publisher::new(
                 kube.clone(),
@@ -117,8 +137,8 @@ impl Context {
                 std::env::var("POD_NAME").ok(),
             ),
             kube,
-            cp,
-            cp_endpoint,
+            link,
+            access: crate::link::Access::default(),
             snode: SnodeSettings {
                 namespace: namespace.clone(),
                 port: 5000,
@@ -161,6 +181,36 @@ impl Context {
     pub fn with_snode_proxy(mut self, proxy: std::net::SocketAddr) -> Context {
         self.snode.proxy = Some(proxy);
         self
+    }
+
+    /// Send `token` to a local control plane (and a managed one without credentials).
+    pub fn with_control_plane_token(mut self, token: crate::link::Token) -> Context {
+        self.access.token = token;
+        self
+    }
+
+    /// Reach the control plane through `proxy` (see [`crate::link::Access::proxy`]).
+    pub fn with_control_plane_proxy(mut self, proxy: std::net::SocketAddr) -> Context {
+        self.access.proxy = Some(proxy);
+        self
+    }
+
+    /// The control plane's client; [`crate::kit::Error::Held`] with the reason while it
+    /// is missing, Installing or Unavailable.
+    pub fn control_plane(&self) -> Result<simplyblock_controlplane::Client, crate::kit::Error> {
+        self.link
+            .reach()
+            .map(|r| r.client)
+            .map_err(crate::kit::Error::Held)
+    }
+
+    /// The control plane's `status.endpoint`, as the CSI driver reaches it; held like
+    /// [`Context::control_plane`].
+    pub fn control_plane_endpoint(&self) -> Result<String, crate::kit::Error> {
+        self.link
+            .reach()
+            .map(|r| r.endpoint)
+            .map_err(crate::kit::Error::Held)
     }
 
     /// Publishes an event on `object`; a failure to publish is logged, never fatal.

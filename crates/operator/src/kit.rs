@@ -145,7 +145,10 @@ pub async fn run<K, F, Fut>(
         error_policy(name, &*object, error, &ctx)
     };
     let shutdown = ctx.shutdown.clone();
+    // A pass held for the control plane goes again as soon as it serves.
+    let serving = ctx.link.changes();
     controller
+        .reconcile_all_on(serving)
         .graceful_shutdown_on(async move { shutdown.wait().await })
         .run(measured, policy, ctx)
         .for_each(|result| async move {
@@ -174,6 +177,10 @@ pub fn error_policy<K: Resource>(
     if error.is_stale() {
         tracing::debug!(controller, object = %object.name_any(), "read a stale version; deciding again");
         return Action::requeue(requeue::NEXT_STEP);
+    }
+    if let Error::Held(why) = error.inner() {
+        tracing::debug!(controller, object = %object.name_any(), why, "held; looking again later");
+        return Action::requeue(requeue::RETRY);
     }
     tracing::warn!(controller, object = %object.name_any(), error = %error, "reconcile failed; retrying");
     Action::requeue(requeue::RETRY)

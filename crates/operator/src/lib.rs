@@ -13,6 +13,7 @@ pub mod csi_secret;
 pub mod deployment;
 pub mod events;
 pub mod kit;
+pub mod link;
 pub mod metrics;
 pub mod metrics_server;
 pub mod node;

@@ -108,7 +108,8 @@ async fn steady(
         return Ok(Action::await_change());
     };
     let ns = cluster.namespace().unwrap_or_default();
-    let found = match ctx.cp.get_cluster(uuid).await {
+    let cp = ctx.control_plane()?;
+    let found = match cp.get_cluster(uuid).await {
         Ok(c) => c,
         Err(e) if e.is_not_found() => {
             let mut next = status.clone();
@@ -124,7 +125,7 @@ async fn steady(
     if let Some(id) = identity::read(ctx, &ns, &cluster_secret_name(&cluster.name_any())).await? {
         identity::publish_csi_entry(ctx, &id).await?;
     }
-    let tasks = ctx.cp.list_tasks(uuid).await?;
+    let tasks = cp.list_tasks(uuid).await?;
     let history = History::read(&ctx.kube, cluster).await?;
     let mut next = observe::steady_status(status, &found, &tasks);
     next.recent_operations = history.recent(&status.recent_operations);
@@ -142,7 +143,7 @@ async fn steady(
         let read = match listed {
             Some(_) => None,
             None => match seen.id.parse::<Uuid>() {
-                Ok(id) => ctx.cp.get_task(uuid, id).await.ok(),
+                Ok(id) => cp.get_task(uuid, id).await.ok(),
                 Err(_) => None,
             },
         };
@@ -196,13 +197,14 @@ async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Erro
     }
     if let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
         // Gone already (an earlier pass deleted it and failed later): nothing to call.
-        let present = match ctx.cp.get_cluster(uuid).await {
+        let cp = ctx.control_plane()?;
+        let present = match cp.get_cluster(uuid).await {
             Ok(_) => true,
             Err(e) if e.is_not_found() => false,
             Err(e) => return Err(e.into()),
         };
         match if present {
-            ctx.cp.delete_cluster(uuid).await
+            cp.delete_cluster(uuid).await
         } else {
             Ok(())
         } {

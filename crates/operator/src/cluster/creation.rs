@@ -242,7 +242,12 @@ pub async fn observe(
     match step {
         CreationStep::Claiming => {}
         CreationStep::CheckingControlPlane => {
-            obs.not_ready = ctx.cp.ready().await.err().map(|e| e.to_string());
+            obs.not_ready = ctx
+                .control_plane()?
+                .ready()
+                .await
+                .err()
+                .map(|e| e.to_string());
             if obs.not_ready.is_none() {
                 obs.upgrade = identity::read(ctx, &ns, &upgrade_secret_name(&name)).await?;
             }
@@ -263,9 +268,10 @@ pub async fn observe(
         CreationStep::Persisting => {
             obs.stored = identity::read(ctx, &ns, &cluster_secret_name(&name)).await?;
             if let Some(id) = &obs.stored {
+                let cp = ctx.control_plane()?;
                 obs.reported = Some(Reported {
-                    cluster: ctx.cp.get_cluster(id.uuid).await?,
-                    tasks: ctx.cp.list_tasks(id.uuid).await.unwrap_or_default(),
+                    cluster: cp.get_cluster(id.uuid).await?,
+                    tasks: cp.list_tasks(id.uuid).await.unwrap_or_default(),
                 });
             }
         }
@@ -276,7 +282,7 @@ pub async fn observe(
 /// The identity of the control-plane cluster named `name`, if there is one.
 async fn named(ctx: &Context, name: &str) -> Result<Option<Identity>, Error> {
     Ok(ctx
-        .cp
+        .control_plane()?
         .list_clusters()
         .await?
         .into_iter()
@@ -375,7 +381,7 @@ pub async fn execute(
             Box::pin(execute(cluster, machine, advance(to), ctx, now)).await
         }
         CreationPlan::Create { body } => {
-            let created = ctx.cp.create_cluster(&body).await;
+            let created = ctx.control_plane()?.create_cluster(&body).await;
             crate::crash::point(crate::crash::CLUSTER_CREATE);
             let next = match created {
                 // The secret exists nowhere else it can be read back from reliably: it is

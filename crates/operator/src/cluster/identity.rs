@@ -102,7 +102,7 @@ pub async fn write(ctx: &Context, cluster: &StorageCluster, id: &Identity) -> Re
 pub async fn publish_csi_entry(ctx: &Context, id: &Identity) -> Result<(), Error> {
     let entry = csi_secret::Entry {
         cluster_id: id.uuid.to_string(),
-        cluster_endpoint: ctx.cp_endpoint.clone(),
+        cluster_endpoint: ctx.control_plane_endpoint()?,
         cluster_secret: id.secret.clone(),
     };
     csi_secret::update(&ctx.kube, &ctx.namespace, |c| {

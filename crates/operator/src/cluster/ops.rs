@@ -318,15 +318,16 @@ async fn observe(
     let Some(uuid) = obs.uuid else {
         return Ok(obs);
     };
-    obs.cluster = match ctx.cp.get_cluster(uuid).await {
+    let cp = ctx.control_plane()?;
+    obs.cluster = match cp.get_cluster(uuid).await {
         Ok(c) => Some(c),
         Err(e) if e.is_not_found() => return Ok(obs),
         Err(e) => return Err(e.into()),
     };
     match op.spec.action {
         ClusterAction::Expand => {}
-        ClusterAction::CancelTask => obs.tasks = ctx.cp.list_tasks(uuid).await?,
-        _ => obs.nodes = ctx.cp.list_storage_nodes(uuid).await?,
+        ClusterAction::CancelTask => obs.tasks = cp.list_tasks(uuid).await?,
+        _ => obs.nodes = cp.list_storage_nodes(uuid).await?,
     }
     if matches!(
         step,
@@ -367,7 +368,7 @@ async fn storage_node_pods(
 }
 
 async fn execute(op: &StorageClusterOps, call: &Call, ctx: &Context) -> Result<(), String> {
-    let cp = &ctx.cp;
+    let cp = ctx.control_plane().map_err(|e| e.to_string())?;
     let result = match call {
         Call::Activate(c) => cp.activate_cluster(*c).await,
         Call::Expand(c) => cp.expand_cluster(*c).await,

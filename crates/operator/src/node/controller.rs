@@ -283,7 +283,7 @@ async fn backend_nodes_of(
 ) -> Result<Vec<simplyblock_controlplane::StorageNode>, Error> {
     let address = address_of(known);
     let mut nodes: Vec<_> = ctx
-        .cp
+        .control_plane()?
         .list_storage_nodes(cluster_id)
         .await?
         .into_iter()
@@ -470,7 +470,10 @@ async fn execute(
                 node,
                 cluster,
             );
-            let added = ctx.cp.add_storage_node(cluster_id, &body).await;
+            let added = ctx
+                .control_plane()?
+                .add_storage_node(cluster_id, &body)
+                .await;
             crate::crash::point(crate::crash::NODE_ADD);
             match added {
                 Ok(task) => {
@@ -583,7 +586,7 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
 
 /// Where the node add of `worker` is, by the control plane's task list.
 async fn add_window(ctx: &Context, cluster_id: Uuid, worker: &str) -> Result<AddWindow, Error> {
-    let tasks = ctx.cp.list_tasks(cluster_id).await?;
+    let tasks = ctx.control_plane()?.list_tasks(cluster_id).await?;
     Ok(provisioning::add_window(&tasks, &ctx.snode.address(worker)))
 }
 
@@ -737,7 +740,11 @@ async fn steady(
     uuid: Uuid,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    let found = match ctx.cp.get_storage_node(cluster_id, uuid).await {
+    let found = match ctx
+        .control_plane()?
+        .get_storage_node(cluster_id, uuid)
+        .await
+    {
         Ok(f) => f,
         Err(e) if e.is_not_found() => {
             write(
@@ -801,7 +808,11 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     };
     // Already removed (a pass before a crash, or a stale copy read just after the finalizer
     // came off): the control plane refuses a second removal, so none is sent.
-    match ctx.cp.get_storage_node(cluster_id, uuid).await {
+    match ctx
+        .control_plane()?
+        .get_storage_node(cluster_id, uuid)
+        .await
+    {
         Ok(n) if n.status == NodeStatus::Removed => return Ok(Action::await_change()),
         Ok(_) => {}
         Err(e) if e.is_not_found() => return Ok(Action::await_change()),
@@ -809,7 +820,7 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     }
     // Removing is one call here; the audited StorageNodeOps Remove replaces it.
     let removed = ctx
-        .cp
+        .control_plane()?
         .remove_storage_node(
             cluster_id,
             uuid,

@@ -144,9 +144,10 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
 
+    let cp = ctx.control_plane()?;
     let mut next = status.clone();
     let found = match status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
-        Some(uuid) => match ctx.cp.get_pool(cluster_id, uuid).await {
+        Some(uuid) => match cp.get_pool(cluster_id, uuid).await {
             Ok(found) => found,
             Err(e) if e.is_not_found() => {
                 next.phase = PoolPhase::Pending;
@@ -159,11 +160,10 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             Err(e) => return Err(e.into()),
         },
         None => {
-            let found = match ctx.cp.find_pool(cluster_id, &name).await? {
+            let found = match cp.find_pool(cluster_id, &name).await? {
                 Some(existing) => existing,
                 None => {
-                    let created = ctx
-                        .cp
+                    let created = cp
                         .create_pool(cluster_id, &class::create_params(pool))
                         .await;
                     crate::crash::point(crate::crash::POOL_CREATE);
@@ -185,7 +185,7 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         }
     };
     if let Some(update) = class::limits_update(pool, &found) {
-        ctx.cp.update_pool(cluster_id, found.id, &update).await?;
+        cp.update_pool(cluster_id, found.id, &update).await?;
     }
 
     let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
@@ -282,7 +282,7 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     // finalizer was just removed finds it already gone and sends no second delete.
     let mut on_control_plane = None;
     if let (Some(cluster_id), Some(uuid)) = (cluster_id, uuid) {
-        let volumes = match ctx.cp.list_volumes(cluster_id, uuid).await {
+        let volumes = match ctx.control_plane()?.list_volumes(cluster_id, uuid).await {
             Ok(v) => {
                 on_control_plane = Some((cluster_id, uuid));
                 v
@@ -319,7 +319,7 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         }
     }
     if let Some((cluster_id, uuid)) = on_control_plane {
-        let deleted = ctx.cp.delete_pool(cluster_id, uuid).await;
+        let deleted = ctx.control_plane()?.delete_pool(cluster_id, uuid).await;
         crate::crash::point(crate::crash::POOL_DELETE);
         match deleted {
             Ok(()) => {}

@@ -1,0 +1,254 @@
+//! How every controller reaches the control plane: through the client the ControlPlane
+//! controller publishes from `ControlPlane.status` (its endpoint, the credentials of its
+//! source), or, pinned, through one fixed client (the integration tests' in-process
+//! harnesses, the benchmark).
+//!
+//! A controller asks [`crate::context::Context::control_plane`] for the client; while the
+//! control plane is missing, Installing or Unavailable it gets [`crate::kit::Error::Held`]
+//! with the reason instead, and its pass ends to be tried again. Degraded proceeds. When
+//! the control plane starts serving (or moves), [`Link::changes`] wakes every controller
+//! at once rather than after its retry interval.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use futures::Stream;
+use simplyblock_api::control_plane::ControlPlanePhase;
+use tokio::sync::watch;
+
+/// Where a pod's service-account token is mounted.
+pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// A client of the control plane, and its endpoint as clients elsewhere (the CSI driver)
+/// reach it.
+#[derive(Clone, Debug)]
+pub struct Reach {
+    pub client: simplyblock_controlplane::Client,
+    /// `status.endpoint`: the URL without `/api/v2`.
+    pub endpoint: String,
+}
+
+/// What the ControlPlane controller last published.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub phase: ControlPlanePhase,
+    /// Why the phase is what it is.
+    pub message: Option<String>,
+    /// `None`: no client could be built (credentials or TLS material missing).
+    pub reach: Option<Reach>,
+}
+
+/// Whether a client proceeds with what was published, or why it holds. Pure.
+pub fn verdict(published: Option<&Published>) -> Result<Reach, String> {
+    let Some(published) = published else {
+        return Err(
+            "no ControlPlane is known yet: this waits for ControlPlane simplyblock in the operator's namespace to be Available (the chart's standalone or managed profile creates it)"
+                .into(),
+        );
+    };
+    let why = published
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    match (&published.reach, published.phase.serves()) {
+        (Some(reach), true) => Ok(reach.clone()),
+        (None, true) => Err(format!(
+            "the control plane is {:?} but the operator has no client for it{why}",
+            published.phase
+        )),
+        (_, false) => Err(format!(
+            "the control plane is {:?}{why}; this waits until it is Available or Degraded",
+            published.phase
+        )),
+    }
+}
+
+/// The bearer token the operator sends to a local control plane (and to a managed one
+/// without `credentialsSecretRef`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Token {
+    /// Read from this file at each use: a projected service-account token is rotated in
+    /// place.
+    File(PathBuf),
+    /// This token (tests).
+    Value(String),
+}
+
+impl Token {
+    /// The token, or why it cannot be read.
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            Token::Value(v) => Ok(v.clone()),
+            Token::File(path) => std::fs::read_to_string(path)
+                .map(|t| t.trim().to_owned())
+                .map_err(|e| {
+                    format!(
+                        "the service-account token {} cannot be read ({e}); mount it, or pass --control-plane-token-file",
+                        path.display()
+                    )
+                }),
+        }
+    }
+}
+
+/// How the ControlPlane controller builds its clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub token: Token,
+    /// Send plain-HTTP requests through this HTTP proxy instead of resolving the
+    /// endpoint's host: an operator outside the cluster reaching the in-cluster Service
+    /// (with sbsim, the demo and the tests). `status.endpoint` keeps the in-cluster URL.
+    pub proxy: Option<SocketAddr>,
+}
+
+impl Default for Access {
+    fn default() -> Access {
+        Access {
+            token: Token::File(SERVICE_ACCOUNT_TOKEN.into()),
+            proxy: None,
+        }
+    }
+}
+
+/// The link every controller of one operator reaches the control plane through.
+#[derive(Debug)]
+pub struct Link {
+    pinned: Option<Reach>,
+    published: RwLock<Option<Published>>,
+    /// The endpoint while the control plane serves, `None` otherwise: what wakes the
+    /// controllers when it changes.
+    serving: watch::Sender<Option<String>>,
+}
+
+impl Link {
+    /// Always `reach`, whatever is published.
+    pub fn pinned(reach: Reach) -> Link {
+        Link {
+            pinned: Some(reach),
+            ..Link::published()
+        }
+    }
+
+    /// Whatever the ControlPlane controller publishes; nothing until it does.
+    pub fn published() -> Link {
+        Link {
+            pinned: None,
+            published: RwLock::new(None),
+            serving: watch::Sender::new(None),
+        }
+    }
+
+    /// The client to use now, or why to hold.
+    pub fn reach(&self) -> Result<Reach, String> {
+        if let Some(reach) = &self.pinned {
+            return Ok(reach.clone());
+        }
+        let published = self.published.read().unwrap_or_else(|e| e.into_inner());
+        verdict(published.as_ref())
+    }
+
+    /// What was last published (whether or not this link is pinned).
+    pub fn published_now(&self) -> Option<Published> {
+        self.published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Publishes the control plane's state; `None` once it is gone.
+    pub fn publish(&self, next: Option<Published>) {
+        let endpoint = verdict(next.as_ref()).ok().map(|r| r.endpoint);
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = next;
+        self.serving.send_if_modified(|current| {
+            let changed = *current != endpoint;
+            *current = endpoint;
+            changed
+        });
+    }
+
+    /// Yields whenever the control plane starts or stops serving, or moves.
+    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let mut receiver = self.serving.subscribe();
+        receiver.mark_unchanged();
+        futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.changed().await.ok()?;
+            Some(((), receiver))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{FutureExt, StreamExt};
+
+    fn reach(endpoint: &str) -> Reach {
+        let url = simplyblock_controlplane::Url::parse(endpoint).expect("url");
+        Reach {
+            client: simplyblock_controlplane::Client::new(
+                simplyblock_controlplane::ClientConfig::new(url, "t"),
+            )
+            .expect("client"),
+            endpoint: endpoint.into(),
+        }
+    }
+
+    fn published(phase: ControlPlanePhase, reach: Option<Reach>) -> Published {
+        Published {
+            phase,
+            message: Some("why".into()),
+            reach,
+        }
+    }
+
+    #[test]
+    fn clients_proceed_on_available_and_degraded_and_hold_otherwise_saying_why() {
+        let r = || Some(reach("http://cp:5000"));
+        use ControlPlanePhase::*;
+        for phase in [Available, Degraded] {
+            let ok = verdict(Some(&published(phase, r()))).expect("serves");
+            assert_eq!(ok.endpoint, "http://cp:5000");
+        }
+        for phase in [Installing, Unavailable] {
+            let held = verdict(Some(&published(phase, r()))).expect_err("holds");
+            assert!(
+                held.starts_with(&format!("the control plane is {phase:?}: why")),
+                "{held}"
+            );
+        }
+        let held = verdict(Some(&published(Available, None))).expect_err("no client");
+        assert!(held.contains("no client"), "{held}");
+        let held = verdict(None).expect_err("nothing published");
+        assert!(held.starts_with("no ControlPlane is known yet"), "{held}");
+    }
+
+    #[test]
+    fn a_pinned_link_ignores_what_is_published() {
+        let link = Link::pinned(reach("http://pinned:5000"));
+        link.publish(Some(published(ControlPlanePhase::Unavailable, None)));
+        assert_eq!(link.reach().expect("pinned").endpoint, "http://pinned:5000");
+    }
+
+    #[tokio::test]
+    async fn only_a_change_of_serving_wakes_the_controllers() {
+        let link = Link::published();
+        let mut changes = Box::pin(link.changes());
+        link.publish(Some(published(ControlPlanePhase::Installing, None)));
+        link.publish(Some(published(
+            ControlPlanePhase::Available,
+            Some(reach("http://a:5000")),
+        )));
+        changes.next().await.expect("woken when it serves");
+        // Degraded at the same endpoint still serves: nothing to wake for.
+        link.publish(Some(published(
+            ControlPlanePhase::Degraded,
+            Some(reach("http://a:5000")),
+        )));
+        assert!(changes.next().now_or_never().is_none(), "woken for nothing");
+        link.publish(None);
+        changes.next().await.expect("woken when it stops");
+        assert!(link.reach().is_err());
+    }
+}
