@@ -21,7 +21,7 @@ use crate::deployment::discovery::{self, ProbeSettings};
 use crate::metrics_server::MetricsServer;
 use crate::webhooks::tls::ServingCertificates;
 use crate::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
-use crate::{cluster, deployment, node, pool};
+use crate::{cluster, controlplane, deployment, node, pool};
 
 /// Where the API server reaches the webhooks.
 #[derive(Clone, Debug)]
@@ -279,6 +279,7 @@ async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<Lease
 /// Every controller of the operator.
 fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
     vec![
+        Box::pin(controlplane::controller::run(ctx.clone())),
         Box::pin(cluster::controller::run(ctx.clone())),
         Box::pin(cluster::ops::run(ctx.clone())),
         Box::pin(deployment::controller::run(ctx.clone())),

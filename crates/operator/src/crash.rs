@@ -29,6 +29,12 @@ pub fn ops_point(kind: &str, action: &str, step: &str) -> String {
     format!("{kind}/{action}/{step}")
 }
 
+/// The point of a ControlPlane install step: `ControlPlane/<step>`, right after the
+/// step's objects are applied (or its wait is over) and before the next step is recorded.
+pub fn control_plane_point(step: &str) -> String {
+    format!("ControlPlane/{step}")
+}
+
 /// Aborts the process when `point` is the one armed.
 pub fn point(point: &str) {
     if ARMED.as_deref() == Some(point) {

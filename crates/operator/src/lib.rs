@@ -8,6 +8,7 @@ pub mod assembly;
 pub mod ca;
 pub mod cluster;
 pub mod context;
+pub mod controlplane;
 pub mod crash;
 pub mod csi_secret;
 pub mod deployment;

@@ -12,6 +12,7 @@ use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
 use simplyblock_operator::context::{Context, Shutdown};
 use simplyblock_operator::deployment::discovery::ProbeSettings;
 use simplyblock_operator::kit::Scope;
+use simplyblock_operator::link::Token;
 use simplyblock_operator::metrics_server;
 
 #[derive(Parser)]
@@ -80,21 +81,21 @@ struct RunArgs {
     /// How long a serving certificate is valid; it is replaced at a third of that.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     certificate_validity: Duration,
-    /// The control plane's address (`/api/v2` is appended).
-    #[arg(
-        long,
-        env = "SIMPLYBLOCK_CONTROL_PLANE_URL",
-        default_value = "http://simplyblock-webappapi:5000"
-    )]
-    control_plane_url: simplyblock_controlplane::Url,
-    /// A file holding the bearer token for the control plane: by default the pod's
-    /// service-account token, which the control plane verifies with a TokenReview.
+    /// A file holding the bearer token for a local control plane (and a managed one
+    /// without credentialsSecretRef): by default the pod's service-account token, which
+    /// the control plane verifies with a TokenReview. Where the control plane is, is the
+    /// ControlPlane's status.endpoint.
     #[arg(
         long,
         env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE",
-        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        default_value = simplyblock_operator::link::SERVICE_ACCOUNT_TOKEN
     )]
     control_plane_token_file: std::path::PathBuf,
+    /// Reach the control plane through this HTTP proxy instead of resolving its
+    /// endpoint's host (an operator outside the cluster, e.g. against sbsim); the
+    /// ControlPlane's status.endpoint keeps the in-cluster URL.
+    #[arg(long)]
+    control_plane_proxy: Option<SocketAddr>,
     /// Watch only this namespace instead of all of them.
     #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
     watch_namespace: Option<String>,
@@ -154,8 +155,8 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         webhook_service,
         webhook_url,
         certificate_validity,
-        control_plane_url,
         control_plane_token_file,
+        control_plane_proxy,
         watch_namespace,
         probe_image,
         probe_service_account,
@@ -165,20 +166,14 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         leader_identity,
         lease_duration,
     } = args;
-    let token = std::fs::read_to_string(&control_plane_token_file).map_err(|e| {
-        anyhow::anyhow!(
-            "the control-plane token file {} cannot be read ({e}); mount the service-account token or pass --control-plane-token-file",
-            control_plane_token_file.display()
-        )
-    })?;
-    let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
-        control_plane_url.clone(),
-        token.trim(),
-    ))?;
     let client = kube::Client::try_default().await?;
-    let mut context = Context::new(client, cp, control_plane_url.to_string(), namespace)
+    let mut context = Context::resolving(client, namespace)
+        .with_control_plane_token(Token::File(control_plane_token_file))
         .with_scope(Scope(watch_namespace))
         .with_shutdown(Shutdown::new());
+    if let Some(proxy) = control_plane_proxy {
+        context = context.with_control_plane_proxy(proxy);
+    }
     if let Some(proxy) = storage_node_proxy {
         context = context.with_snode_proxy(proxy);
     }

@@ -101,18 +101,7 @@ impl Harness {
     /// How often `reason` was raised on `object`: the recorder folds repeats into one
     /// Event with a series count.
     async fn occurrences(&self, object: &str, reason: &str) -> i32 {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.kube.clone(), &self.ns);
-        events
-            .list(&Default::default())
-            .await
-            .expect("events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
-            .map(|e| e.series.map(|s| s.count).unwrap_or(1))
-            .sum()
+        crate::support::occurrences(&self.kube, &self.ns, object, reason).await
     }
 
     fn activate_path(&self) -> String {

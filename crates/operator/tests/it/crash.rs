@@ -65,7 +65,7 @@ fn operator(
     ns: &str,
     crash_after: Option<&str>,
 ) -> Child {
-    crate::support::operator_command(env, &sim.url, token_file, ns)
+    crate::support::operator_command(env, sim.addr, token_file, ns)
         // Two runs share the machine: the metrics port is whatever is free.
         .arg("--metrics-addr=127.0.0.1:0")
         .arg(format!("--storage-node-proxy={}", sim.addr))
@@ -206,6 +206,7 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
+    crate::support::managed_control_plane(&kube, ns).await;
     doc.spec.approved = true;
     doc.spec.node_sets[0].groups[0].workers = WORKERS.iter().map(|w| w.to_string()).collect();
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), ns);

@@ -450,8 +450,7 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
         .arg("--metrics-addr=off")
         .arg(format!("--namespace={ns}"))
         .arg(format!("--watch-namespace={ns}"))
-        // Nothing here calls the control plane; discovery makes no control-plane calls.
-        .arg("--control-plane-url=http://127.0.0.1:9")
+        // No ControlPlane: discovery makes no control-plane calls.
         .arg(format!("--control-plane-token-file={}", token.display()))
         .env("KUBECONFIG", crate::support::operator_kubeconfig(&env, ns))
         .env("RUST_LOG", "info")

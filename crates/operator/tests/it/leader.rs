@@ -36,7 +36,7 @@ fn operator(
     identity: &str,
     metrics_port: u16,
 ) -> Child {
-    operator_command(env, &sim.url, token_file, NS)
+    operator_command(env, sim.addr, token_file, NS)
         .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
         .arg(format!("--lease-duration={LEASE_SECONDS}s"))
         .env("POD_NAME", identity)
@@ -109,6 +109,7 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
         .await
         .expect("sbsim");
+    crate::support::managed_control_plane(&kube, NS).await;
     let leases: Api<Lease> = Api::namespaced(kube.clone(), NS);
     let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), NS);
 

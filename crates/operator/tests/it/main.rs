@@ -3,6 +3,7 @@
 
 mod cluster;
 mod cluster_ops;
+mod controlplane;
 mod crash;
 mod deployment;
 mod discovery;

@@ -189,12 +189,13 @@ pub async fn operator_kube_on(env: &TestEnv, ns: &str) -> kube::Client {
         .expect("the operator's client")
 }
 
-/// The operator binary, run against `env` and the control plane at `control_plane_url`
-/// (with the token in `token_file`), serving and watching `ns`; its webhooks on a free
-/// port, its output discarded. Callers add their own flags and start it.
+/// The operator binary, run against `env`, serving and watching `ns`; it reaches the
+/// control plane its ControlPlane names ([`managed_control_plane`]) through sbsim at
+/// `sbsim` (with the token in `token_file`); its webhooks on a free port, its output
+/// discarded. Callers add their own flags and start it.
 pub fn operator_command(
     env: &TestEnv,
-    control_plane_url: &str,
+    sbsim: SocketAddr,
     token_file: &std::path::Path,
     ns: &str,
 ) -> std::process::Command {
@@ -210,7 +211,7 @@ pub fn operator_command(
         .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
         .arg(format!("--namespace={ns}"))
         .arg(format!("--watch-namespace={ns}"))
-        .arg(format!("--control-plane-url={control_plane_url}"))
+        .arg(format!("--control-plane-proxy={sbsim}"))
         .arg(format!(
             "--control-plane-token-file={}",
             token_file.display()
@@ -220,6 +221,25 @@ pub fn operator_command(
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command
+}
+
+/// The address a managed ControlPlane of the tests names: routable by the rules of its
+/// CEL, reached through sbsim as a proxy.
+pub const MANAGED_ENDPOINT: &str = "http://control-plane.example:5000";
+
+/// ControlPlane `simplyblock` in `ns`, managed at [`MANAGED_ENDPOINT`] with the operator's
+/// own token: what an operator process of a test reaches the control plane by.
+pub async fn managed_control_plane(kube: &kube::Client, ns: &str) {
+    let cp: simplyblock_api::control_plane::ControlPlane = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+        "metadata": {"name": "simplyblock"},
+        "spec": {"source": {"managed": {"endpoint": MANAGED_ENDPOINT}}},
+    }))
+    .expect("control plane");
+    Api::<simplyblock_api::control_plane::ControlPlane>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &cp)
+        .await
+        .expect("ControlPlane");
 }
 
 /// An sbsim of a test's own, with its state in `dir`.
@@ -305,6 +325,22 @@ pub async fn events(
         })
         .filter_map(|e| e.note)
         .collect()
+}
+
+/// How often `reason` was raised on `object` in `ns`: the publisher folds a repeated
+/// note into one Event with a series count.
+pub async fn occurrences(kube: &kube::Client, ns: &str, object: &str, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(kube.clone(), ns);
+    events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+        .map(|e| e.series.map(|s| s.count).unwrap_or(1))
+        .sum()
 }
 
 /// The operator's logs, written through the test harness: a failing test shows what its

@@ -1,0 +1,685 @@
+//! The ControlPlane controller. One ControlPlane is served: `simplyblock` in the
+//! operator's namespace; any other is told it is ignored.
+//!
+//! A local control plane is installed along `INSTALL_GRAPH` (ApplyingFoundationDB →
+//! AwaitingFoundationDB → ApplyingDatastore → ApplyingAPI → AwaitingAPI), each pass
+//! [`observe`]s what its step needs, [`plan::install`] decides, and [`execute`] applies the
+//! step's objects (server-side, under one field manager, owned by the ControlPlane) and
+//! records the next step. Once the management API answers, and for a managed control
+//! plane from the start, every pass is the steady state: re-apply every object, probe
+//! `/_meta/ready` and `/_meta/version`, compute `status.components` and the phase, publish
+//! `status.endpoint` — and the client behind it to every other controller
+//! ([`crate::link`]). Events come with changes of verdict only.
+//!
+//! The finalizer holds while any StorageCluster the operator serves exists
+//! (`ClustersStillPresent`); the local control plane's objects then go with their owner.
+//!
+//! Metrics, prefix `simplyblock_controlplane_`:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `ready_state` | gauge | `namespace` (1 while clients proceed: Available or Degraded) |
+//! | `component_ready_count`, `component_desired_count` | gauge | `namespace, component, essential` |
+//! | `probe_duration_seconds` | histogram | `namespace` |
+//! | `probe_failures_total` | counter | `namespace, reason` (`credentials`, `no_client`, `unavailable`) |
+//! | `install_step_duration_seconds` | histogram | `namespace, step` (a step left) |
+//! | `version_info` | gauge | `namespace, version` (1 for the version reported) |
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use simplyblock_api::StorageCluster;
+use simplyblock_api::control_plane::{
+    Component, ControlPlane, ControlPlanePhase, ControlPlaneStatus, INSTALL_GRAPH, InstallStep,
+    LocalSource,
+};
+use simplyblock_api::keys::{CONTROL_PLANE_FINALIZER, MANAGED_BY_CONTROL_PLANE, MANAGED_BY_LABEL};
+use simplyblock_statemachine::{Machine, State, StepSnapshot};
+
+use super::manifests::{self, Manifest, Tls};
+use super::names::{API, FDB_CLUSTER, OBJECT_STORE, OBJECT_STORE_CREDENTIALS, SINGLETON_NAME};
+use super::plan::{self, Batch, FdbHealth, Install, Observation, Probe, Reason, Replicas, reason};
+use super::reach;
+use crate::context::{Context, requeue};
+use crate::kit::{self, Error, Guard};
+use crate::link::{Published, Reach};
+
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "controlplane";
+/// The field manager of the ControlPlane's status and of every object it applies.
+pub const MANAGER: &str = "controlplane-controller";
+const METRIC_PREFIX: &str = "simplyblock_controlplane_";
+/// How often a held install step looks again.
+const INSTALL_POLL: Duration = Duration::from_secs(2);
+/// How often a control plane that is not Available is probed.
+const UNWELL_POLL: Duration = Duration::from_secs(10);
+
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let managed = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONTROL_PLANE}");
+    let own = ObjectRef::new(SINGLETON_NAME).within(&ctx.namespace);
+    let controller = Controller::new(
+        ctx.scope.api::<ControlPlane>(&ctx.kube),
+        watcher::Config::default(),
+    )
+    .owns(
+        ctx.scope.api::<Deployment>(&ctx.kube),
+        watcher::Config::default().labels(&managed),
+    )
+    .owns(
+        ctx.scope.api::<StatefulSet>(&ctx.kube),
+        watcher::Config::default().labels(&managed),
+    )
+    // A StorageCluster going away may be the last one a deletion waits for.
+    .watches(
+        ctx.scope.api::<StorageCluster>(&ctx.kube),
+        watcher::Config::default(),
+        move |cluster| {
+            cluster
+                .meta()
+                .deletion_timestamp
+                .is_some()
+                .then(|| own.clone())
+        },
+    );
+    kit::run(CONTROLLER, controller, reconcile, ctx).await
+}
+
+/// Why `cp` is not the one this operator serves, if it is not.
+fn ignored(cp: &ControlPlane, ctx: &Context) -> Option<String> {
+    if cp.name_any() != SINGLETON_NAME {
+        return Some(format!(
+            "ignored: only the ControlPlane named {SINGLETON_NAME} is served, one per Kubernetes cluster"
+        ));
+    }
+    let ns = cp.namespace().unwrap_or_default();
+    (ns != ctx.namespace).then(|| {
+        format!(
+            "ignored: the operator serves the ControlPlane in its own namespace {}, one per Kubernetes cluster",
+            ctx.namespace
+        )
+    })
+}
+
+pub async fn reconcile(cp: Arc<ControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ctx = &*ctx;
+    if let Some(why) = ignored(&cp, ctx) {
+        return ignore(&cp, ctx, why).await;
+    }
+    let apply = |cp: Arc<ControlPlane>| async move { apply(&cp, ctx).await };
+    let cleanup = |cp: Arc<ControlPlane>| async move { cleanup(&cp, ctx).await };
+    kit::finalized(&ctx.kube, CONTROL_PLANE_FINALIZER, cp, apply, cleanup).await
+}
+
+/// The status fields of an ignored ControlPlane.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct IgnoredStatus {
+    message: String,
+    observed_generation: Option<i64>,
+}
+
+async fn ignore(cp: &ControlPlane, ctx: &Context, why: String) -> Result<Action, Error> {
+    if cp.meta().deletion_timestamp.is_some() {
+        kit::remove_finalizer(&ctx.kube, cp, CONTROL_PLANE_FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    let said = cp.status.as_ref().and_then(|s| s.message.as_deref());
+    if said != Some(why.as_str()) {
+        let status = IgnoredStatus {
+            message: why.clone(),
+            observed_generation: cp.metadata.generation,
+        };
+        kit::apply_status(&ctx.kube, cp, MANAGER, &status, Guard::None).await?;
+        ctx.event(cp, true, reason::IGNORED, why).await;
+    }
+    Ok(Action::await_change())
+}
+
+async fn apply(cp: &ControlPlane, ctx: &Context) -> Result<Action, Error> {
+    let status = cp.status.clone().unwrap_or_default();
+    match &cp.spec.source.local {
+        Some(local) if !status.step.is_empty() || status.phase == ControlPlanePhase::Installing => {
+            install(cp, local, &status, ctx).await
+        }
+        Some(local) => steady(cp, Some(local), &status, ctx, None).await,
+        None => steady(cp, None, &status, ctx, None).await,
+    }
+}
+
+/// One pass of the install machine: restore the step, observe, plan, execute.
+async fn install(
+    cp: &ControlPlane,
+    local: &LocalSource,
+    status: &ControlPlaneStatus,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let now = Timestamp::now();
+    let machine = match INSTALL_GRAPH.restore(&status.step, now) {
+        Ok(m) => m,
+        Err(e) => {
+            let mut next = status.clone();
+            next.message = Some(format!(
+                "the stored install step cannot be resumed: {e}; clear status.step to start the installation again"
+            ));
+            write(ctx, cp, &next, Guard::None).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let (obs, reach) = observe(cp, local, machine.state(), ctx).await?;
+    let next = plan::install(machine.state(), Tls::of(local), &obs);
+    execute(cp, local, status, machine, next, obs, reach, ctx, now).await
+}
+
+/// Reads what `step` needs, and only that. No writes.
+async fn observe(
+    cp: &ControlPlane,
+    local: &LocalSource,
+    step: InstallStep,
+    ctx: &Context,
+) -> Result<(Observation, Option<Reach>), Error> {
+    let ns = cp.namespace().unwrap_or_default();
+    let mut obs = Observation {
+        endpoint: reach::endpoint(cp),
+        ..Observation::default()
+    };
+    let mut reached = None;
+    match step {
+        InstallStep::ApplyingFoundationDB => obs.fdb_served = fdb_served(ctx).await?,
+        InstallStep::AwaitingFoundationDB => obs.fdb = read_fdb(ctx, &ns).await?,
+        InstallStep::ApplyingDatastore => {}
+        InstallStep::ApplyingAPI => {
+            if Tls::of(local).needs_cert_manager() {
+                obs.cert_manager_served = cert_manager_served(ctx).await?;
+            }
+        }
+        InstallStep::AwaitingAPI => {
+            obs.workloads = read_workloads(ctx, &ns).await?;
+            let (probe, r) = probe(cp, ctx).await?;
+            obs.probe = Some(probe);
+            reached = r;
+        }
+    }
+    Ok((obs, reached))
+}
+
+/// Performs an install plan: the step's objects applied, then the record of the next step
+/// (a kill between the two applies them again, which changes nothing), or the hold.
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    cp: &ControlPlane,
+    local: &LocalSource,
+    status: &ControlPlaneStatus,
+    mut machine: Machine<'_, InstallStep>,
+    next: Install,
+    obs: Observation,
+    reached: Option<Reach>,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let step = machine.state();
+    let to = match next {
+        Install::Hold { message, event } => {
+            let (message, event) = plan::overdue(&machine, now, message, event);
+            let mut held = status.clone();
+            held.phase = ControlPlanePhase::Installing;
+            held.step = machine.snapshot();
+            held.endpoint = Some(obs.endpoint.clone());
+            held.message = Some(message.clone());
+            publish(
+                ctx,
+                ControlPlanePhase::Installing,
+                Some(message.clone()),
+                reached,
+            );
+            if held != *status {
+                write(ctx, cp, &held, Guard::ResourceVersion).await?;
+            }
+            if status.message.as_deref() != Some(message.as_str()) {
+                ctx.event(cp, true, event, message.clone()).await;
+            }
+            return Ok(Action::requeue(INSTALL_POLL));
+        }
+        Install::Installed => {
+            crate::crash::point(&crate::crash::control_plane_point(step.name()));
+            step_left(ctx, cp, &machine);
+            return steady(cp, Some(local), status, ctx, Some(machine.state())).await;
+        }
+        Install::Apply { batch, to } => {
+            apply_batch(ctx, cp, local, batch, true).await?;
+            to
+        }
+        Install::Advance { to } => to,
+    };
+    crate::crash::point(&crate::crash::control_plane_point(step.name()));
+    let before = machine.clone();
+    if let Err(e) = machine.transition_to(to, now) {
+        // A controller bug, not a user's: say so and stop rather than loop.
+        tracing::error!(error = %e, "illegal install transition");
+        return Ok(Action::await_change());
+    }
+    let mut advanced = status.clone();
+    advanced.phase = ControlPlanePhase::Installing;
+    advanced.step = machine.snapshot();
+    advanced.endpoint = Some(obs.endpoint.clone());
+    advanced.message = Some(format!("installing: step {}", to.name()));
+    publish(
+        ctx,
+        ControlPlanePhase::Installing,
+        advanced.message.clone(),
+        reached,
+    );
+    write(ctx, cp, &advanced, Guard::ResourceVersion).await?;
+    step_left(ctx, cp, &before);
+    Ok(Action::requeue(requeue::NEXT_STEP))
+}
+
+/// The steady state: every object re-applied (a local control plane), the control plane
+/// probed, the components and the phase computed and written, the link published.
+/// `installed`: the install's last step, which this pass ends.
+async fn steady(
+    cp: &ControlPlane,
+    local: Option<&LocalSource>,
+    status: &ControlPlaneStatus,
+    ctx: &Context,
+    installed: Option<InstallStep>,
+) -> Result<Action, Error> {
+    let ns = cp.namespace().unwrap_or_default();
+    let endpoint = reach::endpoint(cp);
+    let mut obs = Observation {
+        endpoint: endpoint.clone(),
+        ..Observation::default()
+    };
+    if let Some(local) = local {
+        obs.fdb_served = fdb_served(ctx).await?;
+        obs.cert_manager_served =
+            Tls::of(local).needs_cert_manager() && cert_manager_served(ctx).await?;
+        // Each object once per pass; an API that is not served leaves its objects out,
+        // and the components say what that costs.
+        if obs.fdb_served {
+            apply_batch(ctx, cp, local, Batch::FoundationDb, true).await?;
+            obs.fdb = read_fdb(ctx, &ns).await?;
+        }
+        apply_batch(ctx, cp, local, Batch::Datastore, true).await?;
+        apply_batch(ctx, cp, local, Batch::Api, obs.cert_manager_served).await?;
+        obs.workloads = read_workloads(ctx, &ns).await?;
+    }
+    let (probe, reached) = probe(cp, ctx).await?;
+    let components = local.map(|l| plan::components(l, &obs)).unwrap_or_default();
+    let verdict = plan::verdict(
+        local.is_none(),
+        &components,
+        &probe,
+        &endpoint,
+        status.phase,
+    );
+    let now = Timestamp::now();
+    let next = ControlPlaneStatus {
+        phase: verdict.phase,
+        step: StepSnapshot::default(),
+        endpoint: Some(endpoint.clone()),
+        version: probe.version().map(str::to_owned),
+        last_checked: Some(Time(now)),
+        components: components.clone(),
+        active_ops_ref: status.active_ops_ref.clone(),
+        message: verdict.message.clone(),
+        observed_generation: cp.metadata.generation,
+    };
+    // Published first: whoever reads the status finds the link already saying the same.
+    publish(ctx, verdict.phase, verdict.message.clone(), reached);
+    if installed.is_some() || plan::worth_writing(status, &next, now, requeue::RESYNC * 2 / 3) {
+        write(ctx, cp, &next, Guard::ResourceVersion).await?;
+    }
+    let before = match installed {
+        Some(_) => None,
+        None => Reason::of(status),
+    };
+    if let Some(note) = plan::transition(before, &verdict, &endpoint) {
+        ctx.event(cp, note.warning, note.reason, note.message).await;
+    }
+    record(ctx, &ns, &next, &components, &probe);
+    Ok(Action::requeue(match verdict.phase {
+        ControlPlanePhase::Available => requeue::RESYNC,
+        _ => UNWELL_POLL,
+    }))
+}
+
+/// Deleted: held while StorageClusters remain; then the link is withdrawn (the local
+/// control plane's objects go with their owner).
+async fn cleanup(cp: &ControlPlane, ctx: &Context) -> Result<Action, Error> {
+    let clusters: Vec<String> = ctx
+        .scope
+        .api::<StorageCluster>(&ctx.kube)
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
+        .collect();
+    if let Some(message) = plan::deletion(&clusters) {
+        let status = cp.status.clone().unwrap_or_default();
+        if status.message.as_deref() != Some(message.as_str()) {
+            let mut next = status;
+            next.message = Some(message.clone());
+            write(ctx, cp, &next, Guard::None).await?;
+            ctx.event(cp, true, reason::CLUSTERS, message.clone()).await;
+        }
+        return Err(Error::Held(message));
+    }
+    ctx.link.publish(None);
+    let ns = cp.namespace().unwrap_or_default();
+    ctx.metrics.set(
+        &format!("{METRIC_PREFIX}ready_state"),
+        vec![("namespace", ns)],
+        0.0,
+    );
+    Ok(Action::await_change())
+}
+
+fn publish(ctx: &Context, phase: ControlPlanePhase, message: Option<String>, reach: Option<Reach>) {
+    ctx.link.publish(Some(Published {
+        phase,
+        message,
+        reach,
+    }));
+}
+
+/// Builds the client and asks; `None` reach when no client could be built.
+async fn probe(cp: &ControlPlane, ctx: &Context) -> Result<(Probe, Option<Reach>), Error> {
+    let ns = cp.namespace().unwrap_or_default();
+    let began = Instant::now();
+    let (probe, reached) = match reach::build(ctx, cp).await? {
+        Err(no_client) => (Probe::from(no_client), None),
+        Ok(r) => (reach::probe(&r).await, Some(r)),
+    };
+    ctx.metrics.observe(
+        &format!("{METRIC_PREFIX}probe_duration_seconds"),
+        vec![("namespace", ns.clone())],
+        began.elapsed().as_secs_f64(),
+    );
+    let failure = match &probe {
+        Probe::NoClient {
+            credentials: true, ..
+        } => Some("credentials"),
+        Probe::NoClient { .. } => Some("no_client"),
+        Probe::Asked { ready: Err(_), .. } => Some("unavailable"),
+        Probe::Asked { ready: Ok(()), .. } => None,
+    };
+    if let Some(reason) = failure {
+        ctx.metrics.count(
+            &format!("{METRIC_PREFIX}probe_failures_total"),
+            vec![("namespace", ns), ("reason", reason.to_owned())],
+        );
+    }
+    Ok((probe, reached))
+}
+
+fn record(
+    ctx: &Context,
+    ns: &str,
+    status: &ControlPlaneStatus,
+    components: &[Component],
+    probe: &Probe,
+) {
+    let m = &ctx.metrics;
+    let name = |item: &str| format!("{METRIC_PREFIX}{item}");
+    let serving = if status.phase.serves() { 1.0 } else { 0.0 };
+    m.set(
+        &name("ready_state"),
+        vec![("namespace", ns.to_owned())],
+        serving,
+    );
+    for c in components {
+        let labels = || {
+            vec![
+                ("namespace", ns.to_owned()),
+                ("component", c.name.clone()),
+                ("essential", c.essential.to_string()),
+            ]
+        };
+        m.set(&name("component_ready_count"), labels(), f64::from(c.ready));
+        m.set(
+            &name("component_desired_count"),
+            labels(),
+            f64::from(c.desired),
+        );
+    }
+    if let Some(version) = probe.version() {
+        m.set(
+            &name("version_info"),
+            vec![
+                ("namespace", ns.to_owned()),
+                ("version", version.to_owned()),
+            ],
+            1.0,
+        );
+    }
+}
+
+/// The install step `machine` is at was left: how long it took.
+fn step_left(ctx: &Context, cp: &ControlPlane, machine: &Machine<'_, InstallStep>) {
+    if let Some(entered) = crate::ops::step_entered(machine) {
+        ctx.metrics.observe(
+            &format!("{METRIC_PREFIX}install_step_duration_seconds"),
+            vec![
+                ("namespace", cp.namespace().unwrap_or_default()),
+                ("step", machine.state().name().to_owned()),
+            ],
+            Timestamp::now()
+                .duration_since(entered)
+                .as_secs_f64()
+                .max(0.0),
+        );
+    }
+}
+
+/// The fields of ControlPlane status this controller owns (all but the lock).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Written {
+    phase: ControlPlanePhase,
+    #[serde(skip_serializing_if = "StepSnapshot::is_empty")]
+    step: StepSnapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_checked: Option<Time>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    components: Vec<Component>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    observed_generation: Option<i64>,
+}
+
+async fn write(
+    ctx: &Context,
+    cp: &ControlPlane,
+    next: &ControlPlaneStatus,
+    guard: Guard,
+) -> Result<(), Error> {
+    let written = Written {
+        phase: next.phase,
+        step: next.step.clone(),
+        endpoint: next.endpoint.clone(),
+        version: next.version.clone(),
+        last_checked: next.last_checked.clone(),
+        components: next.components.clone(),
+        message: next.message.clone(),
+        observed_generation: cp.metadata.generation,
+    };
+    kit::apply_status(&ctx.kube, cp, MANAGER, &written, guard).await?;
+    Ok(())
+}
+
+/// Whether the API server serves `resource` of `group_version`.
+async fn served(ctx: &Context, group_version: &str, resource: &str) -> Result<bool, Error> {
+    match ctx.kube.list_api_group_resources(group_version).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn fdb_served(ctx: &Context) -> Result<bool, Error> {
+    let r = manifests::foundationdb_cluster_resource();
+    served(ctx, &r.api_version, &r.plural).await
+}
+
+async fn cert_manager_served(ctx: &Context) -> Result<bool, Error> {
+    let r = manifests::certificate_resource();
+    served(ctx, &r.api_version, &r.plural).await
+}
+
+/// The FoundationDBCluster's health, when it is there and reported on.
+async fn read_fdb(ctx: &Context, ns: &str) -> Result<Option<FdbHealth>, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.kube.clone(),
+        ns,
+        &manifests::foundationdb_cluster_resource(),
+    );
+    let found = match api.get_opt(FDB_CLUSTER).await {
+        Ok(found) => found,
+        // The CRD went away: nothing to read.
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(status) = found.and_then(|f| f.data.get("status").cloned()) else {
+        return Ok(None);
+    };
+    let health = &status["health"];
+    if health.is_null() {
+        return Ok(None);
+    }
+    let ready_storage = status["processGroups"].as_array().map(|groups| {
+        groups
+            .iter()
+            .filter(|g| g["processClass"] == "storage")
+            .filter(|g| {
+                g["processGroupConditions"]
+                    .as_array()
+                    .is_none_or(|c| c.is_empty())
+            })
+            .count() as i32
+    });
+    Ok(Some(FdbHealth {
+        available: health["available"].as_bool().unwrap_or(false),
+        healthy: health["healthy"].as_bool().unwrap_or(false),
+        ready_storage,
+    }))
+}
+
+/// The management API's Deployment and the object store's StatefulSet, by name.
+async fn read_workloads(ctx: &Context, ns: &str) -> Result<BTreeMap<String, Replicas>, Error> {
+    let mut out = BTreeMap::new();
+    if let Some(d) = Api::<Deployment>::namespaced(ctx.kube.clone(), ns)
+        .get_opt(API)
+        .await?
+    {
+        out.insert(
+            API.to_owned(),
+            Replicas {
+                desired: d.spec.replicas.unwrap_or(1),
+                ready: d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            },
+        );
+    }
+    if let Some(s) = Api::<StatefulSet>::namespaced(ctx.kube.clone(), ns)
+        .get_opt(OBJECT_STORE)
+        .await?
+    {
+        out.insert(
+            OBJECT_STORE.to_owned(),
+            Replicas {
+                desired: s.spec.replicas.unwrap_or(1),
+                ready: s.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Applies the objects of `batch`; `cert_manager`: whether cert-manager's objects are
+/// among them (its API is served).
+async fn apply_batch(
+    ctx: &Context,
+    cp: &ControlPlane,
+    local: &LocalSource,
+    batch: Batch,
+    cert_manager: bool,
+) -> Result<(), Error> {
+    let objects = match batch {
+        Batch::FoundationDb => vec![manifests::foundation_db(cp, local)],
+        Batch::Datastore => {
+            object_store_credentials(ctx, cp).await?;
+            manifests::datastore(cp, local)
+        }
+        Batch::Api => manifests::api(cp, local)
+            .into_iter()
+            .filter(|m| cert_manager || m.resource.group != "cert-manager.io")
+            .collect(),
+    };
+    for object in &objects {
+        apply_one(ctx, object).await?;
+    }
+    Ok(())
+}
+
+/// Server-side apply under [`MANAGER`], taking over fields another manager holds.
+async fn apply_one(ctx: &Context, m: &Manifest) -> Result<(), Error> {
+    let ns = m.object.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.kube.clone(), &ns, &m.resource);
+    api.patch(
+        &m.object.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&m.object),
+    )
+    .await
+    .map_err(|e| {
+        tracing::warn!(object = %m.describe(), error = %e, "applying failed");
+        Error::from(e)
+    })?;
+    Ok(())
+}
+
+/// Makes the object store's credentials once: random, never applied again (that would
+/// change them under the running store).
+async fn object_store_credentials(ctx: &Context, cp: &ControlPlane) -> Result<(), Error> {
+    let ns = cp.namespace().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    if api
+        .get_metadata_opt(OBJECT_STORE_CREDENTIALS)
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let secret = manifests::object_store_credentials(cp, "simplyblock", &random_text()?);
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// 32 random hexadecimal digits.
+fn random_text() -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut bytes)
+        .map_err(|_| Error::Certificate("the system's random source failed".into()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

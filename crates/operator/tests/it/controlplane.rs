@@ -1,0 +1,806 @@
+//! The ControlPlane controller against a real API server and sbsim (the management API
+//! behind the in-cluster Service, reached through sbsim as a proxy) with the stand-in
+//! reporting workloads ready and FoundationDB available: a local install through every
+//! step to Available with its objects applied and owned, the FoundationDB API not served,
+//! components and the probe moving the phase (events only on transitions), a managed
+//! control plane and its credentials, the finalizer, a downstream controller holding on
+//! the link, and the operator killed at every install step.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use simplyblock_api::StorageCluster;
+use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase, ControlPlaneStatus};
+use simplyblock_controlplane::Method;
+use simplyblock_operator::context::Context;
+use simplyblock_operator::controlplane::{controller, manifests};
+use simplyblock_operator::link::Token;
+use simplyblock_testenv::standin::{self, StandIn};
+
+use crate::support::{
+    MANAGED_ENDPOINT, Sbsim, TOKEN, events, namespace, nudged, passes, sbsim, until,
+};
+
+pub const IMAGE: &str = "quay.io/simplyblock-io/simplyblock:25.10.1";
+
+/// A namespace, an sbsim, the stand-in, and a context whose link the ControlPlane
+/// controller publishes; no controller runs until a test starts one.
+pub struct Harness {
+    pub kube: kube::Client,
+    pub ns: String,
+    pub sim: Sbsim,
+    pub ctx: Arc<Context>,
+    _standin: StandIn,
+}
+
+/// The FoundationDB CRDs on the shared API server (every test that installs needs them;
+/// one that needs them absent has an API server of its own).
+async fn foundationdb_crds() {
+    crate::support::api_server()
+        .await
+        .install_crds(&[
+            standin::foundationdb_crd(),
+            standin::foundationdb_backup_crd(),
+        ])
+        .await
+        .expect("the FoundationDB CRDs");
+}
+
+pub async fn harness(ns: &str) -> Harness {
+    foundationdb_crds().await;
+    let kube = crate::support::api_server()
+        .await
+        .client()
+        .await
+        .expect("client");
+    namespace(&kube, ns).await;
+    let sim = sbsim("", 0).await;
+    let ctx = resolving(crate::support::operator_kube().await, ns, &sim);
+    Harness {
+        _standin: StandIn::start(kube.clone(), Some(ns.into())),
+        kube,
+        ns: ns.into(),
+        sim,
+        ctx,
+    }
+}
+
+/// A context whose controllers reach the control plane the ControlPlane controller
+/// publishes, through sbsim.
+pub fn resolving(kube: kube::Client, ns: &str, sim: &Sbsim) -> Arc<Context> {
+    Arc::new(
+        Context::resolving(kube, ns.into())
+            .watching(ns)
+            .with_control_plane_token(Token::Value(TOKEN.into()))
+            .with_control_plane_proxy(sim.server.addr),
+    )
+}
+
+/// A ControlPlane `simplyblock` of `source`.
+pub fn control_plane(source: Value) -> ControlPlane {
+    serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+        "metadata": {"name": "simplyblock"},
+        "spec": {"source": source},
+    }))
+    .expect("control plane")
+}
+
+/// A local source without TLS (sbsim serves plain HTTP).
+pub fn local() -> Value {
+    json!({"local": {"image": IMAGE, "tls": {"enableTLS": false}}})
+}
+
+impl Harness {
+    pub fn start(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(controller::run(self.ctx.clone()))
+    }
+
+    pub fn cps(&self) -> Api<ControlPlane> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    pub async fn create(&self, source: Value) {
+        self.cps()
+            .create(&PostParams::default(), &control_plane(source))
+            .await
+            .expect("ControlPlane created");
+    }
+
+    pub async fn status(&self) -> ControlPlaneStatus {
+        self.cps()
+            .get("simplyblock")
+            .await
+            .expect("ControlPlane")
+            .status
+            .unwrap_or_default()
+    }
+
+    /// Waits until the ControlPlane reads `phase`.
+    pub async fn phase_is(&self, phase: ControlPlanePhase) -> ControlPlaneStatus {
+        let last = std::sync::Mutex::new(None);
+        crate::support::until_explained(
+            &format!("the ControlPlane {phase:?}"),
+            crate::support::PATIENCE,
+            async || {
+                let s = self.status().await;
+                *last.lock().expect("lock") = Some(s.clone());
+                (s.phase == phase && s.step.is_empty()).then_some(s)
+            },
+            || format!("last seen {:?}", last.lock().expect("lock")),
+        )
+        .await
+    }
+
+    pub async fn events(&self, reason: &str) -> Vec<String> {
+        events(&self.kube, &self.ns, Some("simplyblock"), reason).await
+    }
+
+    /// How often `reason` was raised on the ControlPlane, repeats of a note included.
+    pub async fn occurrences(&self, reason: &str) -> i32 {
+        crate::support::occurrences(&self.kube, &self.ns, "simplyblock", reason).await
+    }
+
+    /// A pass that started after now has ended.
+    pub async fn looked_again(&self) {
+        nudged(
+            &self.ctx.metrics,
+            &self.cps(),
+            controller::CONTROLLER,
+            "simplyblock",
+        )
+        .await;
+    }
+
+    pub async fn faults(&self, spec: &str) {
+        let (method, body) = if spec.is_empty() {
+            (Method::DELETE, None)
+        } else {
+            (Method::PUT, Some(json!({"spec": spec})))
+        };
+        let r = self
+            .sim
+            .cp
+            .raw(method, "/../../_sim/faults", &[], body.as_ref())
+            .await
+            .expect("sbsim faults");
+        assert!(r.status < 300, "faults: {}", r.status);
+    }
+
+    /// Patches `name`'s annotations (a Deployment or StatefulSet) as the stand-in reads them.
+    pub async fn ready_replicas<K>(&self, name: &str, ready: Option<i32>)
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let value = ready.map(|n| n.to_string());
+        Api::<K>::namespaced(self.kube.clone(), &self.ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {standin::READY_ANNOTATION: value}}}),
+                ),
+            )
+            .await
+            .expect("annotated");
+    }
+}
+
+/// `kind/name` → (uid, resourceVersion, generation) of every object a local install makes.
+async fn installed_objects(h: &Harness) -> BTreeMap<String, (String, String, i64)> {
+    let mut out = BTreeMap::new();
+    let mut put = |kind: &str, meta: &kube::api::ObjectMeta| {
+        out.insert(
+            format!("{kind}/{}", meta.name.clone().unwrap_or_default()),
+            (
+                meta.uid.clone().unwrap_or_default(),
+                meta.resource_version.clone().unwrap_or_default(),
+                meta.generation.unwrap_or(0),
+            ),
+        );
+    };
+    let ns = &h.ns;
+    let k = &h.kube;
+    let fdb: Api<DynamicObject> =
+        Api::namespaced_with(k.clone(), ns, &manifests::foundationdb_cluster_resource());
+    put(
+        "FoundationDBCluster",
+        &fdb.get("simplyblock-fdb-cluster")
+            .await
+            .expect("fdb")
+            .metadata,
+    );
+    put(
+        "Secret",
+        &Api::<Secret>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio-credentials")
+            .await
+            .expect("secret")
+            .metadata,
+    );
+    put(
+        "Service",
+        &Api::<Service>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio")
+            .await
+            .expect("svc")
+            .metadata,
+    );
+    put(
+        "StatefulSet",
+        &Api::<StatefulSet>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio")
+            .await
+            .expect("sts")
+            .metadata,
+    );
+    put(
+        "ServiceAccount",
+        &Api::<ServiceAccount>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("sa")
+            .metadata,
+    );
+    put(
+        "ConfigMap",
+        &Api::<ConfigMap>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi-config")
+            .await
+            .expect("cm")
+            .metadata,
+    );
+    put(
+        "Service",
+        &Api::<Service>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("svc")
+            .metadata,
+    );
+    put(
+        "Deployment",
+        &Api::<Deployment>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("deploy")
+            .metadata,
+    );
+    out
+}
+
+/// Every object the install made is owned by the ControlPlane (controller reference) and
+/// labelled managed-by controlplane.
+async fn assert_owned(h: &Harness) {
+    let cp = h.cps().get("simplyblock").await.expect("cp");
+    let uid = cp.uid().expect("uid");
+    let check = |what: &str, meta: &kube::api::ObjectMeta| {
+        let owners = meta.owner_references.clone().unwrap_or_default();
+        assert!(
+            owners
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true) && o.kind == "ControlPlane"),
+            "{what} is not owned by the ControlPlane: {owners:?}"
+        );
+        assert_eq!(
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get("storage.simplyblock.io/managed-by"))
+                .map(String::as_str),
+            Some("controlplane"),
+            "{what}"
+        );
+    };
+    let ns = &h.ns;
+    let k = &h.kube;
+    let fdb: Api<DynamicObject> =
+        Api::namespaced_with(k.clone(), ns, &manifests::foundationdb_cluster_resource());
+    check(
+        "the FoundationDBCluster",
+        &fdb.get("simplyblock-fdb-cluster")
+            .await
+            .expect("fdb")
+            .metadata,
+    );
+    check(
+        "the object store's Secret",
+        &Api::<Secret>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio-credentials")
+            .await
+            .expect("secret")
+            .metadata,
+    );
+    check(
+        "the object store's Service",
+        &Api::<Service>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio")
+            .await
+            .expect("svc")
+            .metadata,
+    );
+    check(
+        "the object store",
+        &Api::<StatefulSet>::namespaced(k.clone(), ns)
+            .get("simplyblock-minio")
+            .await
+            .expect("sts")
+            .metadata,
+    );
+    check(
+        "the API's ServiceAccount",
+        &Api::<ServiceAccount>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("sa")
+            .metadata,
+    );
+    check(
+        "the API's ConfigMap",
+        &Api::<ConfigMap>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi-config")
+            .await
+            .expect("cm")
+            .metadata,
+    );
+    check(
+        "the API's Service",
+        &Api::<Service>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("svc")
+            .metadata,
+    );
+    check(
+        "the API",
+        &Api::<Deployment>::namespaced(k.clone(), ns)
+            .get("simplyblock-webappapi")
+            .await
+            .expect("deploy")
+            .metadata,
+    );
+}
+
+#[tokio::test]
+async fn a_local_install_goes_through_every_step_to_available() {
+    let h = harness("cp-install").await;
+    let _c = h.start();
+    let began = Instant::now();
+    h.create(local()).await;
+    let status = h.phase_is(ControlPlanePhase::Available).await;
+    println!("installed in {:.2?}", began.elapsed());
+    let endpoint = format!("http://simplyblock-webappapi.{}.svc:5000", h.ns);
+    assert_eq!(status.endpoint.as_deref(), Some(endpoint.as_str()));
+    assert!(status.last_checked.is_some());
+    assert_eq!(status.message, None);
+    let components: Vec<(String, i32, i32, bool)> = status
+        .components
+        .iter()
+        .map(|c| (c.name.clone(), c.desired, c.ready, c.essential))
+        .collect();
+    assert_eq!(
+        components,
+        [
+            ("simplyblock-fdb-cluster".to_string(), 3, 3, true),
+            ("simplyblock-minio".to_string(), 1, 1, false),
+            ("simplyblock-webappapi".to_string(), 2, 2, true),
+        ]
+    );
+    // Every step was entered and left once, in a pass of its own.
+    for step in [
+        "ApplyingFoundationDB",
+        "AwaitingFoundationDB",
+        "ApplyingDatastore",
+        "ApplyingAPI",
+        "AwaitingAPI",
+    ] {
+        let left = h.ctx.metrics.sample(
+            "simplyblock_controlplane_install_step_duration_seconds_count",
+            &[("namespace", &h.ns), ("step", step)],
+        );
+        assert_eq!(left, Some(1.0), "{step}");
+    }
+    assert_owned(&h).await;
+    until("the ControlPlaneReady event", async || {
+        (h.occurrences("ControlPlaneReady").await == 1).then_some(())
+    })
+    .await;
+    // The link serves every other controller at the in-cluster endpoint.
+    assert_eq!(h.ctx.control_plane_endpoint().expect("serving"), endpoint);
+    assert!(crate::support::calls(&h.sim.cp, "GET", "/api/v2/_meta/ready").await >= 1);
+
+    // The steady state re-applies every object each pass and changes none of them.
+    let before = installed_objects(&h).await;
+    h.looked_again().await;
+    h.looked_again().await;
+    assert_eq!(
+        installed_objects(&h).await,
+        before,
+        "a pass rewrote an object"
+    );
+    assert!(
+        before.values().all(|(_, _, generation)| *generation <= 1),
+        "{before:?}"
+    );
+    assert_eq!(
+        h.occurrences("ControlPlaneReady").await,
+        1,
+        "an event without a transition"
+    );
+}
+
+#[tokio::test]
+async fn the_foundationdb_api_not_served_holds_the_first_step_until_it_is() {
+    let ns = "cp-no-fdb";
+    let (env, kube) = crate::support::own_api_server(ns).await;
+    let sim = sbsim("", 0).await;
+    let ctx = resolving(crate::support::operator_kube_on(&env, ns).await, ns, &sim);
+    let _standin = StandIn::start(kube.clone(), Some(ns.into()));
+    let _c = tokio::spawn(controller::run(ctx.clone()));
+    let cps: Api<ControlPlane> = Api::namespaced(kube.clone(), ns);
+    cps.create(&PostParams::default(), &control_plane(local()))
+        .await
+        .expect("created");
+    let held = until("the first step held", async || {
+        let s = cps.get("simplyblock").await.ok()?.status?;
+        (s.step.state.as_deref() == Some("ApplyingFoundationDB") && s.message.is_some())
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(held.phase, ControlPlanePhase::Installing);
+    let message = held.message.unwrap_or_default();
+    assert!(
+        message.contains("apps.foundationdb.org/v1beta2")
+            && message.contains("install the FoundationDB operator"),
+        "{message}"
+    );
+    // The event follows the status it explains.
+    let waiting = until("the AwaitingDependency event", async || {
+        let found = events(&kube, ns, Some("simplyblock"), "AwaitingDependency").await;
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(waiting, [message]);
+    // Held, it looks again and says nothing new.
+    passes(&ctx.metrics, controller::CONTROLLER, ns, "simplyblock", 2).await;
+    assert_eq!(
+        crate::support::occurrences(&kube, ns, "simplyblock", "AwaitingDependency").await,
+        1
+    );
+    let held = ctx
+        .control_plane()
+        .expect_err("clients hold while it installs");
+    assert!(held.to_string().contains("Installing"), "{held}");
+
+    env.install_crds(&[standin::foundationdb_crd()])
+        .await
+        .expect("CRD");
+    until("Available once the API is served", async || {
+        let s = cps.get("simplyblock").await.ok()?.status?;
+        (s.phase == ControlPlanePhase::Available).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn components_and_the_probe_move_the_phase_with_one_event_per_transition() {
+    let h = harness("cp-phases").await;
+    let _c = h.start();
+    h.create(local()).await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    // Counted from here, once the install's own events are out (the object store may have
+    // become ready only after the install).
+    h.looked_again().await;
+    let mut counts = BTreeMap::new();
+    for reason in [
+        "ControlPlaneReady",
+        "ControlPlaneDegraded",
+        "ControlPlaneNotReady",
+        "EndpointUnreachable",
+    ] {
+        counts.insert(reason, h.occurrences(reason).await);
+    }
+    let since = async |reason: &str| h.occurrences(reason).await - counts[reason];
+
+    // One management API replica of two: Degraded, and clients go on.
+    h.ready_replicas::<Deployment>("simplyblock-webappapi", Some(1))
+        .await;
+    let s = h.phase_is(ControlPlanePhase::Degraded).await;
+    assert_eq!(
+        s.message.as_deref(),
+        Some("degraded: simplyblock-webappapi has 1 of 2 ready; clients go on")
+    );
+    h.ctx.control_plane().expect("Degraded serves");
+    // None of it: Unavailable, and clients hold.
+    h.ready_replicas::<Deployment>("simplyblock-webappapi", Some(0))
+        .await;
+    h.phase_is(ControlPlanePhase::Unavailable).await;
+    assert!(h.ctx.control_plane().is_err(), "Unavailable serves");
+    h.ready_replicas::<Deployment>("simplyblock-webappapi", None)
+        .await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    // The object store is not essential: at 0 the control plane is Degraded.
+    h.ready_replicas::<StatefulSet>("simplyblock-minio", Some(0))
+        .await;
+    h.phase_is(ControlPlanePhase::Degraded).await;
+    h.ready_replicas::<StatefulSet>("simplyblock-minio", None)
+        .await;
+    h.phase_is(ControlPlanePhase::Available).await;
+
+    // The management API stops answering.
+    h.faults("error:path=/api/v2/_meta/ready,status=503").await;
+    h.looked_again().await;
+    let s = h.phase_is(ControlPlanePhase::Unavailable).await;
+    assert!(
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("unreachable: ")),
+        "{s:?}"
+    );
+    h.faults("").await;
+    h.looked_again().await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    h.looked_again().await;
+
+    assert_eq!(since("ControlPlaneDegraded").await, 2);
+    assert_eq!(since("ControlPlaneNotReady").await, 1);
+    assert_eq!(since("EndpointUnreachable").await, 1);
+    // Back three times; not once more for the passes in between.
+    assert_eq!(since("ControlPlaneReady").await, 3);
+    let failures = h.ctx.metrics.sample(
+        "simplyblock_controlplane_probe_failures_total",
+        &[("namespace", &h.ns), ("reason", "unavailable")],
+    );
+    assert!(failures.is_some_and(|n| n >= 1.0), "{failures:?}");
+    assert_eq!(
+        h.ctx.metrics.sample(
+            "simplyblock_controlplane_ready_state",
+            &[("namespace", &h.ns)]
+        ),
+        Some(1.0)
+    );
+}
+
+async fn version(h: &Harness, version: Option<&str>) {
+    let r = h
+        .sim
+        .cp
+        .raw(
+            Method::PUT,
+            "/../../_sim/version",
+            &[],
+            Some(&json!({ "version": version })),
+        )
+        .await
+        .expect("sbsim version");
+    assert!(r.status < 300);
+}
+
+/// A managed ControlPlane whose bearer token is in Secret `cp-token`.
+pub fn managed() -> Value {
+    json!({"managed": {"endpoint": MANAGED_ENDPOINT, "credentialsSecretRef": {"name": "cp-token"}}})
+}
+
+pub async fn token_secret(kube: &kube::Client, ns: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cp-token"},
+        "stringData": {"token": TOKEN},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("token Secret");
+}
+
+#[tokio::test]
+async fn a_managed_control_plane_is_published_and_a_missing_credentials_secret_said() {
+    let h = harness("cp-managed").await;
+    version(&h, Some("25.10.1")).await;
+    let _c = h.start();
+    h.create(managed()).await;
+    let said = until("the missing Secret said", async || {
+        let s = h.status().await;
+        s.message
+            .filter(|m| m.starts_with("credentials: "))
+            .map(|m| (s.phase, m))
+    })
+    .await;
+    assert_eq!(said.0, ControlPlanePhase::Installing, "never reached");
+    assert!(
+        said.1.contains("Secret cp-token") && said.1.contains("does not exist"),
+        "{}",
+        said.1
+    );
+    let raised = until("the CredentialsError event", async || {
+        let found = h.events("CredentialsError").await;
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(raised, std::slice::from_ref(&said.1));
+    assert!(h.ctx.control_plane().is_err());
+
+    token_secret(&h.kube, &h.ns).await;
+    h.looked_again().await;
+    let s = h.phase_is(ControlPlanePhase::Available).await;
+    assert_eq!(s.endpoint.as_deref(), Some(MANAGED_ENDPOINT));
+    assert_eq!(s.version.as_deref(), Some("25.10.1"));
+    assert!(s.components.is_empty());
+    assert_eq!(
+        h.ctx.control_plane_endpoint().expect("serving"),
+        MANAGED_ENDPOINT
+    );
+    // Nothing is installed for a managed control plane.
+    let deployments = Api::<Deployment>::namespaced(h.kube.clone(), &h.ns)
+        .list(&Default::default())
+        .await
+        .expect("deployments");
+    assert!(deployments.items.is_empty());
+    assert_eq!(h.occurrences("CredentialsError").await, 1);
+}
+
+#[tokio::test]
+async fn the_finalizer_holds_while_a_storage_cluster_exists() {
+    let h = harness("cp-finalizer").await;
+    token_secret(&h.kube, &h.ns).await;
+    let _c = h.start();
+    h.create(managed()).await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    // A StorageCluster no controller serves here, held by a finalizer of the test's.
+    let cluster: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sc", "finalizers": ["test.simplyblock.io/hold"]},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "stripe": {"dataChunks": 1, "parityChunks": 1}}
+    }))
+    .expect("cluster");
+    let clusters: Api<StorageCluster> = Api::namespaced(h.kube.clone(), &h.ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("cluster");
+
+    h.cps()
+        .delete("simplyblock", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let message = until("the deletion held", async || {
+        h.status()
+            .await
+            .message
+            .filter(|m| m.contains("still use the control plane"))
+    })
+    .await;
+    assert!(
+        message.starts_with(&format!(
+            "1 StorageCluster(s) still use the control plane ({}/sc)",
+            h.ns
+        )),
+        "{message}"
+    );
+    passes(
+        &h.ctx.metrics,
+        controller::CONTROLLER,
+        &h.ns,
+        "simplyblock",
+        2,
+    )
+    .await;
+    assert!(
+        h.cps()
+            .get_opt("simplyblock")
+            .await
+            .expect("read")
+            .is_some()
+    );
+    assert_eq!(h.occurrences("ClustersStillPresent").await, 1);
+
+    clusters
+        .delete("sc", &DeleteParams::default())
+        .await
+        .expect("delete");
+    clusters
+        .patch(
+            "sc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("released");
+    until("the ControlPlane gone", async || {
+        h.cps()
+            .get_opt("simplyblock")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(h.ctx.control_plane().is_err(), "the link withdrawn");
+}
+
+#[tokio::test]
+async fn a_storage_cluster_is_created_only_while_the_control_plane_serves() {
+    let h = harness("cp-downstream").await;
+    token_secret(&h.kube, &h.ns).await;
+    let _c = h.start();
+    let _clusters = tokio::spawn(simplyblock_operator::cluster::controller::run(
+        h.ctx.clone(),
+    ));
+    h.create(managed()).await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    h.faults("error:path=/api/v2/_meta/ready,status=503").await;
+    h.looked_again().await;
+    h.phase_is(ControlPlanePhase::Unavailable).await;
+
+    let cluster: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": "sc"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "stripe": {"dataChunks": 1, "parityChunks": 1}}
+    }))
+    .expect("cluster");
+    let clusters: Api<StorageCluster> = Api::namespaced(h.kube.clone(), &h.ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("cluster");
+    until("the cluster held at the control-plane check", async || {
+        let s = clusters.get("sc").await.ok()?.status?;
+        (s.step.state.as_deref() == Some("CheckingControlPlane")).then_some(())
+    })
+    .await;
+    passes(&h.ctx.metrics, "storagecluster", &h.ns, "sc", 2).await;
+    assert_eq!(
+        crate::support::calls(&h.sim.cp, "POST", "/api/v2/clusters/").await,
+        0
+    );
+    let held = h.ctx.metrics.sample(
+        "simplyblock_reconcile_errors_total",
+        &[("controller", "storagecluster"), ("kind", "held")],
+    );
+    assert!(held.is_some_and(|n| n >= 1.0), "{held:?}");
+
+    let began = Instant::now();
+    h.faults("").await;
+    h.looked_again().await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    let uuid = until("the cluster created", async || {
+        clusters
+            .get("sc")
+            .await
+            .ok()?
+            .status?
+            .uuid
+            .filter(|u| !u.is_empty())
+    })
+    .await;
+    println!(
+        "created {:.2?} after the control plane served again",
+        began.elapsed()
+    );
+    assert_eq!(
+        crate::support::calls(&h.sim.cp, "POST", "/api/v2/clusters/").await,
+        1
+    );
+    // The CSI driver is told the endpoint the ControlPlane publishes.
+    use simplyblock_operator::csi_secret;
+    let csi = Api::<Secret>::namespaced(h.kube.clone(), &h.ns)
+        .get(csi_secret::NAME)
+        .await
+        .expect("CSI secret");
+    let contents: csi_secret::Contents =
+        serde_json::from_slice(&csi.data.expect("data")[csi_secret::KEY].0).expect("contents");
+    let entry = contents
+        .clusters
+        .iter()
+        .find(|c| c.cluster_id == uuid)
+        .expect("the cluster's entry");
+    assert_eq!(entry.cluster_endpoint, MANAGED_ENDPOINT);
+}
