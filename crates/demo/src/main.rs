@@ -26,7 +26,7 @@ use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNod
 use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_operator::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
-use simplyblock_testenv::TestEnv;
+use simplyblock_testenv::{TestEnv, chart};
 
 /// The captured host trees the simulated workers are made of.
 const HOSTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hosts");
@@ -34,6 +34,12 @@ const PROFILE: &str = "qemu-numa2-nvme";
 const NAMESPACE: &str = "simplyblock";
 const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
 const TOKEN: &str = "simplyblock-demo";
+/// The chart's values for the demo: the standalone profile, its management API served
+/// over plain HTTP by sbsim.
+const CHART_VALUES: &[(&str, &str)] = &[
+    ("deployment.profile", "standalone"),
+    ("controlplane.local.tls.enableTLS", "false"),
+];
 
 #[derive(Parser)]
 #[command(
@@ -128,13 +134,42 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(jobs::watch(sim.sim.clone(), client.clone())),
     ];
 
-    step("starting the operator: admission webhooks over TLS, and its controllers");
+    step(
+        "installing the chart (helm template, profile standalone): the operator's accounts and roles, its Services",
+    );
+    // The chart's CRDs are the ones installed above (a test holds them equal). The
+    // operator runs in this process in place of its Deployment, and registers its webhooks
+    // at its own address in place of the chart's Service; the ControlPlane and the
+    // SimplyblockDriver are applied once those webhooks answer.
+    let rendered = chart::render(NAMESPACE, CHART_VALUES).map_err(anyhow::Error::msg)?;
+    let (installs, rest): (Vec<_>, Vec<_>) = rendered
+        .into_iter()
+        .filter(|o| {
+            let name = chart::kind_and_name(o);
+            name != "Deployment/simplyblock-operator"
+                && name != "ValidatingWebhookConfiguration/simplyblock-operator"
+        })
+        .partition(|o| {
+            let kind = o.types.as_ref().map_or("", |t| t.kind.as_str());
+            kind == "ControlPlane" || kind == "SimplyblockDriver"
+        });
+    chart::apply(&client, &rest, "helm", false).await?;
+    for object in &rest {
+        eprintln!("    applied {}", chart::kind_and_name(object));
+    }
+
+    step(
+        "starting the operator as the chart's ServiceAccount: admission webhooks over TLS, and its controllers",
+    );
     let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
         simplyblock_controlplane::Url::parse(&sim.url)?,
         TOKEN,
     ))?;
     // The operator the binary runs, leader election included, in this process.
-    let context = Context::new(client.clone(), cp, sim.url.clone(), NAMESPACE.into())
+    let operator_client = env
+        .service_account_client(NAMESPACE, chart::OPERATOR_ACCOUNT)
+        .await?;
+    let context = Context::new(operator_client, cp, sim.url.clone(), NAMESPACE.into())
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
     let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
@@ -148,15 +183,37 @@ async fn main() -> anyhow::Result<()> {
     }));
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let holder = wait_for("the leader Lease", Duration::from_secs(60), async || {
-        leases
+        if operator.is_finished() {
+            return Some(None);
+        }
+        let holder = leases
             .get_opt(LeaderElection::LEASE)
             .await
             .ok()??
             .spec?
-            .holder_identity
+            .holder_identity?;
+        Some(Some(holder))
     })
     .await?;
+    let Some(holder) = holder else {
+        let ended = operator.await?;
+        anyhow::bail!("the operator stopped before it led: {ended:?}");
+    };
     eprintln!("    leader: {holder} holds Lease {}", LeaderElection::LEASE);
+
+    step("applying the chart's ControlPlane/simplyblock and SimplyblockDriver/simplyblock");
+    chart::apply(&client, &installs, "helm", false).await?;
+    println!("\n$ kubectl get controlplanes,simplyblockdrivers -n {NAMESPACE}");
+    for plural in ["controlplanes", "simplyblockdrivers"] {
+        print!(
+            "{}",
+            table::get(
+                &client,
+                &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/{plural}")
+            )
+            .await?
+        );
+    }
 
     step("first install: discovering the fleet's disks (OperatorOps initial-discovery)");
     let ops: Api<OperatorOps> = Api::namespaced(client.clone(), NAMESPACE);

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 
@@ -13,6 +14,26 @@ use crate::Error;
 /// The chart's directory in the repository.
 pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/charts/simplyblock-operator")
+}
+
+/// The CustomResourceDefinitions the chart installs (its `crds/`), as Helm reads them.
+pub fn crds() -> Result<Vec<CustomResourceDefinition>, String> {
+    let dir = dir().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("reading {}: {e}", file.display()))?;
+        let crd = serde_saphyr::from_str(&text)
+            .map_err(|e| format!("{} is not a CustomResourceDefinition: {e}", file.display()))?;
+        crds.push(crd);
+    }
+    Ok(crds)
 }
 
 /// Runs helm with `args`; its stdout, or its stderr as the error.

@@ -263,9 +263,10 @@ fn no_role_holds_a_wildcard() {
 #[tokio::test]
 async fn a_real_api_server_accepts_every_rendered_object() {
     let env = TestEnv::shared().expect("test environment");
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
+    // The chart's own CRDs, as `helm install` would create them.
+    let crds = chart::crds().expect("the chart's CRDs");
+    assert_eq!(crds.len(), simplyblock_api::crds().len());
+    env.install_crds(&crds).await.expect("CRDs");
     let client = env.client().await.expect("client");
     for profile in PROFILES {
         let ns = format!("chart-{profile}");

@@ -250,7 +250,17 @@ pub fn configuration(
     }
 }
 
-/// Applies [`configuration`] (server-side; the operator owns the caBundle).
+/// The field manager the operator writes the webhook configuration under.
+const FIELD_MANAGER: &str = "simplyblock-operator";
+
+/// Publishes the webhooks with `ca_bundle`, server-side.
+///
+/// Reached through the Service, the webhooks are the Helm chart's: the chart's
+/// configuration carries them without a caBundle, and the operator applies only each one's
+/// caBundle, so a `helm upgrade` and the operator never write the same field and neither
+/// forces the other's away. Where that configuration is absent (an install without the
+/// chart), and where the webhooks are reached by URL (an operator outside the cluster, whose
+/// address only it knows), the operator applies the whole of [`configuration`].
 pub async fn register(
     client: &kube::Client,
     endpoint: &Endpoint,
@@ -258,26 +268,82 @@ pub async fn register(
 ) -> Result<(), Error> {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use kube::api::{Patch, PatchParams};
+    let kube_error = |source| Error::Kube {
+        what: "the webhook configuration".into(),
+        source,
+    };
     let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
-    let mut config = configuration(endpoint, ca_bundle);
-    config.metadata.managed_fields = None;
-    let value = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": config.metadata,
-        "webhooks": config.webhooks,
-    });
+    let installed = match endpoint {
+        Endpoint::Service { .. } => api.get_opt(CONFIGURATION_NAME).await.map_err(kube_error)?,
+        Endpoint::Url(_) => None,
+    };
+    let body = match &installed {
+        Some(installed) => {
+            let (body, missing) = bundle_only(installed, ca_bundle);
+            if !missing.is_empty() {
+                tracing::warn!(
+                    ?missing,
+                    "the installed webhook configuration lacks these webhooks of this operator, so they are not called; upgrade the chart to this operator's version"
+                );
+            }
+            body
+        }
+        None => whole(endpoint, ca_bundle),
+    };
+    // Forced: the operator's CA is the only source of the bundle, whoever wrote it last.
     api.patch(
         CONFIGURATION_NAME,
-        &PatchParams::apply("simplyblock-operator").force(),
-        &Patch::Apply(value),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
     )
     .await
     .map(|_| ())
-    .map_err(|source| Error::Kube {
-        what: "the webhook configuration".into(),
-        source,
+    .map_err(kube_error)
+}
+
+/// [`configuration`] as an apply body.
+fn whole(endpoint: &Endpoint, ca_bundle: &str) -> serde_json::Value {
+    let config = configuration(endpoint, ca_bundle);
+    serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": config.webhooks,
     })
+}
+
+/// An apply body holding only the caBundle of each webhook of [`configuration`] that
+/// `installed` has (the webhooks are a list keyed by name, so the entries merge into the
+/// installed ones); and the names of the operator's webhooks `installed` lacks, which a
+/// bundle alone cannot create.
+fn bundle_only(
+    installed: &k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    ca_bundle: &str,
+) -> (serde_json::Value, Vec<String>) {
+    let present: Vec<&str> = installed
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| w.name.as_str())
+        .collect();
+    let bundle = k8s_openapi::ByteString(ca_bundle.as_bytes().to_vec());
+    let mut entries = Vec::new();
+    let mut missing = Vec::new();
+    let ours = configuration(&Endpoint::Url(String::new()), "").webhooks;
+    for name in ours.iter().flatten().map(|w| w.name.clone()) {
+        if present.contains(&name.as_str()) {
+            entries.push(serde_json::json!({"name": name, "clientConfig": {"caBundle": bundle}}));
+        } else {
+            missing.push(name);
+        }
+    }
+    let body = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": entries,
+    });
+    (body, missing)
 }
 
 /// Denies with 403 Forbidden, the code Kubernetes uses for admission refusals.
@@ -344,5 +410,36 @@ mod chart_tests {
             checked_in == actual,
             "the chart's webhooks.yaml differs from webhooks::configuration(); rerun with UPDATE_EXPECT=1"
         );
+    }
+
+    #[test]
+    fn beside_the_charts_configuration_the_operator_writes_only_the_bundles() {
+        let endpoint = Endpoint::Service {
+            namespace: "simplyblock-system".into(),
+            name: "simplyblock-operator-webhook".into(),
+        };
+        let mut installed = configuration(&endpoint, "");
+        let webhooks = installed.webhooks.as_mut().expect("webhooks");
+        // A chart older than the operator: one of its webhooks is not installed.
+        let dropped = webhooks.remove(1).name;
+        // Someone else's webhook in the same configuration is not the operator's to touch.
+        let mut foreign = webhooks[0].clone();
+        foreign.name = "vforeign.example.com".into();
+        webhooks.push(foreign);
+
+        let (body, missing) = bundle_only(&installed, "PEM");
+        assert_eq!(missing, vec![dropped]);
+        let entries = body["webhooks"].as_array().expect("entries");
+        assert_eq!(entries.len(), 3, "{body}");
+        for entry in entries {
+            let fields: Vec<&String> = entry.as_object().expect("entry").keys().collect();
+            assert_eq!(fields, ["clientConfig", "name"], "{entry}");
+            assert_eq!(
+                entry["clientConfig"],
+                serde_json::json!({"caBundle": "UEVN"}),
+                "base64 of the bundle, nothing else: {entry}"
+            );
+            assert_ne!(entry["name"], "vforeign.example.com");
+        }
     }
 }

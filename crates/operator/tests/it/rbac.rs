@@ -1,5 +1,6 @@
 //! The operator under test is the chart's ServiceAccount, not an administrator: what the
-//! chart's roles do not grant is refused to it.
+//! chart's roles do not grant is refused to it, and it grants others more than it holds
+//! only through the CSI driver's roles the chart names.
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
 use kube::api::{Api, ListParams};
@@ -31,5 +32,78 @@ async fn the_operator_holds_only_what_the_chart_grants() {
             Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
             other => panic!("the operator was not refused: {other:?}"),
         }
+    }
+}
+
+/// The CSI driver's cluster roles grant the sidecars what the operator does not hold
+/// itself; the chart lets it write and bind exactly those roles, by name, and no others.
+#[tokio::test]
+async fn the_operator_grants_more_than_it_holds_only_in_the_csi_roles() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    let ns = "rbac-csi-roles";
+    let (env, _admin) = crate::support::own_api_server(ns).await;
+    let operator = crate::support::operator_kube_on(&env, ns).await;
+    let chart_role = simplyblock_testenv::chart::render(ns, &[("deployment.profile", "empty")])
+        .expect("the chart renders")
+        .into_iter()
+        .find(|o| {
+            simplyblock_testenv::chart::kind_and_name(o) == "ClusterRole/simplyblock-operator"
+        })
+        .expect("the operator's ClusterRole");
+    let csi_roles: Vec<String> = chart_role.data["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.contains(&json!("escalate")))
+        })
+        .flat_map(|r| r["resourceNames"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    assert!(!csi_roles.is_empty(), "the chart names no CSI role");
+
+    // What a provisioner sidecar needs and the operator has no business with.
+    let role = |name: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["persistentvolumes"],
+                       "verbs": ["get", "list", "watch", "create", "delete"]}]
+        })
+    };
+    let binding = |name: &str, role: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "simplyblock-csi-controller-sa", "namespace": ns}]
+        })
+    };
+    let apply = PatchParams::apply("simplyblock-operator");
+    let roles: Api<ClusterRole> = Api::all(operator.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(operator.clone());
+    for name in &csi_roles {
+        roles
+            .patch(name, &apply, &Patch::Apply(role(name)))
+            .await
+            .unwrap_or_else(|e| panic!("the operator may write {name}: {e}"));
+        let bound = format!("{name}-binding");
+        bindings
+            .patch(&bound, &apply, &Patch::Apply(binding(&bound, name)))
+            .await
+            .unwrap_or_else(|e| panic!("the operator may bind {name}: {e}"));
+    }
+
+    // Any other role granting the same is an escalation, refused.
+    let other = "not-a-csi-role";
+    let refused = roles.patch(other, &apply, &Patch::Apply(role(other))).await;
+    match refused {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("the operator wrote a role granting more than it holds: {other:?}"),
     }
 }

@@ -443,3 +443,99 @@ fn verify(bundle: &str, leaf: &str, name: &str) -> Result<(), String> {
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
+
+/// Installed with the chart, the webhook configuration is Helm's but for the caBundles:
+/// the operator writes those alone, so an upgrade that changes a webhook goes through
+/// without forcing, and the next bundle the operator publishes leaves Helm's change be.
+/// Without the chart's configuration the operator installs the whole of it.
+#[tokio::test]
+async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflict() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use simplyblock_operator::webhooks::{CONFIGURATION_NAME, Endpoint, register};
+
+    let ns = "webhook-ownership";
+    // An API server of its own: the configuration here names a Service nobody serves.
+    let (env, admin) = crate::support::own_api_server(ns).await;
+    let operator = crate::support::operator_kube_on(&env, ns).await;
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    let endpoint = Endpoint::Service {
+        namespace: ns.into(),
+        name: "simplyblock-operator-webhook".into(),
+    };
+    let bundles = |c: &ValidatingWebhookConfiguration| -> Vec<String> {
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(|w| {
+                let bundle = w.client_config.ca_bundle.clone().unwrap_or_default();
+                String::from_utf8_lossy(&bundle.0).into_owned()
+            })
+            .collect()
+    };
+
+    // No chart: the operator installs every webhook.
+    register(&operator, &endpoint, "first-ca")
+        .await
+        .expect("registered");
+    let whole = configurations
+        .get(CONFIGURATION_NAME)
+        .await
+        .expect("created");
+    assert_eq!(bundles(&whole), ["first-ca"; 4]);
+    configurations
+        .delete(CONFIGURATION_NAME, &DeleteParams::default())
+        .await
+        .expect("deleted");
+
+    // The chart's, applied as Helm applies it: server-side, conflicts not forced.
+    let chart = simplyblock_testenv::chart::render(ns, &[("deployment.profile", "empty")])
+        .expect("the chart renders")
+        .into_iter()
+        .find(|o| {
+            simplyblock_testenv::chart::kind_and_name(o)
+                == format!("ValidatingWebhookConfiguration/{CONFIGURATION_NAME}")
+        })
+        .expect("the chart's webhook configuration");
+    let helm = |object: &DynamicObject| {
+        let configurations = configurations.clone();
+        let object = object.clone();
+        async move {
+            configurations
+                .patch(
+                    CONFIGURATION_NAME,
+                    &PatchParams::apply("helm"),
+                    &Patch::Apply(&object),
+                )
+                .await
+        }
+    };
+    helm(&chart).await.expect("the chart installs");
+    register(&operator, &endpoint, "first-ca")
+        .await
+        .expect("registered");
+    let installed = configurations.get(CONFIGURATION_NAME).await.expect("read");
+    assert_eq!(bundles(&installed), ["first-ca"; 4]);
+
+    // An upgrade changes a webhook; the operator's bundles are not in Helm's way.
+    let mut upgraded = chart.clone();
+    for webhook in upgraded.data["webhooks"].as_array_mut().expect("webhooks") {
+        webhook["timeoutSeconds"] = json!(7);
+    }
+    helm(&upgraded)
+        .await
+        .expect("an upgrade goes through without forcing a conflict");
+    register(&operator, &endpoint, "second-ca")
+        .await
+        .expect("registered");
+    let after = configurations.get(CONFIGURATION_NAME).await.expect("read");
+    assert_eq!(bundles(&after), ["second-ca"; 4]);
+    for webhook in after.webhooks.iter().flatten() {
+        assert_eq!(webhook.timeout_seconds, Some(7), "{}", webhook.name);
+        assert!(
+            webhook.client_config.service.is_some() && webhook.client_config.url.is_none(),
+            "{}: the chart's Service stays",
+            webhook.name
+        );
+    }
+}

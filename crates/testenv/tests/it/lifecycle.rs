@@ -133,7 +133,7 @@ fn a_build_without_go_says_what_to_install() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it succeeded without Go: {stderr}");
     assert!(
-        stderr.contains("Go is needed to build kube-apiserver, etcd and csi-sanity"),
+        stderr.contains("Go is needed to build kube-apiserver, etcd, csi-sanity and helm"),
         "{stderr}"
     );
     assert!(stderr.contains("https://go.dev/doc/install"), "{stderr}");
@@ -142,7 +142,9 @@ fn a_build_without_go_says_what_to_install() {
 
 #[test]
 fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
-    use simplyblock_testenv::assets::{CSI_TEST_VERSION, ETCD_VERSION, KUBERNETES_VERSION};
+    use simplyblock_testenv::assets::{
+        CSI_TEST_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION,
+    };
 
     let cache = tempfile::tempdir().expect("cache dir");
     let empty = tempfile::tempdir().expect("an empty PATH");
@@ -172,7 +174,11 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         .path()
         .join(format!("csi-sanity-{CSI_TEST_VERSION}"))
         .join("csi-sanity");
-    for bin in [&apiserver, &etcd, &sanity] {
+    let helm = cache
+        .path()
+        .join(format!("helm-{HELM_VERSION}"))
+        .join("helm");
+    for bin in [&apiserver, &etcd, &sanity, &helm] {
         std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
         std::fs::write(bin, "built by the lock holder").expect("write");
     }
@@ -193,7 +199,11 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         stdout.contains(&format!("csi-sanity: {}", sanity.display())),
         "{stdout}"
     );
-    for bin in [&apiserver, &etcd, &sanity] {
+    assert!(
+        stdout.contains(&format!("helm: {}", helm.display())),
+        "{stdout}"
+    );
+    for bin in [&apiserver, &etcd, &sanity, &helm] {
         assert_eq!(
             std::fs::read_to_string(bin).expect("read"),
             "built by the lock holder"

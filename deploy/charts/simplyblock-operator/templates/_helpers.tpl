@@ -41,3 +41,12 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- $endpoint -}}
 {{- end -}}
+
+{{/* The CSI driver's ClusterRoles, which the SimplyblockDriver controller writes and binds. */}}
+{{- define "simplyblock.csiClusterRoles" -}}
+- simplyblock-csi-node-role
+- simplyblock-csi-provisioner-role
+- simplyblock-csi-attacher-role
+- simplyblock-csi-resizer-role
+- simplyblock-csi-health-monitor-role
+{{- end -}}
