@@ -75,8 +75,9 @@ impl Harness {
         crate::support::calls(&self.cp, method, path).await
     }
 
+    /// The notes of `reason` once it was raised.
     async fn events(&self, reason: &str) -> Vec<String> {
-        crate::support::events(&self.kube, &self.ns, None, reason).await
+        crate::support::raised(&self.kube, &self.ns, None, reason).await
     }
 }
 

@@ -98,10 +98,10 @@ impl Harness {
             .expect("abort");
     }
 
-    /// How often `reason` was raised on `object`: the recorder folds repeats into one
-    /// Event with a series count.
-    async fn occurrences(&self, object: &str, reason: &str) -> i32 {
-        crate::support::occurrences(&self.kube, &self.ns, object, reason).await
+    /// How often `reason` was raised on `object` once it was at least `at_least` times:
+    /// the recorder folds repeats into one Event with a series count.
+    async fn occurrences(&self, object: &str, reason: &str, at_least: i32) -> i32 {
+        crate::support::occurrences_reaching(&self.kube, &self.ns, object, reason, at_least).await
     }
 
     fn activate_path(&self) -> String {
@@ -423,7 +423,7 @@ async fn rolling_restart_restarts_every_node_once_in_order() {
             "{node}"
         );
     }
-    assert_eq!(h.occurrences("sb-rolling", "NodeRestarted").await, 3);
+    assert_eq!(h.occurrences("sb-rolling", "NodeRestarted", 3).await, 3);
     let sample = |name: &str, labels: &[(&str, &str)]| h.ctx.metrics.sample(name, labels);
     let sb = [("cluster", "sb")];
     assert_eq!(

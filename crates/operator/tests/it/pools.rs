@@ -109,15 +109,17 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     assert_eq!(found.id.to_string(), uuid);
     assert_eq!(status.status.as_deref(), Some("active"));
 
-    // Owned by the cluster, recorded on it.
-    let cluster = Api::<StorageCluster>::namespaced(h.kube.clone(), &h.ns)
-        .get("sb")
-        .await
-        .expect("cluster");
-    assert_eq!(
-        cluster.metadata.annotations.unwrap_or_default()[pool::controller::DEFAULT_POOL_ANNOTATION],
-        name
-    );
+    // Owned by the cluster, recorded on it: the record follows the pool's creation, so
+    // the pool can be Ready before it lands.
+    let recorded = until("the default pool recorded on the cluster", async || {
+        let cluster = h.clusters().get("sb").await.ok()?;
+        cluster
+            .metadata
+            .annotations?
+            .remove(pool::controller::DEFAULT_POOL_ANNOTATION)
+    })
+    .await;
+    assert_eq!(recorded, name);
     let owner = p.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owner.len(), 1);
     assert_eq!(owner[0].kind, "StorageCluster");

@@ -327,6 +327,38 @@ pub async fn events(
         .collect()
 }
 
+/// The notes of the events of `reason` in `ns` once there is at least one. The
+/// operator publishes an event after the write it explains, so a test that has seen
+/// the write waits here for the event instead of reading the list once.
+pub async fn raised(
+    kube: &kube::Client,
+    ns: &str,
+    object: Option<&str>,
+    reason: &str,
+) -> Vec<String> {
+    until(&format!("a {reason} event"), async || {
+        let found = events(kube, ns, object, reason).await;
+        (!found.is_empty()).then_some(found)
+    })
+    .await
+}
+
+/// How often `reason` was raised on `object` once it was raised at least `at_least`
+/// times (see [`raised`]).
+pub async fn occurrences_reaching(
+    kube: &kube::Client,
+    ns: &str,
+    object: &str,
+    reason: &str,
+    at_least: i32,
+) -> i32 {
+    until(&format!("{at_least} {reason} events"), async || {
+        let n = occurrences(kube, ns, object, reason).await;
+        (n >= at_least).then_some(n)
+    })
+    .await
+}
+
 /// How often `reason` was raised on `object` in `ns`: the publisher folds a repeated
 /// note into one Event with a series count.
 pub async fn occurrences(kube: &kube::Client, ns: &str, object: &str, reason: &str) -> i32 {
@@ -577,8 +609,9 @@ impl Harness {
         answers(&self.cp, method, path).await
     }
 
+    /// The notes of `reason` on `object` once it was raised (see [`raised`]).
     pub async fn events(&self, object: &str, reason: &str) -> Vec<String> {
-        events(&self.kube, &self.ns, Some(object), reason).await
+        raised(&self.kube, &self.ns, Some(object), reason).await
     }
 
     /// Brings the cluster to active through the control plane itself.
