@@ -92,6 +92,14 @@ pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
 /// `volumeMigrationSettings.dataRealignment` says about its interval and minimum moves.
 pub const TRIGGER_REALIGNMENT_ANNOTATION: &str = "storage.simplyblock.io/trigger-realignment";
 
+/// Annotation on the pod template of a control-plane workload: when a ControlPlaneOps
+/// Restart asked for its pods to be replaced (that operation's start, RFC 3339); a change
+/// rolls the workload, as `kubectl rollout restart` does.
+pub const RESTARTED_AT_ANNOTATION: &str = "storage.simplyblock.io/restarted-at";
+/// Annotation on a FoundationDBBackup: the ControlPlaneOps Backup that last created or
+/// triggered it (the operation does not own it).
+pub const BACKUP_REQUESTED_BY_ANNOTATION: &str = "storage.simplyblock.io/backup-requested-by";
+
 // Finalizers.
 
 /// Holds a StorageCluster until its pools, its control-plane cluster and its entry in

@@ -3,7 +3,9 @@
 //!
 //! It starts the local API server, installs the CRDs, creates three worker Nodes and a
 //! matching simulated fleet in sbsim (each worker's hardware is a host tree captured from
-//! a real kernel), starts the operator (its webhooks over TLS and its controllers), lets
+//! a real kernel), starts the operator (its webhooks over TLS and its controllers), has it
+//! install the chart's ControlPlane (the stand-in reporting its workloads ready, sbsim
+//! answering at its in-cluster endpoint through the operator's proxy flag), lets
 //! the first-install discovery find the disks and write a deployment document, shows it
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
@@ -19,13 +21,16 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams};
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::common::OpsPhase;
+use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase};
 use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_operator::context::Context;
+use simplyblock_operator::link::Token;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
+use simplyblock_testenv::standin::{self, StandIn};
 use simplyblock_testenv::{TestEnv, chart};
 
 /// The captured host trees the simulated workers are made of.
@@ -71,6 +76,13 @@ async fn main() -> anyhow::Result<()> {
     let env = TestEnv::start().await?;
     let client = env.client().await?;
     env.install_crds(&simplyblock_api::crds()).await?;
+    // No FoundationDB operator and no kubelet run here: the stand-in reports what they
+    // would of the control plane's workloads.
+    env.install_crds(&[
+        standin::foundationdb_crd(),
+        standin::foundationdb_backup_crd(),
+    ])
+    .await?;
     let apply = PatchParams::apply("simplyblock-demo").force();
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}
@@ -161,15 +173,15 @@ async fn main() -> anyhow::Result<()> {
     step(
         "starting the operator as the chart's ServiceAccount: admission webhooks over TLS, and its controllers",
     );
-    let cp = simplyblock_controlplane::Client::new(simplyblock_controlplane::ClientConfig::new(
-        simplyblock_controlplane::Url::parse(&sim.url)?,
-        TOKEN,
-    ))?;
     // The operator the binary runs, leader election included, in this process.
     let operator_client = env
         .service_account_client(NAMESPACE, chart::OPERATOR_ACCOUNT)
         .await?;
-    let context = Context::new(operator_client, cp, sim.url.clone(), NAMESPACE.into())
+    // It finds the control plane the ControlPlane installs, at its in-cluster Service,
+    // reached through sbsim as the management API.
+    let context = Context::resolving(operator_client, NAMESPACE.into())
+        .with_control_plane_token(Token::Value(TOKEN.into()))
+        .with_control_plane_proxy(sim.addr)
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
     let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
@@ -202,7 +214,18 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("    leader: {holder} holds Lease {}", LeaderElection::LEASE);
 
     step("applying the chart's ControlPlane/simplyblock and SimplyblockDriver/simplyblock");
+    let _standin = StandIn::start(client.clone(), Some(NAMESPACE.into()));
     chart::apply(&client, &installs, "helm", false).await?;
+    let control_planes: Api<ControlPlane> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_for(
+        "the control plane installed",
+        Duration::from_secs(120),
+        async || {
+            let s = control_planes.get("simplyblock").await.ok()?.status?;
+            (s.phase == ControlPlanePhase::Available).then_some(())
+        },
+    )
+    .await?;
     println!("\n$ kubectl get controlplanes,simplyblockdrivers -n {NAMESPACE}");
     for plural in ["controlplanes", "simplyblockdrivers"] {
         print!(
@@ -330,6 +353,7 @@ async fn main() -> anyhow::Result<()> {
             &cluster_name,
             &env.dir().join("csi"),
             &sim_dir.join("volumes"),
+            &sim.url,
         )
         .await
         .map(Some),
@@ -369,6 +393,7 @@ async fn day_one(
     cluster: &str,
     csi_dir: &std::path::Path,
     volume_files: &std::path::Path,
+    control_plane: &str,
 ) -> anyhow::Result<volume::Served> {
     step("the operator gives the Online cluster its default pool and a StorageClass for it");
     let pools: Api<StoragePool> = Api::namespaced(client.clone(), NAMESPACE);
@@ -400,8 +425,16 @@ async fn day_one(
     );
 
     step("provisioning a 1 GiB volume from that class through the CSI driver, and mounting it");
-    let mut served =
-        volume::serve(client, NAMESPACE, &class, "pvc-demo", csi_dir, volume_files).await?;
+    let mut served = volume::serve(
+        client,
+        NAMESPACE,
+        &class,
+        "pvc-demo",
+        csi_dir,
+        volume_files,
+        control_plane,
+    )
+    .await?;
     println!(
         "\nvolume {} ({} bytes, {}) from {class}",
         served.volume.volume_id, served.volume.capacity_bytes, served.fs_type

@@ -88,7 +88,10 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
 }
 
 /// Starts the driver under `dir` and creates `name` (1 GiB) from `class`; stages and
-/// publishes it when this machine can attach volumes.
+/// publishes it when this machine can attach volumes. The driver runs on this machine,
+/// outside the cluster: it reaches the control plane at `control_plane` rather than at
+/// the in-cluster endpoint the CSI secret names.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     kube: &kube::Client,
     namespace: &str,
@@ -96,6 +99,7 @@ pub async fn serve(
     name: &str,
     dir: &Path,
     volume_files: &Path,
+    control_plane: &str,
 ) -> anyhow::Result<Served> {
     let secret = Api::<Secret>::namespaced(kube.clone(), namespace)
         .get(csi_secret::NAME)
@@ -106,7 +110,11 @@ pub async fn serve(
         .and_then(|d| d.get(csi_secret::KEY))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .ok_or_else(|| anyhow::anyhow!("the CSI secret holds no cluster list"))?;
-    let clusters = Arc::new(Clusters::new(&parse_secret(&text)?, None)?);
+    let mut entries = parse_secret(&text)?;
+    for entry in &mut entries {
+        entry.cluster_endpoint = control_plane.to_owned();
+    }
+    let clusters = Arc::new(Clusters::new(&entries, None)?);
     let socket = dir.join("csi.sock");
     let driver = Driver {
         name: simplyblock_csi::handle::DRIVER_NAME.into(),

@@ -280,6 +280,7 @@ async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<Lease
 fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
     vec![
         Box::pin(controlplane::controller::run(ctx.clone())),
+        Box::pin(controlplane::ops::run(ctx.clone())),
         Box::pin(cluster::controller::run(ctx.clone())),
         Box::pin(cluster::ops::run(ctx.clone())),
         Box::pin(deployment::controller::run(ctx.clone())),

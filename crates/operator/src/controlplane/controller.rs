@@ -96,25 +96,25 @@ pub async fn run(ctx: Arc<Context>) {
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
-/// Why `cp` is not the one this operator serves, if it is not.
-fn ignored(cp: &ControlPlane, ctx: &Context) -> Option<String> {
+/// Why `cp` is not the one this operator, of `operator_namespace`, serves, if it is not.
+/// Pure.
+pub fn ignored(cp: &ControlPlane, operator_namespace: &str) -> Option<String> {
     if cp.name_any() != SINGLETON_NAME {
         return Some(format!(
             "ignored: only the ControlPlane named {SINGLETON_NAME} is served, one per Kubernetes cluster"
         ));
     }
     let ns = cp.namespace().unwrap_or_default();
-    (ns != ctx.namespace).then(|| {
+    (ns != operator_namespace).then(|| {
         format!(
-            "ignored: the operator serves the ControlPlane in its own namespace {}, one per Kubernetes cluster",
-            ctx.namespace
+            "ignored: the operator serves the ControlPlane in its own namespace {operator_namespace}, one per Kubernetes cluster"
         )
     })
 }
 
 pub async fn reconcile(cp: Arc<ControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ctx = &*ctx;
-    if let Some(why) = ignored(&cp, ctx) {
+    if let Some(why) = ignored(&cp, &ctx.namespace) {
         return ignore(&cp, ctx, why).await;
     }
     let apply = |cp: Arc<ControlPlane>| async move { apply(&cp, ctx).await };
@@ -682,4 +682,30 @@ fn random_text() -> Result<String, Error> {
         .fill(&mut bytes)
         .map_err(|_| Error::Certificate("the system's random source failed".into()))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control_plane(name: &str, namespace: &str) -> ControlPlane {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"source": {"managed": {"endpoint": "https://cp.example"}}},
+        }))
+        .expect("control plane")
+    }
+
+    #[test]
+    fn only_simplyblock_in_the_operators_namespace_is_served() {
+        assert_eq!(ignored(&control_plane("simplyblock", "sb"), "sb"), None);
+        let elsewhere = ignored(&control_plane("simplyblock", "other"), "sb").expect("ignored");
+        assert!(elsewhere.contains("its own namespace sb"), "{elsewhere}");
+        let named = ignored(&control_plane("second", "sb"), "sb").expect("ignored");
+        assert!(
+            named.contains("only the ControlPlane named simplyblock"),
+            "{named}"
+        );
+    }
 }

@@ -7,5 +7,6 @@
 pub mod controller;
 pub mod manifests;
 pub mod names;
+pub mod ops;
 pub mod plan;
 pub mod reach;

@@ -7,6 +7,7 @@
 
 pub mod ca;
 pub mod cluster_ops;
+pub mod control_plane_ops;
 pub mod deployment;
 pub mod operator_ops;
 pub mod storage_node;
@@ -58,6 +59,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(DEPLOYMENT_PATH, post(deployment::review))
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
+        .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
@@ -246,6 +248,11 @@ pub fn configuration(
                 cluster_ops::PATH,
                 "storageclusterops",
             )),
+            control_plane_ops::create_and_delete(webhook(
+                control_plane_ops::NAME,
+                control_plane_ops::PATH,
+                "controlplaneops",
+            )),
         ]),
     }
 }
@@ -420,6 +427,7 @@ mod chart_tests {
         };
         let mut installed = configuration(&endpoint, "");
         let webhooks = installed.webhooks.as_mut().expect("webhooks");
+        let ours = webhooks.len();
         // A chart older than the operator: one of its webhooks is not installed.
         let dropped = webhooks.remove(1).name;
         // Someone else's webhook in the same configuration is not the operator's to touch.
@@ -430,7 +438,7 @@ mod chart_tests {
         let (body, missing) = bundle_only(&installed, "PEM");
         assert_eq!(missing, vec![dropped]);
         let entries = body["webhooks"].as_array().expect("entries");
-        assert_eq!(entries.len(), 3, "{body}");
+        assert_eq!(entries.len(), ours - 1, "{body}");
         for entry in entries {
             let fields: Vec<&String> = entry.as_object().expect("entry").keys().collect();
             assert_eq!(fields, ["clientConfig", "name"], "{entry}");

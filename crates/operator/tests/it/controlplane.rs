@@ -196,7 +196,7 @@ impl Harness {
 }
 
 /// `kind/name` → (uid, resourceVersion, generation) of every object a local install makes.
-async fn installed_objects(h: &Harness) -> BTreeMap<String, (String, String, i64)> {
+async fn installed_objects(k: &kube::Client, ns: &str) -> BTreeMap<String, (String, String, i64)> {
     let mut out = BTreeMap::new();
     let mut put = |kind: &str, meta: &kube::api::ObjectMeta| {
         out.insert(
@@ -208,8 +208,6 @@ async fn installed_objects(h: &Harness) -> BTreeMap<String, (String, String, i64
             ),
         );
     };
-    let ns = &h.ns;
-    let k = &h.kube;
     let fdb: Api<DynamicObject> =
         Api::namespaced_with(k.clone(), ns, &manifests::foundationdb_cluster_resource());
     put(
@@ -280,8 +278,11 @@ async fn installed_objects(h: &Harness) -> BTreeMap<String, (String, String, i64
 
 /// Every object the install made is owned by the ControlPlane (controller reference) and
 /// labelled managed-by controlplane.
-async fn assert_owned(h: &Harness) {
-    let cp = h.cps().get("simplyblock").await.expect("cp");
+async fn assert_owned(k: &kube::Client, ns: &str) {
+    let cp = Api::<ControlPlane>::namespaced(k.clone(), ns)
+        .get("simplyblock")
+        .await
+        .expect("cp");
     let uid = cp.uid().expect("uid");
     let check = |what: &str, meta: &kube::api::ObjectMeta| {
         let owners = meta.owner_references.clone().unwrap_or_default();
@@ -300,8 +301,6 @@ async fn assert_owned(h: &Harness) {
             "{what}"
         );
     };
-    let ns = &h.ns;
-    let k = &h.kube;
     let fdb: Api<DynamicObject> =
         Api::namespaced_with(k.clone(), ns, &manifests::foundationdb_cluster_resource());
     check(
@@ -408,7 +407,7 @@ async fn a_local_install_goes_through_every_step_to_available() {
         );
         assert_eq!(left, Some(1.0), "{step}");
     }
-    assert_owned(&h).await;
+    assert_owned(&h.kube, &h.ns).await;
     until("the ControlPlaneReady event", async || {
         (h.occurrences("ControlPlaneReady").await == 1).then_some(())
     })
@@ -418,11 +417,11 @@ async fn a_local_install_goes_through_every_step_to_available() {
     assert!(crate::support::calls(&h.sim.cp, "GET", "/api/v2/_meta/ready").await >= 1);
 
     // The steady state re-applies every object each pass and changes none of them.
-    let before = installed_objects(&h).await;
+    let before = installed_objects(&h.kube, &h.ns).await;
     h.looked_again().await;
     h.looked_again().await;
     assert_eq!(
-        installed_objects(&h).await,
+        installed_objects(&h.kube, &h.ns).await,
         before,
         "a pass rewrote an object"
     );
@@ -803,4 +802,206 @@ async fn a_storage_cluster_is_created_only_while_the_control_plane_serves() {
         .find(|c| c.cluster_id == uuid)
         .expect("the cluster's entry");
     assert_eq!(entry.cluster_endpoint, MANAGED_ENDPOINT);
+}
+
+/// The API server's count of server-side applies, by resource (the objects themselves,
+/// not their status), from its own metrics.
+async fn applies(kube: &kube::Client) -> BTreeMap<String, f64> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = kube
+        .request_text(request)
+        .await
+        .expect("API server metrics");
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        if !labels.contains("verb=\"APPLY\"") || !labels.contains("subresource=\"\"") {
+            continue;
+        }
+        let resource = labels
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(resource.to_owned()).or_default() += count;
+    }
+    out
+}
+
+/// The ControlPlane controller's passes an operator process counts at its `/metrics`.
+async fn scraped_passes(port: u16) -> Option<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with("simplyblock_reconcile_total{controller=\"controlplane\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+#[tokio::test]
+async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_once_per_pass() {
+    use std::os::unix::process::ExitStatusExt;
+    const SIGABRT: i32 = 6;
+    let ns = "cp-crash";
+    let (env, kube) = crate::support::own_api_server(ns).await;
+    env.install_crds(&[standin::foundationdb_crd()])
+        .await
+        .expect("CRD");
+    let _standin = StandIn::start(kube.clone(), Some(ns.into()));
+    let sim = sbsim("", 0).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let operator = |crash_after: Option<String>, metrics_port: u16| {
+        crate::support::operator_command(&env, sim.server.addr, &token_file, ns)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .env(
+                simplyblock_operator::crash::ENV,
+                crash_after.unwrap_or_default(),
+            )
+            .spawn()
+            .expect("the operator starts")
+    };
+    let cps: Api<ControlPlane> = Api::namespaced(kube.clone(), ns);
+    cps.create(&PostParams::default(), &control_plane(local()))
+        .await
+        .expect("created");
+
+    let mut uids: Option<BTreeMap<String, String>> = None;
+    for step in [
+        "ApplyingFoundationDB",
+        "AwaitingFoundationDB",
+        "ApplyingDatastore",
+        "ApplyingAPI",
+        "AwaitingAPI",
+    ] {
+        let point = simplyblock_operator::crash::control_plane_point(step);
+        let mut child = operator(Some(point.clone()), free_port());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("the operator process") {
+                break status;
+            }
+            assert!(
+                start.elapsed() < crate::support::PATIENCE,
+                "the operator never reached {point}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(status.signal(), Some(SIGABRT), "armed at {point}: {status}");
+        // Killed after the step's effect, before its record: the step is still the one
+        // stored (the first one has never been recorded).
+        let stored = cps
+            .get("simplyblock")
+            .await
+            .expect("cp")
+            .status
+            .unwrap_or_default();
+        let at = stored.step.state.as_deref();
+        assert!(
+            at == Some(step) || (at.is_none() && step == "ApplyingFoundationDB"),
+            "killed at {point}, the stored step is {at:?}"
+        );
+        if step == "ApplyingAPI" {
+            uids = Some(
+                installed_objects(&kube, ns)
+                    .await
+                    .into_iter()
+                    .map(|(k, (uid, _, _))| (k, uid))
+                    .collect(),
+            );
+        }
+    }
+
+    let port = free_port();
+    let mut child = operator(None, port);
+    until("Available after the kills", async || {
+        let s = cps.get("simplyblock").await.ok()?.status?;
+        (s.phase == ControlPlanePhase::Available).then_some(())
+    })
+    .await;
+    // One pass on a converged control plane, bracketed: every pass before it has ended
+    // (a pass that starts after a change ends after those before it), and none runs after.
+    let nudge = async |n: u64| {
+        let from = until("the operator's metrics", async || {
+            scraped_passes(port).await
+        })
+        .await;
+        let stamp = format!("{:?}", Instant::now());
+        cps.patch(
+            "simplyblock",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"test.simplyblock.io/nudge": stamp}}}),
+            ),
+        )
+        .await
+        .expect("nudged");
+        until("the passes after a nudge", async || {
+            let now = scraped_passes(port).await?;
+            (now >= from + n as f64).then_some(now)
+        })
+        .await
+    };
+    nudge(2).await;
+    let (from, before) = (nudge(1).await, applies(&kube).await);
+    let (to, after) = (nudge(1).await, applies(&kube).await);
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+    assert_eq!(to - from, 1.0, "one pass between the two counts");
+    let delta = |resource: &str| {
+        after.get(resource).copied().unwrap_or(0.0) - before.get(resource).copied().unwrap_or(0.0)
+    };
+    // The pass applied each object exactly once: the FoundationDBCluster, the
+    // StatefulSet, the Deployment, the ConfigMap, the ServiceAccount and two Services.
+    for (resource, once) in [
+        ("foundationdbclusters", 1.0),
+        ("statefulsets", 1.0),
+        ("deployments", 1.0),
+        ("configmaps", 1.0),
+        ("serviceaccounts", 1.0),
+        ("services", 2.0),
+    ] {
+        assert_eq!(delta(resource), once, "{resource} in one pass");
+    }
+
+    // No object was made twice or changed by a repeat: each is the one the killed runs
+    // made, at its first generation, owned by the ControlPlane.
+    let end = installed_objects(&kube, ns).await;
+    let first = uids.expect("the objects after ApplyingAPI");
+    for (object, (uid, _, generation)) in &end {
+        assert_eq!(Some(uid), first.get(object), "{object} was made again");
+        assert!(
+            *generation <= 1,
+            "{object} changed: generation {generation}"
+        );
+    }
+    assert_owned(&kube, ns).await;
+    let occurrences = |reason| crate::support::occurrences(&kube, ns, "simplyblock", reason);
+    assert_eq!(occurrences("ControlPlaneReady").await, 1);
+    assert_eq!(occurrences("AwaitingDependency").await, 0);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }

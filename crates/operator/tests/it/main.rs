@@ -4,6 +4,7 @@
 mod cluster;
 mod cluster_ops;
 mod controlplane;
+mod controlplane_ops;
 mod crash;
 mod deployment;
 mod discovery;
