@@ -11,6 +11,7 @@ pub mod context;
 pub mod crash;
 pub mod csi_secret;
 pub mod deployment;
+pub mod driver;
 pub mod events;
 pub mod kit;
 pub mod metrics;
