@@ -3,12 +3,14 @@
 //!
 //! Each handler reads what it needs from the API server and answers with every problem at
 //! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
-//! Fail, and admitting what could not be checked is the one answer that loses data.
+//! Fail, and admitting what could not be checked is the one answer that loses data. (The
+//! SimplyblockDriver webhook alone fails open; its module says why.)
 
 pub mod ca;
 pub mod cluster_ops;
 pub mod deployment;
 pub mod operator_ops;
+pub mod simplyblock_driver;
 pub mod storage_node;
 pub mod tls;
 
@@ -59,6 +61,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
+        .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -246,6 +249,11 @@ pub fn configuration(
                 cluster_ops::PATH,
                 "storageclusterops",
             )),
+            simplyblock_driver::create_only_fail_open(webhook(
+                simplyblock_driver::NAME,
+                simplyblock_driver::PATH,
+                "simplyblockdrivers",
+            )),
         ]),
     }
 }
@@ -420,6 +428,7 @@ mod chart_tests {
         };
         let mut installed = configuration(&endpoint, "");
         let webhooks = installed.webhooks.as_mut().expect("webhooks");
+        let every = webhooks.len();
         // A chart older than the operator: one of its webhooks is not installed.
         let dropped = webhooks.remove(1).name;
         // Someone else's webhook in the same configuration is not the operator's to touch.
@@ -430,7 +439,7 @@ mod chart_tests {
         let (body, missing) = bundle_only(&installed, "PEM");
         assert_eq!(missing, vec![dropped]);
         let entries = body["webhooks"].as_array().expect("entries");
-        assert_eq!(entries.len(), 3, "{body}");
+        assert_eq!(entries.len(), every - 1, "{body}");
         for entry in entries {
             let fields: Vec<&String> = entry.as_object().expect("entry").keys().collect();
             assert_eq!(fields, ["clientConfig", "name"], "{entry}");

@@ -452,7 +452,7 @@ fn verify(bundle: &str, leaf: &str, name: &str) -> Result<(), String> {
 async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflict() {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use kube::api::{DeleteParams, Patch, PatchParams};
-    use simplyblock_operator::webhooks::{CONFIGURATION_NAME, Endpoint, register};
+    use simplyblock_operator::webhooks::{CONFIGURATION_NAME, Endpoint, configuration, register};
 
     let ns = "webhook-ownership";
     // An API server of its own: the configuration here names a Service nobody serves.
@@ -463,6 +463,7 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
         namespace: ns.into(),
         name: "simplyblock-operator-webhook".into(),
     };
+    let every = configuration(&endpoint, "").webhooks.map_or(0, |w| w.len());
     let bundles = |c: &ValidatingWebhookConfiguration| -> Vec<String> {
         c.webhooks
             .iter()
@@ -482,7 +483,7 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
         .get(CONFIGURATION_NAME)
         .await
         .expect("created");
-    assert_eq!(bundles(&whole), ["first-ca"; 4]);
+    assert_eq!(bundles(&whole), vec!["first-ca"; every]);
     configurations
         .delete(CONFIGURATION_NAME, &DeleteParams::default())
         .await
@@ -515,7 +516,7 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
         .await
         .expect("registered");
     let installed = configurations.get(CONFIGURATION_NAME).await.expect("read");
-    assert_eq!(bundles(&installed), ["first-ca"; 4]);
+    assert_eq!(bundles(&installed), vec!["first-ca"; every]);
 
     // An upgrade changes a webhook; the operator's bundles are not in Helm's way.
     let mut upgraded = chart.clone();
@@ -529,7 +530,7 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
         .await
         .expect("registered");
     let after = configurations.get(CONFIGURATION_NAME).await.expect("read");
-    assert_eq!(bundles(&after), ["second-ca"; 4]);
+    assert_eq!(bundles(&after), vec!["second-ca"; every]);
     for webhook in after.webhooks.iter().flatten() {
         assert_eq!(webhook.timeout_seconds, Some(7), "{}", webhook.name);
         assert!(
