@@ -6,6 +6,7 @@ mod cluster_ops;
 mod crash;
 mod deployment;
 mod discovery;
+mod driver;
 mod events;
 mod leader;
 mod lock;
