@@ -88,6 +88,10 @@ pub const SERVING_CERTIFICATE_VERSION_ANNOTATION: &str =
 /// Annotation on a StorageCluster: the default pool the operator created for it; once
 /// there, the pool is not created again (a person may have deleted it).
 pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
+/// Annotation on an object the SimplyblockDriver controller applies: a digest of the body
+/// it last applied, so a pass whose body is unchanged and still in place writes nothing,
+/// while a field dropped from the body (which the live object cannot show) is applied.
+pub const APPLIED_DIGEST_ANNOTATION: &str = "storage.simplyblock.io/applied-digest";
 /// Annotation on a StorageCluster: asks for data realignment now, whatever
 /// `volumeMigrationSettings.dataRealignment` says about its interval and minimum moves.
 pub const TRIGGER_REALIGNMENT_ANNOTATION: &str = "storage.simplyblock.io/trigger-realignment";
@@ -219,12 +223,14 @@ mod tests {
             SERVING_CERTIFICATE_VERSION_ANNOTATION,
             DEFAULT_POOL_ANNOTATION,
             TRIGGER_REALIGNMENT_ANNOTATION,
+            APPLIED_DIGEST_ANNOTATION,
             STORAGE_CLUSTER_FINALIZER,
             LEGACY_STORAGE_CLUSTER_FINALIZER,
             STORAGE_NODE_FINALIZER,
             STORAGE_POOL_FINALIZER,
             STORAGE_CLUSTER_OPS_FINALIZER,
             OPERATOR_OPS_FINALIZER,
+            SIMPLYBLOCK_DRIVER_FINALIZER,
         ] {
             let (prefix, name) = key.split_once('/').expect("a prefixed key");
             assert_eq!(prefix, GROUP, "{key}");

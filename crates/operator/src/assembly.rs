@@ -21,7 +21,7 @@ use crate::deployment::discovery::{self, ProbeSettings};
 use crate::metrics_server::MetricsServer;
 use crate::webhooks::tls::ServingCertificates;
 use crate::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
-use crate::{cluster, controlplane, deployment, node, pool};
+use crate::{cluster, controlplane, deployment, driver, node, pool};
 
 /// Where the API server reaches the webhooks.
 #[derive(Clone, Debug)]
@@ -278,6 +278,9 @@ async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<Lease
 
 /// Every controller of the operator.
 fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
+    // The probe runs in the operator's own image, whose registry and tag the CSI driver
+    // runs at unless its spec names an image.
+    let operator_image = probe.image.clone();
     vec![
         Box::pin(controlplane::controller::run(ctx.clone())),
         Box::pin(controlplane::ops::run(ctx.clone())),
@@ -289,5 +292,6 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(cluster::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),
+        Box::pin(driver::controller::run(ctx.clone(), operator_image)),
     ]
 }

@@ -19,6 +19,9 @@ pub const NODE_REMOVE: &str = "StorageNode/remove";
 pub const POOL_CREATE: &str = "StoragePool/create";
 /// A StoragePool's delete call.
 pub const POOL_DELETE: &str = "StoragePool/delete";
+/// An object of a SimplyblockDriver applied: the first of a pass, so the process stops
+/// in the middle of an install.
+pub const DRIVER_APPLY: &str = "SimplyblockDriver/apply";
 
 static ARMED: LazyLock<Option<String>> =
     LazyLock::new(|| std::env::var(ENV).ok().filter(|p| !p.is_empty()));

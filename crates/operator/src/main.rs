@@ -99,7 +99,8 @@ struct RunArgs {
     /// Watch only this namespace instead of all of them.
     #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
     watch_namespace: Option<String>,
-    /// The image probe Jobs run (the operator's own, which carries the probe).
+    /// The operator's own image: probe Jobs run it, and the CSI driver runs at its
+    /// registry and tag (repository simplyblock-csi) unless a SimplyblockDriver names one.
     #[arg(
         long,
         env = "SIMPLYBLOCK_OPERATOR_IMAGE",

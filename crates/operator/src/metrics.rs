@@ -116,6 +116,15 @@ impl Metrics {
         family.get_or_create(&labels).set(value);
     }
 
+    /// Removes the series of the gauge `name` with exactly `labels`: what it measured is
+    /// gone (an object deleted, a version replaced), so it is no longer rendered.
+    pub fn forget(&self, name: &str, labels: &Labels) {
+        let family = self.families().gauges.get(name).cloned();
+        if let Some(family) = family {
+            family.remove(labels);
+        }
+    }
+
     /// Sets the gauge `name` to 1 for the series whose `phase` label is `current` and 0
     /// for every other of `states` (all 0 when `current` is `None`: the object is gone).
     pub fn one_hot<'a>(
@@ -238,6 +247,18 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(m.sample("x_operations_total", &[("cluster", "b")]), None);
+    }
+
+    #[test]
+    fn a_forgotten_series_is_no_longer_rendered() {
+        let m = Metrics::new();
+        let (a, b) = (vec![("v", "1".to_owned())], vec![("v", "2".to_owned())]);
+        m.set("x_info", a.clone(), 1.0);
+        m.set("x_info", b.clone(), 1.0);
+        m.forget("x_info", &a);
+        m.forget("never_written", &a);
+        assert_eq!(m.sample("x_info", &[("v", "1")]), None);
+        assert_eq!(m.sample("x_info", &[("v", "2")]), Some(1.0));
     }
 
     #[test]

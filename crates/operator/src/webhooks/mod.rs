@@ -3,13 +3,15 @@
 //!
 //! Each handler reads what it needs from the API server and answers with every problem at
 //! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
-//! Fail, and admitting what could not be checked is the one answer that loses data.
+//! Fail, and admitting what could not be checked is the one answer that loses data. (The
+//! SimplyblockDriver webhook alone fails open; its module says why.)
 
 pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
 pub mod deployment;
 pub mod operator_ops;
+pub mod simplyblock_driver;
 pub mod storage_node;
 pub mod tls;
 
@@ -61,6 +63,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(cluster_ops::PATH, post(cluster_ops::review))
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
+        .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -252,6 +255,11 @@ pub fn configuration(
                 control_plane_ops::NAME,
                 control_plane_ops::PATH,
                 "controlplaneops",
+            )),
+            simplyblock_driver::create_only_fail_open(webhook(
+                simplyblock_driver::NAME,
+                simplyblock_driver::PATH,
+                "simplyblockdrivers",
             )),
         ]),
     }

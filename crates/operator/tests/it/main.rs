@@ -8,6 +8,7 @@ mod controlplane_ops;
 mod crash;
 mod deployment;
 mod discovery;
+mod driver;
 mod events;
 mod leader;
 mod lock;

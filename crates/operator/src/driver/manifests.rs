@@ -1,0 +1,833 @@
+//! The driver's objects, built as typed objects from the SimplyblockDriver. Pure: the
+//! controller decides the image and whether snapshots are served, calls [`manifests`],
+//! and applies what differs.
+//!
+//! The binary is `simplyblock-csi` (one image for both plugins): the controller plugin
+//! serves `--mode=controller` on a socket in an in-memory emptyDir its sidecars share;
+//! the node plugin serves `--mode=node` on a socket in the kubelet's plugin directory,
+//! registered by node-driver-registrar. Both read the CSI secret, which the StorageCluster
+//! controller writes: it is mounted here, never owned.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PodSpec,
+    PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
+    VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::Value;
+use simplyblock_api::csi_secret;
+use simplyblock_api::keys::{MANAGED_BY_LABEL, MANAGED_BY_SIMPLYBLOCK_DRIVER};
+use simplyblock_api::simplyblock_driver::{DriverTls, SimplyblockDriver};
+
+use super::names::{
+    CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_ROLE, CONTROLLER_ROLE_BINDING,
+    CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_APP, NODE_DAEMONSET,
+    NODE_SERVER_CONFIG_MAP, SNAPSHOT_CLASS,
+};
+use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
+use super::rbac;
+
+/// The environment variable that says how the driver reaches the control plane:
+/// `disabled`, `anonymous` (TLS) or `authenticated` (mutual TLS). Adoption compares a
+/// running plugin's value with the spec's.
+pub const TLS_MODE_ENV: &str = "SB_TLS_CONNECT";
+/// The driver's `--api-token-file`, as an environment variable.
+const API_TOKEN_ENV: &str = "SPDKCSI_API_TOKEN_PATH";
+/// Every pod's own service-account token, which the control plane checks with a
+/// TokenReview.
+const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// Where each plugin serves CSI, inside its containers.
+const SOCKET_DIR: &str = "/csi";
+const SOCKET: &str = "/csi/csi.sock";
+const KUBELET_PLUGINS: &str = "/var/lib/kubelet/plugins";
+const KUBELET_PODS: &str = "/var/lib/kubelet/pods";
+const KUBELET_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
+/// The node plugin's stage records: on the host, so a restarted plugin finds them.
+const STATE_DIR: &str = "/var/lib/simplyblock-csi";
+const SECRET_DIR: &str = "/etc/spdkcsi-secret";
+const CONFIG_DIR: &str = "/etc/spdkcsi-config";
+const NODE_SERVER_CONFIG_DIR: &str = "/etc/spdkcsi-nodeserver-config";
+const REGISTRAR_HEALTH_PORT: i32 = 9809;
+/// The csi-addons sidecar's gRPC port for the csi-addons controller-manager.
+const ADDONS_PORT: i32 = 9070;
+/// The csi-addons sidecar; the spec has no field for it, so this release's is used.
+pub const ADDONS_IMAGE: &str = "quay.io/csiaddons/k8s-sidecar:v0.15.0";
+
+/// The ConfigMaps carry no cluster state (the driver reads the clusters from the CSI
+/// secret); they are kept, with the content the chart gave them, because an adopted
+/// deployment and earlier driver images mount and parse them.
+const LEGACY_CONFIG: &str = r#"{"simplybk":{"ip":null,"uuid":null}}"#;
+const NODE_SERVER_CONFIG: &str = r#"{"xpuList":[],"kvmPciBridges":null}"#;
+
+/// The snapshot API's `VolumeSnapshotClass`, which k8s-openapi does not carry.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSnapshotClass {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub driver: String,
+    pub deletion_policy: String,
+}
+
+/// What the manifests are built from besides the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings<'a> {
+    /// The CSI driver's image (`spec.image`, or the default from the operator's).
+    pub image: &'a str,
+    /// Snapshots are asked for and the cluster serves their API: the snapshotter sidecar
+    /// runs and the VolumeSnapshotClass is written.
+    pub snapshots: bool,
+}
+
+/// Every object of the driver.
+#[derive(Clone, Debug)]
+pub struct Manifests {
+    pub accounts: Vec<ServiceAccount>,
+    pub config_maps: Vec<ConfigMap>,
+    pub cluster_roles: Vec<ClusterRole>,
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub csi_driver: CSIDriver,
+    pub snapshot_class: Option<VolumeSnapshotClass>,
+    pub controller: StatefulSet,
+    pub node: DaemonSet,
+}
+
+impl Manifests {
+    /// Every object as JSON, keyed, in the order of application.
+    pub fn objects(&self) -> BTreeMap<ObjectKey, Value> {
+        let mut out = BTreeMap::new();
+        let mut put = |kind: Kind, metadata: &ObjectMeta, object: Value| {
+            let name = metadata.name.clone().unwrap_or_default();
+            out.insert(ObjectKey::new(kind, name), object);
+        };
+        for a in &self.accounts {
+            put(Kind::ServiceAccount, &a.metadata, json(a));
+        }
+        for c in &self.config_maps {
+            put(Kind::ConfigMap, &c.metadata, json(c));
+        }
+        for r in &self.cluster_roles {
+            put(Kind::ClusterRole, &r.metadata, json(r));
+        }
+        for b in &self.cluster_role_bindings {
+            put(Kind::ClusterRoleBinding, &b.metadata, json(b));
+        }
+        put(Kind::Role, &self.role.metadata, json(&self.role));
+        put(
+            Kind::RoleBinding,
+            &self.role_binding.metadata,
+            json(&self.role_binding),
+        );
+        put(
+            Kind::CsiDriver,
+            &self.csi_driver.metadata,
+            json(&self.csi_driver),
+        );
+        if let Some(class) = &self.snapshot_class {
+            put(Kind::VolumeSnapshotClass, &class.metadata, json(class));
+        }
+        put(
+            Kind::StatefulSet,
+            &self.controller.metadata,
+            json(&self.controller),
+        );
+        put(Kind::DaemonSet, &self.node.metadata, json(&self.node));
+        out
+    }
+}
+
+/// A typed object as JSON (with its apiVersion and kind).
+fn json<T: Serialize>(object: &T) -> Value {
+    // Serializing these types cannot fail: no map has a non-string key.
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+/// Every object a driver named `driver_name` may have, whatever its spec: what is read
+/// before deciding, so an object no longer wanted is found and removed.
+pub fn every_key(driver_name: &str, snapshot_api: bool) -> Vec<ObjectKey> {
+    let mut keys = vec![
+        ObjectKey::new(Kind::ServiceAccount, CONTROLLER_ACCOUNT),
+        ObjectKey::new(Kind::ServiceAccount, NODE_ACCOUNT),
+        ObjectKey::new(Kind::ConfigMap, CONFIG_MAP),
+        ObjectKey::new(Kind::ConfigMap, NODE_SERVER_CONFIG_MAP),
+        ObjectKey::new(Kind::Role, CONTROLLER_ROLE),
+        ObjectKey::new(Kind::RoleBinding, CONTROLLER_ROLE_BINDING),
+        ObjectKey::new(Kind::CsiDriver, driver_name),
+        ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET),
+        ObjectKey::new(Kind::DaemonSet, NODE_DAEMONSET),
+    ];
+    for c in Component::ALL {
+        keys.push(ObjectKey::new(Kind::ClusterRole, c.role()));
+        keys.push(ObjectKey::new(Kind::ClusterRoleBinding, c.binding()));
+    }
+    if snapshot_api {
+        keys.push(ObjectKey::new(Kind::VolumeSnapshotClass, SNAPSHOT_CLASS));
+    }
+    keys.sort();
+    keys
+}
+
+/// `disabled`, `anonymous` or `authenticated`: how `tls` reaches the control plane.
+pub fn tls_mode(tls: &DriverTls) -> &'static str {
+    match (tls.enable_tls, tls.enable_mutual_tls) {
+        (false, _) => "disabled",
+        (true, false) => "anonymous",
+        (true, true) => "authenticated",
+    }
+}
+
+/// The driver's objects.
+pub fn manifests(driver: &SimplyblockDriver, settings: Settings<'_>) -> Manifests {
+    let spec = &driver.spec;
+    let components: Vec<Component> = Component::ALL
+        .into_iter()
+        .filter(|c| *c != Component::Addons || spec.enable_csi_addons)
+        .collect();
+    Manifests {
+        accounts: [CONTROLLER_ACCOUNT, NODE_ACCOUNT]
+            .into_iter()
+            .map(|name| ServiceAccount {
+                metadata: owned(driver, name),
+                ..ServiceAccount::default()
+            })
+            .collect(),
+        config_maps: vec![
+            config_map(driver, CONFIG_MAP, "config.json", LEGACY_CONFIG),
+            config_map(
+                driver,
+                NODE_SERVER_CONFIG_MAP,
+                "nodeserver-config.json",
+                NODE_SERVER_CONFIG,
+            ),
+        ],
+        cluster_roles: components
+            .iter()
+            .map(|c| ClusterRole {
+                metadata: cluster_scoped(&c.role()),
+                rules: Some(rbac::cluster_rules(*c)),
+                ..ClusterRole::default()
+            })
+            .collect(),
+        cluster_role_bindings: components
+            .iter()
+            .map(|c| ClusterRoleBinding {
+                metadata: cluster_scoped(&c.binding()),
+                role_ref: role_ref("ClusterRole", &c.role()),
+                subjects: Some(vec![account_subject(driver, c.account())]),
+            })
+            .collect(),
+        role: Role {
+            metadata: owned(driver, CONTROLLER_ROLE),
+            rules: Some(rbac::controller_namespaced_rules(spec.enable_csi_addons)),
+        },
+        role_binding: RoleBinding {
+            metadata: owned(driver, CONTROLLER_ROLE_BINDING),
+            role_ref: role_ref("Role", CONTROLLER_ROLE),
+            subjects: Some(vec![account_subject(driver, CONTROLLER_ACCOUNT)]),
+        },
+        csi_driver: CSIDriver {
+            metadata: cluster_scoped(&spec.driver_name),
+            spec: CSIDriverSpec {
+                // NVMe/TCP volumes attach from the node: no ControllerPublish step.
+                attach_required: Some(false),
+                // NodePublishVolume reads nothing about the pod.
+                pod_info_on_mount: Some(false),
+                volume_lifecycle_modes: Some(vec!["Persistent".into()]),
+                ..CSIDriverSpec::default()
+            },
+        },
+        snapshot_class: settings.snapshots.then(|| VolumeSnapshotClass {
+            api_version: format!("{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}"),
+            kind: "VolumeSnapshotClass".into(),
+            metadata: cluster_scoped(SNAPSHOT_CLASS),
+            driver: spec.driver_name.clone(),
+            deletion_policy: "Delete".into(),
+        }),
+        controller: controller(driver, settings),
+        node: node(driver, settings),
+    }
+}
+
+fn labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        MANAGED_BY_LABEL.into(),
+        MANAGED_BY_SIMPLYBLOCK_DRIVER.into(),
+    )])
+}
+
+/// A namespaced object the driver controls (it goes when the driver does).
+fn owned(driver: &SimplyblockDriver, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: driver.namespace(),
+        labels: Some(labels()),
+        owner_references: driver.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A cluster-scoped object, which no namespaced owner can hold: its label marks it the
+/// driver's, and the driver's finalizer deletes it.
+fn cluster_scoped(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(labels()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+fn account_subject(driver: &SimplyblockDriver, account: &str) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: account.into(),
+        namespace: driver.namespace(),
+        ..Subject::default()
+    }
+}
+
+fn config_map(driver: &SimplyblockDriver, name: &str, key: &str, text: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: owned(driver, name),
+        data: Some(BTreeMap::from([(key.into(), text.into())])),
+        ..ConfigMap::default()
+    }
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// A host directory into which mounts made in the container must reach the host (and
+/// the kubelet's back into the container).
+fn shared_mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        mount_propagation: Some("Bidirectional".into()),
+        ..mount(name, path, false)
+    }
+}
+
+fn host_path(name: &str, path: &str, type_: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: type_.map(Into::into),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn config_map_volume(name: &str, config_map: &str, optional: bool) -> Volume {
+    Volume {
+        name: name.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.into(),
+            optional: optional.then_some(true),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn secret_volume() -> Volume {
+    Volume {
+        name: "csi-secret".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(csi_secret::NAME.into()),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The environment both plugins share: the TLS mode, and the service-account token as
+/// the control plane's credential when asked for.
+fn plugin_env(driver: &SimplyblockDriver) -> Vec<EnvVar> {
+    let mut out = vec![env(TLS_MODE_ENV, tls_mode(&driver.spec.tls))];
+    if driver.spec.enable_service_account_auth {
+        out.push(env(API_TOKEN_ENV, SERVICE_ACCOUNT_TOKEN));
+    }
+    out
+}
+
+/// The arguments both plugins share.
+fn plugin_args(driver: &SimplyblockDriver, mode: &str) -> Vec<String> {
+    vec![
+        format!("--endpoint=unix://{SOCKET}"),
+        format!("--mode={mode}"),
+        format!("--driver-name={}", driver.spec.driver_name),
+        format!("--secret-file={SECRET_DIR}/{}", csi_secret::KEY),
+    ]
+}
+
+/// A sidecar of the controller plugin, on its socket, electing a leader among the
+/// replicas (the Lease in the driver's namespace).
+fn sidecar(driver: &SimplyblockDriver, name: &str, image: &str, extra: &[&str]) -> Container {
+    let mut args = vec![
+        format!("--csi-address={SOCKET}"),
+        "--leader-election".into(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Container {
+        name: name.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some(driver.spec.image_pull_policy.clone()),
+        args: Some(args),
+        volume_mounts: Some(vec![mount("socket-dir", SOCKET_DIR, false)]),
+        ..Container::default()
+    }
+}
+
+fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet {
+    let spec = &driver.spec;
+    let images = &spec.sidecar_images;
+    let plugin = Container {
+        name: "csi-controller".into(),
+        image: Some(settings.image.into()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        args: Some(plugin_args(driver, "controller")),
+        env: Some(plugin_env(driver)),
+        resources: spec.controller_resources.clone(),
+        volume_mounts: Some(vec![
+            mount("socket-dir", SOCKET_DIR, false),
+            mount("csi-config", CONFIG_DIR, true),
+            mount("csi-secret", SECRET_DIR, true),
+        ]),
+        ..Container::default()
+    };
+    let mut containers = vec![
+        plugin,
+        // The driver reads the claim's name from the create request's parameters.
+        sidecar(
+            driver,
+            "csi-provisioner",
+            &images.provisioner,
+            &["--timeout=180s", "--extra-create-metadata"],
+        ),
+        // attachRequired is false, so it has nothing to attach; it runs for a CSIDriver
+        // adopted with attachRequired true, which cannot be changed in place.
+        sidecar(driver, "csi-attacher", &images.attacher, &[]),
+        // Expansion is online: no volume is ever in use in a way that stops it.
+        sidecar(
+            driver,
+            "csi-resizer",
+            &images.resizer,
+            &["--handle-volume-inuse-error=false"],
+        ),
+        sidecar(driver, "csi-health-monitor", &images.health_monitor, &[]),
+    ];
+    if settings.snapshots {
+        containers.push(sidecar(
+            driver,
+            "csi-snapshotter",
+            &images.snapshotter,
+            &["--timeout=150s"],
+        ));
+    }
+    if spec.enable_csi_addons {
+        containers.push(addons_sidecar(driver));
+    }
+    let pod_labels = BTreeMap::from([("app".to_owned(), CONTROLLER_APP.to_owned())]);
+    StatefulSet {
+        metadata: owned(driver, CONTROLLER_STATEFULSET),
+        spec: StatefulSetSpec {
+            // The chart's; a StatefulSet's service name cannot change.
+            service_name: Some(CONTROLLER_STATEFULSET.into()),
+            replicas: Some(spec.controller_replicas),
+            selector: LabelSelector {
+                match_labels: Some(pod_labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(CONTROLLER_ACCOUNT.into()),
+                    node_selector: non_empty(spec.controller_node_selector.clone()),
+                    tolerations: non_empty_list(spec.controller_tolerations.clone()),
+                    containers,
+                    volumes: Some(vec![
+                        Volume {
+                            name: "socket-dir".into(),
+                            empty_dir: Some(EmptyDirVolumeSource {
+                                medium: Some("Memory".into()),
+                                ..EmptyDirVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        config_map_volume("csi-config", CONFIG_MAP, false),
+                        secret_volume(),
+                    ]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    }
+}
+
+/// The csi-addons sidecar: it publishes a CSIAddonsNode naming this pod, which the
+/// csi-addons controller-manager resolves to the pod's address itself.
+fn addons_sidecar(driver: &SimplyblockDriver) -> Container {
+    Container {
+        name: "csi-addons".into(),
+        image: Some(ADDONS_IMAGE.into()),
+        image_pull_policy: Some(driver.spec.image_pull_policy.clone()),
+        args: Some(vec![
+            format!("--csi-addons-address=unix://{SOCKET}"),
+            "--node-id=$(NODE_ID)".into(),
+            format!("--controller-port={ADDONS_PORT}"),
+            "--pod=$(POD_NAME)".into(),
+            "--namespace=$(POD_NAMESPACE)".into(),
+            "--pod-uid=$(POD_UID)".into(),
+            "--leader-election-namespace=$(POD_NAMESPACE)".into(),
+        ]),
+        env: Some(vec![
+            field_env("NODE_ID", "spec.nodeName"),
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("POD_UID", "metadata.uid"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("csi-addons".into()),
+            container_port: ADDONS_PORT,
+            ..ContainerPort::default()
+        }]),
+        volume_mounts: Some(vec![mount("socket-dir", SOCKET_DIR, false)]),
+        ..Container::default()
+    }
+}
+
+fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
+    let spec = &driver.spec;
+    let plugin_dir = format!("{KUBELET_PLUGINS}/{}", spec.driver_name);
+    let registrar = Container {
+        name: "csi-registrar".into(),
+        image: Some(spec.sidecar_images.node_driver_registrar.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        args: Some(vec![
+            format!("--csi-address={SOCKET}"),
+            // The kubelet opens the socket by its path on the host.
+            format!("--kubelet-registration-path={plugin_dir}/csi.sock"),
+            format!("--health-port={REGISTRAR_HEALTH_PORT}"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("healthz".into()),
+            container_port: REGISTRAR_HEALTH_PORT,
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::String("healthz".into()),
+                ..HTTPGetAction::default()
+            }),
+            initial_delay_seconds: Some(20),
+            timeout_seconds: Some(10),
+            ..Probe::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("socket-dir", SOCKET_DIR, false),
+            mount("registration-dir", "/registration", false),
+        ]),
+        ..Container::default()
+    };
+    let mut args = plugin_args(driver, "node");
+    args.extend([
+        "--node-id=$(NODE_ID)".to_owned(),
+        format!("--state-dir={STATE_DIR}"),
+    ]);
+    let mut plugin_env = plugin_env(driver);
+    plugin_env.insert(0, field_env("NODE_ID", "spec.nodeName"));
+    let plugin = Container {
+        name: "csi-node".into(),
+        image: Some(settings.image.into()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        args: Some(args),
+        env: Some(plugin_env),
+        // It connects NVMe/TCP controllers, formats and mounts, and grows filesystems.
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
+        resources: spec.node_resources.clone(),
+        volume_mounts: Some(vec![
+            mount("socket-dir", SOCKET_DIR, false),
+            shared_mount("plugin-dir", KUBELET_PLUGINS),
+            shared_mount("pod-dir", KUBELET_PODS),
+            mount("host-dev", "/dev", false),
+            mount("host-sys", "/sys", false),
+            mount("csi-state", STATE_DIR, false),
+            mount("csi-config", CONFIG_DIR, true),
+            mount("csi-nodeserver-config", NODE_SERVER_CONFIG_DIR, true),
+            mount("csi-secret", SECRET_DIR, true),
+        ]),
+        ..Container::default()
+    };
+    let pod_labels = BTreeMap::from([("app".to_owned(), NODE_APP.to_owned())]);
+    DaemonSet {
+        metadata: owned(driver, NODE_DAEMONSET),
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(pod_labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(NODE_ACCOUNT.into()),
+                    node_selector: non_empty(spec.node_selector.clone()),
+                    tolerations: non_empty_list(spec.tolerations.clone()),
+                    // NVMe/TCP connections are made from the host's network.
+                    host_network: Some(true),
+                    dns_policy: Some("ClusterFirstWithHostNet".into()),
+                    containers: vec![registrar, plugin],
+                    volumes: Some(vec![
+                        host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
+                        host_path("registration-dir", KUBELET_REGISTRY, Some("Directory")),
+                        host_path("plugin-dir", KUBELET_PLUGINS, Some("Directory")),
+                        host_path("pod-dir", KUBELET_PODS, Some("Directory")),
+                        host_path("host-dev", "/dev", None),
+                        host_path("host-sys", "/sys", None),
+                        host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),
+                        config_map_volume("csi-config", CONFIG_MAP, false),
+                        config_map_volume("csi-nodeserver-config", NODE_SERVER_CONFIG_MAP, true),
+                        secret_volume(),
+                    ]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DaemonSetSpec::default()
+        },
+        ..DaemonSet::default()
+    }
+}
+
+fn non_empty(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!map.is_empty()).then_some(map)
+}
+
+fn non_empty_list<T>(list: Vec<T>) -> Option<Vec<T>> {
+    (!list.is_empty()).then_some(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const IMAGE: &str = "quay.io/simplyblock-io/simplyblock-csi:v26.4.0";
+
+    fn driver(spec: Value) -> SimplyblockDriver {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "SimplyblockDriver",
+            "metadata": {"name": "simplyblock", "namespace": "simplyblock-system",
+                         "uid": "5bd00000-0000-4000-8000-000000000001"},
+            "spec": spec,
+        }))
+        .expect("driver")
+    }
+
+    /// Every object as one YAML document each, in the order they are applied.
+    fn yaml(m: &Manifests) -> String {
+        m.objects()
+            .values()
+            .map(|v| serde_saphyr::to_string(v).expect("YAML"))
+            .collect::<Vec<_>>()
+            .join("---\n")
+    }
+
+    /// The checked-in text of `snapshots/<file>`; `UPDATE_EXPECT=1` writes `actual` there.
+    fn expected(file: &str, actual: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/driver/snapshots")
+            .join(file);
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
+            std::fs::write(&path, actual).expect("write");
+        }
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn container_names(set: &StatefulSet) -> Vec<String> {
+        set.spec
+            .template
+            .spec
+            .as_ref()
+            .map(|p| p.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_driver_of_defaults_renders_as_its_snapshot() {
+        let m = manifests(
+            &driver(json!({})),
+            Settings {
+                image: IMAGE,
+                snapshots: false,
+            },
+        );
+        let rendered = yaml(&m);
+        assert_eq!(rendered, expected("defaults.yaml", &rendered));
+    }
+
+    #[test]
+    fn a_driver_with_everything_asked_for_renders_as_its_snapshot() {
+        let m = manifests(
+            &driver(json!({
+                "driverName": "csi.example.simplyblock.io",
+                "imagePullPolicy": "IfNotPresent",
+                "controllerReplicas": 2,
+                "nodeSelector": {"storage": "yes"},
+                "tolerations": [{"key": "storage", "operator": "Exists", "effect": "NoSchedule"}],
+                "controllerNodeSelector": {"control": "yes"},
+                "controllerTolerations": [{"operator": "Exists"}],
+                "controllerResources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                "nodeResources": {"limits": {"memory": "512Mi"}},
+                "enableServiceAccountAuth": true,
+                "enableCSIAddons": true,
+                "tls": {"enableTLS": true, "enableMutualTLS": true},
+            })),
+            Settings {
+                image: IMAGE,
+                snapshots: true,
+            },
+        );
+        let rendered = yaml(&m);
+        assert_eq!(rendered, expected("everything.yaml", &rendered));
+    }
+
+    #[test]
+    fn the_snapshotter_and_the_class_come_only_with_snapshots() {
+        let d = driver(json!({}));
+        let without = manifests(
+            &d,
+            Settings {
+                image: IMAGE,
+                snapshots: false,
+            },
+        );
+        assert!(without.snapshot_class.is_none());
+        assert!(!container_names(&without.controller).contains(&"csi-snapshotter".into()));
+        let with = manifests(
+            &d,
+            Settings {
+                image: IMAGE,
+                snapshots: true,
+            },
+        );
+        assert_eq!(
+            with.snapshot_class.as_ref().map(|c| c.driver.as_str()),
+            Some("csi.simplyblock.io")
+        );
+        assert!(container_names(&with.controller).contains(&"csi-snapshotter".into()));
+    }
+
+    #[test]
+    fn namespaced_objects_are_controlled_by_the_driver_and_cluster_scoped_ones_labelled() {
+        let d = driver(json!({"enableCSIAddons": true}));
+        let objects = manifests(
+            &d,
+            Settings {
+                image: IMAGE,
+                snapshots: true,
+            },
+        )
+        .objects();
+        assert_eq!(
+            objects.keys().cloned().collect::<Vec<_>>(),
+            every_key("csi.simplyblock.io", true),
+            "with everything asked for, the driver is every object it may have"
+        );
+        for (key, object) in &objects {
+            assert_eq!(
+                object["metadata"]["labels"][MANAGED_BY_LABEL], MANAGED_BY_SIMPLYBLOCK_DRIVER,
+                "{key}"
+            );
+            let owners = &object["metadata"]["ownerReferences"];
+            if key.kind.namespaced() {
+                assert_eq!(
+                    owners[0]["uid"],
+                    d.metadata.uid.clone().expect("uid"),
+                    "{key}"
+                );
+                assert_eq!(owners[0]["controller"], true, "{key}");
+                assert_eq!(
+                    object["metadata"]["namespace"], "simplyblock-system",
+                    "{key}"
+                );
+            } else {
+                assert!(owners.is_null(), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tls_mode_is_one_of_three() {
+        let tls = |t: bool, m: bool| DriverTls {
+            enable_tls: t,
+            enable_mutual_tls: m,
+            ..DriverTls::default()
+        };
+        assert_eq!(tls_mode(&tls(false, false)), "disabled");
+        assert_eq!(tls_mode(&tls(false, true)), "disabled");
+        assert_eq!(tls_mode(&tls(true, false)), "anonymous");
+        assert_eq!(tls_mode(&tls(true, true)), "authenticated");
+    }
+}

@@ -1,0 +1,109 @@
+//! The kinds of object the driver consists of, and how one is named: its kind and name
+//! (a namespaced one lives in the SimplyblockDriver's namespace).
+
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+
+/// A kind the driver writes. The order is the order of application: identities and
+/// configuration first, then the permissions, the registration, and the workloads last,
+/// so their pods start with everything they use in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    ServiceAccount,
+    ConfigMap,
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
+    CsiDriver,
+    VolumeSnapshotClass,
+    StatefulSet,
+    DaemonSet,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 10] = [
+        Kind::ServiceAccount,
+        Kind::ConfigMap,
+        Kind::ClusterRole,
+        Kind::ClusterRoleBinding,
+        Kind::Role,
+        Kind::RoleBinding,
+        Kind::CsiDriver,
+        Kind::VolumeSnapshotClass,
+        Kind::StatefulSet,
+        Kind::DaemonSet,
+    ];
+
+    /// `(group, version, kind, plural)`.
+    fn parts(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Kind::ServiceAccount => ("", "v1", "ServiceAccount", "serviceaccounts"),
+            Kind::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
+            Kind::ClusterRole => (RBAC, "v1", "ClusterRole", "clusterroles"),
+            Kind::ClusterRoleBinding => (RBAC, "v1", "ClusterRoleBinding", "clusterrolebindings"),
+            Kind::Role => (RBAC, "v1", "Role", "roles"),
+            Kind::RoleBinding => (RBAC, "v1", "RoleBinding", "rolebindings"),
+            Kind::CsiDriver => ("storage.k8s.io", "v1", "CSIDriver", "csidrivers"),
+            Kind::VolumeSnapshotClass => (
+                SNAPSHOT_GROUP,
+                SNAPSHOT_VERSION,
+                "VolumeSnapshotClass",
+                "volumesnapshotclasses",
+            ),
+            Kind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
+            Kind::DaemonSet => ("apps", "v1", "DaemonSet", "daemonsets"),
+        }
+    }
+
+    /// What the dynamic client needs to reach objects of this kind.
+    pub fn resource(self) -> ApiResource {
+        let (group, version, kind, plural) = self.parts();
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    }
+
+    /// The kind's name, as in `kind:`.
+    pub fn name(self) -> &'static str {
+        self.parts().2
+    }
+
+    /// Whether objects of this kind live in a namespace (the driver's).
+    pub fn namespaced(self) -> bool {
+        matches!(
+            self,
+            Kind::ServiceAccount
+                | Kind::ConfigMap
+                | Kind::Role
+                | Kind::RoleBinding
+                | Kind::StatefulSet
+                | Kind::DaemonSet
+        )
+    }
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+/// The group of the snapshot API, which the cluster may not serve.
+pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
+pub const SNAPSHOT_VERSION: &str = "v1";
+
+/// One object of the driver.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(kind: Kind, name: impl Into<String>) -> ObjectKey {
+        ObjectKey {
+            kind,
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.kind.name(), self.name)
+    }
+}

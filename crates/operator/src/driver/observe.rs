@@ -1,0 +1,118 @@
+//! Reading what a pass decides from: the cluster's SimplyblockDrivers, whether the
+//! snapshot API is served, each object the driver may have, and the CSIDrivers Helm
+//! installed. No writes.
+
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams};
+use simplyblock_api::SimplyblockDriver;
+
+use super::adoption::HELM_LABELS;
+use super::manifests::every_key;
+use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
+use super::plan::{DriverRef, Observation};
+use crate::kit::Error;
+
+/// The dynamic API of `kind` in `namespace` (ignored for a cluster-scoped kind).
+pub fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+    let resource = kind.resource();
+    if kind.namespaced() {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    }
+}
+
+/// Whether the cluster serves VolumeSnapshotClasses. An answer that says neither is an
+/// error: deciding on it would remove the class of a cluster that has one.
+pub async fn snapshot_api(client: &kube::Client) -> Result<bool, Error> {
+    match client
+        .list_api_group_resources(&format!("{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}"))
+        .await
+    {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == Kind::VolumeSnapshotClass.resource().plural)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every SimplyblockDriver of the cluster.
+pub async fn drivers(client: &kube::Client) -> Result<Vec<DriverRef>, Error> {
+    let all: Api<SimplyblockDriver> = Api::all(client.clone());
+    Ok(all
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(DriverRef::of)
+        .collect())
+}
+
+/// What a pass over `driver` decides from.
+pub async fn observe(
+    client: &kube::Client,
+    driver: &SimplyblockDriver,
+    operator_namespace: &str,
+    operator_image: &str,
+) -> Result<Observation, Error> {
+    let namespace = driver.namespace().unwrap_or_default();
+    let drivers = drivers(client).await?;
+    let snapshot_api = snapshot_api(client).await?;
+    let mut live = std::collections::BTreeMap::new();
+    for key in every_key(&driver.spec.driver_name, snapshot_api) {
+        if let Some(object) = api(client, key.kind, &namespace).get_opt(&key.name).await? {
+            live.insert(key, to_json(&object)?);
+        }
+    }
+    let helm = format!("{}=Helm", HELM_LABELS[0]);
+    let helm_csi_drivers = Api::<CSIDriver>::all(client.clone())
+        .list(&ListParams::default().labels(&helm))
+        .await?
+        .items
+        .iter()
+        .map(to_json)
+        .collect::<Result<_, _>>()?;
+    Ok(Observation {
+        drivers,
+        snapshot_api,
+        live,
+        helm_csi_drivers,
+        operator_namespace: operator_namespace.to_owned(),
+        operator_image: operator_image.to_owned(),
+    })
+}
+
+fn to_json<K: serde::Serialize>(object: &K) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(object).map_err(|e| Error::Kube(kube::Error::SerdeError(e)))
+}
+
+/// The cluster-scoped objects of the driver (its label marks them), for its removal.
+pub async fn cluster_scoped(
+    client: &kube::Client,
+    snapshot_api: bool,
+) -> Result<Vec<ObjectKey>, Error> {
+    let selector = format!(
+        "{}={}",
+        simplyblock_api::keys::MANAGED_BY_LABEL,
+        simplyblock_api::keys::MANAGED_BY_SIMPLYBLOCK_DRIVER
+    );
+    let mut out = Vec::new();
+    for kind in Kind::ALL.into_iter().filter(|k| !k.namespaced()) {
+        if kind == Kind::VolumeSnapshotClass && !snapshot_api {
+            continue;
+        }
+        let listed = api(client, kind, "")
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        out.extend(
+            listed
+                .items
+                .iter()
+                .map(|o| ObjectKey::new(kind, o.name_any())),
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,317 @@
+//! What a pass does, decided from the driver and an observation of the cluster: hold it
+//! (a second driver, an adoption refused, no image), or bring the driver's objects to
+//! what the spec describes; and the status that follows. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use serde_json::Value;
+use simplyblock_api::simplyblock_driver::{
+    DriverPhase, Origin, SimplyblockDriver, SimplyblockDriverStatus, SnapshotSupport,
+};
+
+use super::adoption::{self, Holder};
+use super::compare;
+use super::manifests::{self, Settings};
+use super::names;
+use super::objects::{Kind, ObjectKey};
+
+/// A SimplyblockDriver of the cluster, as the singleton rule sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverRef {
+    pub namespace: String,
+    pub name: String,
+    pub created: Option<Time>,
+}
+
+impl DriverRef {
+    pub fn of(driver: &SimplyblockDriver) -> DriverRef {
+        DriverRef {
+            namespace: driver.namespace().unwrap_or_default(),
+            name: driver.name_any(),
+            created: driver.metadata.creation_timestamp.clone(),
+        }
+    }
+
+    /// Oldest first; the same second is decided by namespace, then name.
+    fn age_key(&self) -> (Option<&Time>, &str, &str) {
+        (self.created.as_ref(), &self.namespace, &self.name)
+    }
+}
+
+impl std::fmt::Display for DriverRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The one driver of the cluster: the oldest. `None` when there is none.
+pub fn active(drivers: &[DriverRef]) -> Option<&DriverRef> {
+    drivers.iter().min_by(|a, b| a.age_key().cmp(&b.age_key()))
+}
+
+/// What a pass reads before deciding.
+#[derive(Clone, Debug, Default)]
+pub struct Observation {
+    /// Every SimplyblockDriver of the cluster, this one included.
+    pub drivers: Vec<DriverRef>,
+    /// The cluster serves `snapshot.storage.k8s.io/v1` VolumeSnapshotClasses.
+    pub snapshot_api: bool,
+    /// The objects of [`manifests::every_key`] that exist.
+    pub live: BTreeMap<ObjectKey, Value>,
+    /// The CSIDrivers a Helm release installed.
+    pub helm_csi_drivers: Vec<Value>,
+    /// Where the operator runs (and the StorageCluster controller writes the CSI secret).
+    pub operator_namespace: String,
+    /// The operator's own image, the default's source.
+    pub operator_image: String,
+}
+
+/// Why a driver installs nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The event's reason.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Bringing the driver's objects to the spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Converge {
+    /// The bodies to apply, in order; each carries its digest ([`compare::stamped`]).
+    pub apply: Vec<(ObjectKey, Value)>,
+    /// Adopted objects still carrying the release's labels, to strip after the apply.
+    pub strip: Vec<ObjectKey>,
+    /// The driver's objects the spec no longer asks for.
+    pub prune: Vec<ObjectKey>,
+    /// Whether the objects came from a Helm release.
+    pub origin: Origin,
+    /// The image both plugins run.
+    pub image: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    Hold(Hold),
+    Converge(Converge),
+}
+
+/// The next thing to do for `driver`.
+pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
+    let me = DriverRef::of(driver);
+    if let Some(first) = active(&obs.drivers).filter(|first| **first != me) {
+        return Plan::Hold(Hold {
+            reason: "DuplicateDriver",
+            message: format!(
+                "SimplyblockDriver {first} is this cluster's CSI driver (the oldest; a cluster runs one); this one installs nothing: delete it, or delete {first} to have this one take over"
+            ),
+        });
+    }
+    let namespace = me.namespace.as_str();
+    if namespace != obs.operator_namespace {
+        return Plan::Hold(Hold {
+            reason: "WrongNamespace",
+            message: format!(
+                "the driver's pods read the CSI secret {} from their own namespace, and the operator writes it in {}; create the SimplyblockDriver there",
+                simplyblock_api::csi_secret::NAME,
+                obs.operator_namespace
+            ),
+        });
+    }
+    let image = match driver.spec.image.as_deref().filter(|i| !i.is_empty()) {
+        Some(image) => image.to_owned(),
+        None => match names::default_image(&obs.operator_image) {
+            Ok(image) => image,
+            Err(why) => {
+                return Plan::Hold(Hold {
+                    reason: "ImageUnresolved",
+                    message: why,
+                });
+            }
+        },
+    };
+    let settings = Settings {
+        image: &image,
+        snapshots: driver.spec.enable_volume_snapshots && obs.snapshot_api,
+    };
+    let desired = manifests::manifests(driver, settings).objects();
+    let refusals = adoption::refusals(driver, &desired, &obs.live, &obs.helm_csi_drivers);
+    if !refusals.is_empty() {
+        return Plan::Hold(Hold {
+            reason: "AdoptionRefused",
+            message: format!(
+                "the existing CSI driver objects are not taken over: {}",
+                refusals.join("; ")
+            ),
+        });
+    }
+
+    let mut converge = Converge {
+        apply: Vec::new(),
+        strip: Vec::new(),
+        prune: Vec::new(),
+        origin: Origin::Created,
+        image: image.clone(),
+    };
+    for (key, body) in desired.iter() {
+        let live = obs.live.get(key);
+        if live.is_some_and(adoption::adopted) {
+            converge.origin = Origin::Adopted;
+        }
+        let body = keep_immutable(key, body.clone(), live);
+        let body = compare::stamped(adoption::with_resource_policy(body, live));
+        if live.is_some_and(|l| adoption::holder(l) == Holder::Helm) {
+            converge.strip.push(key.clone());
+        }
+        if !live.is_some_and(|l| compare::up_to_date(l, &body)) {
+            converge.apply.push((key.clone(), body));
+        }
+    }
+    converge.prune = obs
+        .live
+        .iter()
+        .filter(|(key, live)| {
+            !desired.contains_key(key) && adoption::holder(live) == Holder::Driver
+        })
+        .map(|(key, _)| key.clone())
+        .collect();
+    Plan::Converge(converge)
+}
+
+/// `body` with what `live` holds of the fields that cannot change once written: a
+/// CSIDriver's `attachRequired` and `volumeLifecycleModes`. An adopted registration that
+/// asks for attachment keeps it (the csi-attacher answers for a driver without a
+/// ControllerPublish step); applying another value would be refused.
+fn keep_immutable(key: &ObjectKey, mut body: Value, live: Option<&Value>) -> Value {
+    if key.kind != Kind::CsiDriver {
+        return body;
+    }
+    let Some(live) = live else { return body };
+    for field in ["attachRequired", "volumeLifecycleModes"] {
+        let kept = &live["spec"][field];
+        if !kept.is_null() {
+            body["spec"][field] = kept.clone();
+        }
+    }
+    body
+}
+
+/// How the driver's workloads are doing, from their status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Workloads {
+    /// Both exist and their controllers have reported on them.
+    reported: bool,
+    controller_ready: bool,
+    nodes_ready: i32,
+    nodes_total: i32,
+}
+
+fn workloads(obs: &Observation) -> Workloads {
+    let controller = obs.live.get(&ObjectKey::new(
+        Kind::StatefulSet,
+        names::CONTROLLER_STATEFULSET,
+    ));
+    let node = obs
+        .live
+        .get(&ObjectKey::new(Kind::DaemonSet, names::NODE_DAEMONSET));
+    let (Some(controller), Some(node)) = (controller, node) else {
+        return Workloads::default();
+    };
+    let count = |v: &Value, field: &str| {
+        v["status"][field]
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    Workloads {
+        reported: !controller["status"]["observedGeneration"].is_null()
+            && !node["status"]["observedGeneration"].is_null(),
+        controller_ready: count(controller, "readyReplicas") >= 1,
+        nodes_ready: count(node, "numberReady"),
+        nodes_total: count(node, "desiredNumberScheduled"),
+    }
+}
+
+/// The status after `plan` was carried out on what `obs` saw.
+pub fn status(
+    driver: &SimplyblockDriver,
+    obs: &Observation,
+    plan: &Plan,
+) -> SimplyblockDriverStatus {
+    let previous = driver.status.clone().unwrap_or_default();
+    let base = SimplyblockDriverStatus {
+        origin: previous.origin,
+        observed_generation: driver.metadata.generation,
+        ..SimplyblockDriverStatus::default()
+    };
+    let converge = match plan {
+        Plan::Hold(hold) => {
+            return SimplyblockDriverStatus {
+                phase: DriverPhase::Installing,
+                message: Some(hold.message.clone()),
+                ..base
+            };
+        }
+        Plan::Converge(converge) => converge,
+    };
+    let w = workloads(obs);
+    let installing =
+        !w.reported || (!w.controller_ready && previous.phase == DriverPhase::Installing);
+    let (phase, mut message) = if installing {
+        (
+            DriverPhase::Installing,
+            "installing: waiting for the controller plugin to become ready".to_owned(),
+        )
+    } else if !w.controller_ready {
+        (
+            DriverPhase::Unavailable,
+            "no controller plugin is ready: volumes cannot be provisioned, expanded or snapshotted"
+                .to_owned(),
+        )
+    } else if w.nodes_ready < w.nodes_total {
+        (
+            DriverPhase::Degraded,
+            format!(
+                "{} of {} node plugins are ready: volumes cannot be attached on the other workers",
+                w.nodes_ready, w.nodes_total
+            ),
+        )
+    } else {
+        (
+            DriverPhase::Ready,
+            format!(
+                "the controller plugin and {} node plugin(s) are ready",
+                w.nodes_total
+            ),
+        )
+    };
+    let snapshot_support = driver
+        .spec
+        .enable_volume_snapshots
+        .then_some(if obs.snapshot_api {
+            SnapshotSupport::Detected
+        } else {
+            SnapshotSupport::Missing
+        });
+    if snapshot_support == Some(SnapshotSupport::Missing) {
+        message.push_str(
+            "; snapshots: the cluster does not serve snapshot.storage.k8s.io/v1, install the external-snapshotter's CRDs and snapshot controller",
+        );
+    }
+    SimplyblockDriverStatus {
+        phase,
+        nodes_ready: w.nodes_ready,
+        nodes_total: w.nodes_total,
+        controller_ready: w.controller_ready,
+        snapshot_support,
+        origin: previous.origin.or(Some(converge.origin)),
+        version: names::tag(&converge.image).map(str::to_owned),
+        message: Some(message),
+        ..base
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
