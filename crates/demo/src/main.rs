@@ -23,6 +23,7 @@ use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase};
 use simplyblock_api::operator_ops::OperatorOps;
+use simplyblock_api::simplyblock_driver::{DriverPhase, SimplyblockDriver};
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
@@ -166,6 +167,13 @@ async fn main() -> anyhow::Result<()> {
             kind == "ControlPlane" || kind == "SimplyblockDriver"
         });
     chart::apply(&client, &rest, "helm", false).await?;
+    // sbsim answers as the management API of the image the ControlPlane names.
+    let version = installs
+        .iter()
+        .find_map(|o| o.data["spec"]["source"]["local"]["image"].as_str())
+        .and_then(|image| image.rsplit_once(':'))
+        .map(|(_, tag)| tag.to_owned());
+    *sim.sim.version.lock().expect("sbsim's version") = version;
     for object in &rest {
         eprintln!("    applied {}", chart::kind_and_name(object));
     }
@@ -223,6 +231,18 @@ async fn main() -> anyhow::Result<()> {
         async || {
             let s = control_planes.get("simplyblock").await.ok()?.status?;
             (s.phase == ControlPlanePhase::Available).then_some(())
+        },
+    )
+    .await?;
+    // The stand-in reports the driver's StatefulSet and DaemonSet ready, as a kubelet would
+    // once their pods run.
+    let drivers: Api<SimplyblockDriver> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_for(
+        "the CSI driver installed",
+        Duration::from_secs(120),
+        async || {
+            let s = drivers.get("simplyblock").await.ok()?.status?;
+            (s.phase == DriverPhase::Ready).then_some(())
         },
     )
     .await?;
@@ -350,6 +370,7 @@ async fn main() -> anyhow::Result<()> {
     let served = match outcome {
         Ok(()) => day_one(
             &client,
+            &env,
             &cluster_name,
             &env.dir().join("csi"),
             &sim_dir.join("volumes"),
@@ -390,6 +411,7 @@ async fn main() -> anyhow::Result<()> {
 /// the volume stays mounted, and the file read back.
 async fn day_one(
     client: &kube::Client,
+    env: &TestEnv,
     cluster: &str,
     csi_dir: &std::path::Path,
     volume_files: &std::path::Path,
@@ -425,8 +447,13 @@ async fn day_one(
     );
 
     step("provisioning a 1 GiB volume from that class through the CSI driver, and mounting it");
+    // The node plugin reads its Node as the account the SimplyblockDriver gave it.
+    let node_plugin = env
+        .service_account_client(NAMESPACE, simplyblock_operator::driver::names::NODE_ACCOUNT)
+        .await?;
     let mut served = volume::serve(
         client,
+        &node_plugin,
         NAMESPACE,
         &class,
         "pvc-demo",

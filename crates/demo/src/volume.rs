@@ -90,10 +90,13 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
 /// Starts the driver under `dir` and creates `name` (1 GiB) from `class`; stages and
 /// publishes it when this machine can attach volumes. The driver runs on this machine,
 /// outside the cluster: it reaches the control plane at `control_plane` rather than at
-/// the in-cluster endpoint the CSI secret names.
+/// the in-cluster endpoint the CSI secret names. The node plugin reads its Node through
+/// `node_plugin` (its own ServiceAccount); the CSI secret, which the kubelet would mount,
+/// is read through `kube`.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     kube: &kube::Client,
+    node_plugin: &kube::Client,
     namespace: &str,
     class: &str,
     name: &str,
@@ -115,6 +118,7 @@ pub async fn serve(
         entry.cluster_endpoint = control_plane.to_owned();
     }
     let clusters = Arc::new(Clusters::new(&entries, None)?);
+    let facts = simplyblock_csi::topology::read_node(node_plugin.clone(), NODE).await?;
     let socket = dir.join("csi.sock");
     let driver = Driver {
         name: simplyblock_csi::handle::DRIVER_NAME.into(),
@@ -122,8 +126,8 @@ pub async fn serve(
         clusters,
         node: Some(NodeConfig {
             node_id: NODE.into(),
-            host_nqn: simplyblock_csi::handle::host_nqn(NODE),
-            segments: simplyblock_csi::topology::segments(&Default::default(), NODE),
+            host_nqn: simplyblock_csi::handle::host_nqn(facts.uid.as_deref().unwrap_or(NODE)),
+            segments: simplyblock_csi::topology::segments(&facts.labels, NODE),
             state_dir: dir.join("node-state"),
             attacher: Arc::new(LoopAttacher::new(volume_files)),
         }),

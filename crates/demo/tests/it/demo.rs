@@ -17,6 +17,20 @@ fn the_demo_discovers_deploys_and_ends_online() {
     assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
 
+    // The chart's ControlPlane and SimplyblockDriver, installed by the operator.
+    let installed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("simplyblock "))
+        .copied()
+        .collect();
+    assert_eq!(
+        installed.len(),
+        2,
+        "no ControlPlane and driver in:\n{stdout}"
+    );
+    assert_eq!(columns(installed[0])[1], "Available", "{}", installed[0]);
+    assert_eq!(columns(installed[1])[1], "Ready", "{}", installed[1]);
+
     // Discovery ran and wrote a draft, shown with the CRD's printer columns.
     let run = lines
         .iter()

@@ -141,17 +141,15 @@ pub fn controller_namespaced_rules(addons: bool) -> Vec<PolicyRule> {
     rules
 }
 
-/// Every role the controller writes, by name: what the operator may `escalate` and `bind`.
-pub fn role_names() -> Vec<String> {
-    let mut names: Vec<String> = Component::ALL.iter().map(|c| c.role()).collect();
-    names.push(CONTROLLER_ROLE.to_owned());
-    names
+/// Every cluster role the controller writes, by name: what the operator may `escalate`
+/// and `bind` cluster-wide (the chart's `simplyblock.csiClusterRoles`).
+pub fn cluster_role_names() -> Vec<String> {
+    Component::ALL.iter().map(|c| c.role()).collect()
 }
 
 /// Every permission the SimplyblockDriver controller uses; the operator's ClusterRole
 /// must grant them.
 pub fn operator_rules() -> Vec<PolicyRule> {
-    let names = role_names();
     vec![
         rule(
             "storage.simplyblock.io",
@@ -184,8 +182,12 @@ pub fn operator_rules() -> Vec<PolicyRule> {
             &["get", "list", "create", "patch", "delete"],
         ),
         PolicyRule {
-            resource_names: Some(names),
-            ..rule(RBAC, &["clusterroles", "roles"], &["bind", "escalate"])
+            resource_names: Some(cluster_role_names()),
+            ..rule(RBAC, &["clusterroles"], &["bind", "escalate"])
+        },
+        PolicyRule {
+            resource_names: Some(vec![CONTROLLER_ROLE.to_owned()]),
+            ..rule(RBAC, &["roles"], &["bind", "escalate"])
         },
         rule(
             STORAGE,
@@ -250,14 +252,24 @@ mod tests {
 
     #[test]
     fn the_operator_may_grant_exactly_the_roles_it_writes() {
-        let grant = operator_rules()
+        let grants: Vec<PolicyRule> = operator_rules()
             .into_iter()
-            .find(|r| r.verbs.contains(&"escalate".to_owned()))
-            .expect("an escalate rule");
-        assert_eq!(grant.verbs, vec!["bind", "escalate"]);
-        let names = grant.resource_names.expect("named roles only");
-        assert_eq!(names.len(), Component::ALL.len() + 1);
-        assert!(names.contains(&CONTROLLER_ROLE.to_owned()));
+            .filter(|r| r.verbs.contains(&"escalate".to_owned()))
+            .collect();
+        assert_eq!(grants.len(), 2, "{grants:?}");
+        for grant in &grants {
+            assert_eq!(grant.verbs, vec!["bind", "escalate"]);
+        }
+        let named = |resource: &str| {
+            grants
+                .iter()
+                .find(|g| g.resources == Some(vec![resource.to_owned()]))
+                .and_then(|g| g.resource_names.clone())
+                .expect("named roles only")
+        };
+        assert_eq!(named("clusterroles"), cluster_role_names());
+        assert_eq!(named("clusterroles").len(), Component::ALL.len());
+        assert_eq!(named("roles"), vec![CONTROLLER_ROLE.to_owned()]);
     }
 
     #[test]

@@ -807,6 +807,12 @@ async fn a_storage_cluster_is_created_only_while_the_control_plane_serves() {
 /// The API server's count of server-side applies, by resource (the objects themselves,
 /// not their status), from its own metrics.
 async fn applies(kube: &kube::Client) -> BTreeMap<String, f64> {
+    requests(kube, "APPLY").await
+}
+
+/// The API server's count of `verb` requests, by resource (the objects themselves, not
+/// their status), from its own metrics.
+pub async fn requests(kube: &kube::Client, verb: &str) -> BTreeMap<String, f64> {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
@@ -819,7 +825,7 @@ async fn applies(kube: &kube::Client) -> BTreeMap<String, f64> {
         let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
             continue;
         };
-        if !labels.contains("verb=\"APPLY\"") || !labels.contains("subresource=\"\"") {
+        if !labels.contains(&format!("verb=\"{verb}\"")) || !labels.contains("subresource=\"\"") {
             continue;
         }
         let resource = labels
@@ -999,7 +1005,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
     assert_eq!(occurrences("AwaitingDependency").await, 0);
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

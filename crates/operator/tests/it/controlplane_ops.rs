@@ -435,3 +435,220 @@ async fn a_delete_is_refused_while_the_upgrade_awaits_its_rollout() {
             .is_none()
     );
 }
+
+/// The operator killed right after each operation's call, before it records the call:
+/// restarted, it finds the effect there and asks for nothing again. Each call is counted
+/// by the API server (a restart is a PATCH of each workload, an upgrade a PATCH of the
+/// ControlPlane, a backup an APPLY of its FoundationDBBackup).
+#[tokio::test]
+async fn a_kill_after_each_call_of_an_operation_repeats_none() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+
+    use simplyblock_testenv::standin::{self, StandIn};
+
+    use crate::controlplane::{control_plane, free_port, requests};
+
+    const SIGABRT: i32 = 6;
+    let ns = "cpops-crash";
+    let (env, kube) = crate::support::own_api_server(ns).await;
+    env.install_crds(&[
+        standin::foundationdb_crd(),
+        standin::foundationdb_backup_crd(),
+    ])
+    .await
+    .expect("the FoundationDB CRDs");
+    let _standin = StandIn::start(kube.clone(), Some(ns.into()));
+    let sim = crate::support::sbsim("", 0).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, crate::support::TOKEN).expect("token");
+    let operator = |crash_after: &str| {
+        crate::support::operator_command(&env, sim.server.addr, &token_file, ns)
+            .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
+            .env(simplyblock_operator::crash::ENV, crash_after)
+            .spawn()
+            .expect("the operator starts")
+    };
+    let cps: Api<simplyblock_api::ControlPlane> = Api::namespaced(kube.clone(), ns);
+    cps.create(&PostParams::default(), &control_plane(local()))
+        .await
+        .expect("created");
+    let operations: Api<ControlPlaneOps> = Api::namespaced(kube.clone(), ns);
+    // The upgrade is verified against the version sbsim reports.
+    let r = sim
+        .cp
+        .raw(
+            Method::PUT,
+            "/../../_sim/version",
+            &[],
+            Some(&json!({"version": "25.10.2"})),
+        )
+        .await
+        .expect("sbsim");
+    assert!(r.status < 300);
+    // Installed first, by an operator that is then stopped: no pass runs while the counts
+    // before each operation are read.
+    let mut installer = operator("");
+    until("the control plane Available", async || {
+        let s = cps.get("simplyblock").await.ok()?.status?;
+        (s.phase == ControlPlanePhase::Available).then_some(())
+    })
+    .await;
+    installer.kill().expect("kill");
+    installer.wait().expect("reaped");
+    let generation = async |kind: &str, name: &str| -> i64 {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            kube.clone(),
+            ns,
+            &match kind {
+                "Deployment" => kube::discovery::ApiResource::erase::<Deployment>(&()),
+                "StatefulSet" => kube::discovery::ApiResource::erase::<StatefulSet>(&()),
+                _ => kube::discovery::ApiResource::erase::<simplyblock_api::ControlPlane>(&()),
+            },
+        );
+        api.get(name)
+            .await
+            .expect("the object")
+            .metadata
+            .generation
+            .unwrap_or_default()
+    };
+
+    for (name, action, extra, step, counted) in [
+        (
+            "restart",
+            "Restart",
+            json!({"restart": {"components": ["simplyblock-webappapi", "simplyblock-minio"]}}),
+            "Restarting",
+            vec![("PATCH", "deployments"), ("PATCH", "statefulsets")],
+        ),
+        (
+            "upgrade",
+            "Upgrade",
+            json!({"upgrade": {"image": NEXT}}),
+            "Applying",
+            vec![("PATCH", "controlplanes")],
+        ),
+        (
+            "backup",
+            "Backup",
+            json!({"backup": {"blobStore": "blobstore://backup@s3.example:443/nightly?bucket=fdb"}}),
+            "Requesting",
+            vec![("APPLY", "foundationdbbackups")],
+        ),
+    ] {
+        let point = simplyblock_operator::crash::ops_point("ControlPlaneOps", action, step);
+        let before = (
+            requests(&kube, "PATCH").await,
+            requests(&kube, "APPLY").await,
+            generation("Deployment", "simplyblock-webappapi").await,
+            generation("StatefulSet", "simplyblock-minio").await,
+            generation("ControlPlane", "simplyblock").await,
+        );
+        // Admitted by the armed operator's webhook once it serves.
+        let mut armed = operator(&point);
+        let op = operation(name, action, extra);
+        until(&format!("{name} admitted"), async || {
+            match operations.create(&PostParams::default(), &op).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Some(()),
+                Err(_) => None,
+            }
+        })
+        .await;
+        let start = Instant::now();
+        let ended = loop {
+            if let Some(status) = armed.try_wait().expect("the operator process") {
+                break status;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the operator never reached {point}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(ended.signal(), Some(SIGABRT), "armed at {point}: {ended}");
+        let stored = operations
+            .get(name)
+            .await
+            .expect("op")
+            .status
+            .expect("status");
+        assert_eq!(
+            stored.step.state.as_deref(),
+            Some(step),
+            "killed at {point}, the step moved on"
+        );
+
+        let mut unarmed = operator("");
+        let last = std::sync::Mutex::new(None);
+        let op = until_explained(
+            &format!("{name} to finish after the kill"),
+            PATIENCE,
+            async || {
+                let op = operations.get(name).await.ok()?;
+                *last.lock().expect("lock") = op.status.clone();
+                op.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.is_terminal())
+                    .then_some(op)
+            },
+            || format!("last seen {:?}", last.lock().expect("lock")),
+        )
+        .await;
+        // Every pass that could repeat the call has ended before the counts are read:
+        // the lock on the ControlPlane is released after the terminal write.
+        until("the lock released", async || {
+            let cp = cps.get("simplyblock").await.ok()?;
+            cp.status?.active_ops_ref.is_none().then_some(())
+        })
+        .await;
+        unarmed.kill().expect("kill");
+        unarmed.wait().expect("reaped");
+        let (phase, message) = phase_and_message(&op);
+        assert_eq!(phase, OpsPhase::Succeeded, "{name}: {message}");
+
+        let after = (
+            requests(&kube, "PATCH").await,
+            requests(&kube, "APPLY").await,
+        );
+        for (verb, resource) in counted {
+            let (was, is) = if verb == "PATCH" {
+                (&before.0, &after.0)
+            } else {
+                (&before.1, &after.1)
+            };
+            let delta = is.get(resource).copied().unwrap_or(0.0)
+                - was.get(resource).copied().unwrap_or(0.0);
+            assert_eq!(
+                delta, 1.0,
+                "{name}: {verb} {resource} after the kill at {point}"
+            );
+        }
+        // A restart or an upgrade changes each workload's template once.
+        let changed = |was: i64, kind: &str, is: i64| {
+            let expected = match (name, kind) {
+                ("restart", "Deployment" | "StatefulSet") => 1,
+                ("upgrade", "Deployment" | "ControlPlane") => 1,
+                _ => 0,
+            };
+            assert_eq!(is - was, expected, "{name}: the generation of the {kind}");
+        };
+        changed(
+            before.2,
+            "Deployment",
+            generation("Deployment", "simplyblock-webappapi").await,
+        );
+        changed(
+            before.3,
+            "StatefulSet",
+            generation("StatefulSet", "simplyblock-minio").await,
+        );
+        changed(
+            before.4,
+            "ControlPlane",
+            generation("ControlPlane", "simplyblock").await,
+        );
+    }
+}

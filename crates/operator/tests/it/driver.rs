@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -35,7 +35,7 @@ use simplyblock_operator::driver::names::{
     CONTROLLER_STATEFULSET, Component, NODE_DAEMONSET, SNAPSHOT_CLASS,
 };
 use simplyblock_operator::driver::objects::{Kind, ObjectKey};
-use simplyblock_operator::driver::{observe, rbac};
+use simplyblock_operator::driver::observe;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -130,44 +130,6 @@ struct Cluster {
     _webhooks: Running,
 }
 
-/// The chart's operator role does not carry this controller's permissions yet: they are
-/// granted beside it, exactly [`rbac::operator_rules`], so a permission the controller
-/// uses and that list lacks fails these tests.
-async fn grant_driver_permissions(kube: &kube::Client, ns: &str) {
-    let name = "simplyblock-operator-driver";
-    let role = ClusterRole {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        rules: Some(rbac::operator_rules()),
-        ..ClusterRole::default()
-    };
-    let binding = ClusterRoleBinding {
-        metadata: role.metadata.clone(),
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: name.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: simplyblock_testenv::chart::OPERATOR_ACCOUNT.into(),
-            namespace: Some(ns.into()),
-            ..Subject::default()
-        }]),
-    };
-    let params = PatchParams::apply("driver-test").force();
-    Api::<ClusterRole>::all(kube.clone())
-        .patch(name, &params, &Patch::Apply(&role))
-        .await
-        .expect("the driver controller's permissions");
-    Api::<ClusterRoleBinding>::all(kube.clone())
-        .patch(name, &params, &Patch::Apply(&binding))
-        .await
-        .expect("their binding");
-}
-
 /// The operator's webhooks, served from this test's runtime and registered as `operator`.
 async fn serve_webhooks(operator: &kube::Client, ns: &str) -> Running {
     let authority = simplyblock_certs::Authority::new("simplyblock-webhook-ca").expect("ca");
@@ -204,7 +166,6 @@ async fn serve_webhooks(operator: &kube::Client, ns: &str) -> Running {
 async fn cluster(ns: &str) -> Cluster {
     crate::support::logs();
     let (env, kube) = own_api_server(ns).await;
-    grant_driver_permissions(&kube, ns).await;
     let operator = operator_kube_on(&env, ns).await;
     let operator_token = env
         .service_account_token(ns, simplyblock_testenv::chart::OPERATOR_ACCOUNT)

@@ -61,6 +61,9 @@ async fn the_operator_grants_more_than_it_holds_only_in_the_csi_roles() {
             r["verbs"]
                 .as_array()
                 .is_some_and(|v| v.contains(&json!("escalate")))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|v| v.contains(&json!("clusterroles")))
         })
         .flat_map(|r| r["resourceNames"].as_array().cloned().unwrap_or_default())
         .filter_map(|n| n.as_str().map(str::to_string))
@@ -106,4 +109,70 @@ async fn the_operator_grants_more_than_it_holds_only_in_the_csi_roles() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
         other => panic!("the operator wrote a role granting more than it holds: {other:?}"),
     }
+}
+
+/// Every permission the SimplyblockDriver controller uses is granted by the chart's
+/// ClusterRole, and its grants of the CSI roles name exactly the roles it writes. (The
+/// driver's integration tests run under the chart's roles and fail on a missing one; this
+/// names it.)
+#[test]
+fn the_chart_grants_what_the_driver_controller_uses() {
+    use simplyblock_operator::driver::rbac;
+
+    let chart_role = simplyblock_testenv::chart::render("rbac", &[("deployment.profile", "empty")])
+        .expect("the chart renders")
+        .into_iter()
+        .find(|o| {
+            simplyblock_testenv::chart::kind_and_name(o) == "ClusterRole/simplyblock-operator"
+        })
+        .expect("the operator's ClusterRole");
+    let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+        serde_json::from_value(chart_role.data["rules"].clone()).expect("rules");
+    let strings = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
+    let granted = |group: &str, resource: &str, verb: &str, name: Option<&str>| {
+        rules.iter().any(|r| {
+            strings(&r.api_groups).iter().any(|g| g == group)
+                && strings(&r.resources).iter().any(|x| x == resource)
+                && r.verbs.iter().any(|v| v == verb)
+                && match (&r.resource_names, name) {
+                    (None, _) => true,
+                    (Some(names), Some(name)) => names.iter().any(|n| n == name),
+                    (Some(_), None) => false,
+                }
+        })
+    };
+    let mut missing = Vec::new();
+    for rule in rbac::operator_rules() {
+        let names: Vec<Option<String>> = match &rule.resource_names {
+            Some(names) => names.iter().cloned().map(Some).collect(),
+            None => vec![None],
+        };
+        for group in strings(&rule.api_groups) {
+            for resource in strings(&rule.resources) {
+                for verb in &rule.verbs {
+                    for name in &names {
+                        if !granted(&group, &resource, verb, name.as_deref()) {
+                            missing.push(format!("{verb} {group}/{resource} {name:?}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "the chart does not grant: {missing:#?}");
+
+    // Escalation is allowed on the driver's roles only, and on all of them.
+    let escalated = |resource: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.verbs.iter().any(|v| v == "escalate"))
+            .filter(|r| strings(&r.resources).iter().any(|x| x == resource))
+            .flat_map(|r| strings(&r.resource_names))
+            .collect()
+    };
+    assert_eq!(escalated("clusterroles"), rbac::cluster_role_names());
+    assert_eq!(
+        escalated("roles"),
+        [simplyblock_operator::driver::names::CONTROLLER_ROLE]
+    );
 }

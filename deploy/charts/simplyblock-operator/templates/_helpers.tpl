@@ -48,5 +48,7 @@ app.kubernetes.io/component: operator
 - simplyblock-csi-provisioner-role
 - simplyblock-csi-attacher-role
 - simplyblock-csi-resizer-role
+- simplyblock-csi-snapshotter-role
 - simplyblock-csi-health-monitor-role
+- simplyblock-csi-addons-role
 {{- end -}}
