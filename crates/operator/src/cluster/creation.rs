@@ -16,7 +16,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::{
@@ -46,6 +46,9 @@ pub struct Observation {
     /// Creating, and Adopting without an upgrade Secret: the control-plane cluster that
     /// already has this StorageCluster's name.
     pub existing: Option<Identity>,
+    /// Creating, Adopting: the StorageCluster of another namespace that holds this one's
+    /// name in the control plane (see [`name_holder`]), as `namespace/name`.
+    pub name_taken_by: Option<String>,
     /// Persisting: the identity stored in the cluster's Secret.
     pub stored: Option<Identity>,
     /// Persisting, with a stored identity: what the control plane reports of that cluster.
@@ -151,6 +154,9 @@ pub fn plan(step: CreationStep, status: &StorageClusterStatus, obs: &Observation
             Some(Err(e)) => hold_on_config(status, e),
             None => look_again,
         },
+        CreationStep::Creating | CreationStep::Adopting if obs.name_taken_by.is_some() => {
+            name_taken(status, obs.name_taken_by.as_deref().unwrap_or_default())
+        }
         CreationStep::Creating => match (&obs.existing, &obs.config) {
             // An earlier create whose answer was lost, or another writer.
             (Some(existing), _) => CreationPlan::Record {
@@ -190,6 +196,52 @@ pub fn plan(step: CreationStep, status: &StorageClusterStatus, obs: &Observation
             (Some(_), None) => look_again,
         },
     }
+}
+
+/// The control plane names clusters without a namespace: a StorageCluster whose name
+/// another namespace's StorageCluster holds neither creates nor adopts, or the two would
+/// share one control-plane cluster and delete it under each other. Said once.
+fn name_taken(status: &StorageClusterStatus, holder: &str) -> CreationPlan {
+    let message = format!(
+        "StorageCluster {holder} already holds this name in the control plane, which names clusters without their namespace; StorageClusters in different namespaces need different names: delete this one and create it under another name"
+    );
+    if status.message.as_deref() == Some(message.as_str()) {
+        return CreationPlan::Wait {
+            after: requeue::RESYNC,
+        };
+    }
+    CreationPlan::Hold {
+        reason: "ClusterNameTaken",
+        message,
+        after: requeue::RESYNC,
+    }
+}
+
+/// A StorageCluster as [`name_holder`] weighs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Namesake {
+    /// `namespace/name`.
+    pub key: String,
+    pub uid: String,
+    pub created: Option<Timestamp>,
+    /// Whether it recorded a control-plane cluster (`status.uuid`).
+    pub recorded: bool,
+}
+
+/// Which of `others` (StorageClusters of `me`'s name in other namespaces) holds the name
+/// in the control plane: one that recorded a cluster, else the oldest of all (the uid
+/// breaks a tie), so that two created at once agree on which one goes ahead. `None` when
+/// `me` may create or adopt. Pure.
+pub fn name_holder(me: &Namesake, others: &[Namesake]) -> Option<String> {
+    if let Some(recorded) = others.iter().find(|o| o.recorded) {
+        return Some(recorded.key.clone());
+    }
+    let order = |n: &Namesake| (n.created.unwrap_or(Timestamp::MAX), n.uid.clone());
+    others
+        .iter()
+        .filter(|o| order(o) < order(me))
+        .min_by_key(|o| order(o))
+        .map(|o| o.key.clone())
 }
 
 /// After a create call that failed: a cluster of the name that is there anyway was
@@ -254,12 +306,20 @@ pub async fn observe(
         }
         CreationStep::ResolvingConfig => obs.config = Some(resolve(cluster, ctx).await?),
         CreationStep::Creating => {
+            obs.name_taken_by = namesakes(cluster, ctx).await?;
+            if obs.name_taken_by.is_some() {
+                return Ok(obs);
+            }
             obs.existing = named(ctx, &name).await?;
             if obs.existing.is_none() {
                 obs.config = Some(resolve(cluster, ctx).await?);
             }
         }
         CreationStep::Adopting => {
+            obs.name_taken_by = namesakes(cluster, ctx).await?;
+            if obs.name_taken_by.is_some() {
+                return Ok(obs);
+            }
             obs.upgrade = identity::read(ctx, &ns, &upgrade_secret_name(&name)).await?;
             if obs.upgrade.is_none() {
                 obs.existing = named(ctx, &name).await?;
@@ -277,6 +337,34 @@ pub async fn observe(
         }
     }
     Ok(obs)
+}
+
+/// The StorageCluster of another served namespace holding `cluster`'s name (see
+/// [`name_holder`]).
+async fn namesakes(cluster: &StorageCluster, ctx: &Context) -> Result<Option<String>, Error> {
+    let namesake = |c: &StorageCluster| Namesake {
+        key: format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
+        uid: c.uid().unwrap_or_default(),
+        created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        recorded: c
+            .status
+            .as_ref()
+            .and_then(|s| s.uuid.as_deref())
+            .is_some_and(|u| !u.is_empty()),
+    };
+    let me = namesake(cluster);
+    // Only the namespaces this operator serves share its control plane.
+    let others: Vec<Namesake> = ctx
+        .scope
+        .api::<StorageCluster>(&ctx.kube)
+        .list(&ListParams::default().fields(&format!("metadata.name={}", cluster.name_any())))
+        .await?
+        .items
+        .iter()
+        .filter(|c| c.uid() != cluster.uid())
+        .map(namesake)
+        .collect();
+    Ok(name_holder(&me, &others))
 }
 
 /// The identity of the control-plane cluster named `name`, if there is one.

@@ -304,3 +304,67 @@ fn the_identity_keeps_its_secret_out_of_debug_output() {
     assert!(shown.contains(&id(9).uuid.to_string()), "{shown}");
     assert!(!shown.contains("secret-9"), "{shown}");
 }
+
+fn namesake(key: &str, uid: &str, created: i64, recorded: bool) -> Namesake {
+    Namesake {
+        key: key.into(),
+        uid: uid.into(),
+        created: Some(Timestamp::from_second(created).expect("ts")),
+        recorded,
+    }
+}
+
+#[test]
+fn a_name_is_held_by_the_namesake_that_recorded_a_cluster_else_by_the_oldest() {
+    let me = namesake("b/sb", "u-b", 200, false);
+    // Alone, or only younger namesakes: this one goes ahead.
+    assert_eq!(name_holder(&me, &[]), None);
+    let younger = namesake("c/sb", "u-c", 300, false);
+    assert_eq!(name_holder(&me, std::slice::from_ref(&younger)), None);
+    // An older one holds it, whichever way the two look at each other.
+    let older = namesake("a/sb", "u-a", 100, false);
+    assert_eq!(
+        name_holder(&me, &[younger.clone(), older.clone()]),
+        Some("a/sb".into())
+    );
+    assert_eq!(name_holder(&older, std::slice::from_ref(&me)), None);
+    // Created in the same second: the uid decides, the same way for both.
+    let twin = namesake("d/sb", "u-0", 200, false);
+    assert_eq!(
+        name_holder(&me, std::slice::from_ref(&twin)),
+        Some("d/sb".into())
+    );
+    assert_eq!(name_holder(&twin, std::slice::from_ref(&me)), None);
+    // One that recorded a control-plane cluster holds it, however young.
+    let recorded = namesake("e/sb", "u-e", 900, true);
+    assert_eq!(name_holder(&me, &[recorded]), Some("e/sb".into()));
+}
+
+#[test]
+fn a_name_held_elsewhere_neither_creates_nor_adopts_and_is_said_once() {
+    let obs = || Observation {
+        name_taken_by: Some("a/sb".into()),
+        existing: Some(id(3)),
+        config: Some(Ok(body())),
+        ..Observation::default()
+    };
+    for step in [Creating, Adopting] {
+        let CreationPlan::Hold {
+            reason, message, ..
+        } = plan_of(step, obs())
+        else {
+            panic!("{step:?} did not hold");
+        };
+        assert_eq!(reason, "ClusterNameTaken");
+        assert!(
+            message.starts_with("StorageCluster a/sb already holds this name"),
+            "{message}"
+        );
+        assert_eq!(
+            plan(step, &stored(Some(&message)), &obs()),
+            CreationPlan::Wait {
+                after: requeue::RESYNC
+            }
+        );
+    }
+}

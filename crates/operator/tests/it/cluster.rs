@@ -18,8 +18,8 @@ use crate::support::{Sbsim, namespace, sbsim, until};
 struct Harness {
     kube: kube::Client,
     ns: String,
-    /// Kept alive for the test; dropping it stops sbsim.
-    _sim: Sbsim,
+    /// Kept alive for the test; dropping it stops sbsim (`None`: another holds it).
+    _sim: Option<Sbsim>,
     cp: Client,
     ctx: Arc<Context>,
 }
@@ -47,7 +47,7 @@ async fn harness(ns: &str, faults: &str) -> Harness {
     Harness {
         kube,
         ns: ns.into(),
-        _sim: sim,
+        _sim: Some(sim),
         cp,
         ctx,
     }
@@ -345,4 +345,83 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
             .collect();
         assert!(normal.is_empty(), "{reason}: {normal:?}");
     }
+}
+
+/// The control plane names clusters without their namespace. A StorageCluster of a name
+/// another served namespace already holds neither adopts that cluster nor, deleted,
+/// deletes it.
+#[tokio::test]
+async fn same_named_clusters_of_two_namespaces_neither_adopt_nor_delete_each_other() {
+    use simplyblock_operator::context::Scope;
+    let (first, second) = ("names-first", "names-second");
+    // An API server of its own: the operator serves every namespace of it.
+    let (env, admin) = crate::support::own_api_server(first).await;
+    namespace(&admin, second).await;
+    let sim = sbsim("", 0).await;
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube_on(&env, first).await,
+            sim.cp.clone(),
+            sim.server.url.clone(),
+            first.to_string(),
+        )
+        .with_scope(Scope::all()),
+    );
+    tokio::spawn(controller::run(ctx.clone()));
+    let h = |ns: &str| Harness {
+        kube: admin.clone(),
+        ns: ns.into(),
+        _sim: None,
+        cp: sim.cp.clone(),
+        ctx: ctx.clone(),
+    };
+    let (a, b) = (h(first), h(second));
+    a.create("sb").await;
+    let uuid = until("the first cluster created", async || {
+        created(&a, "sb").await
+    })
+    .await;
+
+    b.create("sb").await;
+    let held = until("the second cluster held", async || {
+        let s = b.clusters().get("sb").await.ok()?.status?;
+        s.message
+            .filter(|m| m.starts_with("StorageCluster names-first/sb already holds this name"))
+            .map(|m| (m, s.uuid))
+    })
+    .await;
+    assert_eq!(held.1, None, "the second cluster recorded {:?}", held.1);
+    assert_eq!(b.events("ClusterNameTaken").await, [held.0]);
+    assert_eq!(a.calls("POST", "/api/v2/clusters/").await, 1);
+    assert_eq!(sim.cp.list_clusters().await.expect("clusters").len(), 1);
+
+    // Deleted, the second takes nothing with it.
+    b.clusters()
+        .delete("sb", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until("the second cluster gone", async || {
+        b.clusters()
+            .get_opt("sb")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.calls("DELETE", &format!("/api/v2/clusters/{uuid}")).await,
+        0
+    );
+    assert_eq!(
+        sim.cp
+            .get_cluster(uuid.parse().expect("uuid"))
+            .await
+            .expect("the first cluster's control-plane cluster")
+            .id
+            .to_string(),
+        uuid
+    );
+    let first_status = a.clusters().get("sb").await.expect("first").status;
+    assert_eq!(first_status.and_then(|s| s.uuid), Some(uuid));
 }

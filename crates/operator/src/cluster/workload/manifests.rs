@@ -19,8 +19,8 @@ use simplyblock_api::storage_cluster::PullPolicy;
 use simplyblock_api::{StorageCluster, StorageNode};
 
 use super::names::{
-    CLUSTER_LABEL, DEFAULT_IMAGE, ENROLLMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME,
-    topology_label,
+    CLUSTER_LABEL, DEFAULT_IMAGE, ENROLLMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, NAMESPACE_LABEL,
+    SERVICE_NAME, topology_label,
 };
 use super::serving;
 
@@ -119,11 +119,13 @@ pub fn enrollment(
     nodes: &[StorageNode],
 ) -> BTreeMap<String, BTreeMap<String, String>> {
     let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
     let cluster_uuid = cluster.status.as_ref().and_then(|s| s.uuid.as_deref());
     let mut wanted: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     for n in nodes {
         let labels = wanted.entry(n.spec.worker_node.clone()).or_default();
         labels.insert(ENROLLMENT_LABEL.to_string(), name.clone());
+        labels.insert(NAMESPACE_LABEL.to_string(), namespace.clone());
         if let (Some(cu), Some(uuid)) =
             (cluster_uuid, n.status.as_ref().and_then(|s| s.uuid.clone()))
         {
@@ -260,6 +262,7 @@ fn daemonset(
     certificate_version: &str,
 ) -> DaemonSet {
     let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
     let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
     let image = storage
         .image
@@ -339,7 +342,11 @@ fn daemonset(
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    node_selector: Some(BTreeMap::from([(ENROLLMENT_LABEL.into(), name.clone())])),
+                    // Both: a same-named cluster of another namespace enrolls other workers.
+                    node_selector: Some(BTreeMap::from([
+                        (ENROLLMENT_LABEL.into(), name.clone()),
+                        (NAMESPACE_LABEL.into(), namespace.clone()),
+                    ])),
                     service_account_name: Some(account.into()),
                     host_network: Some(true),
                     tolerations: Some(storage.tolerations),
@@ -604,13 +611,17 @@ mod tests {
             wanted["w1"],
             BTreeMap::from([
                 (ENROLLMENT_LABEL.to_string(), "sb".to_string()),
+                (NAMESPACE_LABEL.to_string(), "storage".to_string()),
                 (topology, "n-1".to_string()),
             ]),
             "a slot the control plane has not named yet has no topology label"
         );
         assert_eq!(
             wanted["w2"],
-            BTreeMap::from([(ENROLLMENT_LABEL.to_string(), "sb".to_string())]),
+            BTreeMap::from([
+                (ENROLLMENT_LABEL.to_string(), "sb".to_string()),
+                (NAMESPACE_LABEL.to_string(), "storage".to_string()),
+            ]),
             "a worker is enrolled before its node is added"
         );
 
@@ -618,7 +629,9 @@ mod tests {
         unnamed.status = None;
         let wanted = enrollment(&unnamed, &nodes);
         assert!(
-            wanted.values().all(|labels| labels.len() == 1),
+            wanted.values().all(|labels| labels
+                .keys()
+                .all(|k| k == ENROLLMENT_LABEL || k == NAMESPACE_LABEL)),
             "without the cluster's UUID there is no topology key: {wanted:?}"
         );
     }

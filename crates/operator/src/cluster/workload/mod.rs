@@ -28,7 +28,7 @@ use serde_json::json;
 use simplyblock_api::{StorageCluster, StorageNode};
 
 pub use manifests::{Manifests, Worker, manifests};
-pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, SERVICE_NAME, topology_label};
+pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, NAMESPACE_LABEL, SERVICE_NAME, topology_label};
 use serving::{Decision, Recorded};
 
 use crate::context::{Context, requeue};
@@ -94,13 +94,17 @@ async fn enroll(
     nodes: &[StorageNode],
 ) -> Result<(), Error> {
     let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
     let wanted = manifests::enrollment(cluster, nodes);
     let workers: Api<Node> = Api::all(ctx.kube.clone());
+    // Enrolled by this cluster: its name, and its namespace or none (a label written
+    // before workers carried the namespace).
     let enrolled: BTreeSet<String> = workers
         .list_metadata(&ListParams::default().labels(&format!("{ENROLLMENT_LABEL}={name}")))
         .await?
         .items
         .into_iter()
+        .filter(|n| enrolled_elsewhere(n.labels(), &name, &ns).is_none())
         .filter_map(|n| n.metadata.name)
         .collect();
     for (worker, labels) in &wanted {
@@ -108,6 +112,18 @@ async fn enroll(
             continue;
         };
         let have = current.metadata.labels.unwrap_or_default();
+        if let Some(other) = enrolled_elsewhere(&have, &name, &ns) {
+            ctx.event(
+                cluster,
+                true,
+                "WorkerEnrolledElsewhere",
+                format!(
+                    "worker {worker} serves StorageCluster {other}, and a worker serves one storage cluster: remove its StorageNode from this cluster or from {other}"
+                ),
+            )
+            .await;
+            continue;
+        }
         let missing = labels.iter().any(|(k, v)| have.get(k) != Some(v));
         if missing {
             let patch = json!({"metadata": {"labels": labels}});
@@ -117,12 +133,31 @@ async fn enroll(
         }
     }
     for worker in enrolled.iter().filter(|w| !wanted.contains_key(*w)) {
-        let patch = json!({"metadata": {"labels": {ENROLLMENT_LABEL: null}}});
+        let patch =
+            json!({"metadata": {"labels": {ENROLLMENT_LABEL: null, NAMESPACE_LABEL: null}}});
         workers
             .patch(worker, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
     Ok(())
+}
+
+/// The StorageCluster (`namespace/name`) a worker with `labels` is enrolled in when it is
+/// not the cluster `name` of `ns`; `None` when it is free or this cluster's.
+pub fn enrolled_elsewhere(
+    labels: &std::collections::BTreeMap<String, String>,
+    name: &str,
+    ns: &str,
+) -> Option<String> {
+    let cluster = labels.get(ENROLLMENT_LABEL)?;
+    let namespace = labels.get(NAMESPACE_LABEL);
+    if cluster == name && namespace.is_none_or(|n| n == ns) {
+        return None;
+    }
+    Some(format!(
+        "{}/{cluster}",
+        namespace.map_or("(a namespace not recorded)", String::as_str)
+    ))
 }
 
 /// Applies the cluster's [`manifests()`]: the configuration, the shared headless Service and
@@ -281,4 +316,38 @@ where
         m.insert(key, (text, rv));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_belongs_to_the_cluster_of_its_name_and_namespace() {
+        let free = labels(&[("kubernetes.io/hostname", "w1")]);
+        assert_eq!(enrolled_elsewhere(&free, "sb", "a"), None);
+        let ours = labels(&[(ENROLLMENT_LABEL, "sb"), (NAMESPACE_LABEL, "a")]);
+        assert_eq!(enrolled_elsewhere(&ours, "sb", "a"), None);
+        // Enrolled before workers carried the namespace: the name decides.
+        let unrecorded = labels(&[(ENROLLMENT_LABEL, "sb")]);
+        assert_eq!(enrolled_elsewhere(&unrecorded, "sb", "a"), None);
+        assert_eq!(
+            enrolled_elsewhere(&ours, "sb", "b"),
+            Some("a/sb".into()),
+            "a same-named cluster of another namespace"
+        );
+        assert_eq!(
+            enrolled_elsewhere(&unrecorded, "other", "a"),
+            Some("(a namespace not recorded)/sb".into())
+        );
+    }
 }

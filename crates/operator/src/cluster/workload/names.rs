@@ -2,7 +2,9 @@
 //! certificate and the node controller's addresses all spell them, so they live below all
 //! of those.
 
-pub use simplyblock_api::keys::{CLUSTER_LABEL, ENROLLMENT_LABEL, MANAGED_BY_LABEL};
+pub use simplyblock_api::keys::{
+    CLUSTER_LABEL, ENROLLMENT_LABEL, MANAGED_BY_LABEL, NAMESPACE_LABEL,
+};
 /// The headless Service through which the control plane reaches each worker.
 pub const SERVICE_NAME: &str = "simplyblock-storage-node-api";
 /// The managed-by value of the workload's objects, which its controller watches by.
