@@ -126,7 +126,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
         certs.clone(),
         webhooks::router(WebhookContext {
             client: client.clone(),
-            operator_namespace: namespace.clone(),
+            operator_user: webhooks::own_user(&client).await.map_err(|source| {
+                crate::Error::Kube {
+                    what: "who the operator is (a SelfSubjectReview)".into(),
+                    source,
+                }
+            })?,
             metrics: ctx.metrics.clone(),
         }),
     )

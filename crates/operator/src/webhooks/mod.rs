@@ -41,18 +41,32 @@ pub const STORAGE_NODE_PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-s
 #[derive(Clone)]
 pub struct WebhookContext {
     pub client: kube::Client,
-    /// Service accounts of this namespace are the operator: the single-writer fields are
-    /// theirs to write.
-    pub operator_namespace: String,
+    /// The operator's own user name (`system:serviceaccount:<namespace>:<account>`): the
+    /// single-writer fields are its to write, and no other account's, not even another
+    /// of its namespace.
+    pub operator_user: String,
     /// Where refusals are counted.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl WebhookContext {
     pub fn is_operator(&self, username: Option<&str>) -> bool {
-        let prefix = format!("system:serviceaccount:{}:", self.operator_namespace);
-        username.is_some_and(|u| u.starts_with(&prefix))
+        username == Some(self.operator_user.as_str())
     }
+}
+
+/// Who the API server takes `client` for (a SelfSubjectReview, which every authenticated
+/// user may create): the user name the webhooks recognise as the operator.
+pub async fn own_user(client: &kube::Client) -> Result<String, kube::Error> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = kube::Api::<SelfSubjectReview>::all(client.clone())
+        .create(&Default::default(), &SelfSubjectReview::default())
+        .await?;
+    Ok(review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .unwrap_or_default())
 }
 
 /// The routes of every webhook.

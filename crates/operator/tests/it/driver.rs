@@ -145,7 +145,10 @@ async fn serve_webhooks(operator: &kube::Client, ns: &str) -> Running {
         certs.clone(),
         webhooks::router(WebhookContext {
             client: operator.clone(),
-            operator_namespace: ns.into(),
+            operator_user: format!(
+                "system:serviceaccount:{ns}:{}",
+                simplyblock_testenv::chart::OPERATOR_ACCOUNT
+            ),
             metrics: Default::default(),
         }),
     )

@@ -460,7 +460,10 @@ pub async fn webhooks() -> &'static Served {
                 rt.block_on(async move {
                     let ctx = WebhookContext {
                         client: kube::Client::try_from(config).expect("client"),
-                        operator_namespace: OPERATOR_NAMESPACE.into(),
+                        operator_user: format!(
+                            "system:serviceaccount:{OPERATOR_NAMESPACE}:{}",
+                            simplyblock_testenv::chart::OPERATOR_ACCOUNT
+                        ),
                         metrics: Default::default(),
                     };
                     let server = WebhookServer::bind(

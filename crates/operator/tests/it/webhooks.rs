@@ -248,23 +248,44 @@ async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
         "{message}"
     );
 
-    // The operator's service account may write it.
-    let account = "simplyblock-operator";
-    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "webhook-test-operator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
-    }))
-    .expect("binding");
-    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("RBAC for the impersonated operator");
-    let mut config = env.config().clone();
-    config.auth_info.impersonate = Some(format!(
-        "system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
-    ));
-    let operator = kube::Client::try_from(config).expect("operator client");
+    // Only the operator's own service account may write it: another account of its
+    // namespace, however privileged, may not.
+    let as_account = async |account: &str| {
+        let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("webhook-test-{account}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
+            }))
+            .expect("binding");
+        Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+            .patch(
+                &format!("webhook-test-{account}"),
+                &kube::api::PatchParams::apply("webhook-test").force(),
+                &kube::api::Patch::Apply(&binding),
+            )
+            .await
+            .expect("RBAC for the impersonated account");
+        let mut config = env.config().clone();
+        config.auth_info.impersonate = Some(format!(
+            "system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+        ));
+        kube::Client::try_from(config).expect("client")
+    };
+    let neighbour = as_account("simplyblock-nodeprobe").await;
+    let as_neighbour = api::<StorageNode>(&neighbour, "nodes");
+    let mut moved = as_neighbour.get("sb-w1-0").await.expect("node");
+    moved.data["spec"]["workerNode"] = json!("w2");
+    let message = denied(
+        as_neighbour
+            .replace("sb-w1-0", &PostParams::default(), &moved)
+            .await,
+    );
+    assert!(
+        message.contains("spec.workerNode is written by the simplyblock operator only"),
+        "{message}"
+    );
+    let operator = as_account(simplyblock_testenv::chart::OPERATOR_ACCOUNT).await;
     let as_operator = api::<StorageNode>(&operator, "nodes");
     let mut moved = as_operator.get("sb-w1-0").await.expect("node");
     moved.data["spec"]["workerNode"] = json!("w2");
