@@ -96,9 +96,18 @@ struct RunArgs {
     /// ControlPlane's status.endpoint keeps the in-cluster URL.
     #[arg(long)]
     control_plane_proxy: Option<SocketAddr>,
-    /// Watch only this namespace instead of all of them.
+    /// The namespace whose storage objects the operator serves: its own by default.
+    /// Whoever may create these objects makes the operator run privileged pods on the
+    /// workers, so only the namespace of the storage administrators is served.
     #[arg(long, env = "SIMPLYBLOCK_WATCH_NAMESPACE")]
     watch_namespace: Option<String>,
+    /// Serve every namespace instead (a cluster whose namespaces are all trusted).
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_WATCH_ALL_NAMESPACES",
+        conflicts_with = "watch_namespace"
+    )]
+    watch_all_namespaces: bool,
     /// The operator's own image: probe Jobs run it, and the CSI driver runs at its
     /// registry and tag (repository simplyblock-csi) unless a SimplyblockDriver names one.
     #[arg(
@@ -159,6 +168,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         control_plane_token_file,
         control_plane_proxy,
         watch_namespace,
+        watch_all_namespaces,
         probe_image,
         probe_service_account,
         disable_initial_discovery,
@@ -168,9 +178,14 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         lease_duration,
     } = args;
     let client = kube::Client::try_default().await?;
+    let scope = if watch_all_namespaces {
+        Scope::all()
+    } else {
+        Scope::namespace(watch_namespace.unwrap_or_else(|| namespace.clone()))
+    };
     let mut context = Context::resolving(client, namespace)
         .with_control_plane_token(Token::File(control_plane_token_file))
-        .with_scope(Scope(watch_namespace))
+        .with_scope(scope)
         .with_shutdown(Shutdown::new());
     if let Some(proxy) = control_plane_proxy {
         context = context.with_control_plane_proxy(proxy);

@@ -49,6 +49,8 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
         "Role/simplyblock-operator-leader-election",
         "Service/simplyblock-operator-webhook",
         "ValidatingWebhookConfiguration/simplyblock-operator",
+        "ValidatingAdmissionPolicy/simplyblock-served-namespaces",
+        "ValidatingAdmissionPolicyBinding/simplyblock-served-namespaces",
     ];
     let installs = ["ControlPlane/simplyblock", "SimplyblockDriver/simplyblock"];
     for profile in PROFILES {
@@ -64,6 +66,21 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
             );
         }
     }
+
+    // Serving every namespace, the operator refuses none.
+    let mut all = values("empty");
+    all.push(("operator.watchAllNamespaces", "true"));
+    let everywhere: BTreeSet<String> = chart::render("simplyblock-system", &all)
+        .expect("renders")
+        .iter()
+        .map(kind_and_name)
+        .collect();
+    assert!(
+        !everywhere
+            .iter()
+            .any(|n| n.starts_with("ValidatingAdmissionPolicy")),
+        "{everywhere:?}"
+    );
 
     let source = |profile: &str| {
         rendered(profile)

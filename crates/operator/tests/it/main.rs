@@ -17,4 +17,5 @@ mod provisioning;
 mod rbac;
 mod rolling_refresh;
 mod support;
+mod tenancy;
 mod webhooks;

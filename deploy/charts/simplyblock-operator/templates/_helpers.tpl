@@ -52,3 +52,8 @@ app.kubernetes.io/component: operator
 - simplyblock-csi-health-monitor-role
 - simplyblock-csi-addons-role
 {{- end -}}
+
+{{/* The namespace whose storage objects the operator serves. */}}
+{{- define "simplyblock.servedNamespace" -}}
+{{- .Values.operator.watchNamespace | default .Release.Namespace -}}
+{{- end -}}
