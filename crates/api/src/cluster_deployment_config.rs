@@ -302,7 +302,9 @@ pub struct Images {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageRef {
-    /// The image reference, `registry/repository:tag` or `…@sha256:digest`.
+    /// The image reference, `registry/repository:tag` or `…@sha256:digest`, from a
+    /// simplyblock registry: the storage nodes run it privileged on their workers.
+    #[schemars(regex(pattern = crate::control_plane::IMAGE_PATTERN))]
     pub image: String,
     /// When the image is pulled: Always, Never or IfNotPresent. The expansion does not
     /// carry it into the objects it writes yet, so the nodes pull Always.

@@ -10,6 +10,25 @@ use sha2::{Digest, Sha256};
 /// The longest label value, and the longest name that is written into one.
 pub const MAX_LABEL_VALUE: usize = 63;
 
+/// A DNS-1123 subdomain, the form of a Kubernetes Node's name: what a worker name must be
+/// before it is written into a host name.
+pub const DNS_SUBDOMAIN_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Whether `name` is a DNS-1123 subdomain ([`DNS_SUBDOMAIN_PATTERN`], at most 253
+/// characters, labels of at most 63).
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label)
+}
+
 /// The first 8 hex digits of SHA-256 over `input`.
 pub fn digest8(input: &[u8]) -> String {
     Sha256::digest(input)
@@ -82,6 +101,27 @@ pub fn storage_node_name(cluster: &str, worker: &str, slot: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_name_is_a_dns_subdomain_or_nothing() {
+        for good in ["w1", "worker-1.example.com", "a", &"a".repeat(63)] {
+            assert!(is_dns_subdomain(good), "{good}");
+        }
+        for bad in [
+            "",
+            "W1",
+            "-w1",
+            "w1-",
+            "w1..x",
+            "evil.com:80/x",
+            "w1@h",
+            "w 1",
+            &"a".repeat(64),
+            &format!("{}b", "a.".repeat(127)),
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
 
     fn valid(v: &str) -> bool {
         v.len() <= MAX_LABEL_VALUE

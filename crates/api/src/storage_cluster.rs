@@ -271,8 +271,10 @@ pub struct BackupStore {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMigrationSettings {
-    /// Image of the migration and benchmark Jobs (carries nvme-cli, fio and jq).
+    /// Image of the migration and benchmark Jobs (carries nvme-cli, fio and jq), from a
+    /// simplyblock registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::control_plane::IMAGE_PATTERN))]
     pub rebalancer_image: Option<String>,
     /// Tuning of the realignment after volume moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]

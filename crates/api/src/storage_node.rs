@@ -62,8 +62,9 @@ pub struct StorageNodeSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("nodeSet is immutable"))]
     pub node_set: Option<String>,
 
-    /// The Kubernetes node (worker) the storage node runs on. Only the operator changes it.
-    #[schemars(length(max = 253))]
+    /// The Kubernetes node (worker) the storage node runs on, by its name (a DNS-1123
+    /// subdomain). Only the operator changes it.
+    #[schemars(length(max = 253), regex(pattern = crate::names::DNS_SUBDOMAIN_PATTERN))]
     pub worker_node: String,
 
     /// The NUMA socket, `"0"` or `"1"`. Only the operator changes it.
@@ -96,11 +97,14 @@ pub struct StorageNodeConfig {
     /// The host resources SPDK gets on this node; copied from the cluster at creation.
     pub sizing: Sizing,
 
-    /// The SPDK image of this node.
+    /// The SPDK image of this node, from a simplyblock registry: the node runs it
+    /// privileged on its worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::control_plane::IMAGE_PATTERN))]
     pub spdk_image: Option<String>,
-    /// The SPDK proxy image of this node.
+    /// The SPDK proxy image of this node, from a simplyblock registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::control_plane::IMAGE_PATTERN))]
     pub spdk_proxy_image: Option<String>,
     /// When the SPDK image is pulled.
     #[serde(default)]

@@ -96,14 +96,20 @@ pub struct SnodeSettings {
 
 impl SnodeSettings {
     /// `<worker>.simplyblock-storage-node-api.<namespace>.svc.cluster.local:<port>`, the
-    /// address the control plane is given in a node add.
-    pub fn address(&self, worker: &str) -> String {
-        format!(
+    /// address the control plane is given in a node add. A worker name that is not a
+    /// Node's name is refused before it becomes part of a host name.
+    pub fn address(&self, worker: &str) -> Result<String, crate::kit::Error> {
+        if !simplyblock_api::names::is_dns_subdomain(worker) {
+            return Err(crate::kit::Error::Invalid(format!(
+                "worker {worker:?} is not a Node name (a DNS-1123 subdomain); no request is sent to it: correct spec.workerNode"
+            )));
+        }
+        Ok(format!(
             "{worker}.{}.{}.svc.cluster.local:{}",
             crate::cluster::workload::names::SERVICE_NAME,
             self.namespace,
             self.port
-        )
+        ))
     }
 }
 

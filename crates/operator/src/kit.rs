@@ -50,6 +50,9 @@ pub enum Error {
     /// Issuing or reading a certificate failed.
     #[error("{0}")]
     Certificate(String),
+    /// An object holds a value the operator refuses to act on (what, why, what to do).
+    #[error("{0}")]
+    Invalid(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<FinalizerError<Error>>),
 }
@@ -71,6 +74,7 @@ impl Error {
             Error::LockContended(_) => "lock_contended",
             Error::Held(_) => "held",
             Error::Certificate(_) => "certificate",
+            Error::Invalid(_) => "invalid",
             Error::Finalizer(_) => "finalizer",
         }
     }

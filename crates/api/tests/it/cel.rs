@@ -736,3 +736,52 @@ async fn a_pool_cannot_ask_for_compression() {
         .await
         .expect("other defaults are admitted");
 }
+
+/// What runs privileged on a worker comes from simplyblock's registries, and a worker is
+/// named as a Node is before its name becomes part of a host name.
+#[tokio::test]
+async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
+    use simplyblock_api::StorageNode;
+    let (client, ns) = crate::support::namespace("cel-host-reach").await;
+    let should_match = |causes: Vec<String>, field: &str| {
+        assert!(
+            causes
+                .iter()
+                .any(|c| c.starts_with(&format!("{field}: ")) && c.contains("should match")),
+            "{field}: {causes:?}"
+        );
+    };
+
+    let nodes = dynamic::<StorageNode>(&client, &ns);
+    let mut node = storage_node("n");
+    node["spec"]["config"]["spdkImage"] = json!("evil.example.com/spdk:1");
+    node["spec"]["config"]["spdkProxyImage"] = json!("quay.io/someone-else/proxy:1");
+    let causes = refusal(create(&nodes, node).await);
+    should_match(causes.clone(), "spec.config.spdkImage");
+    should_match(causes, "spec.config.spdkProxyImage");
+    for worker in ["evil.example.com:80/x", "Worker-1", "w1@host"] {
+        let mut node = storage_node("n");
+        node["spec"]["workerNode"] = json!(worker);
+        should_match(refusal(create(&nodes, node).await), "spec.workerNode");
+    }
+    let mut node = storage_node("n");
+    node["spec"]["config"]["spdkImage"] = json!("quay.io/simplyblock-io/spdk:v25.10");
+    create(&nodes, node)
+        .await
+        .expect("an image of a simplyblock registry");
+
+    let clusters = dynamic::<StorageCluster>(&client, &ns);
+    let foreign = cluster(
+        "sb",
+        json!({"volumeMigrationSettings": {"rebalancerImage": "evil.example.com/x:1"}}),
+    );
+    should_match(
+        refusal(create(&clusters, foreign).await),
+        "spec.volumeMigrationSettings.rebalancerImage",
+    );
+
+    let docs = dynamic::<ClusterDeploymentConfig>(&client, &ns);
+    let mut doc = cdc("doc", json!([nvme_group("g")]));
+    doc["spec"]["images"] = json!({"spdk": {"image": "evil.example.com/spdk:1"}});
+    should_match(refusal(create(&docs, doc).await), "spec.images.spdk.image");
+}

@@ -230,7 +230,7 @@ async fn advance(
 }
 
 fn snode(ctx: &Context, worker: &str) -> Result<SnodeClient, Error> {
-    let mut config = SnodeConfig::new(ctx.snode.address(worker));
+    let mut config = SnodeConfig::new(ctx.snode.address(worker)?);
     config.timeout = std::time::Duration::from_secs(5);
     config.connect_to = ctx.snode.proxy;
     Ok(SnodeClient::new(config)?)
@@ -465,7 +465,7 @@ async fn execute(
         }
         ProvisioningPlan::SendAdd { message } => {
             let body = provisioning::node_add_body(
-                ctx.snode.address(worker),
+                ctx.snode.address(worker)?,
                 &ctx.snode.namespace,
                 node,
                 cluster,
@@ -587,7 +587,10 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
 /// Where the node add of `worker` is, by the control plane's task list.
 async fn add_window(ctx: &Context, cluster_id: Uuid, worker: &str) -> Result<AddWindow, Error> {
     let tasks = ctx.control_plane()?.list_tasks(cluster_id).await?;
-    Ok(provisioning::add_window(&tasks, &ctx.snode.address(worker)))
+    Ok(provisioning::add_window(
+        &tasks,
+        &ctx.snode.address(worker)?,
+    ))
 }
 
 /// What the node-add budget is decided from, read fresh (the cluster, its nodes, and the

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject};
 use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::storage_cluster::DeviceClass;
@@ -107,7 +108,22 @@ async fn on_create(
             ));
         }
     };
-    let problems = create_problems(&node, &cluster, operator);
+    let mut problems = Vec::new();
+    // The worker's name becomes a host name the operator sends requests to, and the
+    // worker runs the node's privileged pod: it must be a Node that exists.
+    let worker = &node.spec.worker_node;
+    match Api::<Node>::all(ctx.client.clone()).get_opt(worker).await {
+        Ok(Some(_)) => {}
+        Ok(None) => problems.push(format!(
+            "WorkerNotFound: spec.workerNode names Node {worker}, which does not exist; name a worker of this cluster (kubectl get nodes)"
+        )),
+        Err(e) => {
+            return Err(format!(
+                "the node could not be checked against Node {worker} ({e}); nothing was created, try again"
+            ));
+        }
+    }
+    problems.extend(create_problems(&node, &cluster, operator));
     if problems.is_empty() {
         Ok(())
     } else {

@@ -198,7 +198,7 @@ fn storage_node(vcpus: i64) -> Value {
     json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNode",
         "metadata": {"name": "sb-w1-0"},
-        "spec": {"clusterRef": "sb", "workerNode": "w1", "slot": 0,
+        "spec": {"clusterRef": "sb", "workerNode": "webhook-w1", "slot": 0,
                  "config": {"sizing": {"vcpuCount": vcpus}, "deviceNames": ["0000:01:00.0"]}}
     })
 }
@@ -225,12 +225,29 @@ async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
         .create(&PostParams::default(), &obj(storage_cluster()))
         .await
         .expect("cluster");
+    // Every problem at once: a worker that is no Node, and a sizing of another cluster.
+    let message = denied(
+        nodes
+            .create(&PostParams::default(), &obj(storage_node(4)))
+            .await,
+    );
+    assert_eq!(
+        message,
+        "admission webhook \"vstoragenode.simplyblock.io\" denied the request: WorkerNotFound: spec.workerNode names Node webhook-w1, which does not exist; name a worker of this cluster (kubectl get nodes); spec.config.sizing.vcpuCount is 4 but StorageCluster sb runs 8 vCPUs per node; set 8 (the control plane assumes one core layout per cluster)"
+    );
+    let worker: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": "webhook-w1"}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .create(&PostParams::default(), &worker)
+        .await
+        .expect("the worker");
     let message = denied(
         nodes
             .create(&PostParams::default(), &obj(storage_node(4)))
             .await,
     );
     assert!(message.ends_with("spec.config.sizing.vcpuCount is 4 but StorageCluster sb runs 8 vCPUs per node; set 8 (the control plane assumes one core layout per cluster)"), "{message}");
+    assert!(!message.contains("WorkerNotFound"), "{message}");
     nodes
         .create(&PostParams::default(), &obj(storage_node(8)))
         .await
