@@ -32,6 +32,13 @@ pub trait Fs {
     /// file (the exclusive open); `None` when it is not inside the root.
     fn host_path(&self, path: &str) -> Option<PathBuf>;
 
+    /// The major and minor number of the block device `path` leads to, when this machine
+    /// can tell: a live `/proc` fd link leads to the device itself, whatever path it was
+    /// opened by; a captured tree has no device nodes.
+    fn block_device_number(&self, _path: &str) -> Option<(u32, u32)> {
+        None
+    }
+
     fn read_string(&self, path: &str) -> io::Result<String> {
         Ok(String::from_utf8_lossy(&self.read(path)?).into_owned())
     }
@@ -167,6 +174,23 @@ impl Fs for RootFs {
 
     fn host_path(&self, path: &str) -> Option<PathBuf> {
         self.inside(path).ok()
+    }
+
+    fn block_device_number(&self, path: &str) -> Option<(u32, u32)> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        self.note(path);
+        // Only on the machine itself: under another root a link may lead out of it, to a
+        // device of the machine running the probe. On the machine, the fd link is
+        // followed by the kernel, not by its text, which may name a node that exists only
+        // in the process's own mount namespace.
+        if self.canonical_root != Path::new("/") {
+            return None;
+        }
+        let meta = fs::metadata(self.host_path(path)).ok()?;
+        let rdev = meta.rdev();
+        meta.file_type()
+            .is_block_device()
+            .then(|| (libc::major(rdev), libc::minor(rdev)))
     }
 
     fn canonical(&self, path: &str) -> io::Result<String> {
