@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::caps;
 use crate::clusters::Clusters;
 use crate::error::{CsiError, Result};
+use crate::fs;
 use crate::handle::{PoolRef, SnapshotHandle, VolumeHandle};
 use crate::locks::KeyLocks;
 use crate::params::{self, ClassParams, vc};
@@ -527,6 +528,11 @@ impl Controller for ControllerService {
         }
         caps::check_all(&req.volume_capabilities)?;
         let p = ClassParams::parse(&req.parameters)?;
+        for c in &req.volume_capabilities {
+            if let (caps::Access::Mount { fs_type, .. }, _) = caps::check(c)? {
+                p.format.check_for(fs::format_as(&fs_type))?;
+            }
+        }
         let range = req.capacity_range.unwrap_or_default();
         let size = params::volume_size(range.required_bytes, range.limit_bytes)?;
         if let Some(max) = p.max_size
