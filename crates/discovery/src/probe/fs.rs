@@ -4,7 +4,7 @@
 //! touched (so a fixture holds exactly those) and keeps the probe from reading past its
 //! root when a fixture carries a link that points out of it.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
@@ -53,6 +53,8 @@ pub struct RootFs {
     canonical_root: PathBuf,
     touched: Option<RefCell<BTreeSet<String>>>,
     contents: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// Whether `/proc` under the root is a live procfs; read once.
+    live_proc: OnceCell<bool>,
 }
 
 impl RootFs {
@@ -63,6 +65,7 @@ impl RootFs {
             canonical_root,
             touched: None,
             contents: RefCell::new(BTreeMap::new()),
+            live_proc: OnceCell::new(),
         }
     }
 
@@ -179,11 +182,15 @@ impl Fs for RootFs {
     fn block_device_number(&self, path: &str) -> Option<(u32, u32)> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         self.note(path);
-        // Only on the machine itself: under another root a link may lead out of it, to a
-        // device of the machine running the probe. On the machine, the fd link is
-        // followed by the kernel, not by its text, which may name a node that exists only
-        // in the process's own mount namespace.
-        if self.canonical_root != Path::new("/") {
+        // Only through a live procfs (the machine's own, or the host's mounted into a
+        // probe pod), whose fd links the kernel follows to the open file itself, whatever
+        // node their text names. A captured tree's links are plain text: following one
+        // would reach a device of the machine running the probe.
+        let live = *self.live_proc.get_or_init(|| {
+            rustix::fs::statfs(self.host_path("/proc"))
+                .is_ok_and(|s| s.f_type == rustix::fs::PROC_SUPER_MAGIC)
+        });
+        if !live {
             return None;
         }
         let meta = fs::metadata(self.host_path(path)).ok()?;

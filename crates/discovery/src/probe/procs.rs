@@ -54,7 +54,9 @@ pub fn read(fs: &dyn Fs) -> io::Result<OpenFiles> {
             let Ok(target) = fs.read_link(&link) else {
                 continue;
             };
-            let device = if target.starts_with("/dev/") {
+            // Sockets, pipes and anonymous inodes (`socket:[812]`) are no device; a node
+            // may be anywhere, not only under /dev.
+            let device = if target.starts_with('/') {
                 fs.block_device_number(&link)
             } else {
                 None
