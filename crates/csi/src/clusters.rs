@@ -3,8 +3,8 @@
 //! names.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use simplyblock_api::csi_secret;
@@ -57,17 +57,59 @@ pub fn parse_secret(text: &str) -> Result<Vec<ClusterEntry>> {
 }
 
 /// Clients for every cluster the driver may serve.
-#[derive(Debug, Clone, Default)]
+///
+/// Built from the secret file, it follows the file: kubelet updates a mounted Secret by
+/// swapping a symlink, so each use compares the identity of the file (and of the token
+/// file) with what was last read and reads them again when it changed. Content that does
+/// not parse is logged and the last good list kept: one bad edit must not cut every
+/// volume off from its cluster.
+#[derive(Debug, Default)]
 pub struct Clusters {
-    clients: BTreeMap<Uuid, Arc<Client>>,
-    local: BTreeMap<Uuid, bool>,
+    served: RwLock<Arc<Served>>,
+    source: Option<Source>,
 }
 
-impl Clusters {
-    /// Build from entries; a non-empty `token` (a service-account token file) replaces
-    /// every entry's `cluster_secret` as the bearer.
-    pub fn new(entries: &[ClusterEntry], token: Option<&str>) -> Result<Self> {
-        let mut out = Clusters::default();
+#[derive(Debug, Default)]
+struct Served {
+    clients: BTreeMap<Uuid, Arc<Client>>,
+}
+
+/// Where the served list comes from, when it comes from files.
+#[derive(Debug)]
+struct Source {
+    secret: PathBuf,
+    token_file: Option<PathBuf>,
+    /// A cluster given on the command line, served whatever the file says.
+    extra: Option<ClusterEntry>,
+    seen: Mutex<(Option<Stamp>, Option<Stamp>)>,
+}
+
+/// What tells one version of a file from the next without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    /// Of the file a path leads to now (links followed, as kubelet's swap needs).
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        })
+    }
+}
+
+impl Served {
+    fn new(entries: &[ClusterEntry], token: Option<&str>) -> Result<Self> {
+        let mut out = Served::default();
         for e in entries {
             let bearer = match token.filter(|t| !t.trim().is_empty()) {
                 Some(t) => t.trim().to_string(),
@@ -89,35 +131,131 @@ impl Clusters {
             cfg.timeout = Duration::from_secs(60);
             let client = Client::new(cfg)?;
             out.clients.insert(e.cluster_id, Arc::new(client));
-            out.local.insert(e.cluster_id, e.local);
         }
         Ok(out)
     }
+}
 
-    /// Read the secret file (and the optional token file).
-    pub fn load(secret: &Path, token_file: Option<&Path>) -> Result<Self> {
-        let text = std::fs::read_to_string(secret)
-            .map_err(|e| CsiError::io(format!("reading the CSI secret {}", secret.display()), e))?;
-        let token = match token_file {
-            Some(p) => std::fs::read_to_string(p).ok(),
+impl Source {
+    /// Read the token and the secret and build their clients.
+    fn read(&self) -> Result<Served> {
+        let token = match &self.token_file {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
+                CsiError::FailedPrecondition(format!(
+                    "cannot read the API token file {}: {e}; mount the token there or leave out --api-token-file",
+                    p.display()
+                ))
+            })?),
             None => None,
         };
-        Self::new(&parse_secret(&text)?, token.as_deref())
+        let mut entries = match std::fs::read_to_string(&self.secret) {
+            Ok(text) => parse_secret(&text)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.extra.is_some() => {
+                Vec::new()
+            }
+            Err(e) => {
+                return Err(CsiError::FailedPrecondition(format!(
+                    "cannot read the CSI secret {}: {e}; mount Secret {} there or pass --cluster-id and --cluster-endpoint",
+                    self.secret.display(),
+                    csi_secret::NAME
+                )));
+            }
+        };
+        if let Some(x) = &self.extra {
+            entries.retain(|e| e.cluster_id != x.cluster_id);
+            entries.push(x.clone());
+        }
+        Served::new(&entries, token.as_deref())
+    }
+
+    fn stamps(&self) -> (Option<Stamp>, Option<Stamp>) {
+        (
+            Stamp::of(&self.secret),
+            self.token_file.as_deref().and_then(Stamp::of),
+        )
+    }
+}
+
+impl Clusters {
+    /// Serve these entries, for good; a non-empty `token` (a service-account token)
+    /// replaces every entry's `cluster_secret` as the bearer.
+    pub fn new(entries: &[ClusterEntry], token: Option<&str>) -> Result<Self> {
+        Ok(Clusters {
+            served: RwLock::new(Arc::new(Served::new(entries, token)?)),
+            source: None,
+        })
+    }
+
+    /// Serve the secret file (and the optional token file), following their changes, plus
+    /// `extra`, a cluster given on the command line. With `extra`, a missing secret file
+    /// serves that cluster alone. An unreadable or malformed file is an error here, at
+    /// start, and only logged later.
+    pub fn from_files(
+        secret: &Path,
+        token_file: Option<&Path>,
+        extra: Option<ClusterEntry>,
+    ) -> Result<Self> {
+        let source = Source {
+            secret: secret.to_path_buf(),
+            token_file: token_file.map(Path::to_path_buf),
+            extra,
+            seen: Mutex::new((None, None)),
+        };
+        let stamps = source.stamps();
+        let served = source.read()?;
+        *lock(&source.seen) = stamps;
+        Ok(Clusters {
+            served: RwLock::new(Arc::new(served)),
+            source: Some(source),
+        })
+    }
+
+    /// The list to serve this call: the files' current one if they changed and parse,
+    /// else the last good one.
+    fn current(&self) -> Arc<Served> {
+        if let Some(src) = &self.source {
+            let mut seen = lock(&src.seen);
+            let now = src.stamps();
+            if *seen != now {
+                // Recorded first, so a bad version is logged once, not on every call.
+                *seen = now;
+                match src.read() {
+                    Ok(served) => {
+                        tracing::info!(
+                            secret = %src.secret.display(),
+                            clusters = served.clients.len(),
+                            "the CSI secret changed; serving its clusters"
+                        );
+                        *self.served.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(served);
+                    }
+                    Err(e) => tracing::error!(
+                        secret = %src.secret.display(),
+                        error = %e,
+                        "the CSI secret changed but cannot be used; still serving the clusters it named before"
+                    ),
+                }
+            }
+        }
+        self.served
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn client(&self, cluster: Uuid) -> Result<Arc<Client>> {
-        self.clients
+        self.current()
+            .clients
             .get(&cluster)
             .cloned()
             .ok_or_else(|| CsiError::UnknownCluster(cluster.to_string()))
     }
 
-    pub fn ids(&self) -> impl Iterator<Item = Uuid> + '_ {
-        self.clients.keys().copied()
+    pub fn ids(&self) -> Vec<Uuid> {
+        self.current().clients.keys().copied().collect()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.clients.is_empty()
+        self.current().clients.is_empty()
     }
 
     /// The pool's UUID; a name (legacy handles, StorageClass `pool_name`) is looked up.
@@ -135,6 +273,11 @@ impl Clusters {
             }
         }
     }
+}
+
+/// A poisoned lock only means a reload panicked; the stamps it guards are still whole.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -167,6 +310,44 @@ mod tests {
         let not_a_uuid = r#"{"clusters":[{"cluster_id":"prod","cluster_endpoint":"http://cp"}]}"#;
         let e = parse_secret(not_a_uuid).expect_err("not a UUID");
         assert!(e.to_string().contains("\"prod\""), "{e}");
+    }
+
+    #[test]
+    fn a_changed_secret_is_served_and_a_malformed_one_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("secret.json");
+        // A new file renamed over the old, as kubelet's link swap presents an update.
+        let replace = |text: &str| {
+            let tmp = dir.path().join("next");
+            std::fs::write(&tmp, text).expect("write");
+            std::fs::rename(&tmp, &path).expect("rename");
+        };
+        let naming = |id: &str| {
+            format!(
+                r#"{{"clusters":[{{"cluster_id":"{id}","cluster_endpoint":"http://cp:5000","cluster_secret":"s"}}]}}"#
+            )
+        };
+        let a = "11111111-1111-4111-8111-111111111111";
+        let b = "22222222-2222-4222-8222-222222222222";
+        replace(&naming(a));
+        let c = Clusters::from_files(&path, None, None).expect("start");
+        let ids = || c.ids().iter().map(Uuid::to_string).collect::<Vec<_>>();
+        assert_eq!(ids(), [a]);
+        replace("{\"clusters\": [");
+        assert_eq!(ids(), [a], "the last good list is kept");
+        replace(&naming(b));
+        assert_eq!(ids(), [b], "the new secret is served");
+        std::fs::remove_file(&path).expect("remove");
+        assert_eq!(ids(), [b], "a vanished secret is not an empty one");
+
+        // At start, what cannot be read or used stops the driver.
+        let missing = dir.path().join("missing");
+        assert!(Clusters::from_files(&missing, None, None).is_err());
+        replace(&naming(a));
+        let e = Clusters::from_files(&path, Some(&missing), None).expect_err("token file");
+        assert!(e.to_string().contains("API token file"), "{e}");
+        replace("not json");
+        assert!(Clusters::from_files(&path, None, None).is_err());
     }
 
     #[test]

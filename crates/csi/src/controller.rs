@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::caps;
 use crate::clusters::Clusters;
 use crate::error::{CsiError, Result};
+use crate::fs;
 use crate::handle::{PoolRef, SnapshotHandle, VolumeHandle};
 use crate::locks::KeyLocks;
 use crate::params::{self, ClassParams, vc};
@@ -527,6 +528,11 @@ impl Controller for ControllerService {
         }
         caps::check_all(&req.volume_capabilities)?;
         let p = ClassParams::parse(&req.parameters)?;
+        for c in &req.volume_capabilities {
+            if let (caps::Access::Mount { fs_type, .. }, _) = caps::check(c)? {
+                p.format.check_for(fs::format_as(&fs_type))?;
+            }
+        }
         let range = req.capacity_range.unwrap_or_default();
         let size = params::volume_size(range.required_bytes, range.limit_bytes)?;
         if let Some(max) = p.max_size
@@ -587,11 +593,19 @@ impl Controller for ControllerService {
             return Ok(Response::new(csi::DeleteVolumeResponse {}));
         };
         let _g = self.names.lock(&req.volume_id).await;
+        // A handle this driver issued names a volume that exists until its cluster says
+        // otherwise; answering success for a cluster the secret lacks would leave it behind.
         let client = match self.clusters.client(h.cluster) {
             Ok(c) => c,
             Err(_) => {
-                tracing::warn!(volume = %req.volume_id, "cluster not in the CSI secret; treating the volume as gone");
-                return Ok(Response::new(csi::DeleteVolumeResponse {}));
+                return Err(CsiError::FailedPrecondition(format!(
+                    "volume {} is on cluster {}, which the CSI secret ({}, key {}) does not name, so it cannot be deleted; add the cluster to the secret (the driver reads it again when it changes) and the deletion is retried",
+                    req.volume_id,
+                    h.cluster,
+                    simplyblock_api::csi_secret::NAME,
+                    simplyblock_api::csi_secret::KEY
+                ))
+                .into());
             }
         };
         let pool = match self.clusters.pool_id(h.cluster, &h.pool).await {

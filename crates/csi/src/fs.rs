@@ -115,7 +115,8 @@ pub fn blkid_cmd(dev: &Path) -> Cmd {
 
 /// mkfs for a proven-blank device. The default options keep the filesystem mountable by
 /// older kernels: ext4 without `orphan_file`, xfs without large extent counters. The
-/// class's `mkfs_options` replace those defaults rather than adding to them; the quiet
+/// class's `mkfs_options` (only those [`crate::mkfs_options`] accepts) replace those
+/// defaults rather than adding to them; the quiet
 /// flag and ext4's `-F` (the device is whole, with no partition table, which mke2fs
 /// would otherwise ask about) stay. xfs gets the class's stripe geometry for its data and
 /// log sections.
@@ -130,6 +131,7 @@ pub fn mkfs_cmd(fs: &str, dev: &Path, p: &FormatParams) -> Result<Cmd> {
         "xfs" => (Cmd::new("mkfs.xfs", &["-q"]), &["-i", "nrext64=0"]),
         other => return Err(unsupported(other)),
     };
+    p.check_for(fs)?;
     match &p.mkfs_options {
         Some(o) => {
             for w in o {
@@ -165,6 +167,15 @@ fn unsupported(fs: &str) -> CsiError {
         "fsType {fs:?} is not supported; use one of {}",
         SUPPORTED_FS.join(", ")
     ))
+}
+
+/// The filesystem a blank volume is formatted with for a requested fsType.
+pub fn format_as(requested: &str) -> &str {
+    if requested.is_empty() {
+        DEFAULT_FS
+    } else {
+        requested
+    }
 }
 
 /// Check a requested fsType: empty is allowed (mount what is there, else ext4).
@@ -452,15 +463,22 @@ mod tests {
             xfs_stripe: Some(("64k".into(), 4)),
             reserved_blocks: Some("0".into()),
         };
+        let xfs = FormatParams {
+            mkfs_options: Some(vec!["-b".into(), "size=4096".into()]),
+            ..p.clone()
+        };
         assert_eq!(
             mkfs_cmd("ext4", d, &p).expect("ext4").to_string(),
             "mkfs.ext4 -F -q -b 4096 /dev/loop3",
             "class options replace -O ^orphan_file; the stripe is xfs-only"
         );
         assert_eq!(
-            mkfs_cmd("xfs", d, &p).expect("xfs").to_string(),
-            "mkfs.xfs -q -b 4096 -d su=64k,sw=4 -l su=64k /dev/loop3"
+            mkfs_cmd("xfs", d, &xfs).expect("xfs").to_string(),
+            "mkfs.xfs -q -b size=4096 -d su=64k,sw=4 -l su=64k /dev/loop3"
         );
+        // Options are checked against the filesystem being made, not only at parse.
+        let e = mkfs_cmd("xfs", d, &p).expect_err("ext4's -b form for xfs");
+        assert!(matches!(e, CsiError::InvalidArgument(_)), "{e}");
         let stripe_only = FormatParams {
             xfs_stripe: Some(("16k".into(), 1)),
             ..Default::default()

@@ -17,6 +17,7 @@ pub mod fs;
 pub mod handle;
 pub mod identity;
 pub mod locks;
+pub mod mkfs_options;
 pub mod node;
 pub mod params;
 pub mod record;

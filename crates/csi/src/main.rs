@@ -7,7 +7,7 @@ use clap::Parser;
 use simplyblock_csi::attach::Attacher;
 use simplyblock_csi::attach::loopdev::LoopAttacher;
 use simplyblock_csi::attach::nvmeof::NvmeofAttacher;
-use simplyblock_csi::clusters::{ClusterEntry, Clusters, DEFAULT_SECRET_PATH, parse_secret};
+use simplyblock_csi::clusters::{ClusterEntry, Clusters, DEFAULT_SECRET_PATH};
 use simplyblock_csi::{Driver, Mode, NodeConfig, handle, topology};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -83,29 +83,22 @@ async fn main() -> anyhow::Result<()> {
     simplyblock_csi::install_crypto_provider();
     let a = Args::parse();
 
-    let mut entries: Vec<ClusterEntry> = match std::fs::read_to_string(&a.secret_file) {
-        Ok(text) => parse_secret(&text)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && a.cluster_id.is_some() => vec![],
-        Err(e) => anyhow::bail!(
-            "cannot read the CSI secret {}: {e}; mount Secret {} there or pass --cluster-id/--cluster-endpoint",
-            a.secret_file.display(),
-            simplyblock_api::csi_secret::NAME
-        ),
-    };
-    if let (Some(id), Some(ep)) = (a.cluster_id, &a.cluster_endpoint) {
-        entries.retain(|e| e.cluster_id != id);
-        entries.push(ClusterEntry {
+    let extra = match (a.cluster_id, &a.cluster_endpoint) {
+        (Some(id), Some(ep)) => Some(ClusterEntry {
             cluster_id: id,
             cluster_endpoint: ep.clone(),
             cluster_secret: a.cluster_secret.clone(),
             local: true,
-        });
-    }
-    let token = a
-        .api_token_file
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok());
-    let clusters = Arc::new(Clusters::new(&entries, token.as_deref())?);
+        }),
+        _ => None,
+    };
+    // Unreadable or malformed files stop the driver here, where it is seen; later changes
+    // are followed, and a bad one is logged while the last good list is kept.
+    let clusters = Arc::new(Clusters::from_files(
+        &a.secret_file,
+        a.api_token_file.as_deref(),
+        extra,
+    )?);
 
     let node = if a.mode.node() {
         let Some(node_id) = a.node_id.clone() else {

@@ -72,12 +72,7 @@ pub fn plan_filesystem(
                     "the device reads blank, but {r} was staged on it before; refusing to format a volume that held data"
                 )));
             }
-            let fs = if requested.is_empty() {
-                fs::DEFAULT_FS
-            } else {
-                requested
-            };
-            Ok((fs.to_string(), true))
+            Ok((fs::format_as(requested).to_string(), true))
         }
         Probe::Foreign(what) => Err(CsiError::FailedPrecondition(format!(
             "the device carries {what}, not a filesystem this driver mounts; refusing to format it"
@@ -171,6 +166,9 @@ impl NodeService {
         let (access, read_only) = caps::check(cap)?;
         let h = VolumeHandle::parse(&req.volume_id)?;
         let format_params = FormatParams::parse(&req.volume_context)?;
+        if let Access::Mount { fs_type, .. } = &access {
+            format_params.check_for(fs::format_as(fs_type))?;
+        }
         let tunables = PathTunables::from_context(&req.volume_context)?;
         let staging = PathBuf::from(&req.staging_target_path);
         let _g = self.locks.lock(&req.volume_id).await;

@@ -127,11 +127,8 @@ impl FormatParams {
         let mut out = FormatParams::default();
         if let Some(v) = get(vc::MKFS_OPTIONS) {
             let words: Vec<String> = v.split_whitespace().map(String::from).collect();
-            if !words[0].starts_with('-') {
-                return Err(CsiError::InvalidArgument(format!(
-                    "parameter mkfs_options={v:?} must start with an option (-…); the driver adds the device itself"
-                )));
-            }
+            // The filesystem is not known here; the stricter check for it runs where it is.
+            crate::mkfs_options::check_any(&words)?;
             out.mkfs_options = Some(words);
         }
         match (get(vc::XFS_SU), get(vc::XFS_SW)) {
@@ -163,6 +160,14 @@ impl FormatParams {
             }
         }
         Ok(out)
+    }
+
+    /// Check the class's mkfs options against the filesystem they will format.
+    pub fn check_for(&self, fs: &str) -> Result<()> {
+        match &self.mkfs_options {
+            Some(words) => crate::mkfs_options::check(fs, words),
+            None => Ok(()),
+        }
     }
 
     /// The keys to carry in the volume context (only those set).

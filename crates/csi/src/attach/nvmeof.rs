@@ -99,12 +99,14 @@ pub fn parse_connect_auth(line: &str) -> ConnectAuth {
 /// The option string written to `/dev/nvme-fabrics` for one path. The host is the
 /// connect line's `--hostnqn` if it names one, else the node's; its id is the line's
 /// `--hostid`, else `host_id` when the host is the node's own, else derived from the NQN.
+/// A value that could split the string is refused before anything is written
+/// ([`fabrics_value`]).
 pub fn fabrics_options(
     e: &ConnectEntry,
     nqn: &str,
     host_nqn: &str,
     host_id: Option<Uuid>,
-) -> String {
+) -> Result<String> {
     let auth = parse_connect_auth(&e.connect);
     let transport = if e.transport.is_empty() {
         "tcp".to_string()
@@ -117,23 +119,25 @@ pub fn fabrics_options(
         e.nqn.as_str()
     };
     let host = auth.hostnqn.as_deref().unwrap_or(host_nqn);
+    let path = format!("{}:{}", e.ip, e.port);
+    let opt = |key: &str, value: &str| fabrics_value(&path, key, value);
     let mut o = vec![
-        format!("nqn={nqn}"),
-        format!("transport={transport}"),
-        format!("traddr={}", e.ip),
+        opt("nqn", nqn)?,
+        opt("transport", &transport)?,
+        opt("traddr", &e.ip)?,
         format!("trsvcid={}", e.port),
     ];
     if !host.is_empty() {
-        o.push(format!("hostnqn={host}"));
+        o.push(opt("hostnqn", host)?);
         let id = match (&auth.hostid, host_id) {
             (Some(line), _) => line.clone(),
             (None, Some(own)) if host == host_nqn => own.to_string(),
             _ => host_id_for(host).to_string(),
         };
-        o.push(format!("hostid={id}"));
+        o.push(opt("hostid", &id)?);
     }
     if !e.host_iface.is_empty() {
-        o.push(format!("host_iface={}", e.host_iface));
+        o.push(opt("host_iface", &e.host_iface)?);
     }
     if e.nr_io_queues > 0 {
         o.push(format!("nr_io_queues={}", e.nr_io_queues));
@@ -152,12 +156,38 @@ pub fn fabrics_options(
         o.push("tls".into());
     }
     if let Some(s) = &auth.dhchap_secret {
-        o.push(format!("dhchap_secret={s}"));
+        o.push(opt("dhchap_secret", s)?);
     }
     if let Some(s) = &auth.dhchap_ctrl_secret {
-        o.push(format!("dhchap_ctrl_secret={s}"));
+        o.push(opt("dhchap_ctrl_secret", s)?);
     }
-    o.join(",")
+    Ok(o.join(","))
+}
+
+/// One `key=value` of the fabrics option string. The kernel splits the string at `,` and
+/// newlines and reads it as a C string, so a value carrying one of those, a NUL, or any
+/// other control character or space would end its option early and add options of its
+/// choosing (a `traddr` of `10.0.0.1,hostnqn=…` connects as another host). An `=` is
+/// refused too, except in DH-HMAC-CHAP secrets: their base64 ends in `=` padding, and the
+/// kernel takes a key's value from its first `=`.
+fn fabrics_value(path: &str, key: &str, value: &str) -> Result<String> {
+    let secret = key.starts_with("dhchap");
+    let bad = value
+        .chars()
+        .find(|c| *c == ',' || (*c == '=' && !secret) || c.is_whitespace() || c.is_control());
+    let Some(c) = bad else {
+        return Ok(format!("{key}={value}"));
+    };
+    let shown = if secret {
+        String::new()
+    } else {
+        format!(" ({value:?})")
+    };
+    Err(CsiError::FailedPrecondition(format!(
+        "the {key} the control plane gives for path {path}{shown} contains {c:?}, which would \
+         split the /dev/nvme-fabrics option string into options of its own; the path was not \
+         connected: correct the value in the control plane"
+    )))
 }
 
 /// The controller instance in the kernel's answer (`instance=3,cntlid=1`).
@@ -314,7 +344,7 @@ impl NvmeofAttacher {
         {
             return Ok(());
         }
-        let options = fabrics_options(e, &t.nqn, &t.host_nqn, self.host_id);
+        let options = fabrics_options(e, &t.nqn, &t.host_nqn, self.host_id)?;
         let fabrics = self.fabrics.clone();
         let opts = options.clone();
         let job = tokio::task::spawn_blocking(move || write_fabrics(&fabrics, &opts));
@@ -458,7 +488,8 @@ mod tests {
             "ignored",
             "nqn.node",
             Some(Uuid::from_u128(7)),
-        );
+        )
+        .expect("options");
         assert_eq!(
             o,
             format!(
@@ -475,7 +506,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            fabrics_options(&bare, "nqn.x", "nqn.node", None),
+            fabrics_options(&bare, "nqn.x", "nqn.node", None).expect("options"),
             format!(
                 "nqn=nqn.x,transport=tcp,traddr=1.2.3.4,trsvcid=4420,hostnqn=nqn.node,hostid={},ctrl_loss_tmo=1800",
                 host_id_for("nqn.node")
@@ -496,13 +527,17 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            fabrics_options(&bare, "nqn.x", &node, None).contains(&format!(",hostid={uid},")),
+            fabrics_options(&bare, "nqn.x", &node, None)
+                .expect("options")
+                .contains(&format!(",hostid={uid},")),
             "the Node UID in the host NQN is the host id"
         );
         // A configured id wins for the node's own NQN.
         let own = Uuid::from_u128(9);
         assert!(
-            fabrics_options(&bare, "nqn.x", &node, Some(own)).contains(&format!(",hostid={own},"))
+            fabrics_options(&bare, "nqn.x", &node, Some(own))
+                .expect("options")
+                .contains(&format!(",hostid={own},"))
         );
         // An NQN without a UUID gets a derived id, stable and distinct per NQN.
         assert_eq!(host_id_for("nqn.a"), host_id_for("nqn.a"));
@@ -512,8 +547,98 @@ mod tests {
             connect: "nvme connect --hostnqn=nqn.h:1 --hostid=abc-1".into(),
             ..bare
         };
-        let o = fabrics_options(&lined, "nqn.x", &node, Some(own));
+        let o = fabrics_options(&lined, "nqn.x", &node, Some(own)).expect("options");
         assert!(o.contains(",hostnqn=nqn.h:1,hostid=abc-1,"), "{o}");
+    }
+
+    #[test]
+    fn a_value_that_would_split_the_option_string_is_refused() {
+        // Regression: values were joined unescaped, so a traddr of "10.0.0.1,hostnqn=…"
+        // added an option of its own.
+        let good = entry("10.0.0.1");
+        let cases: Vec<(&str, ConnectEntry)> = vec![
+            ("traddr", entry("10.0.0.1,hostnqn=nqn.other")),
+            ("traddr", entry("10.0.0.1\nhostnqn=nqn.other")),
+            ("traddr", entry("10.0.0.1\0")),
+            (
+                "nqn",
+                ConnectEntry {
+                    nqn: "nqn.x,tls".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "nqn",
+                ConnectEntry {
+                    nqn: "nqn.x=y".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "transport",
+                ConnectEntry {
+                    transport: "tcp,keyring=1".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "host_iface",
+                ConnectEntry {
+                    host_iface: "eth0 ,x".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "hostnqn",
+                ConnectEntry {
+                    connect: "nvme connect --hostnqn=nqn.h,hostid=1".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "hostid",
+                ConnectEntry {
+                    connect: "nvme connect --hostid=1d2,tls".into(),
+                    ..good.clone()
+                },
+            ),
+            (
+                "dhchap_secret",
+                ConnectEntry {
+                    connect: "nvme connect --dhchap-secret=DHHC-1:00:abc:,hostnqn=nqn.x".into(),
+                    ..good.clone()
+                },
+            ),
+        ];
+        for (key, e) in cases {
+            let err = fabrics_options(&e, "nqn.x", "nqn.node", None).expect_err(key);
+            assert!(
+                matches!(err, CsiError::FailedPrecondition(_)),
+                "{key}: {err}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(&format!("the {key} ")), "{key}: {text}");
+            assert!(!text.contains("abc"), "a secret is never shown: {text}");
+        }
+        // The node's own host NQN is checked as well.
+        let err = fabrics_options(
+            &ConnectEntry {
+                connect: String::new(),
+                ..good.clone()
+            },
+            "nqn.x",
+            "nqn.node,tls",
+            None,
+        )
+        .expect_err("node host NQN");
+        assert!(err.to_string().contains("the hostnqn "), "{err}");
+        // base64 padding in a DH-HMAC-CHAP secret is not a separator.
+        let padded = ConnectEntry {
+            connect: "nvme connect --dhchap-secret=DHHC-1:03:YWJjZA==:".into(),
+            ..good
+        };
+        let o = fabrics_options(&padded, "nqn.x", "nqn.node", None).expect("padded secret");
+        assert!(o.ends_with(",dhchap_secret=DHHC-1:03:YWJjZA==:"), "{o}");
     }
 
     #[test]

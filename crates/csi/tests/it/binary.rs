@@ -148,3 +148,40 @@ async fn node_mode_without_a_node_id_says_what_is_missing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--node-id"), "{err}");
 }
+
+#[tokio::test]
+async fn an_unreadable_api_token_file_stops_the_driver_at_start() {
+    // Regression: the token file was read with its error dropped, so the driver served
+    // with the CSI secret's credentials instead of the token it was told to use.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("token");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-csi"))
+        .arg(format!(
+            "--endpoint=unix://{}",
+            dir.path().join("csi.sock").display()
+        ))
+        .args(["--mode", "controller", "--kubernetes=false"])
+        .arg(format!(
+            "--secret-file={}",
+            dir.path().join("absent.json").display()
+        ))
+        .args([
+            "--cluster-id=11111111-1111-4111-8111-111111111111",
+            "--cluster-endpoint=http://127.0.0.1:1",
+            "--cluster-secret=x",
+        ])
+        .arg(format!("--api-token-file={}", missing.display()))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .expect("exits at start")
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("API token file") && err.contains(&missing.display().to_string()),
+        "{err}"
+    );
+    assert!(!dir.path().join("csi.sock").exists(), "it never served");
+}

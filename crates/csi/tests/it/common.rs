@@ -154,11 +154,22 @@ impl DriverProc {
         files: &Path,
         segments: std::collections::BTreeMap<String, String>,
     ) -> DriverProc {
+        let clusters = Clusters::new(entries, None).expect("clusters");
+        Self::start_serving(dir, clusters, files, segments).await
+    }
+
+    /// The driver serving these clusters (one that follows a secret file, say).
+    pub async fn start_serving(
+        dir: &Path,
+        clusters: Clusters,
+        files: &Path,
+        segments: std::collections::BTreeMap<String, String>,
+    ) -> DriverProc {
         let socket = dir.join("csi.sock");
         // A socket left by a stopped driver would answer "connection refused".
         let _ = std::fs::remove_file(&socket);
         let state_dir = dir.join("node-state");
-        let clusters = Arc::new(Clusters::new(entries, None).expect("clusters"));
+        let clusters = Arc::new(clusters);
         let driver = Driver {
             name: simplyblock_csi::handle::DRIVER_NAME.into(),
             mode: Mode::Both,

@@ -811,6 +811,52 @@ async fn class_format_parameters_reach_mkfs_and_tune2fs() {
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(names), "{e:?}");
     }
+    // Regression: mkfs_options reached mkfs verbatim, so `-d <dir>` copied a node
+    // directory into the volume. An option off the allow-list, or a value of the wrong
+    // form for the filesystem asked for, is refused at CreateVolume.
+    for (fs_type, opts, names) in [
+        ("", "-L ok -d /etc", "\"-d\""),
+        ("ext4", "-E root_owner=0:0", "root_owner"),
+        ("xfs", "-b 4096", "\"4096\""),
+    ] {
+        let e = ctl
+            .create_volume(csi::CreateVolumeRequest {
+                name: "refused-mkfs".into(),
+                volume_capabilities: vec![mount_cap(fs_type)],
+                parameters: with(&[("mkfs_options", opts)]),
+                ..Default::default()
+            })
+            .await
+            .expect_err(opts);
+        assert_eq!(e.code(), Code::InvalidArgument, "{opts}: {e:?}");
+        assert!(e.message().contains(names), "{opts}: {e:?}");
+        assert!(e.message().contains("takes only -L <label>"), "{e:?}");
+    }
+    // ... and at NodeStage, for a volume context written by hand, before anything is
+    // formatted: the volume later formats clean, with nothing of the node's in it.
+    let v = create(&mut ctl, "fmt-guarded", s.sim.params(), None)
+        .await
+        .expect("create");
+    let (staging, _) = paths(s.dir.path(), "fmt-guarded");
+    let mut forged = v.clone();
+    forged
+        .volume_context
+        .insert("mkfs_options".into(), "-d /etc".into());
+    let e = stage(&mut node, &forged, &staging, mount_cap("ext4"))
+        .await
+        .expect_err("forged mkfs_options");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("\"-d\""), "{e:?}");
+    assert!(mounted(&staging).is_none());
+    stage(&mut node, &v, &staging, mount_cap("ext4"))
+        .await
+        .expect("stage");
+    assert!(
+        !staging.join("passwd").exists(),
+        "no node file in the volume"
+    );
+    unstage(&mut node, &v, &staging).await;
+
     // A volume above the class's max_size is out of range.
     let e = create(&mut ctl, "too-big", with(&[("max_size", "512Mi")]), None)
         .await

@@ -4,3 +4,4 @@ mod binary;
 mod common;
 mod driver;
 mod sanity;
+mod secret;

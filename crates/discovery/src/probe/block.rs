@@ -1,5 +1,6 @@
 //! Block devices, each with every ground it would be refused on.
 
+use super::procs::{self, OpenFiles};
 use super::util::{flag, numa, number, pci_of, text};
 use super::{ExclusiveCheck, Fs};
 use crate::parse::{self, Mount};
@@ -10,16 +11,20 @@ use crate::report::{
 const BLOCK: &str = "/sys/block";
 const BY_ID: &str = "/dev/disk/by-id";
 
-struct Context {
+struct Context<'a> {
     mounts: Vec<Mount>,
     swaps: Vec<String>,
     /// (link name, target kernel name) of /dev/disk/by-id.
     by_id: Vec<(String, String)>,
+    /// Every process's open files; `None` when they could not all be read, so no device
+    /// can be shown to be closed.
+    open: Option<&'a OpenFiles>,
 }
 
 pub fn devices(
     fs: &dyn Fs,
     exclusive: &dyn ExclusiveCheck,
+    open: Result<&OpenFiles, &std::io::Error>,
     unreadable: &mut Vec<String>,
 ) -> Vec<Device> {
     let names = match fs.read_dir(BLOCK) {
@@ -53,10 +58,31 @@ pub fn devices(
             Some((l, name))
         })
         .collect();
+    let open = match open {
+        Ok(o) if o.blind.is_empty() => Some(o),
+        Ok(o) => {
+            unreadable.push(format!(
+                "the open files of {} process(es) ({}), so no disk can be shown to be closed",
+                o.blind.len(),
+                o.blind
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            None
+        }
+        Err(e) => {
+            unreadable.push(format!("/proc: {e}, so no disk can be shown to be closed"));
+            None
+        }
+    };
     let ctx = Context {
         mounts,
         swaps,
         by_id,
+        open,
     };
     let mut out = Vec::new();
     for name in names {
@@ -95,6 +121,32 @@ pub fn devices(
         out.push(disk);
         out.extend(parts);
     }
+    out
+}
+
+/// The processes that have a device open, as a refusal names them: `process 812
+/// (qemu-system-x86) as /dev/nvme0n1`. A descriptor is the device's when the machine says
+/// it is that device (its major:minor), or, where it cannot tell, when its link names the
+/// device's node.
+fn openers(fs: &dyn Fs, open: &OpenFiles, path: &str, dev: Option<(u32, u32)>) -> Vec<String> {
+    let mut out: Vec<String> = open
+        .files
+        .iter()
+        .filter(|f| match (f.device, dev) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            _ => f.target == path,
+        })
+        .map(|f| {
+            format!(
+                "process {} ({}) as {}",
+                f.pid,
+                procs::command(fs, f.pid),
+                f.target
+            )
+        })
+        .collect();
+    // One process with the device open twice is one holder.
+    out.dedup();
     out
 }
 
@@ -137,7 +189,7 @@ fn nvme_controller(fs: &dyn Fs, base: &str) -> Option<String> {
 fn read_device(
     fs: &dyn Fs,
     exclusive: &dyn ExclusiveCheck,
-    ctx: &Context,
+    ctx: &Context<'_>,
     name: &str,
     base: &str,
     parent: Option<&str>,
@@ -320,6 +372,34 @@ fn read_device(
     }
     if !held.is_empty() {
         reject(Reason::Held, format!("held by {}", held.join(", ")));
+    }
+    // A plain open claims nothing the kernel shows in sysfs, and the exclusive open does
+    // not see it either: only the process table names it.
+    match ctx.open {
+        Some(open) => {
+            let mut open_by = openers(fs, open, &path, dev);
+            for p in partitions {
+                let p_dev = fs
+                    .read_string(&format!("{base}/{}/dev", p.name))
+                    .ok()
+                    .and_then(|t| parse::dev_numbers(&t));
+                open_by.extend(
+                    openers(fs, open, &p.path, p_dev)
+                        .into_iter()
+                        .map(|o| format!("{o} (on {})", p.name)),
+                );
+            }
+            if !open_by.is_empty() {
+                reject(Reason::Held, format!("open by {}", open_by.join(", ")));
+            }
+        }
+        None if inspect => reject(
+            Reason::Unreadable,
+            format!(
+                "not every process's open files could be read, so whether one holds {path} open is unknown"
+            ),
+        ),
+        None => {}
     }
     if !content.signatures.is_empty() {
         reject(

@@ -4,7 +4,7 @@
 //! touched (so a fixture holds exactly those) and keeps the probe from reading past its
 //! root when a fixture carries a link that points out of it.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
@@ -32,6 +32,13 @@ pub trait Fs {
     /// file (the exclusive open); `None` when it is not inside the root.
     fn host_path(&self, path: &str) -> Option<PathBuf>;
 
+    /// The major and minor number of the block device `path` leads to, when this machine
+    /// can tell: a live `/proc` fd link leads to the device itself, whatever path it was
+    /// opened by; a captured tree has no device nodes.
+    fn block_device_number(&self, _path: &str) -> Option<(u32, u32)> {
+        None
+    }
+
     fn read_string(&self, path: &str) -> io::Result<String> {
         Ok(String::from_utf8_lossy(&self.read(path)?).into_owned())
     }
@@ -46,6 +53,8 @@ pub struct RootFs {
     canonical_root: PathBuf,
     touched: Option<RefCell<BTreeSet<String>>>,
     contents: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// Whether `/proc` under the root is a live procfs; read once.
+    live_proc: OnceCell<bool>,
 }
 
 impl RootFs {
@@ -56,6 +65,7 @@ impl RootFs {
             canonical_root,
             touched: None,
             contents: RefCell::new(BTreeMap::new()),
+            live_proc: OnceCell::new(),
         }
     }
 
@@ -167,6 +177,27 @@ impl Fs for RootFs {
 
     fn host_path(&self, path: &str) -> Option<PathBuf> {
         self.inside(path).ok()
+    }
+
+    fn block_device_number(&self, path: &str) -> Option<(u32, u32)> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        self.note(path);
+        // Only through a live procfs (the machine's own, or the host's mounted into a
+        // probe pod), whose fd links the kernel follows to the open file itself, whatever
+        // node their text names. A captured tree's links are plain text: following one
+        // would reach a device of the machine running the probe.
+        let live = *self.live_proc.get_or_init(|| {
+            rustix::fs::statfs(self.host_path("/proc"))
+                .is_ok_and(|s| s.f_type == rustix::fs::PROC_SUPER_MAGIC)
+        });
+        if !live {
+            return None;
+        }
+        let meta = fs::metadata(self.host_path(path)).ok()?;
+        let rdev = meta.rdev();
+        meta.file_type()
+            .is_block_device()
+            .then(|| (libc::major(rdev), libc::minor(rdev)))
     }
 
     fn canonical(&self, path: &str) -> io::Result<String> {

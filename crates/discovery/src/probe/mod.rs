@@ -11,6 +11,7 @@ mod fs;
 mod host;
 mod net;
 mod pci;
+mod procs;
 
 use std::path::Path;
 
@@ -67,8 +68,9 @@ pub fn probe_with(fs: &dyn Fs, options: &ProbeOptions<'_>) -> Report {
     let cpu = host::cpu(fs, &mut unreadable);
     let (memory, huge_pages) = host::memory(fs, &mut unreadable);
     let interfaces = net::interfaces(fs, &mut unreadable);
-    let devices = block::devices(fs, exclusive, &mut unreadable);
-    let nvme_controllers = pci::controllers(fs, &mut unreadable);
+    let open = procs::read(fs);
+    let devices = block::devices(fs, exclusive, open.as_ref(), &mut unreadable);
+    let nvme_controllers = pci::controllers(fs, open.as_ref(), &mut unreadable);
     Report {
         version: REPORT_VERSION,
         node,

@@ -1,6 +1,7 @@
 //! NVMe controllers on the PCI bus, their driver, and who holds the userspace-bound ones.
 
 use super::Fs;
+use super::procs::{self, OpenFiles};
 use super::util::{link_name, numa, text};
 use crate::report::{Controller, ControllerDriver, Holder, InUse};
 
@@ -8,7 +9,11 @@ const PCI: &str = "/sys/bus/pci/devices";
 // PCI class of an NVMe controller: mass storage, non-volatile memory, NVMe.
 const NVME_CLASS: &str = "0x010802";
 
-pub fn controllers(fs: &dyn Fs, unreadable: &mut Vec<String>) -> Vec<Controller> {
+pub fn controllers(
+    fs: &dyn Fs,
+    open: Result<&OpenFiles, &std::io::Error>,
+    unreadable: &mut Vec<String>,
+) -> Vec<Controller> {
     let addresses = match fs.read_dir(PCI) {
         Ok(a) => a,
         Err(e) => {
@@ -36,7 +41,7 @@ pub fn controllers(fs: &dyn Fs, unreadable: &mut Vec<String>) -> Vec<Controller>
         });
     }
     if out.iter().any(|c| c.driver.is_userspace()) {
-        measure_use(fs, &mut out, unreadable);
+        measure_use(fs, &mut out, open, unreadable);
     }
     out
 }
@@ -58,12 +63,14 @@ fn handles(fs: &dyn Fs, c: &Controller) -> Vec<String> {
 /// Fills in `in_use` for every userspace-bound controller from the open files of every
 /// process. A process whose files cannot be listed makes the answer unknown, never free:
 /// reading unknown as free is how a running guest's disk would be reclaimed.
-fn measure_use(fs: &dyn Fs, controllers: &mut [Controller], unreadable: &mut Vec<String>) {
-    let pids: Vec<String> = match fs.read_dir("/proc") {
-        Ok(entries) => entries
-            .into_iter()
-            .filter(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
-            .collect(),
+fn measure_use(
+    fs: &dyn Fs,
+    controllers: &mut [Controller],
+    open: Result<&OpenFiles, &std::io::Error>,
+    unreadable: &mut Vec<String>,
+) {
+    let open = match open {
+        Ok(o) => o,
         Err(e) => {
             unreadable.push(format!(
                 "/proc: {e}, so whether the userspace-bound NVMe controllers are in use is unknown"
@@ -81,34 +88,18 @@ fn measure_use(fs: &dyn Fs, controllers: &mut [Controller], unreadable: &mut Vec
         .map(|(i, c)| (i, handles(fs, c)))
         .collect();
     let mut held: Vec<Vec<Holder>> = vec![Vec::new(); controllers.len()];
-    let mut blind: Vec<String> = Vec::new();
-    for pid in pids {
-        let fd_dir = format!("/proc/{pid}/fd");
-        let fds = match fs.read_dir(&fd_dir) {
-            Ok(f) => f,
-            // The process ended between the listing and now.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(_) => {
-                blind.push(pid);
-                continue;
-            }
-        };
-        for fd in fds {
-            let Ok(target) = fs.read_link(&format!("{fd_dir}/{fd}")) else {
-                continue;
-            };
-            for (i, h) in &wanted {
-                if h.contains(&target) {
-                    let command = text(fs, &format!("/proc/{pid}/comm")).unwrap_or_default();
-                    held[*i].push(Holder {
-                        pid: pid.parse().unwrap_or(0),
-                        command,
-                        via: target.clone(),
-                    });
-                }
+    for f in &open.files {
+        for (i, h) in &wanted {
+            if h.contains(&f.target) {
+                held[*i].push(Holder {
+                    pid: f.pid,
+                    command: procs::command(fs, f.pid),
+                    via: f.target.clone(),
+                });
             }
         }
     }
+    let blind = &open.blind;
     if !blind.is_empty() {
         unreadable.push(format!(
             "the open files of {} process(es) ({}), so an idle-looking userspace-bound NVMe controller may still be in use",

@@ -132,6 +132,86 @@ fn controllers_on_vfio_held_by_a_process_name_that_process() {
 }
 
 #[test]
+fn a_disk_a_process_holds_open_is_refused_naming_the_process() {
+    // Regression: a namespace a process had open (without an exclusive claim) was offered,
+    // since neither sysfs nor the exclusive open shows a plain open.
+    use simplyblock_discovery::report::{ExclusiveOpen, Reason, Rejection};
+    let plain = probe_fixture(&hosts().join("qemu-small-multins/root"), "g");
+    let open = probe_fixture(&hosts().join("qemu-small-nvme-open/root"), "g");
+    let device = |r: &Report, name: &str| {
+        r.devices
+            .iter()
+            .find(|d| d.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let held = device(&open, "nvme0n2");
+    assert_eq!(
+        held.exclusive_open,
+        ExclusiveOpen::Succeeded,
+        "the exclusive open does not see it"
+    );
+    assert!(!held.available);
+    assert_eq!(
+        held.rejections,
+        vec![Rejection {
+            reason: Reason::Held,
+            detail: "open by process 201 (sleep) as /dev/nvme0n2".into(),
+        }]
+    );
+    assert!(device(&plain, "nvme0n2").available, "the same disk, closed");
+    // A partition held open refuses itself and names itself on its disk.
+    let part = device(&open, "nvme1n1p1");
+    assert!(part.rejections.contains(&Rejection {
+        reason: Reason::Held,
+        detail: "open by process 202 (cat) as /dev/nvme1n1p1".into(),
+    }));
+    let disk = device(&open, "nvme1n1");
+    assert!(disk.rejections.contains(&Rejection {
+        reason: Reason::Held,
+        detail: "open by process 202 (cat) as /dev/nvme1n1p1 (on nvme1n1p1)".into(),
+    }));
+    // Nothing else differs from the fixture the tree derives from.
+    let without_held = |mut r: Report| {
+        for d in &mut r.devices {
+            d.rejections
+                .retain(|x| !(x.reason == Reason::Held && x.detail.starts_with("open by ")));
+            d.available = d.rejections.is_empty();
+        }
+        r
+    };
+    assert_eq!(without_held(open), plain);
+}
+
+#[test]
+fn a_process_whose_open_files_cannot_be_read_leaves_every_disk_unknown() {
+    use simplyblock_discovery::report::Reason;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_tree(&hosts().join("qemu-small-nvme-open/root"), tmp.path());
+    // A descriptor table that cannot be listed, as a process hidden from the probe.
+    let fd = tmp.path().join("proc/202/fd");
+    fs::remove_dir_all(&fd).expect("rm");
+    fs::write(&fd, "").expect("not a directory");
+    let r = probe_fixture(tmp.path(), "g");
+    assert!(
+        r.unreadable
+            .iter()
+            .any(|u| u.starts_with("the open files of 1 process(es) (202)")),
+        "{:?}",
+        r.unreadable
+    );
+    for d in r.devices.iter().filter(|d| d.parent.is_empty()) {
+        assert!(
+            d.rejections
+                .iter()
+                .any(|x| x.reason == Reason::Unreadable && x.detail.contains("whether one holds")),
+            "{d:?}"
+        );
+        assert!(!d.available, "{}", d.name);
+    }
+}
+
+#[test]
 fn the_full_guest_has_held_idle_and_unbound_controllers_and_a_mounted_disk() {
     use simplyblock_discovery::report::{ControllerDriver, InUse, InterfaceKind};
     let r = probe_fixture(&hosts().join("qemu-numa2-vfio/root"), "g");

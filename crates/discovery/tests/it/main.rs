@@ -2,3 +2,4 @@
 
 mod cases;
 mod fixtures;
+mod live;
