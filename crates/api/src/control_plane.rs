@@ -200,8 +200,11 @@ pub enum TlsProvider {
 /// A control plane that runs elsewhere.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.endpoint.startsWith('https://') || (has(self.insecure) && self.insecure)").message(
+    "spec.source.managed.endpoint must be https://: every request carries the control plane's bearer token; set insecure: true only for a control plane without TLS on a trusted network"
+))]
 pub struct ManagedSource {
-    /// The control plane's URL, `https://host[:port]` (or `http://` when TLS is not used);
+    /// The control plane's URL, `https://host[:port]` (`http://` only with `insecure`);
     /// `/api/v2` is appended. Loopback and link-local addresses are refused: they would
     /// reach the operator's own pod or the node's metadata service, not a control plane.
     #[schemars(
@@ -220,6 +223,10 @@ pub struct ManagedSource {
     /// certificate (key `ca.crt`, or `tls.crt`). Without it the system's CA store is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_bundle_secret_ref: Option<SecretRef>,
+    /// Allow a plain `http://` endpoint: the bearer token travels in cleartext. Off by
+    /// default, and never set by the chart unless asked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 /// A Secret in the object's namespace, by name.

@@ -29,10 +29,11 @@ pub struct ClientConfig {
     pub read_retries: u32,
     /// First pause between read attempts; doubled each time.
     pub retry_backoff: Duration,
-    /// Send plain-HTTP requests through this address as an HTTP proxy instead of
-    /// resolving the URL's host; the request still names the URL (absolute URI and
-    /// `Host`). Lets an operator outside the cluster reach a control plane known by its
-    /// in-cluster address (a test, the demo, with sbsim).
+    /// Send requests through this address as an HTTP proxy instead of resolving the
+    /// URL's host: plain HTTP names the URL (absolute URI and `Host`), HTTPS goes through
+    /// a `CONNECT` tunnel and verifies the certificate against the URL's host as ever.
+    /// Lets an operator outside the cluster reach a control plane known by its in-cluster
+    /// address (a test, the demo, with sbsim).
     pub connect_to: Option<std::net::SocketAddr>,
 }
 
@@ -128,7 +129,7 @@ impl Client {
             .connect_timeout(config.connect_timeout)
             .redirect(reqwest::redirect::Policy::limited(4));
         if let Some(addr) = config.connect_to {
-            let proxy = reqwest::Proxy::http(format!("http://{addr}"))
+            let proxy = reqwest::Proxy::all(format!("http://{addr}"))
                 .map_err(|e| Error::Config(format!("proxy {addr}: {e}")))?;
             builder = builder.proxy(proxy);
         }

@@ -21,9 +21,9 @@ pub struct SnodeConfig {
     /// HTTPS material; `None` for plain HTTP.
     pub tls: Option<TlsConfig>,
     pub timeout: Duration,
-    /// Send plain-HTTP requests through this address as an HTTP proxy instead of
-    /// resolving the host name; the request still names the worker's address (absolute
-    /// URI and `Host`). Lets a test or the demo reach simulated workers.
+    /// Send requests through this address as an HTTP proxy instead of resolving the
+    /// host name (HTTPS through a `CONNECT` tunnel, verified against the worker's name).
+    /// Lets a test or the demo reach simulated workers.
     pub connect_to: Option<SocketAddr>,
 }
 
@@ -60,7 +60,7 @@ impl SnodeClient {
             .timeout(config.timeout)
             .connect_timeout(config.timeout);
         if let Some(addr) = config.connect_to {
-            let proxy = reqwest::Proxy::http(format!("http://{addr}"))
+            let proxy = reqwest::Proxy::all(format!("http://{addr}"))
                 .map_err(|e| Error::Config(format!("proxy {addr}: {e}")))?;
             builder = builder.proxy(proxy);
         }

@@ -151,6 +151,10 @@ async fn accept_loop(
         let router = router.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let mut stream = stream;
+            if end_connect_tunnel(&mut stream).await.is_err() {
+                return;
+            }
             let kill = Arc::new(Notify::new());
             let scheme = if acceptor.is_some() { "https" } else { "http" };
             let conn = Conn {
@@ -179,6 +183,39 @@ async fn accept_loop(
             }
         });
     }
+}
+
+/// A client that uses sbsim as its HTTP proxy for a name sbsim stands in for sends https
+/// through a tunnel, `CONNECT host:port` first (as reqwest does): sbsim answers that it is
+/// established and is then the tunnel's far end itself, TLS included. Any other first
+/// bytes (a request, a TLS hello) are left for the server to read.
+async fn end_connect_tunnel(stream: &mut tokio::net::TcpStream) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CONNECT: &[u8] = b"CONNECT ";
+    let mut first = [0u8; 8];
+    loop {
+        let n = stream.peek(&mut first).await?;
+        if n == 0 || !CONNECT.starts_with(&first[..n]) {
+            return Ok(());
+        }
+        if n == CONNECT.len() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // The request head, to its blank line; a proxy request carries no body.
+    let mut head = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 8 * 1024 {
+            return Err(std::io::Error::other("CONNECT request head over 8 KiB"));
+        }
+        stream.read_exact(&mut byte).await?;
+        head.push(byte[0]);
+    }
+    stream
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
 }
 
 fn parse_query(q: &str) -> HashMap<String, String> {

@@ -87,10 +87,10 @@ async fn a_managed_endpoint_must_be_routable() {
     let api = dynamic::<ControlPlane>(&client, &ns);
     for refused in [
         "https://localhost:8443",
-        "http://127.0.0.1",
+        "https://127.0.0.1",
         "https://127.1.2.3:5000/",
         "https://[::1]:8443",
-        "http://169.254.169.254",
+        "https://169.254.169.254",
         "https://[fe80::1]",
     ] {
         let result = create(&api, control_plane("simplyblock", managed(refused))).await;
@@ -116,6 +116,28 @@ async fn a_managed_endpoint_must_be_routable() {
     )
     .await
     .expect("a routable address");
+}
+
+#[tokio::test]
+async fn a_managed_endpoint_is_https_unless_insecure_is_said() {
+    let (client, ns) = crate::support::namespace("cel-cp-https").await;
+    let api = dynamic::<ControlPlane>(&client, &ns);
+    let plain = create(
+        &api,
+        control_plane("simplyblock", managed("http://cp.example.com:5000")),
+    )
+    .await;
+    assert_eq!(
+        refusal(plain),
+        [
+            "spec.source.managed: Invalid value: spec.source.managed.endpoint must be https://: every request carries the control plane's bearer token; set insecure: true only for a control plane without TLS on a trusted network"
+        ]
+    );
+    let mut said = managed("http://cp.example.com:5000");
+    said["managed"]["insecure"] = json!(true);
+    create(&api, control_plane("simplyblock", said))
+        .await
+        .expect("plain HTTP, said so");
 }
 
 #[tokio::test]

@@ -155,6 +155,37 @@ fn bad_values_are_refused_with_what_to_do() {
             "{endpoint}: {message}"
         );
     }
+    // The bearer token is not sent in cleartext unless asked for.
+    let plain = refused(&[
+        ("deployment.profile", "managed"),
+        (
+            "controlplane.managed.endpoint",
+            "http://cp.example.com:5000",
+        ),
+    ]);
+    assert!(
+        plain.contains(
+            "is not https://, and every request carries the control plane's bearer token"
+        ),
+        "{plain}"
+    );
+    let asked = chart::render(
+        "simplyblock-system",
+        &[
+            ("deployment.profile", "managed"),
+            (
+                "controlplane.managed.endpoint",
+                "http://cp.example.com:5000",
+            ),
+            ("controlplane.managed.insecure", "true"),
+        ],
+    )
+    .expect("plain HTTP, asked for");
+    let managed = asked
+        .iter()
+        .find(|o| kind_and_name(o) == "ControlPlane/simplyblock")
+        .expect("a ControlPlane");
+    assert_eq!(managed.data["spec"]["source"]["managed"]["insecure"], true);
     let unknown = refused(&[("operator.replica", "3")]);
     assert!(
         unknown.contains("additional properties 'replica' not allowed"),

@@ -253,8 +253,11 @@ async fn execute(
         }
         Install::Installed => {
             crate::crash::point(&crate::crash::control_plane_point(step.name()));
+            // Left once its record is gone: a write refused as stale leaves the step
+            // where it was, for the next pass to leave.
+            let action = steady(cp, Some(local), status, ctx, Some(machine.state())).await?;
             step_left(ctx, cp, &machine);
-            return steady(cp, Some(local), status, ctx, Some(machine.state())).await;
+            return Ok(action);
         }
         Install::Apply { batch, to } => {
             apply_batch(ctx, cp, local, batch, true).await?;

@@ -209,6 +209,13 @@ async fn managed_material(
         },
     };
     if !managed.endpoint.starts_with("https://") {
+        // Held to the CRD's rule here too: an object written before the rule existed.
+        if !managed.insecure {
+            return Ok(Err(credentials(format!(
+                "spec.source.managed.endpoint {} is not https://, and the bearer token is not sent in cleartext; give the https:// endpoint, or set insecure: true for a control plane without TLS on a trusted network",
+                managed.endpoint
+            ))));
+        }
         return Ok(Ok((token, None)));
     }
     let ca_pem = match &managed.ca_bundle_secret_ref {

@@ -24,7 +24,7 @@ use simplyblock_operator::link::Token;
 use simplyblock_testenv::standin::{self, StandIn};
 
 use crate::support::{
-    MANAGED_ENDPOINT, Sbsim, TOKEN, events, namespace, nudged, passes, sbsim, until,
+    MANAGED_TLS_ENDPOINT, Sbsim, TOKEN, events, namespace, nudged, passes, sbsim, until,
 };
 
 pub const IMAGE: &str = "quay.io/simplyblock-io/simplyblock:25.10.1";
@@ -53,6 +53,27 @@ async fn foundationdb_crds() {
 }
 
 pub async fn harness(ns: &str) -> Harness {
+    harness_with(ns, sbsim("", 0).await).await
+}
+
+/// [`harness`] with sbsim serving TLS as the managed control plane of [`managed`], whose
+/// CA is in Secret `cp-ca`.
+pub async fn managed_harness(ns: &str) -> Harness {
+    let (sim, ca_pem) = crate::support::sbsim_tls("", 0).await;
+    let h = harness_with(ns, sim).await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cp-ca"},
+        "stringData": {"ca.crt": ca_pem},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(h.kube.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("CA Secret");
+    h
+}
+
+async fn harness_with(ns: &str, sim: Sbsim) -> Harness {
     foundationdb_crds().await;
     let kube = crate::support::api_server()
         .await
@@ -60,7 +81,6 @@ pub async fn harness(ns: &str) -> Harness {
         .await
         .expect("client");
     namespace(&kube, ns).await;
-    let sim = sbsim("", 0).await;
     let ctx = resolving(crate::support::operator_kube().await, ns, &sim);
     Harness {
         _standin: StandIn::start(kube.clone(), Some(ns.into())),
@@ -583,9 +603,14 @@ async fn version(h: &Harness, version: Option<&str>) {
     assert!(r.status < 300);
 }
 
-/// A managed ControlPlane whose bearer token is in Secret `cp-token`.
+/// A managed ControlPlane over TLS ([`managed_harness`]) whose bearer token is in Secret
+/// `cp-token`.
 pub fn managed() -> Value {
-    json!({"managed": {"endpoint": MANAGED_ENDPOINT, "credentialsSecretRef": {"name": "cp-token"}}})
+    json!({"managed": {
+        "endpoint": MANAGED_TLS_ENDPOINT,
+        "credentialsSecretRef": {"name": "cp-token"},
+        "caBundleSecretRef": {"name": "cp-ca"},
+    }})
 }
 
 pub async fn token_secret(kube: &kube::Client, ns: &str) {
@@ -602,7 +627,7 @@ pub async fn token_secret(kube: &kube::Client, ns: &str) {
 
 #[tokio::test]
 async fn a_managed_control_plane_is_published_and_a_missing_credentials_secret_said() {
-    let h = harness("cp-managed").await;
+    let h = managed_harness("cp-managed").await;
     version(&h, Some("25.10.1")).await;
     let _c = h.start();
     h.create(managed()).await;
@@ -630,12 +655,12 @@ async fn a_managed_control_plane_is_published_and_a_missing_credentials_secret_s
     token_secret(&h.kube, &h.ns).await;
     h.looked_again().await;
     let s = h.phase_is(ControlPlanePhase::Available).await;
-    assert_eq!(s.endpoint.as_deref(), Some(MANAGED_ENDPOINT));
+    assert_eq!(s.endpoint.as_deref(), Some(MANAGED_TLS_ENDPOINT));
     assert_eq!(s.version.as_deref(), Some("25.10.1"));
     assert!(s.components.is_empty());
     assert_eq!(
         h.ctx.control_plane_endpoint().expect("serving"),
-        MANAGED_ENDPOINT
+        MANAGED_TLS_ENDPOINT
     );
     // Nothing is installed for a managed control plane.
     let deployments = Api::<Deployment>::namespaced(h.kube.clone(), &h.ns)
@@ -648,7 +673,7 @@ async fn a_managed_control_plane_is_published_and_a_missing_credentials_secret_s
 
 #[tokio::test]
 async fn the_finalizer_holds_while_a_storage_cluster_exists() {
-    let h = harness("cp-finalizer").await;
+    let h = managed_harness("cp-finalizer").await;
     token_secret(&h.kube, &h.ns).await;
     let _c = h.start();
     h.create(managed()).await;
@@ -727,7 +752,7 @@ async fn the_finalizer_holds_while_a_storage_cluster_exists() {
 
 #[tokio::test]
 async fn a_storage_cluster_is_created_only_while_the_control_plane_serves() {
-    let h = harness("cp-downstream").await;
+    let h = managed_harness("cp-downstream").await;
     token_secret(&h.kube, &h.ns).await;
     let _c = h.start();
     let _clusters = tokio::spawn(simplyblock_operator::cluster::controller::run(
@@ -801,7 +826,7 @@ async fn a_storage_cluster_is_created_only_while_the_control_plane_serves() {
         .iter()
         .find(|c| c.cluster_id == uuid)
         .expect("the cluster's entry");
-    assert_eq!(entry.cluster_endpoint, MANAGED_ENDPOINT);
+    assert_eq!(entry.cluster_endpoint, MANAGED_TLS_ENDPOINT);
 }
 
 /// The API server's count of server-side applies, by resource (the objects themselves,

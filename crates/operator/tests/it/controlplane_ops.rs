@@ -376,7 +376,7 @@ async fn the_webhook_refuses_an_operation_on_a_missing_or_managed_control_plane(
         .await;
     assert!(refused(no_target).contains("does not exist in namespace cpops-webhook"));
 
-    h.create(json!({"managed": {"endpoint": crate::support::MANAGED_ENDPOINT}}))
+    h.create(json!({"managed": {"endpoint": crate::support::MANAGED_TLS_ENDPOINT}}))
         .await;
     let managed = operations(&h)
         .create(

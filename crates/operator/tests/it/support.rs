@@ -233,7 +233,9 @@ pub async fn managed_control_plane(kube: &kube::Client, ns: &str) {
     let cp: simplyblock_api::control_plane::ControlPlane = serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
         "metadata": {"name": "simplyblock"},
-        "spec": {"source": {"managed": {"endpoint": MANAGED_ENDPOINT}}},
+        // Plain HTTP, said so: the same sbsim stands in for the workers' storage-node
+        // APIs, which these operator processes reach without TLS.
+        "spec": {"source": {"managed": {"endpoint": MANAGED_ENDPOINT, "insecure": true}}},
     }))
     .expect("control plane");
     Api::<simplyblock_api::control_plane::ControlPlane>::namespaced(kube.clone(), ns)
@@ -250,8 +252,41 @@ pub struct Sbsim {
     _dir: tempfile::TempDir,
 }
 
+/// The host a TLS-serving sbsim ([`sbsim_tls`]) has its certificate for.
+pub const MANAGED_TLS_HOST: &str = "control-plane.example";
+/// A managed control plane's endpoint served by [`sbsim_tls`].
+pub const MANAGED_TLS_ENDPOINT: &str = "https://control-plane.example:5000";
+
+/// [`sbsim`] serving TLS with a certificate for [`MANAGED_TLS_HOST`] from a CA of its own,
+/// whose PEM comes with it: clients reach it through it as their proxy (a `CONNECT`
+/// tunnel) and verify it as they would the real control plane.
+pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
+    let ca = simplyblock_certs::Authority::new("sbsim test CA").expect("CA");
+    let serving = ca
+        .serving(MANAGED_TLS_HOST, &[MANAGED_TLS_HOST], &[])
+        .expect("serving certificate");
+    let tls = simplyblock_simulator::ServerTls {
+        cert_pem: serving.cert.clone().into_bytes(),
+        key_pem: serving.key.clone().into_bytes(),
+        client_ca_pem: None,
+    };
+    let ca_pem = ca.cert_pem();
+    let sim = sbsim_serving(faults, workers, Some((tls, ca_pem.clone()))).await;
+    (sim, ca_pem)
+}
+
 /// Starts sbsim at 1000× speed with `faults`, and `workers` simulated workers when not 0.
 pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
+    sbsim_serving(faults, workers, None).await
+}
+
+/// `tls`: sbsim's serving material and the PEM of the CA that signed it.
+async fn sbsim_serving(
+    faults: &str,
+    workers: usize,
+    tls: Option<(simplyblock_simulator::ServerTls, String)>,
+) -> Sbsim {
+    let (tls, ca_pem) = tls.unzip();
     simplyblock_simulator::install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
     let fleet_path = (workers > 0).then(|| {
@@ -266,10 +301,25 @@ pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
         fleet: fleet_path,
         ..SimConfig::new(dir.path().join("state"))
     };
-    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", tls)
         .await
         .expect("sbsim");
-    let cp = cp_client(&server.url);
+    // A TLS-serving sbsim is reached as the test's clients reach it: by its name, through
+    // it as the proxy, verified against its CA.
+    let cp = match ca_pem {
+        None => cp_client(&server.url),
+        Some(ca_pem) => {
+            let mut cfg = ClientConfig::new(Url::parse(MANAGED_TLS_ENDPOINT).expect("url"), TOKEN);
+            cfg.timeout = Duration::from_secs(5);
+            cfg.retry_backoff = Duration::from_millis(20);
+            cfg.connect_to = Some(server.addr);
+            cfg.tls = Some(simplyblock_controlplane::TlsConfig {
+                ca_pem: ca_pem.into_bytes(),
+                ..Default::default()
+            });
+            Client::new(cfg).expect("client")
+        }
+    };
     Sbsim {
         server,
         cp,

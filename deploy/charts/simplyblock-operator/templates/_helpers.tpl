@@ -39,6 +39,9 @@ app.kubernetes.io/component: operator
 {{- if regexMatch "(?i)^https?://([^/@]*@)?(localhost|127\\.[0-9.]+|0\\.0\\.0\\.0|\\[::1\\]|169\\.254\\.[0-9.]+|\\[fe[89ab][0-9a-f]?:[^\\]]*\\])([:/].*)?$" $endpoint -}}
 {{- fail (printf "controlplane.managed.endpoint %q is a loopback or link-local address, which reaches the operator's own pod or the node's metadata service: give the control plane's routable address" $endpoint) -}}
 {{- end -}}
+{{- if and (not (hasPrefix "https://" $endpoint)) (not .Values.controlplane.managed.insecure) -}}
+{{- fail (printf "controlplane.managed.endpoint %q is not https://, and every request carries the control plane's bearer token: give its https:// URL, or set controlplane.managed.insecure=true for a control plane without TLS on a trusted network" $endpoint) -}}
+{{- end -}}
 {{- $endpoint -}}
 {{- end -}}
 
