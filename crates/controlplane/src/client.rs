@@ -18,7 +18,7 @@ pub struct ClientConfig {
     /// Scheme, host and port, e.g. `http://simplyblock-webappapi:5000`; `/api/v2` is appended.
     pub base_url: Url,
     /// Bearer token: a service-account token or a cluster secret.
-    pub token: String,
+    pub token: crate::Redacted,
     /// HTTPS material; `None` for plain HTTP.
     pub tls: Option<TlsConfig>,
     /// Whole-request deadline.
@@ -42,7 +42,7 @@ impl ClientConfig {
     pub fn new(base_url: Url, token: impl Into<String>) -> Self {
         Self {
             base_url,
-            token: token.into(),
+            token: crate::Redacted::new(token),
             tls: None,
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -82,7 +82,7 @@ pub struct NodeRemoveOptions {
 pub struct Client {
     http: reqwest::Client,
     api: Url,
-    token: String,
+    token: crate::Redacted,
     read_retries: u32,
     retry_backoff: Duration,
 }
@@ -157,7 +157,7 @@ impl Client {
     /// The same client with another bearer token (e.g. a cluster secret).
     pub fn with_token(&self, token: impl Into<String>) -> Self {
         let mut c = self.clone();
-        c.token = token.into();
+        c.token = crate::Redacted::new(token);
         c
     }
 
@@ -212,7 +212,7 @@ impl Client {
         let mut req = self
             .http
             .request(method.clone(), url)
-            .bearer_auth(&self.token);
+            .bearer_auth(self.token.expose());
         if !query.is_empty() {
             req = req.query(query);
         }

@@ -10,12 +10,14 @@
 
 mod client;
 mod error;
+mod redacted;
 mod snode;
 mod tls;
 pub mod types;
 
 pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse};
 pub use error::{Error, Result, message_from_body};
+pub use redacted::Redacted;
 pub use reqwest::Method;
 pub use snode::{SnodeClient, SnodeConfig};
 pub use tls::TlsConfig;

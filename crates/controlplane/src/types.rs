@@ -200,7 +200,7 @@ pub struct Cluster {
     pub node_affinity: bool,
     pub anti_affinity: bool,
     pub enable_failure_domain: bool,
-    pub secret: String,
+    pub secret: crate::Redacted,
     pub tls_enabled: bool,
     pub max_fault_tolerance: u32,
     pub backup_enabled: bool,
@@ -213,7 +213,7 @@ pub struct BackupConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret_access_key: Option<String>,
+    pub secret_access_key: Option<crate::Redacted>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_endpoint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -127,7 +127,7 @@ pub fn cluster(t: &Tables, c: &ClusterRec, now: i64) -> Cluster {
         node_affinity: p.enable_node_affinity,
         anti_affinity: p.strict_node_anti_affinity,
         enable_failure_domain: p.enable_failure_domain,
-        secret: c.secret.clone(),
+        secret: c.secret.clone().into(),
         tls_enabled: false,
         max_fault_tolerance: p.distr_npcs,
         backup_enabled: p.backup_config.is_some(),

@@ -109,7 +109,7 @@ pub async fn sbsim(workers: usize) -> Sbsim {
         .expect("pool");
     Sbsim {
         cluster: cluster.id,
-        cluster_secret: cluster.secret.clone(),
+        cluster_secret: cluster.secret.expose().to_owned(),
         pool: pool.id,
         pool_name: pool.name,
         client: c,

@@ -377,7 +377,7 @@ async fn named(ctx: &Context, name: &str) -> Result<Option<Identity>, Error> {
         .find(|c| c.name.as_deref() == Some(name))
         .map(|c| Identity {
             uuid: c.id,
-            secret: c.secret,
+            secret: c.secret.expose().to_owned(),
         }))
 }
 
@@ -477,7 +477,7 @@ pub async fn execute(
                 Ok(created) => CreationPlan::Record {
                     identity: Identity {
                         uuid: created.id,
-                        secret: created.secret,
+                        secret: created.secret.expose().to_owned(),
                     },
                     to: CreationStep::Persisting,
                     adopted: false,

@@ -99,7 +99,7 @@ pub fn cluster_create(
         })?;
         body.backup_config = Some(BackupConfig {
             access_key_id: Some(creds.access_key_id.clone()),
-            secret_access_key: Some(creds.secret_access_key.clone()),
+            secret_access_key: Some(creds.secret_access_key.clone().into()),
             local_endpoint: Some(store.endpoint.clone()),
             bucket_name: Some(store.bucket.clone()),
         });
@@ -194,7 +194,10 @@ mod tests {
         let body = cluster_create("sb", "ns", &s, Some(&creds)).expect("body");
         let backup = body.backup_config.expect("backup");
         assert_eq!(backup.bucket_name.as_deref(), Some("b"));
-        assert_eq!(backup.secret_access_key.as_deref(), Some("very-secret"));
+        assert_eq!(
+            backup.secret_access_key.as_ref().map(|k| k.expose()),
+            Some("very-secret")
+        );
     }
 
     #[test]

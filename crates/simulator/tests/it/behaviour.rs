@@ -96,7 +96,7 @@ async fn quirks_are_served_and_classified() {
         wrong.list_clusters().await.expect_err("401").message(),
         "Invalid token"
     );
-    let by_secret = c.with_token(cluster.secret.clone());
+    let by_secret = c.with_token(cluster.secret.expose());
     by_secret.get_cluster(id).await.expect("own cluster");
     by_secret.list_clusters().await.expect("list with a secret");
     let other = c.list_clusters().await.expect("l")[1].id;

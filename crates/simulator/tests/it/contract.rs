@@ -241,7 +241,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
         .await
         .expect("create");
     assert_eq!(cluster.status, ClusterStatus::Unready);
-    assert_eq!(cluster.secret.len(), 20);
+    assert_eq!(cluster.secret.expose().len(), 20);
     assert!(cluster.nqn.ends_with(&cluster.id.to_string()));
     let cid = cluster.id;
     assert_eq!(c.list_clusters().await.expect("list").len(), 1);
