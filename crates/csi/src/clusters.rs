@@ -18,13 +18,24 @@ use crate::handle::PoolRef;
 pub const DEFAULT_SECRET_PATH: &str = "/etc/spdkcsi-secret/secret.json";
 
 /// One cluster of the secret, as the driver serves it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClusterEntry {
     pub cluster_id: Uuid,
     pub cluster_endpoint: String,
     pub cluster_secret: String,
     /// Marks the site's own clusters (replication picks the local member by it).
     pub local: bool,
+}
+
+impl std::fmt::Debug for ClusterEntry {
+    // The secret never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterEntry")
+            .field("cluster_id", &self.cluster_id)
+            .field("cluster_endpoint", &self.cluster_endpoint)
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Parse `secret.json`, whose format [`simplyblock_api::csi_secret`] defines.

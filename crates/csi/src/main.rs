@@ -41,15 +41,17 @@ struct Args {
     /// A bearer token file that replaces every cluster_secret when non-empty.
     #[arg(long, env = "SPDKCSI_API_TOKEN_PATH")]
     api_token_file: Option<PathBuf>,
-    /// A cluster to serve in addition to the secret's (with --cluster-endpoint and --cluster-secret).
+    /// A cluster to serve in addition to the secret's (with --cluster-endpoint and
+    /// --cluster-secret-file).
     #[arg(long, requires = "cluster_endpoint")]
     cluster_id: Option<uuid::Uuid>,
     /// The control plane's address for --cluster-id, e.g. http://simplyblock-webappapi:5000.
     #[arg(long, requires = "cluster_id")]
     cluster_endpoint: Option<String>,
-    /// The bearer secret for --cluster-id.
-    #[arg(long, env = "SIMPLYBLOCK_CLUSTER_SECRET", default_value = "")]
-    cluster_secret: String,
+    /// A file holding the bearer secret for --cluster-id: a secret is never a flag, which
+    /// every user of the machine reads in /proc/<pid>/cmdline.
+    #[arg(long, env = "SIMPLYBLOCK_CLUSTER_SECRET_FILE", requires = "cluster_id")]
+    cluster_secret_file: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "nvmeof")]
     attacher: AttacherKind,
     /// Directory of the volume files (loop attacher).
@@ -83,11 +85,22 @@ async fn main() -> anyhow::Result<()> {
     simplyblock_csi::install_crypto_provider();
     let a = Args::parse();
 
+    let cluster_secret = match &a.cluster_secret_file {
+        None => String::new(),
+        Some(path) => std::fs::read_to_string(path)
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot read the cluster secret file {} ({e}); mount it there or pass another --cluster-secret-file",
+                    path.display()
+                )
+            })?,
+    };
     let extra = match (a.cluster_id, &a.cluster_endpoint) {
         (Some(id), Some(ep)) => Some(ClusterEntry {
             cluster_id: id,
             cluster_endpoint: ep.clone(),
-            cluster_secret: a.cluster_secret.clone(),
+            cluster_secret,
             local: true,
         }),
         _ => None,

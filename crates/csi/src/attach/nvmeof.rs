@@ -43,13 +43,32 @@ impl Default for NvmeofAttacher {
 }
 
 /// Credentials and flags carried only in the control plane's `nvme connect` command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ConnectAuth {
     pub dhchap_secret: Option<String>,
     pub dhchap_ctrl_secret: Option<String>,
     pub hostnqn: Option<String>,
     pub hostid: Option<String>,
     pub tls: bool,
+}
+
+impl std::fmt::Debug for ConnectAuth {
+    // The DH-HMAC-CHAP secrets never reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectAuth")
+            .field(
+                "dhchap_secret",
+                &self.dhchap_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "dhchap_ctrl_secret",
+                &self.dhchap_ctrl_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("hostnqn", &self.hostnqn)
+            .field("hostid", &self.hostid)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// The NVMe host id that goes with a host NQN. The kernel keeps one host per

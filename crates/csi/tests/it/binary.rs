@@ -1,5 +1,6 @@
 //! The `simplyblock-csi` binary: flags wire the endpoint, the mode and a cluster given on
-//! the command line; it serves until SIGTERM and removes its socket.
+//! the command line (its secret in a file); it serves until SIGTERM and removes its
+//! socket.
 
 use std::time::Duration;
 
@@ -13,6 +14,9 @@ async fn the_binary_serves_the_controller_from_flags() {
     let sim = sbsim(3).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("csi.sock");
+    // The cluster's secret comes from a file, never from a flag the process list shows.
+    let secret_file = dir.path().join("cluster-secret");
+    std::fs::write(&secret_file, format!("{}\n", sim.cluster_secret)).expect("secret file");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-csi"))
         .arg(format!("--endpoint=unix://{}", socket.display()))
         .args(["--mode", "controller", "--kubernetes=false"])
@@ -22,7 +26,7 @@ async fn the_binary_serves_the_controller_from_flags() {
         ))
         .arg(format!("--cluster-id={}", sim.cluster))
         .arg(format!("--cluster-endpoint={}", sim.server.url))
-        .arg(format!("--cluster-secret={}", sim.cluster_secret))
+        .arg(format!("--cluster-secret-file={}", secret_file.display()))
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
@@ -131,6 +135,9 @@ async fn the_binary_serves_the_controller_from_flags() {
 
 #[tokio::test]
 async fn node_mode_without_a_node_id_says_what_is_missing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret_file = dir.path().join("cluster-secret");
+    std::fs::write(&secret_file, "x").expect("secret file");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-csi"))
         .args([
             "--mode",
@@ -138,8 +145,8 @@ async fn node_mode_without_a_node_id_says_what_is_missing() {
             "--kubernetes=false",
             "--cluster-id=11111111-1111-4111-8111-111111111111",
             "--cluster-endpoint=http://127.0.0.1:1",
-            "--cluster-secret=x",
         ])
+        .arg(format!("--cluster-secret-file={}", secret_file.display()))
         .env_remove("NODE_ID")
         .output()
         .await
@@ -168,7 +175,6 @@ async fn an_unreadable_api_token_file_stops_the_driver_at_start() {
         .args([
             "--cluster-id=11111111-1111-4111-8111-111111111111",
             "--cluster-endpoint=http://127.0.0.1:1",
-            "--cluster-secret=x",
         ])
         .arg(format!("--api-token-file={}", missing.display()))
         .kill_on_drop(true)
@@ -184,4 +190,26 @@ async fn an_unreadable_api_token_file_stops_the_driver_at_start() {
         "{err}"
     );
     assert!(!dir.path().join("csi.sock").exists(), "it never served");
+}
+
+#[tokio::test]
+async fn a_cluster_secret_is_not_taken_as_a_flag() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-csi"))
+        .args([
+            "--mode",
+            "controller",
+            "--kubernetes=false",
+            "--cluster-id=11111111-1111-4111-8111-111111111111",
+            "--cluster-endpoint=http://127.0.0.1:1",
+            "--cluster-secret=visible-to-every-user",
+        ])
+        .output()
+        .await
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unexpected argument '--cluster-secret'"),
+        "{err}"
+    );
 }
