@@ -50,6 +50,9 @@ pub enum Error {
     /// Issuing or reading a certificate failed.
     #[error("{0}")]
     Certificate(String),
+    /// The CSI secret does not parse and was left untouched (said in an event).
+    #[error("{0}")]
+    CsiSecretUnreadable(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<FinalizerError<Error>>),
 }
@@ -71,6 +74,7 @@ impl Error {
             Error::LockContended(_) => "lock_contended",
             Error::Held(_) => "held",
             Error::Certificate(_) => "certificate",
+            Error::CsiSecretUnreadable(_) => "csi_secret_unreadable",
             Error::Finalizer(_) => "finalizer",
         }
     }

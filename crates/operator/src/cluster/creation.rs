@@ -407,7 +407,7 @@ pub async fn execute(
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         CreationPlan::Finish { identity, status } => {
-            identity::publish_csi_entry(ctx, &identity).await?;
+            identity::publish_csi_entry(ctx, cluster, &identity).await?;
             write_steady(ctx, cluster, &status).await?;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
