@@ -271,7 +271,9 @@ pub async fn observe(
                 let cp = ctx.control_plane()?;
                 obs.reported = Some(Reported {
                     cluster: cp.get_cluster(id.uuid).await?,
-                    tasks: cp.list_tasks(id.uuid).await.unwrap_or_default(),
+                    // A list that failed is not an empty one: the report would say the
+                    // new cluster has no tasks while its setup tasks run.
+                    tasks: cp.list_tasks(id.uuid).await?,
                 });
             }
         }

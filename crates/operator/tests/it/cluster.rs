@@ -438,3 +438,27 @@ async fn an_unreadable_csi_secret_is_left_untouched_and_said_in_an_event() {
     );
     assert_eq!(now.data, stored.data);
 }
+
+#[tokio::test]
+async fn a_failed_task_list_is_an_error_not_an_empty_list() {
+    // The first task list of the cluster, read as the creation machine persists it, fails.
+    let h = harness(
+        "cluster-task-list-fails",
+        "error:method=GET,path=/api/v2/clusters/*/tasks/,count=1",
+    )
+    .await;
+    h.create("sb").await;
+    let uuid = until("the cluster created", async || created(&h, "sb").await).await;
+    let tasks = format!("/api/v2/clusters/{uuid}/tasks/");
+    let answers = crate::support::answers(&h.cp, "GET", &tasks).await;
+    assert_eq!(answers.first(), Some(&500), "the fault fired: {answers:?}");
+    // The failed read ended its pass as a control-plane error, retried; it was not read
+    // as a cluster without tasks.
+    let errors = h.ctx.metrics.sample(
+        "simplyblock_reconcile_errors_total",
+        &[("controller", "storagecluster"), ("kind", "control_plane")],
+    );
+    assert!(errors.is_some_and(|n| n >= 1.0), "{errors:?}");
+    let status = h.clusters().get("sb").await.expect("cluster").status;
+    println!("created after a failed task list: {status:?}");
+}
