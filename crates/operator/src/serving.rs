@@ -22,7 +22,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -32,7 +32,8 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 pub struct ServerLimits {
     /// From accepting a connection to a completed TLS handshake (TLS servers only).
     pub handshake_timeout: Duration,
-    /// For a request's headers, once the first byte has arrived, and for its body.
+    /// For a connection's first request, from its acceptance; for a later
+    /// request's headers, from their first byte; and for a request's body.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight for this long is closed.
     pub idle_timeout: Duration,
@@ -69,6 +70,8 @@ struct Connection {
     /// server started.
     last_active_ms: AtomicU64,
     close: CancellationToken,
+    /// Signalled when a request ends, so the idle deadline is taken from then.
+    request_ended: Notify,
 }
 
 /// The open connections, and the time base of their activity.
@@ -88,6 +91,7 @@ impl Connections {
             answered: AtomicU64::new(0),
             last_active_ms: AtomicU64::new(self.now_ms()),
             close: CancellationToken::new(),
+            request_ended: Notify::new(),
         });
         self.lock().insert(id, connection.clone());
         connection
@@ -230,6 +234,7 @@ async fn drive<Io>(
                     .store(connections.now_ms(), Ordering::Release);
                 connection.answered.fetch_add(1, Ordering::AcqRel);
                 connection.in_flight.fetch_sub(1, Ordering::AcqRel);
+                connection.request_ended.notify_one();
                 response
             }
         })
@@ -248,7 +253,14 @@ async fn drive<Io>(
             .now_ms()
             .saturating_sub(connection.last_active_ms.load(Ordering::Acquire));
         let busy = connection.in_flight.load(Ordering::Acquire) > 0;
-        if !busy && idle(quiet_ms) >= limits.idle_timeout {
+        // A connection that has not made its first request is waiting for headers: the
+        // HTTP version is read before hyper's own header timeout starts.
+        let limit = if connection.answered.load(Ordering::Acquire) == 0 {
+            limits.header_read_timeout
+        } else {
+            limits.idle_timeout
+        };
+        if !busy && idle(quiet_ms) >= limit {
             tracing::debug!(server, %peer, "closing an idle connection");
             served.as_mut().graceful_shutdown();
             // A peer that ignores the shutdown is dropped after one more header deadline.
@@ -256,9 +268,9 @@ async fn drive<Io>(
             return;
         }
         let check_in = if busy {
-            limits.idle_timeout
+            limit
         } else {
-            limits.idle_timeout.saturating_sub(idle(quiet_ms))
+            limit.saturating_sub(idle(quiet_ms))
         };
         tokio::select! {
             result = served.as_mut() => {
@@ -268,6 +280,7 @@ async fn drive<Io>(
                 return;
             }
             () = tokio::time::sleep(check_in) => {}
+            () = connection.request_ended.notified() => {}
         }
     }
 }

@@ -663,7 +663,7 @@ async fn idle_connections_and_stalled_handshakes_are_closed_after_their_timeouts
     let limits = ServerLimits {
         handshake_timeout: Duration::from_millis(500),
         // Longer than the idle timeout, so the last connection is closed for being idle.
-        header_read_timeout: Duration::from_secs(5),
+        header_read_timeout: Duration::from_secs(2),
         idle_timeout: Duration::from_secs(1),
         max_connections: 8,
     };
@@ -690,6 +690,20 @@ async fn idle_connections_and_stalled_handshakes_are_closed_after_their_timeouts
     until_closed(stalled_handshake(&addr, &config).await).await;
     println!(
         "a stalled handshake was closed after {:?}",
+        started.elapsed()
+    );
+
+    // A completed handshake and no request: closed at the header timeout.
+    let tcp = TcpStream::connect(&addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    let started = std::time::Instant::now();
+    until_closed(tls).await;
+    println!(
+        "a TLS connection that sent no request was closed after {:?}",
         started.elapsed()
     );
 
