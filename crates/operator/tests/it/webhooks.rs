@@ -580,6 +580,23 @@ async fn stalled_handshake(addr: &str, config: &Arc<rustls::ClientConfig>) -> Tc
     tcp
 }
 
+/// `GET /healthz` over a new TLS connection: the answer as text.
+async fn healthz(addr: &str, config: &Arc<rustls::ClientConfig>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = String::new();
+    let _ = tls.read_to_string(&mut answer).await;
+    answer
+}
+
 /// Reads (and drops) whatever the server sends until it closes the connection.
 async fn until_closed<S: tokio::io::AsyncRead + Unpin>(mut stream: S) {
     use tokio::io::AsyncReadExt;
@@ -618,6 +635,15 @@ async fn a_flood_of_idle_connections_does_not_keep_the_api_server_from_an_answer
         "opened {IDLE} idle connections and {STALLED} stalled handshakes in {:?}",
         flooded.elapsed()
     );
+
+    // The server itself, asked directly over a new connection.
+    let asked = std::time::Instant::now();
+    let health = healthz(&addr, &config).await;
+    println!(
+        "a new connection's GET /healthz was answered {:?} after connecting, with the flood open",
+        asked.elapsed()
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
 
     // A write the webhook refuses, through the API server, while the flood is open: the
     // answer is the webhook's refusal, not the API server failing to call it.
