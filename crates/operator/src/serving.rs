@@ -157,6 +157,9 @@ pub(crate) async fn serve<H, Fut, Io>(
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!(server, error = %e, "accepting a connection failed");
+                // Mostly out of file descriptors: pause for connections to close rather
+                // than spin on the same error.
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
