@@ -7,12 +7,17 @@
 //! and serves every cluster it names. `local` marks the site's own clusters (replication
 //! picks its local member by it); it is written only when true, so an entry of a cluster
 //! that is not marked is the reference's three keys exactly.
+//!
+//! Keys this version does not know, on an entry or beside `clusters`, are read into
+//! `extra` and written back as they were: another writer (a newer operator, a person) may
+//! have put them there, and a rewrite of one cluster's entry must not lose them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// The Secret's name.
 pub const NAME: &str = "simplyblock-csi-secret-v2";
@@ -27,6 +32,8 @@ pub struct Contents {
     /// The `cluster_id`s of the clusters that are the site's own, written as
     /// `"local": true` on their entries.
     pub local: BTreeSet<String>,
+    /// Top-level keys other than `clusters`, kept as read.
+    pub extra: Map<String, Value>,
 }
 
 /// One cluster: its id in the control plane, the control plane's URL, and the bearer
@@ -36,6 +43,18 @@ pub struct Entry {
     pub cluster_id: String,
     pub cluster_endpoint: String,
     pub cluster_secret: String,
+    /// Keys of the entry other than the three above and `local`, kept as read.
+    pub extra: Map<String, Value>,
+}
+
+impl Entry {
+    /// Whether `other` names the same cluster at the same endpoint with the same secret,
+    /// whatever else either carries.
+    pub fn same_connection(&self, other: &Entry) -> bool {
+        self.cluster_id == other.cluster_id
+            && self.cluster_endpoint == other.cluster_endpoint
+            && self.cluster_secret == other.cluster_secret
+    }
 }
 
 impl fmt::Debug for Entry {
@@ -44,6 +63,8 @@ impl fmt::Debug for Entry {
             .field("cluster_id", &self.cluster_id)
             .field("cluster_endpoint", &self.cluster_endpoint)
             .field("cluster_secret", &"<redacted>")
+            // Values unknown to this version may be secrets too: their names only.
+            .field("extra", &self.extra.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -83,11 +104,14 @@ pub fn secret_data(contents: &Contents) -> BTreeMap<String, ByteString> {
 /// The wire form: `local` on each entry, as the driver reads it.
 mod wire {
     use serde::{Deserialize, Serialize};
+    use serde_json::{Map, Value};
 
     #[derive(Serialize, Deserialize)]
     pub struct Contents {
         #[serde(default)]
         clusters: Vec<Entry>,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     }
 
     #[derive(Serialize, Deserialize)]
@@ -98,6 +122,8 @@ mod wire {
         cluster_secret: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         local: bool,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     }
 
     impl From<Contents> for super::Contents {
@@ -115,9 +141,14 @@ mod wire {
                     cluster_id: e.cluster_id,
                     cluster_endpoint: e.cluster_endpoint,
                     cluster_secret: e.cluster_secret,
+                    extra: e.extra,
                 })
                 .collect();
-            super::Contents { clusters, local }
+            super::Contents {
+                clusters,
+                local,
+                extra: wire.extra,
+            }
         }
     }
 
@@ -131,9 +162,13 @@ mod wire {
                     cluster_id: e.cluster_id,
                     cluster_endpoint: e.cluster_endpoint,
                     cluster_secret: e.cluster_secret,
+                    extra: e.extra,
                 })
                 .collect();
-            Contents { clusters }
+            Contents {
+                clusters,
+                extra: contents.extra,
+            }
         }
     }
 }
@@ -147,6 +182,7 @@ mod tests {
             cluster_id: id.into(),
             cluster_endpoint: "http://cp:5000".into(),
             cluster_secret: secret.into(),
+            extra: Map::new(),
         }
     }
 
@@ -167,6 +203,7 @@ mod tests {
         let contents = Contents {
             clusters: vec![entry("a", "s1"), entry("b", "s2")],
             local: BTreeSet::from(["b".to_string()]),
+            ..Contents::default()
         };
         let json = encode(&contents);
         assert_eq!(
@@ -202,6 +239,19 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cluster_endpoint"), "{text}");
+    }
+
+    #[test]
+    fn keys_this_version_does_not_know_are_written_back_as_they_were() {
+        let json = br#"{"clusters":[{"cluster_id":"a","cluster_endpoint":"http://cp","cluster_secret":"s","local":true,"replica_of":{"id":"b"}}],"generation":7}"#;
+        let contents = decode(json).expect("decodes");
+        assert!(contents.local.contains("a"));
+        assert_eq!(contents.clusters[0].extra["replica_of"]["id"], "b");
+        assert_eq!(contents.extra["generation"], 7);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&encode(&contents)).expect("json"),
+            serde_json::from_slice::<Value>(json).expect("json"),
+        );
     }
 
     #[test]

@@ -371,14 +371,17 @@ mod tests {
                     cluster_id: a.into(),
                     cluster_endpoint: "http://cp-a:5000".into(),
                     cluster_secret: "secret-a".into(),
+                    extra: Default::default(),
                 },
                 csi_secret::Entry {
                     cluster_id: b.into(),
                     cluster_endpoint: "https://cp-b".into(),
                     cluster_secret: "secret-b".into(),
+                    extra: Default::default(),
                 },
             ],
             local: [b.to_string()].into(),
+            extra: Default::default(),
         };
         // The bytes the operator stores under the Secret's key, as the driver's mount
         // shows them.

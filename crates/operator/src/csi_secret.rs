@@ -2,25 +2,41 @@
 //! [`simplyblock_api::csi_secret`] defines. Every cluster controller writes its own entry
 //! into the one shared object, so writes are read-modify-write under the object's
 //! resourceVersion, retried on conflict.
+//!
+//! A secret whose data does not parse is left as it is: writing over it would erase every
+//! other cluster's entry, and those clusters' volumes would stop being served.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use simplyblock_api::csi_secret::secret_data;
+use simplyblock_api::csi_secret::{DecodeError, decode, secret_data};
 use simplyblock_api::keys;
 
 pub use simplyblock_api::csi_secret::{Contents, Entry, KEY, NAME};
 
-/// `contents` with `entry` in place of any entry for the same cluster; `None` when that
-/// changes nothing.
+/// `contents` with `entry` in place of any entry for the same cluster, keeping the keys the
+/// old entry carried beyond `entry`'s; `None` when that changes nothing.
 pub fn with_entry(contents: &Contents, entry: &Entry) -> Option<Contents> {
-    if contents.clusters.iter().any(|e| e == entry) {
+    if contents.clusters.iter().any(|e| e.same_connection(entry)) {
         return None;
     }
     let mut next = contents.clone();
+    let mut entry = entry.clone();
+    if let Some(old) = next
+        .clusters
+        .iter()
+        .find(|e| e.cluster_id == entry.cluster_id)
+    {
+        for (key, value) in &old.extra {
+            entry
+                .extra
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
     next.clusters.retain(|e| e.cluster_id != entry.cluster_id);
-    next.clusters.push(entry.clone());
+    next.clusters.push(entry);
     next.clusters
         .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
     Some(next)
@@ -37,21 +53,37 @@ pub fn without_entry(contents: &Contents, cluster_id: &str) -> Option<Contents> 
     Some(next)
 }
 
-fn read(secret: &Secret) -> Contents {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KEY))
-        .and_then(|b| simplyblock_api::csi_secret::decode(&b.0).ok())
-        .unwrap_or_default()
+/// Why the CSI secret was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("writing the CSI secret failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The stored secret does not parse; it was left untouched.
+    #[error(
+        "{source}. The operator leaves Secret {namespace}/{NAME} untouched rather than overwrite the other clusters' entries; repair key {KEY} to that shape, or delete the key (every StorageCluster writes its entry back)"
+    )]
+    Unreadable {
+        namespace: String,
+        #[source]
+        source: DecodeError,
+    },
 }
 
-/// Applies `change` to the Secret in `namespace`, creating it when absent.
+/// The stored contents; a secret without the key holds no clusters yet.
+fn read(secret: &Secret) -> Result<Contents, DecodeError> {
+    match secret.data.as_ref().and_then(|d| d.get(KEY)) {
+        Some(json) => decode(&json.0),
+        None => Ok(Contents::default()),
+    }
+}
+
+/// Applies `change` to the Secret in `namespace`, creating it when absent. Data keys other
+/// than [`KEY`] are kept.
 pub async fn update(
     client: &kube::Client,
     namespace: &str,
     change: impl Fn(&Contents) -> Option<Contents>,
-) -> Result<(), kube::Error> {
+) -> Result<(), UpdateError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for _ in 0..8 {
         match api.get_opt(NAME).await? {
@@ -73,26 +105,35 @@ pub async fn update(
                 };
                 match api.create(&PostParams::default(), &secret).await {
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                    other => return other.map(|_| ()),
+                    other => return Ok(other.map(|_| ())?),
                 }
             }
             Some(mut secret) => {
-                let Some(next) = change(&read(&secret)) else {
+                let stored = read(&secret).map_err(|source| UpdateError::Unreadable {
+                    namespace: namespace.to_string(),
+                    source,
+                })?;
+                let Some(next) = change(&stored) else {
                     return Ok(());
                 };
-                secret.data = Some(secret_data(&next));
+                secret
+                    .data
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(secret_data(&next));
                 // replace carries the resourceVersion read above: a concurrent writer
                 // makes this a 409, and the loop reads again.
                 match api.replace(NAME, &PostParams::default(), &secret).await {
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                    other => return other.map(|_| ()),
+                    other => return Ok(other.map(|_| ())?),
                 }
             }
         }
     }
-    Err(kube::Error::Api(Box::new(kube::core::Status::failure(
-        "the CSI secret kept changing under this write; it will be retried",
-        "Conflict",
+    Err(UpdateError::Kube(kube::Error::Api(Box::new(
+        kube::core::Status::failure(
+            "the CSI secret kept changing under this write; it will be retried",
+            "Conflict",
+        ),
     ))))
 }
 
@@ -105,6 +146,7 @@ mod tests {
             cluster_id: id.into(),
             cluster_endpoint: "http://cp:5000".into(),
             cluster_secret: secret.into(),
+            extra: Default::default(),
         }
     }
 
@@ -133,6 +175,24 @@ mod tests {
             r#"{"clusters":[{"cluster_id":"a","cluster_endpoint":"http://cp:5000","cluster_secret":"s"}]}"#
         );
         assert!(!format!("{c:?}").contains("\"s\""));
+    }
+
+    #[test]
+    fn rewriting_an_entry_keeps_the_keys_it_carried() {
+        let mut carrying = entry("a", "s1");
+        carrying.extra.insert("replica_of".into(), "b".into());
+        let stored = Contents {
+            clusters: vec![carrying],
+            ..Contents::default()
+        };
+        assert_eq!(
+            with_entry(&stored, &entry("a", "s1")),
+            None,
+            "the same connection writes nothing"
+        );
+        let rotated = with_entry(&stored, &entry("a", "s2")).expect("changed");
+        assert_eq!(rotated.clusters[0].cluster_secret, "s2");
+        assert_eq!(rotated.clusters[0].extra["replica_of"], "b");
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub enum Error {
     /// An object holds a value the operator refuses to act on (what, why, what to do).
     #[error("{0}")]
     Invalid(String),
+    /// The CSI secret does not parse and was left untouched (said in an event).
+    #[error("{0}")]
+    CsiSecretUnreadable(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<FinalizerError<Error>>),
 }
@@ -75,6 +78,7 @@ impl Error {
             Error::Held(_) => "held",
             Error::Certificate(_) => "certificate",
             Error::Invalid(_) => "invalid",
+            Error::CsiSecretUnreadable(_) => "csi_secret_unreadable",
             Error::Finalizer(_) => "finalizer",
         }
     }

@@ -21,6 +21,7 @@ pub mod metrics_server;
 pub mod node;
 pub mod ops;
 pub mod pool;
+pub mod serving;
 pub mod webhooks;
 
 pub use assembly::{Config, run};

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use crate::Error;
 pub use crate::metrics::CONTENT_TYPE;
 use crate::metrics::Metrics;
+use crate::serving::ServerLimits;
 
 /// `/metrics` and `/healthz`.
 pub fn router(metrics: Arc<Metrics>) -> Router {
@@ -32,6 +33,7 @@ async fn render(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
 pub struct MetricsServer {
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    limits: ServerLimits,
 }
 
 impl MetricsServer {
@@ -44,7 +46,17 @@ impl MetricsServer {
                 addr: addr.to_string(),
                 source,
             })?;
-        Ok(MetricsServer { listener, metrics })
+        Ok(MetricsServer {
+            listener,
+            metrics,
+            limits: ServerLimits::METRICS,
+        })
+    }
+
+    /// Serves within `limits` instead of [`ServerLimits::METRICS`].
+    pub fn with_limits(mut self, limits: ServerLimits) -> MetricsServer {
+        self.limits = limits;
+        self
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -52,9 +64,14 @@ impl MetricsServer {
     }
 
     pub async fn run(self) {
-        if let Err(e) = axum::serve(self.listener, router(self.metrics)).await {
-            tracing::warn!(error = %e, "the metrics server stopped");
-        }
+        crate::serving::serve(
+            "metrics server",
+            self.listener,
+            self.limits,
+            router(self.metrics),
+            |tcp| std::future::ready(Ok(tcp)),
+        )
+        .await;
     }
 }
 
@@ -122,6 +139,84 @@ mod tests {
         let (status, _, body) = get(&metrics, "/healthz").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
         assert_eq!(get(&metrics, "/other").await.0, StatusCode::NOT_FOUND);
+    }
+
+    /// Reads until the server closes the connection.
+    async fn until_closed(mut stream: tokio::net::TcpStream) -> String {
+        use tokio::io::AsyncReadExt;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+
+    #[tokio::test]
+    async fn silent_and_idle_connections_are_closed_and_the_bound_keeps_it_answering() {
+        use std::time::{Duration, Instant};
+        use tokio::io::AsyncWriteExt;
+        use tokio::net::TcpStream;
+        let limits = ServerLimits {
+            handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: Duration::from_millis(500),
+            idle_timeout: Duration::from_secs(1),
+            max_connections: 2,
+        };
+        let server = MetricsServer::bind(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .expect("bind")
+        .with_limits(limits);
+        let addr = server.local_addr().expect("addr");
+        let serving = tokio::spawn(server.run());
+
+        // Two silent connections fill the bound; a third, real request still gets its
+        // answer, and the silent ones are closed.
+        let silent = [
+            TcpStream::connect(addr).await.expect("connect"),
+            TcpStream::connect(addr).await.expect("connect"),
+        ];
+        let started = Instant::now();
+        let mut asking = TcpStream::connect(addr).await.expect("connect");
+        asking
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: metrics\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let answer = until_closed(asking).await;
+        println!(
+            "answered with the bound full of silent connections in {:?}",
+            started.elapsed()
+        );
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
+        let started = Instant::now();
+        for connection in silent {
+            until_closed(connection).await;
+        }
+        println!(
+            "the silent connections were closed within {:?}",
+            started.elapsed()
+        );
+
+        // A request's headers sent halfway, then nothing: closed after the header timeout.
+        let mut halfway = TcpStream::connect(addr).await.expect("connect");
+        halfway
+            .write_all(b"GET /metr")
+            .await
+            .expect("half a request");
+        let started = Instant::now();
+        until_closed(halfway).await;
+        println!(
+            "half-sent headers were dropped after {:?}",
+            started.elapsed()
+        );
+        serving.abort();
     }
 
     #[test]

@@ -56,9 +56,11 @@ fn secret_naming(clusters: &[(uuid::Uuid, &str, &str)]) -> Vec<u8> {
                 cluster_id: id.to_string(),
                 cluster_endpoint: endpoint.to_string(),
                 cluster_secret: secret.to_string(),
+                extra: Default::default(),
             })
             .collect(),
         local: Default::default(),
+        extra: Default::default(),
     })
 }
 

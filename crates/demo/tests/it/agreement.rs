@@ -22,6 +22,7 @@ fn entry(cluster: Uuid, endpoint: &str, secret: &str) -> Entry {
         cluster_id: cluster.to_string(),
         cluster_endpoint: endpoint.into(),
         cluster_secret: secret.into(),
+        extra: Default::default(),
     }
 }
 

@@ -123,7 +123,7 @@ async fn steady(
         Err(e) => return Err(e.into()),
     };
     if let Some(id) = identity::read(ctx, &ns, &cluster_secret_name(&cluster.name_any())).await? {
-        identity::publish_csi_entry(ctx, &id).await?;
+        identity::publish_csi_entry(ctx, cluster, &id).await?;
     }
     let tasks = cp.list_tasks(uuid).await?;
     let history = History::read(&ctx.kube, cluster).await?;
@@ -219,7 +219,7 @@ async fn cleanup(cluster: &StorageCluster, ctx: &Context) -> Result<Action, Erro
                 return Err(Error::Held(message));
             }
         }
-        csi_secret::update(&ctx.kube, &ctx.namespace, |c| {
+        identity::change_csi_secret(ctx, cluster, |c| {
             csi_secret::without_entry(c, &uuid.to_string())
         })
         .await?;

@@ -331,7 +331,9 @@ pub async fn observe(
                 let cp = ctx.control_plane()?;
                 obs.reported = Some(Reported {
                     cluster: cp.get_cluster(id.uuid).await?,
-                    tasks: cp.list_tasks(id.uuid).await.unwrap_or_default(),
+                    // A list that failed is not an empty one: the report would say the
+                    // new cluster has no tasks while its setup tasks run.
+                    tasks: cp.list_tasks(id.uuid).await?,
                 });
             }
         }
@@ -495,7 +497,7 @@ pub async fn execute(
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         CreationPlan::Finish { identity, status } => {
-            identity::publish_csi_entry(ctx, &identity).await?;
+            identity::publish_csi_entry(ctx, cluster, &identity).await?;
             write_steady(ctx, cluster, &status).await?;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }

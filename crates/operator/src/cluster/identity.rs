@@ -99,15 +99,36 @@ pub async fn write(ctx: &Context, cluster: &StorageCluster, id: &Identity) -> Re
 }
 
 /// Adds (or refreshes) the cluster's entry in the CSI driver's Secret.
-pub async fn publish_csi_entry(ctx: &Context, id: &Identity) -> Result<(), Error> {
+pub async fn publish_csi_entry(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    id: &Identity,
+) -> Result<(), Error> {
     let entry = csi_secret::Entry {
         cluster_id: id.uuid.to_string(),
         cluster_endpoint: ctx.control_plane_endpoint()?,
         cluster_secret: id.secret.clone(),
+        extra: Default::default(),
     };
-    csi_secret::update(&ctx.kube, &ctx.namespace, |c| {
-        csi_secret::with_entry(c, &entry)
-    })
-    .await?;
-    Ok(())
+    change_csi_secret(ctx, cluster, |c| csi_secret::with_entry(c, &entry)).await
+}
+
+/// Applies `change` to the CSI driver's Secret on behalf of `cluster`. A stored secret
+/// that does not parse is left as it is, and a Warning event on the cluster says what is
+/// wrong with it and how to repair it.
+pub async fn change_csi_secret(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    change: impl Fn(&csi_secret::Contents) -> Option<csi_secret::Contents>,
+) -> Result<(), Error> {
+    match csi_secret::update(&ctx.kube, &ctx.namespace, change).await {
+        Ok(()) => Ok(()),
+        Err(csi_secret::UpdateError::Kube(e)) => Err(e.into()),
+        Err(unreadable @ csi_secret::UpdateError::Unreadable { .. }) => {
+            let message = unreadable.to_string();
+            ctx.event(cluster, true, "CSISecretUnreadable", message.clone())
+                .await;
+            Err(Error::CsiSecretUnreadable(message))
+        }
+    }
 }

@@ -370,10 +370,8 @@ pub async fn execute(
             let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
             for worker in workers {
                 let name = configmap::config_map_name(&op.name_any(), worker);
-                match jobs
-                    .create(&PostParams::default(), &probe_job(op, worker, &name, probe))
-                    .await
-                {
+                let job = probe_job(op, worker, &name, probe)?;
+                match jobs.create(&PostParams::default(), &job).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => return Err(format!("creating probe Job {name}: {e}")),
@@ -618,7 +616,12 @@ fn plan_writing(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call
     }
 }
 
-fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) -> Job {
+fn probe_job(
+    op: &OperatorOps,
+    worker: &str,
+    name: &str,
+    probe: &ProbeSettings,
+) -> Result<Job, String> {
     let run = op.name_any();
     let mut labels = configmap::labels(&run, worker);
     labels.insert(
@@ -631,42 +634,54 @@ fn probe_job(op: &OperatorOps, worker: &str, name: &str, probe: &ProbeSettings) 
         .as_ref()
         .map(|d| d.tolerations.clone())
         .unwrap_or_default();
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": op.namespace(),
-            "labels": labels,
-            "annotations": {(configmap::NODE_ANNOTATION): worker},
-            "ownerReferences": [op.controller_owner_ref(&())],
-        },
-        "spec": {
-            "backoffLimit": 2,
-            "ttlSecondsAfterFinished": 3600,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    // Pinned, not scheduled: the probe must read this worker.
-                    "nodeName": worker,
-                    "restartPolicy": "Never",
-                    "serviceAccountName": probe.service_account,
-                    "hostPID": true,
-                    "tolerations": tolerations,
-                    "containers": [{
-                        "name": "probe",
-                        "image": probe.image,
-                        "imagePullPolicy": "Always",
-                        "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--run-uid", op.uid().unwrap_or_default(), "--config-map", name],
-                        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                        "securityContext": {"privileged": true},
-                        "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
-                    }],
-                    "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+    job_from(
+        name,
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": op.namespace(),
+                "labels": labels,
+                "annotations": {(configmap::NODE_ANNOTATION): worker},
+                "ownerReferences": [op.controller_owner_ref(&())],
+            },
+            "spec": {
+                "backoffLimit": 2,
+                "ttlSecondsAfterFinished": 3600,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        // Pinned, not scheduled: the probe must read this worker.
+                        "nodeName": worker,
+                        "restartPolicy": "Never",
+                        "serviceAccountName": probe.service_account,
+                        "hostPID": true,
+                        "tolerations": tolerations,
+                        "containers": [{
+                            "name": "probe",
+                            "image": probe.image,
+                            "imagePullPolicy": "Always",
+                            "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--run-uid", op.uid().unwrap_or_default(), "--config-map", name],
+                            "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                            "securityContext": {"privileged": true},
+                            "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
+                        }],
+                        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                    },
                 },
             },
-        },
-    }))
-    .unwrap_or_default()
+        }),
+    )
+}
+
+/// The Job `document` describes. One that does not decode is an error: an empty Job in
+/// its place would be created nameless, or worse, run nothing on the worker.
+fn job_from(name: &str, document: serde_json::Value) -> Result<Job, String> {
+    serde_json::from_value(document).map_err(|e| {
+        format!(
+            "building probe Job {name} failed: its manifest is not a Job ({e}); this is a bug in the operator, report it with the operator's version"
+        )
+    })
 }
 
 #[cfg(test)]

@@ -332,3 +332,44 @@ fn a_deleted_run_and_a_late_probe_say_what_is_left() {
     assert_eq!(steps.deadline_message(&run, Writing), None);
     assert_eq!(run.metric_target(), "ns");
 }
+
+fn probe_settings() -> ProbeSettings {
+    ProbeSettings {
+        image: IMAGE.into(),
+        service_account: ProbeSettings::SERVICE_ACCOUNT.into(),
+    }
+}
+
+#[test]
+fn a_probe_job_is_built_pinned_to_its_worker_and_owned_by_its_run() {
+    let mut op = op("Probing", &["w1"], json!({}));
+    op.metadata.uid = Some("5e1f0000-0000-4000-8000-000000000001".into());
+    let built = probe_job(&op, "w1", &job("w1"), &probe_settings()).expect("a Job");
+    assert_eq!(built.metadata.name.as_deref(), Some(job("w1").as_str()));
+    let owners = built.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].uid, "5e1f0000-0000-4000-8000-000000000001");
+    let pod = built
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod spec");
+    assert_eq!(pod.node_name.as_deref(), Some("w1"));
+    assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
+}
+
+#[test]
+fn a_probe_job_that_does_not_decode_is_an_error_not_an_empty_job() {
+    // A run never stored has no uid, so it cannot own the Job: its ownerReferences
+    // entry is null and the manifest is not a Job.
+    let op = op("Probing", &["w1"], json!({}));
+    let err = probe_job(&op, "w1", &job("w1"), &probe_settings()).expect_err("not a Job");
+    assert!(
+        err.starts_with(&format!(
+            "building probe Job {} failed: its manifest is not a Job (",
+            job("w1")
+        )),
+        "{err}"
+    );
+    assert!(err.contains("OwnerReference"), "{err}");
+    assert!(err.contains("report it"), "{err}");
+}

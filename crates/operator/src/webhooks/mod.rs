@@ -20,15 +20,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::post;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::Error;
+use crate::serving::ServerLimits;
 use tls::ServingCertificates;
 
 /// The path of the ClusterDeploymentConfig webhook.
@@ -87,6 +85,7 @@ pub struct WebhookServer {
     listener: TcpListener,
     certs: Arc<ServingCertificates>,
     router: Router,
+    limits: ServerLimits,
 }
 
 impl WebhookServer {
@@ -106,7 +105,14 @@ impl WebhookServer {
             listener,
             certs,
             router,
+            limits: ServerLimits::WEBHOOK,
         })
+    }
+
+    /// Serves within `limits` instead of [`ServerLimits::WEBHOOK`].
+    pub fn with_limits(mut self, limits: ServerLimits) -> WebhookServer {
+        self.limits = limits;
+        self
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -115,32 +121,14 @@ impl WebhookServer {
 
     pub async fn run(self) {
         let acceptor = TlsAcceptor::from(self.certs.server_config());
-        loop {
-            let (tcp, peer) = match self.listener.accept().await {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a webhook connection failed");
-                    continue;
-                }
-            };
-            let acceptor = acceptor.clone();
-            let service = TowerToHyperService::new(self.router.clone());
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                if let Err(e) = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await
-                {
-                    tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
-                }
-            });
-        }
+        crate::serving::serve(
+            "webhook server",
+            self.listener,
+            self.limits,
+            self.router,
+            move |tcp| acceptor.accept(tcp),
+        )
+        .await;
     }
 }
 

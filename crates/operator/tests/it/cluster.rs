@@ -425,3 +425,119 @@ async fn same_named_clusters_of_two_namespaces_neither_adopt_nor_delete_each_oth
     let first_status = a.clusters().get("sb").await.expect("first").status;
     assert_eq!(first_status.and_then(|s| s.uuid), Some(uuid));
 }
+
+/// Stores the CSI secret in the harness's namespace with `json` under its key, beside a
+/// data key of someone else's.
+async fn stored_csi_secret(h: &Harness, json: &[u8]) -> Secret {
+    use k8s_openapi::ByteString;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(csi_secret::NAME.into()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                (csi_secret::KEY.to_string(), ByteString(json.to_vec())),
+                ("notes".to_string(), ByteString(b"kept by hand".to_vec())),
+            ]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(h.kube.clone(), &h.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the CSI secret stored")
+}
+
+#[tokio::test]
+async fn writing_the_csi_secret_keeps_other_clusters_and_keys_it_does_not_know() {
+    let h = harness("csi-secret-keeps", "").await;
+    let other = json!({
+        "clusters": [{
+            "cluster_id": "0a000000-0000-4000-8000-00000000000a",
+            "cluster_endpoint": "https://other-cp:8080",
+            "cluster_secret": "other-secret",
+            "local": true,
+            "replication_peer": {"site": "b"}
+        }],
+        "format": 3
+    });
+    stored_csi_secret(&h, other.to_string().as_bytes()).await;
+    h.create("sb").await;
+    let uuid = until("the cluster created", async || created(&h, "sb").await).await;
+
+    // The creation machine publishes the entry before it ends.
+    let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.ns);
+    let data = secrets
+        .get(csi_secret::NAME)
+        .await
+        .expect("CSI secret")
+        .data
+        .expect("data");
+    let written: serde_json::Value =
+        serde_json::from_slice(&data[csi_secret::KEY].0).expect("JSON");
+    let clusters = written["clusters"].as_array().expect("clusters");
+    let entry = |id: &str| {
+        clusters
+            .iter()
+            .find(|c| c["cluster_id"] == id)
+            .unwrap_or_else(|| panic!("no entry for {id}: {written}"))
+    };
+    assert_eq!(clusters.len(), 2, "{written}");
+    assert!(entry(&uuid)["cluster_secret"].is_string(), "{written}");
+    assert_eq!(
+        entry("0a000000-0000-4000-8000-00000000000a"),
+        &other["clusters"][0],
+        "the other entry as it was"
+    );
+    assert_eq!(written["format"], 3, "a top-level key kept: {written}");
+    assert_eq!(data["notes"].0, b"kept by hand", "another data key kept");
+}
+
+#[tokio::test]
+async fn an_unreadable_csi_secret_is_left_untouched_and_said_in_an_event() {
+    let h = harness("csi-secret-unreadable", "").await;
+    let stored = stored_csi_secret(&h, br#"{"clusters": [{"cluster_id": "0a00"#).await;
+    h.create("sb").await;
+    let notes = h.events("CSISecretUnreadable").await;
+    println!("{notes:?}");
+    assert!(
+        notes[0].contains("untouched") && notes[0].contains(csi_secret::KEY),
+        "the event says what is wrong and what to do: {notes:?}"
+    );
+    // The event follows the refused write: the secret is as it was stored.
+    let now = Api::<Secret>::namespaced(h.kube.clone(), &h.ns)
+        .get(csi_secret::NAME)
+        .await
+        .expect("CSI secret");
+    assert_eq!(
+        now.metadata.resource_version,
+        stored.metadata.resource_version
+    );
+    assert_eq!(now.data, stored.data);
+}
+
+#[tokio::test]
+async fn a_failed_task_list_is_an_error_not_an_empty_list() {
+    // The first task list of the cluster, read as the creation machine persists it, fails.
+    let h = harness(
+        "cluster-task-list-fails",
+        "error:method=GET,path=/api/v2/clusters/*/tasks/,count=1",
+    )
+    .await;
+    h.create("sb").await;
+    let uuid = until("the cluster created", async || created(&h, "sb").await).await;
+    let tasks = format!("/api/v2/clusters/{uuid}/tasks/");
+    let answers = crate::support::answers(&h.cp, "GET", &tasks).await;
+    assert_eq!(answers.first(), Some(&500), "the fault fired: {answers:?}");
+    // The failed read ended its pass as a control-plane error, retried; it was not read
+    // as a cluster without tasks.
+    let errors = h.ctx.metrics.sample(
+        "simplyblock_reconcile_errors_total",
+        &[("controller", "storagecluster"), ("kind", "control_plane")],
+    );
+    assert!(errors.is_some_and(|n| n >= 1.0), "{errors:?}");
+    let status = h.clusters().get("sb").await.expect("cluster").status;
+    println!("created after a failed task list: {status:?}");
+}

@@ -1,12 +1,17 @@
 //! The webhooks, registered by URL with a real API server, answering real writes.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
+use simplyblock_operator::serving::ServerLimits;
+use simplyblock_operator::webhooks::WebhookServer;
+use tokio::net::TcpStream;
 
 use crate::support::{OPERATOR_NAMESPACE, Served, webhooks as setup};
 
@@ -580,4 +585,208 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
             webhook.name
         );
     }
+}
+
+/// A TLS client configuration trusting the webhook CA.
+fn trusting_client(served: &Served) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(served.certs.ca_bundle().as_bytes()).expect("ca"))
+        .expect("root");
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// A connection that has sent its ClientHello and will send nothing more.
+async fn stalled_handshake(addr: &str, config: &Arc<rustls::ClientConfig>) -> TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut client = rustls::ClientConnection::new(config.clone(), name).expect("client");
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).expect("client hello");
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(&hello).await.expect("send the client hello");
+    tcp
+}
+
+/// `GET /healthz` over a new TLS connection: the answer as text.
+async fn healthz(addr: &str, config: &Arc<rustls::ClientConfig>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = String::new();
+    let _ = tls.read_to_string(&mut answer).await;
+    answer
+}
+
+/// Reads (and drops) whatever the server sends until it closes the connection.
+async fn until_closed<S: tokio::io::AsyncRead + Unpin>(mut stream: S) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_flood_of_idle_connections_does_not_keep_the_api_server_from_an_answer() {
+    const IDLE: usize = 1_000;
+    const STALLED: usize = 50;
+    let served = setup().await;
+    let env = crate::support::api_server().await;
+    let client = env.client().await.expect("client");
+    namespace(&client, "flood").await;
+    let docs = api::<ClusterDeploymentConfig>(&client, "flood");
+    docs.create(&PostParams::default(), &obj(document(&["nobody"])))
+        .await
+        .expect("a draft is admitted");
+
+    let addr = served.base.trim_start_matches("https://").to_string();
+    let config = trusting_client(served);
+    let flooded = std::time::Instant::now();
+    let mut flood = Vec::new();
+    for _ in 0..IDLE {
+        flood.push(TcpStream::connect(&addr).await.expect("an idle connection"));
+    }
+    for _ in 0..STALLED {
+        flood.push(stalled_handshake(&addr, &config).await);
+    }
+    println!(
+        "opened {IDLE} idle connections and {STALLED} stalled handshakes in {:?}",
+        flooded.elapsed()
+    );
+
+    // The server itself, asked directly over a new connection.
+    let asked = std::time::Instant::now();
+    let health = healthz(&addr, &config).await;
+    println!(
+        "a new connection's GET /healthz was answered {:?} after connecting, with the flood open",
+        asked.elapsed()
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+
+    // A write the webhook refuses, through the API server, while the flood is open: the
+    // answer is the webhook's refusal, not the API server failing to call it.
+    let mut approved = docs.get("doc").await.expect("doc");
+    approved.data["spec"]["approved"] = json!(true);
+    let asked = std::time::Instant::now();
+    let message = denied(docs.replace("doc", &PostParams::default(), &approved).await);
+    let answered_in = asked.elapsed();
+    println!(
+        "the webhook's refusal arrived {answered_in:?} after the request, with the flood open"
+    );
+    assert!(
+        message.contains("WorkerNotFound: worker nobody"),
+        "{message}"
+    );
+    assert!(
+        answered_in < std::time::Duration::from_secs(10),
+        "the answer took longer than the admission timeout: {answered_in:?}"
+    );
+
+    // Every flood connection is closed by the server: displaced past the connection bound
+    // or past the handshake timeout. The deadline is generous; the figure is printed.
+    let closing = std::time::Instant::now();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        futures::future::join_all(flood.into_iter().map(until_closed)),
+    )
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the webhook server still held flood connections a minute on"
+    );
+    println!(
+        "the server closed all {} flood connections within {:?}",
+        IDLE + STALLED,
+        closing.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_and_stalled_handshakes_are_closed_after_their_timeouts() {
+    let served = setup().await;
+    let limits = ServerLimits {
+        handshake_timeout: Duration::from_millis(500),
+        // Longer than the idle timeout, so the last connection is closed for being idle.
+        header_read_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(1),
+        max_connections: 8,
+    };
+    let server = WebhookServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        served.certs.clone(),
+        axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" })),
+    )
+    .await
+    .expect("bind")
+    .with_limits(limits);
+    let addr = server.local_addr().expect("addr").to_string();
+    let serving = tokio::spawn(server.run());
+    let config = trusting_client(served);
+
+    let started = std::time::Instant::now();
+    until_closed(TcpStream::connect(&addr).await.expect("connect")).await;
+    println!(
+        "a silent TCP connection was closed after {:?}",
+        started.elapsed()
+    );
+
+    let started = std::time::Instant::now();
+    until_closed(stalled_handshake(&addr, &config).await).await;
+    println!(
+        "a stalled handshake was closed after {:?}",
+        started.elapsed()
+    );
+
+    // A completed handshake and no request: closed at the header timeout.
+    let tcp = TcpStream::connect(&addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    let started = std::time::Instant::now();
+    until_closed(tls).await;
+    println!(
+        "a TLS connection that sent no request was closed after {:?}",
+        started.elapsed()
+    );
+
+    // A completed handshake and one request, then silence: closed once idle.
+    use tokio::io::AsyncWriteExt;
+    let tcp = TcpStream::connect(&addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .expect("request");
+    let started = std::time::Instant::now();
+    until_closed(tls).await;
+    println!(
+        "a TLS connection idle after one request was closed after {:?}",
+        started.elapsed()
+    );
+    serving.abort();
 }
