@@ -258,6 +258,37 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
+    step("a tenant tries a StorageCluster in its own namespace: the API server refuses it");
+    let tenant = "team-a";
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant}
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .patch(tenant, &apply, &Patch::Apply(&ns))
+        .await?;
+    let intruder: StorageCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": API_VERSION, "kind": "StorageCluster",
+        "metadata": {"name": "mine"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4}
+    }))?;
+    let tenants: Api<StorageCluster> = Api::namespaced(client.clone(), tenant);
+    // The chart's policy is enforced once the API server has loaded it.
+    let refused = wait_for(
+        "the served-namespace policy",
+        Duration::from_secs(30),
+        async || match tenants.create(&Default::default(), &intruder).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Some(s.message),
+            Ok(_) => {
+                tenants.delete("mine", &Default::default()).await.ok();
+                None
+            }
+            Err(_) => None,
+        },
+    )
+    .await?;
+    println!("\n$ kubectl -n {tenant} create -f storagecluster.yaml");
+    println!("Error from server (Forbidden): {refused}");
+
     step("first install: discovering the fleet's disks (OperatorOps initial-discovery)");
     let ops: Api<OperatorOps> = Api::namespaced(client.clone(), NAMESPACE);
     let run = wait_for("the discovery run", Duration::from_secs(60), async || {

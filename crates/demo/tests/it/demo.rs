@@ -31,6 +31,13 @@ fn the_demo_discovers_deploys_and_ends_online() {
     assert_eq!(columns(installed[0])[1], "Available", "{}", installed[0]);
     assert_eq!(columns(installed[1])[1], "Ready", "{}", installed[1]);
 
+    // A tenant's StorageCluster outside the served namespace is refused, saying where.
+    assert!(
+        stdout.contains("Error from server (Forbidden): ")
+            && stdout.contains("StorageCluster objects belong in namespace simplyblock"),
+        "{stdout}"
+    );
+
     // Discovery ran and wrote a draft, shown with the CRD's printer columns.
     let run = lines
         .iter()
