@@ -144,6 +144,8 @@ impl OpsResource for OperatorOps {
 /// What the steps read. Each step fills its own fields; the others stay empty.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
+    /// Inspecting: the operator's namespace, the only one probe Jobs run in.
+    pub operator_namespace: Option<String>,
     /// Inspecting, Writing: every Node.
     pub nodes: Vec<Node>,
     /// Inspecting: the workers that already run a StorageNode in the namespace.
@@ -281,6 +283,7 @@ pub async fn observe(
     let mut obs = Observed::default();
     match step {
         OperatorOpsStep::Inspecting => {
+            obs.operator_namespace = Some(ctx.namespace.clone());
             obs.nodes = nodes().await?;
             obs.storage_node_workers = Api::<StorageNode>::namespaced(ctx.kube.clone(), &ns)
                 .list(&ListParams::default())
@@ -357,6 +360,14 @@ fn job_failed(job: &Job) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
 }
 
+/// Why a run outside the operator's namespace `home` probes nothing.
+fn probing_elsewhere(op: &OperatorOps, home: &str) -> String {
+    format!(
+        "probe Jobs run privileged with the host's root mounted, so they run only in the operator's namespace {home}, and this run is in {}: create the OperatorOps in {home}",
+        op.namespace().unwrap_or_default()
+    )
+}
+
 /// Issues one call; `Err` is the sentence a person reads.
 pub async fn execute(
     op: &OperatorOps,
@@ -367,6 +378,10 @@ pub async fn execute(
     let ns = op.namespace().unwrap_or_default();
     match call {
         Call::CreateProbeJobs(workers) => {
+            // Never elsewhere, whatever decided the call.
+            if ns != ctx.namespace {
+                return Err(probing_elsewhere(op, &ctx.namespace));
+            }
             let jobs: Api<Job> = Api::namespaced(ctx.kube.clone(), &ns);
             for worker in workers {
                 let name = configmap::config_map_name(&op.name_any(), worker);
@@ -455,6 +470,11 @@ pub fn plan(
 }
 
 fn plan_inspecting(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call> {
+    if let Some(home) = &obs.operator_namespace
+        && op.namespace().as_ref() != Some(home)
+    {
+        return Plan::Fail(probing_elsewhere(op, home)).into();
+    }
     let spec = op.spec.discover.clone().unwrap_or_default();
     let api_groups = obs.api_groups.as_deref();
     match run::inspect(&spec, &obs.nodes, &obs.storage_node_workers, api_groups) {

@@ -99,6 +99,34 @@ fn inspecting_records_the_usable_workers_and_the_environment() {
 }
 
 #[test]
+fn a_run_outside_the_operators_namespace_probes_nothing() {
+    let op = op("Inspecting", &[], json!({}));
+    let obs = Observed {
+        operator_namespace: Some("simplyblock".into()),
+        nodes: vec![node("w1", "10.0.0.1")],
+        api_groups: Some(Vec::new()),
+        ..Observed::default()
+    };
+    let noted = plan(&op, Inspecting, &obs, IMAGE);
+    assert!(
+        matches!(&noted.plan, Plan::Fail(m) if m == "probe Jobs run privileged with the host's root mounted, so they run only in the operator's namespace simplyblock, and this run is in ns: create the OperatorOps in simplyblock"),
+        "{noted:?}"
+    );
+    // In the operator's namespace it goes on.
+    let home = Observed {
+        operator_namespace: Some("ns".into()),
+        ..obs
+    };
+    assert!(
+        matches!(
+            &plan(&op, Inspecting, &home, IMAGE).plan,
+            Plan::Advance { .. }
+        ),
+        "at home"
+    );
+}
+
+#[test]
 fn inspecting_without_a_free_worker_fails() {
     let op = op("Inspecting", &[], json!({"workers": ["gone"]}));
     let obs = Observed {
