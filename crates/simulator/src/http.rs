@@ -39,6 +39,10 @@ pub struct ServerTls {
     pub key_pem: Vec<u8>,
     /// Require client certificates signed by these CAs (mTLS).
     pub client_ca_pem: Option<Vec<u8>>,
+    /// Also answer plain HTTP on the same port (a connection that does not open with a
+    /// TLS handshake): one sbsim stands in for a control plane served over TLS and for
+    /// workers' storage-node APIs reached without it.
+    pub plain_too: bool,
 }
 
 fn tls_config(t: &ServerTls) -> Result<Arc<rustls::ServerConfig>, SimError> {
@@ -105,11 +109,18 @@ impl Server {
             addr: listen.to_string(),
             reason: e.to_string(),
         })?;
+        let plain_too = tls.as_ref().is_some_and(|t| t.plain_too);
         let tls = tls.as_ref().map(tls_config).transpose()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let (stop, stop_rx) = watch::channel(false);
         let router = Router::new().fallback(entry).with_state(sim.clone());
-        let accept = tokio::spawn(accept_loop(listener, router, tls, stop_rx.clone()));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            router,
+            tls,
+            plain_too,
+            stop_rx.clone(),
+        ));
         let engine = tokio::spawn(crate::engine::run(sim.clone(), stop_rx));
         Ok(Server {
             addr,
@@ -133,6 +144,7 @@ async fn accept_loop(
     listener: TcpListener,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
+    plain_too: bool,
     mut stop: watch::Receiver<bool>,
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
@@ -155,6 +167,18 @@ async fn accept_loop(
             if end_connect_tunnel(&mut stream).await.is_err() {
                 return;
             }
+            // A TLS handshake opens with a record of type 22 (handshake).
+            let acceptor = match acceptor {
+                Some(_) if plain_too => {
+                    let mut first = [0u8; 1];
+                    match stream.peek(&mut first).await {
+                        Ok(1) if first[0] == 0x16 => acceptor,
+                        Ok(1) => None,
+                        _ => return,
+                    }
+                }
+                other => other,
+            };
             let kill = Arc::new(Notify::new());
             let scheme = if acceptor.is_some() { "https" } else { "http" };
             let conn = Conn {

@@ -125,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
             cert_pem: read(c)?,
             key_pem: read(k)?,
             client_ca_pem: s.tls_client_ca.as_ref().map(read).transpose()?,
+            plain_too: false,
         }),
         _ => None,
     };

@@ -195,18 +195,18 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
         seed,
         ..SimConfig::new(dir.path().join("state"))
     };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+    let (tls, ca_pem) = crate::support::sbsim_tls_material();
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
-    let cp =
-        Client::new(ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN)).expect("client");
+    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem);
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"
     ))
     .expect("sample");
-    crate::support::managed_control_plane(&kube, ns).await;
+    crate::support::managed_control_plane(&kube, ns, &ca_pem).await;
     doc.spec.approved = true;
     doc.spec.node_sets[0].groups[0].workers = WORKERS.iter().map(|w| w.to_string()).collect();
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), ns);

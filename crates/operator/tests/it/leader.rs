@@ -106,10 +106,11 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
         time_scale: 100.0,
         ..SimConfig::new(dir.path().join("state"))
     };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+    let (tls, ca_pem) = crate::support::sbsim_tls_material();
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
-    crate::support::managed_control_plane(&kube, NS).await;
+    crate::support::managed_control_plane(&kube, NS, &ca_pem).await;
     let leases: Api<Lease> = Api::namespaced(kube.clone(), NS);
     let clusters: Api<StorageCluster> = Api::namespaced(kube.clone(), NS);
 

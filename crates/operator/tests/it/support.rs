@@ -223,19 +223,26 @@ pub fn operator_command(
     command
 }
 
-/// The address a managed ControlPlane of the tests names: routable by the rules of its
-/// CEL, reached through sbsim as a proxy.
-pub const MANAGED_ENDPOINT: &str = "http://control-plane.example:5000";
-
-/// ControlPlane `simplyblock` in `ns`, managed at [`MANAGED_ENDPOINT`] with the operator's
-/// own token: what an operator process of a test reaches the control plane by.
-pub async fn managed_control_plane(kube: &kube::Client, ns: &str) {
+/// ControlPlane `simplyblock` in `ns`, managed at [`MANAGED_TLS_ENDPOINT`] over TLS
+/// verified against `ca_pem` (in Secret `cp-ca`), with the operator's own token: what an
+/// operator process of a test reaches the control plane by (sbsim of [`sbsim_tls_material`]).
+pub async fn managed_control_plane(kube: &kube::Client, ns: &str, ca_pem: &str) {
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cp-ca"},
+        "stringData": {"ca.crt": ca_pem},
+    }))
+    .expect("secret");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("CA Secret");
     let cp: simplyblock_api::control_plane::ControlPlane = serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
         "metadata": {"name": "simplyblock"},
-        // Plain HTTP, said so: the same sbsim stands in for the workers' storage-node
-        // APIs, which these operator processes reach without TLS.
-        "spec": {"source": {"managed": {"endpoint": MANAGED_ENDPOINT, "insecure": true}}},
+        "spec": {"source": {"managed": {
+            "endpoint": MANAGED_TLS_ENDPOINT,
+            "caBundleSecretRef": {"name": "cp-ca"},
+        }}},
     }))
     .expect("control plane");
     Api::<simplyblock_api::control_plane::ControlPlane>::namespaced(kube.clone(), ns)
@@ -254,13 +261,22 @@ pub struct Sbsim {
 
 /// The host a TLS-serving sbsim ([`sbsim_tls`]) has its certificate for.
 pub const MANAGED_TLS_HOST: &str = "control-plane.example";
-/// A managed control plane's endpoint served by [`sbsim_tls`].
+/// A managed control plane's endpoint served by [`sbsim_tls`]: routable by the rules of
+/// its CEL, reached through sbsim as a proxy.
 pub const MANAGED_TLS_ENDPOINT: &str = "https://control-plane.example:5000";
 
 /// [`sbsim`] serving TLS with a certificate for [`MANAGED_TLS_HOST`] from a CA of its own,
 /// whose PEM comes with it: clients reach it through it as their proxy (a `CONNECT`
 /// tunnel) and verify it as they would the real control plane.
 pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
+    let (tls, ca_pem) = sbsim_tls_material();
+    let sim = sbsim_serving(faults, workers, Some((tls, ca_pem.clone()))).await;
+    (sim, ca_pem)
+}
+
+/// What an sbsim serves TLS with as the control plane at [`MANAGED_TLS_HOST`] (plain HTTP
+/// too, for the workers' storage-node APIs it stands in for), and the PEM of its CA.
+pub fn sbsim_tls_material() -> (simplyblock_simulator::ServerTls, String) {
     let ca = simplyblock_certs::Authority::new("sbsim test CA").expect("CA");
     let serving = ca
         .serving(MANAGED_TLS_HOST, &[MANAGED_TLS_HOST], &[])
@@ -269,10 +285,23 @@ pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
         cert_pem: serving.cert.clone().into_bytes(),
         key_pem: serving.key.clone().into_bytes(),
         client_ca_pem: None,
+        plain_too: true,
     };
-    let ca_pem = ca.cert_pem();
-    let sim = sbsim_serving(faults, workers, Some((tls, ca_pem.clone()))).await;
-    (sim, ca_pem)
+    (tls, ca.cert_pem())
+}
+
+/// A client of the control plane at [`MANAGED_TLS_ENDPOINT`], served by the sbsim at
+/// `addr` (its proxy) and verified against `ca_pem`.
+pub fn tls_cp_client(addr: std::net::SocketAddr, ca_pem: &str) -> Client {
+    let mut cfg = ClientConfig::new(Url::parse(MANAGED_TLS_ENDPOINT).expect("url"), TOKEN);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry_backoff = Duration::from_millis(20);
+    cfg.connect_to = Some(addr);
+    cfg.tls = Some(simplyblock_controlplane::TlsConfig {
+        ca_pem: ca_pem.as_bytes().to_vec(),
+        ..Default::default()
+    });
+    Client::new(cfg).expect("client")
 }
 
 /// Starts sbsim at 1000× speed with `faults`, and `workers` simulated workers when not 0.
@@ -308,17 +337,7 @@ async fn sbsim_serving(
     // it as the proxy, verified against its CA.
     let cp = match ca_pem {
         None => cp_client(&server.url),
-        Some(ca_pem) => {
-            let mut cfg = ClientConfig::new(Url::parse(MANAGED_TLS_ENDPOINT).expect("url"), TOKEN);
-            cfg.timeout = Duration::from_secs(5);
-            cfg.retry_backoff = Duration::from_millis(20);
-            cfg.connect_to = Some(server.addr);
-            cfg.tls = Some(simplyblock_controlplane::TlsConfig {
-                ca_pem: ca_pem.into_bytes(),
-                ..Default::default()
-            });
-            Client::new(cfg).expect("client")
-        }
+        Some(ca_pem) => tls_cp_client(server.addr, &ca_pem),
     };
     Sbsim {
         server,

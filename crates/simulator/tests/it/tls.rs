@@ -59,6 +59,7 @@ async fn mtls_with_a_pinned_service_name() {
             cert_pem: pki.server.0.clone().into_bytes(),
             key_pem: pki.server.1.clone().into_bytes(),
             client_ca_pem: Some(pki.ca_pem.clone().into_bytes()),
+            plain_too: false,
         }),
     )
     .await
