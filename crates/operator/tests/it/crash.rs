@@ -28,7 +28,7 @@ use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{OperatorOps, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
-use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_controlplane::{Client, Method};
 use simplyblock_operator::crash;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
@@ -37,7 +37,9 @@ const TOKEN: &str = "crash-test-token";
 const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
 const KILLS: usize = 20;
 /// The Secrets a deployment of the sample document leaves in its namespace.
-const EXPECTED_SECRETS: [&str; 5] = [
+const EXPECTED_SECRETS: [&str; 6] = [
+    // The test's own: the CA its ControlPlane verifies the control plane against.
+    "cp-ca",
     "simplyblock-cluster-simplyblock",
     "simplyblock-csi-secret-v2",
     "simplyblock-operator-webhook-ca",
@@ -79,7 +81,13 @@ async fn calls(cp: &Client) -> Vec<Value> {
         .raw(Method::GET, "/../../_sim/calls", &[], None)
         .await
         .expect("call log");
-    serde_json::from_value(r.json().unwrap_or(Value::Null)).expect("calls")
+    serde_json::from_value(r.json().unwrap_or(Value::Null)).unwrap_or_else(|e| {
+        panic!(
+            "calls: {e}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        )
+    })
 }
 
 /// `METHOD route`, the route as sbsim matched it (ids as placeholders).
@@ -200,7 +208,7 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
         .await
         .expect("sbsim");
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
-    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem);
+    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"

@@ -291,9 +291,9 @@ pub fn sbsim_tls_material() -> (simplyblock_simulator::ServerTls, String) {
 }
 
 /// A client of the control plane at [`MANAGED_TLS_ENDPOINT`], served by the sbsim at
-/// `addr` (its proxy) and verified against `ca_pem`.
-pub fn tls_cp_client(addr: std::net::SocketAddr, ca_pem: &str) -> Client {
-    let mut cfg = ClientConfig::new(Url::parse(MANAGED_TLS_ENDPOINT).expect("url"), TOKEN);
+/// `addr` (its proxy) and verified against `ca_pem`, sending `token`.
+pub fn tls_cp_client(addr: std::net::SocketAddr, ca_pem: &str, token: &str) -> Client {
+    let mut cfg = ClientConfig::new(Url::parse(MANAGED_TLS_ENDPOINT).expect("url"), token);
     cfg.timeout = Duration::from_secs(5);
     cfg.retry_backoff = Duration::from_millis(20);
     cfg.connect_to = Some(addr);
@@ -337,7 +337,7 @@ async fn sbsim_serving(
     // it as the proxy, verified against its CA.
     let cp = match ca_pem {
         None => cp_client(&server.url),
-        Some(ca_pem) => tls_cp_client(server.addr, &ca_pem),
+        Some(ca_pem) => tls_cp_client(server.addr, &ca_pem, TOKEN),
     };
     Sbsim {
         server,
