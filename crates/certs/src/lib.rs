@@ -141,7 +141,21 @@ impl Authority {
 
     /// A client certificate; Kubernetes reads the user from CN and the group from O.
     pub fn client(&self, user: &str, group: Option<&str>) -> Result<Pair, Error> {
+        self.client_until(user, group, None)
+    }
+
+    /// A client certificate valid until `not_after` (seconds since the Unix epoch).
+    pub fn client_until(
+        &self,
+        user: &str,
+        group: Option<&str>,
+        not_after: Option<i64>,
+    ) -> Result<Pair, Error> {
         let mut params = CertificateParams::default();
+        if let Some(secs) = not_after {
+            params.not_after = time::OffsetDateTime::from_unix_timestamp(secs)
+                .map_err(|e| Error(format!("not_after is out of range: {e}")))?;
+        }
         params.distinguished_name = name(user, group);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(params)

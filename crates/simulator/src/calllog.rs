@@ -39,6 +39,9 @@ pub struct Call {
     /// Why a refusal happened, including the reason behind an opaque 500.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The common name of the certificate the caller presented (mutual TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug)]

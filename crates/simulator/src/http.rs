@@ -30,6 +30,49 @@ use crate::sim::{Sim, lock};
 struct Conn {
     kill: Arc<Notify>,
     scheme: &'static str,
+    /// The common name of the certificate the client presented (mutual TLS).
+    client: Option<String>,
+}
+
+/// The TLS the workers' storage-node APIs serve, per DNS domain (a cluster's
+/// `simplyblock-storage-node-api.<namespace>.svc.cluster.local`): what a real storage node
+/// does once it mounts its cluster's serving Secret. A TLS connection whose server name is
+/// a worker of such a domain gets that domain's certificate and must present a client
+/// certificate its CAs signed when they are given; a plain request to such a worker is
+/// refused, as a TLS-only server refuses it.
+#[derive(Default)]
+pub struct StorageNodeTls(std::sync::RwLock<Vec<(String, Arc<rustls::ServerConfig>)>>);
+
+impl StorageNodeTls {
+    /// Serve `tls` for every worker under `domain` from now on (replacing what was there).
+    pub fn serve(&self, domain: &str, tls: &ServerTls) -> Result<(), SimError> {
+        let config = tls_config(tls)?;
+        let domain = domain.trim_matches('.').to_ascii_lowercase();
+        let mut served = self.0.write().unwrap_or_else(|e| e.into_inner());
+        served.retain(|(d, _)| *d != domain);
+        served.push((domain, config));
+        Ok(())
+    }
+
+    /// The configuration for `host` (a worker's name, port stripped), if its domain is served.
+    fn for_host(&self, host: &str) -> Option<Arc<rustls::ServerConfig>> {
+        let host = host.to_ascii_lowercase();
+        let served = self.0.read().unwrap_or_else(|e| e.into_inner());
+        served
+            .iter()
+            .find(|(d, _)| {
+                host.strip_suffix(d.as_str())
+                    .is_some_and(|w| w.ends_with('.'))
+            })
+            .map(|(_, c)| c.clone())
+    }
+}
+
+/// The common name of a DER certificate's subject.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
 }
 
 /// TLS for the listener.
@@ -115,6 +158,7 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let router = Router::new().fallback(entry).with_state(sim.clone());
         let accept = tokio::spawn(accept_loop(
+            sim.clone(),
             listener,
             router,
             tls,
@@ -141,13 +185,13 @@ impl Server {
 }
 
 async fn accept_loop(
+    sim: Arc<Sim>,
     listener: TcpListener,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     plain_too: bool,
     mut stop: watch::Receiver<bool>,
 ) {
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -161,50 +205,73 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let acceptor = acceptor.clone();
+        let tls = tls.clone();
+        let sim = sim.clone();
         tokio::spawn(async move {
             let mut stream = stream;
             if end_connect_tunnel(&mut stream).await.is_err() {
                 return;
             }
             // A TLS handshake opens with a record of type 22 (handshake).
-            let acceptor = match acceptor {
-                Some(_) if plain_too => {
-                    let mut first = [0u8; 1];
-                    match stream.peek(&mut first).await {
-                        Ok(1) if first[0] == 0x16 => acceptor,
-                        Ok(1) => None,
-                        _ => return,
-                    }
-                }
-                other => other,
+            let mut first = [0u8; 1];
+            let opens_tls = match stream.peek(&mut first).await {
+                Ok(1) => first[0] == 0x16,
+                _ => return,
             };
             let kill = Arc::new(Notify::new());
-            let scheme = if acceptor.is_some() { "https" } else { "http" };
-            let conn = Conn {
-                kill: kill.clone(),
-                scheme,
-            };
-            let svc =
+            let service = |conn: Conn| {
+                let router = router.clone();
                 hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(conn.clone());
                     let router = router.clone();
                     async move { router.oneshot(req.map(AxBody::new)).await }
-                });
+                })
+            };
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            match acceptor {
-                None => {
-                    let c = builder.serve_connection(TokioIo::new(stream), svc);
-                    tokio::select! { _ = c => {}, _ = kill.notified() => {} }
+            if !opens_tls {
+                if tls.is_some() && !plain_too {
+                    return;
                 }
-                Some(acc) => {
-                    let Ok(s) = acc.accept(stream).await else {
-                        return;
-                    };
-                    let c = builder.serve_connection(TokioIo::new(s), svc);
-                    tokio::select! { _ = c => {}, _ = kill.notified() => {} }
-                }
+                let conn = Conn {
+                    kill: kill.clone(),
+                    scheme: "http",
+                    client: None,
+                };
+                let c = builder.serve_connection(TokioIo::new(stream), service(conn));
+                tokio::select! { _ = c => {}, _ = kill.notified() => {} }
+                return;
             }
+            // The server name picks the certificate: a served storage-node domain's, or
+            // the control plane's.
+            let acceptor =
+                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+            let Ok(start) = acceptor.await else {
+                return;
+            };
+            let server_name = start.client_hello().server_name().map(str::to_owned);
+            let config = server_name
+                .as_deref()
+                .and_then(|name| sim.storage_node_tls.for_host(name))
+                .or(tls);
+            let Some(config) = config else {
+                return;
+            };
+            let Ok(s) = start.into_stream(config).await else {
+                return;
+            };
+            let client = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| common_name(leaf));
+            let conn = Conn {
+                kill: kill.clone(),
+                scheme: "https",
+                client,
+            };
+            let c = builder.serve_connection(TokioIo::new(s), service(conn));
+            tokio::select! { _ = c => {}, _ = kill.notified() => {} }
         });
     }
 }
@@ -291,6 +358,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
     let time = jiff::Timestamp::now().to_string();
     let conn = req.extensions().get::<Conn>().cloned();
     let scheme = conn.as_ref().map(|c| c.scheme).unwrap_or("http");
+    let client = conn.as_ref().and_then(|c| c.client.clone());
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -343,7 +411,15 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         ))
     } else if let Some(verb) = path.strip_prefix("/snode/") {
         let worker = host.split(':').next().unwrap_or("").to_string();
-        ok_or(routes::snode::handle(&sim, &worker, verb))
+        if scheme == "http" && sim.storage_node_tls.for_host(&worker).is_some() {
+            // nginx's words for it; a storage node serving TLS answers nothing in plain.
+            err(ApiError::Http(
+                400,
+                "The plain HTTP request was sent to HTTPS port".into(),
+            ))
+        } else {
+            ok_or(routes::snode::handle(&sim, &worker, verb))
+        }
     } else if path.starts_with("/api/v2/") || path == "/api/v2" {
         api_entry(
             &sim,
@@ -399,6 +475,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
             &bytes,
             verdict.fired.clone(),
             None,
+            client.clone(),
         );
         c.kill.notify_one();
         std::future::pending::<()>().await;
@@ -416,6 +493,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         &bytes,
         verdict.fired,
         resp_body,
+        client,
     );
     resp
 }
@@ -619,6 +697,7 @@ fn record(
     bytes: &[u8],
     faults: Vec<String>,
     resp_body: Option<(Value, String)>,
+    client: Option<String>,
 ) {
     if path.starts_with("/_sim/calls") {
         return;
@@ -648,5 +727,6 @@ fn record(
         location,
         faults,
         note,
+        client,
     });
 }

@@ -128,6 +128,8 @@ pub struct Sim {
     pub engine_passes: std::sync::atomic::AtomicU64,
     /// What `/_meta/version` reports now (see [`SimConfig::version`]).
     pub version: Mutex<Option<String>>,
+    /// The TLS the workers' storage-node APIs serve, per DNS domain.
+    pub storage_node_tls: crate::http::StorageNodeTls,
 }
 
 impl std::fmt::Debug for Sim {
@@ -200,6 +202,7 @@ impl Sim {
             wake: Notify::new(),
             engine_passes: std::sync::atomic::AtomicU64::new(0),
             version: Mutex::new(config.version.clone()),
+            storage_node_tls: Default::default(),
             config,
         }))
     }

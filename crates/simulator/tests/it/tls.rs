@@ -14,6 +14,12 @@ struct Pki {
 }
 
 fn pki() -> Pki {
+    pki_for(&["simplyblock-webappapi.simplyblock.svc"])
+}
+
+/// A CA, a server certificate for `names`, a client certificate (CN `operator`) and one
+/// from a CA nobody trusts.
+fn pki_for(names: &[&str]) -> Pki {
     let ca_key = KeyPair::generate().expect("key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -27,23 +33,32 @@ fn pki() -> Pki {
             .expect("sign");
         (cert.pem(), key.serialize_pem())
     };
-    let server = leaf(
-        vec!["simplyblock-webappapi.simplyblock.svc".into()],
-        &issuer,
-    );
-    let client = leaf(vec!["operator".into()], &issuer);
+    let server = leaf(names.iter().map(|n| n.to_string()).collect(), &issuer);
+    let client = leaf_named("operator", &issuer);
     // A client certificate from a CA the server does not trust.
     let rogue_key = KeyPair::generate().expect("key");
     let mut rogue_params = CertificateParams::new(Vec::<String>::new()).expect("params");
     rogue_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let rogue = Issuer::new(rogue_params, &rogue_key);
-    let other_client = leaf(vec!["intruder".into()], &rogue);
+    let other_client = leaf_named("intruder", &rogue);
     Pki {
         ca_pem: ca_cert.pem(),
         server,
         client,
         other_client,
     }
+}
+
+/// A client certificate whose subject's common name is `name`.
+fn leaf_named(name: &str, issuer: &Issuer<'_, &KeyPair>) -> (String, String) {
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec![name.to_string()]).expect("params");
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.signed_by(&key, issuer).expect("sign");
+    (cert.pem(), key.serialize_pem())
 }
 
 #[tokio::test]
@@ -112,5 +127,89 @@ async fn mtls_with_a_pinned_service_name() {
     });
     let unpinned = Client::new(cfg).expect("client");
     assert!(unpinned.list_clusters().await.is_err());
+    server.shutdown().await;
+}
+
+/// A storage-node domain served over TLS: its workers answer only TLS clients that
+/// present a certificate from the cluster's CA, and the call log names the client; the
+/// control plane on the same port stays plain.
+#[tokio::test]
+async fn storage_nodes_served_over_tls_require_the_clusters_client_certificate() {
+    simplyblock_simulator::install_crypto_provider();
+    const DOMAIN: &str = "simplyblock-storage-node-api.ns.svc.cluster.local";
+    let pki = pki_for(&[&format!("*.{DOMAIN}")]);
+    let dir = tempfile::tempdir().expect("dir");
+    let sim = Sim::open(config(dir.path(), &fleet_yaml(1, 1))).expect("sim");
+    let server = Server::start(sim, "127.0.0.1:0", None)
+        .await
+        .expect("server");
+    let node = |tls: Option<TlsConfig>| {
+        let mut cfg = SnodeConfig::new(format!("w1.{DOMAIN}:5000"));
+        cfg.tls = tls;
+        cfg.connect_to = Some(server.addr);
+        SnodeClient::new(cfg).expect("storage-node client")
+    };
+    let tls = |identity: Option<&(String, String)>| TlsConfig {
+        ca_pem: pki.ca_pem.clone().into_bytes(),
+        client_identity: identity.map(|(c, k)| (c.clone().into_bytes(), k.clone().into_bytes())),
+        server_name: None,
+    };
+    node(None)
+        .check()
+        .await
+        .expect("plain before the domain serves TLS");
+
+    server
+        .sim
+        .storage_node_tls
+        .serve(
+            DOMAIN,
+            &ServerTls {
+                cert_pem: pki.server.0.clone().into_bytes(),
+                key_pem: pki.server.1.clone().into_bytes(),
+                client_ca_pem: Some(pki.ca_pem.clone().into_bytes()),
+                plain_too: false,
+            },
+        )
+        .expect("serve the domain over TLS");
+    let e = node(None)
+        .check()
+        .await
+        .expect_err("plain HTTP to a TLS node");
+    assert!(e.to_string().contains("plain HTTP"), "{e}");
+    let e = node(Some(tls(None)))
+        .check()
+        .await
+        .expect_err("no client certificate");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e}");
+    let e = node(Some(tls(Some(&pki.other_client))))
+        .check()
+        .await
+        .expect_err("a client certificate from another CA");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e}");
+    node(Some(tls(Some(&pki.client))))
+        .check()
+        .await
+        .expect("the cluster's client certificate");
+    let calls = server.sim.calls.lock().expect("log").since(0);
+    let checks: Vec<(u16, Option<&str>)> = calls
+        .iter()
+        .filter(|c| c.path == "/snode/check")
+        .map(|c| (c.status, c.client.as_deref()))
+        .collect();
+    // The refused handshakes never became requests.
+    assert_eq!(
+        checks,
+        [(200, None), (400, None), (200, Some("operator"))],
+        "{calls:#?}"
+    );
+
+    // A worker of another domain, and the control plane, are still plain.
+    let cp = ClientConfig::new(Url::parse(&server.url).expect("url"), TOKEN);
+    Client::new(cp)
+        .expect("client")
+        .ready()
+        .await
+        .expect("ready in plain");
     server.shutdown().await;
 }
