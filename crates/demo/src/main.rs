@@ -223,6 +223,19 @@ async fn main() -> anyhow::Result<()> {
 
     step("applying the chart's ControlPlane/simplyblock and SimplyblockDriver/simplyblock");
     let _standin = StandIn::start(client.clone(), Some(NAMESPACE.into()));
+    // The storage nodes serve the certificate of their cluster's serving Secret and take
+    // only callers with a certificate from its CA, as the pods that mount it would.
+    let mounted_by = sim.sim.clone();
+    let _mounted = standin::mount_secrets(
+        client.clone(),
+        NAMESPACE.into(),
+        "simplyblock-storage-node-tls-",
+        move |ns, files| {
+            if let Err(e) = mounted_by.storage_node_tls.serve_mounted(ns, files) {
+                eprintln!("    the storage nodes cannot serve their certificate: {e}");
+            }
+        },
+    );
     chart::apply(&client, &installs, "helm", false).await?;
     let control_planes: Api<ControlPlane> = Api::namespaced(client.clone(), NAMESPACE);
     wait_for(
@@ -398,6 +411,7 @@ async fn main() -> anyhow::Result<()> {
         "\n{}",
         summary(&cluster_name, &clusters, &storage_nodes).await?
     );
+    println!("{}", storage_node_calls(&sim.sim));
     let served = match outcome {
         Ok(()) => day_one(
             &client,
@@ -435,6 +449,28 @@ async fn main() -> anyhow::Result<()> {
     drop(sim);
     drop(env);
     outcome
+}
+
+/// How the operator reached the workers' storage-node APIs, by sbsim's call log: every
+/// call over mutual TLS, under the name of the certificate it presented.
+fn storage_node_calls(sim: &simplyblock_simulator::Sim) -> String {
+    let calls = sim.calls.lock().map(|log| log.since(0)).unwrap_or_default();
+    let mut by_client = std::collections::BTreeMap::<String, usize>::new();
+    for call in calls.iter().filter(|c| c.path.starts_with("/snode/")) {
+        let client = call
+            .client
+            .clone()
+            .unwrap_or_else(|| "no certificate".into());
+        *by_client.entry(client).or_default() += 1;
+    }
+    let callers: Vec<String> = by_client
+        .iter()
+        .map(|(client, n)| format!("{n} as {client}"))
+        .collect();
+    format!(
+        "storage-node API calls, by the client certificate presented (nodes take only their cluster's CA): {}",
+        callers.join(", ")
+    )
 }
 
 /// After the cluster is Online: its default pool and StorageClass, a volume provisioned,

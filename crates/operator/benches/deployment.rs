@@ -141,6 +141,16 @@ async fn main() {
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
         .await
         .expect("sbsim");
+    // The storage nodes serve their cluster's serving Secret, as their pods would.
+    let mounted_by = sim.sim.clone();
+    let _mounted = simplyblock_testenv::standin::mount_secrets(
+        kube.clone(),
+        NS.into(),
+        "simplyblock-storage-node-tls-",
+        move |ns, files| {
+            let _ = mounted_by.storage_node_tls.serve_mounted(ns, files);
+        },
+    );
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = Client::new(ClientConfig::new(
         Url::parse(&sim.url).expect("url"),

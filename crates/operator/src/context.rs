@@ -86,9 +86,9 @@ impl Shutdown {
 /// How to reach a worker's storage-node API.
 #[derive(Clone, Debug)]
 pub struct SnodeSettings {
-    /// The namespace of the storage-node Service, part of every worker's DNS name.
-    pub namespace: String,
     pub port: u16,
+    /// The operator's client certificates toward each cluster's storage nodes.
+    pub certificates: Arc<crate::node::client_tls::ClientCertificates>,
     /// Send the requests to this address as an HTTP proxy instead of resolving the
     /// worker's name (an API server outside the cluster, e.g. the demo's, with sbsim).
     pub proxy: Option<std::net::SocketAddr>,
@@ -96,9 +96,10 @@ pub struct SnodeSettings {
 
 impl SnodeSettings {
     /// `<worker>.simplyblock-storage-node-api.<namespace>.svc.cluster.local:<port>`, the
-    /// address the control plane is given in a node add. A worker name that is not a
-    /// Node's name is refused before it becomes part of a host name.
-    pub fn address(&self, worker: &str) -> Result<String, crate::kit::Error> {
+    /// address the control plane is given in a node add, where `namespace` is the
+    /// cluster's (its storage-node Service's). A worker name that is not a Node's name is
+    /// refused before it becomes part of a host name.
+    pub fn address(&self, worker: &str, namespace: &str) -> Result<String, crate::kit::Error> {
         if !simplyblock_api::names::is_dns_subdomain(worker) {
             return Err(crate::kit::Error::Invalid(format!(
                 "worker {worker:?} is not a Node name (a DNS-1123 subdomain); no request is sent to it: correct spec.workerNode"
@@ -107,7 +108,7 @@ impl SnodeSettings {
         Ok(format!(
             "{worker}.{}.{}.svc.cluster.local:{}",
             crate::cluster::workload::names::SERVICE_NAME,
-            self.namespace,
+            namespace,
             self.port
         ))
     }
@@ -125,6 +126,7 @@ impl Context {
         let reach = crate::link::Reach {
             client: cp,
             endpoint: cp_endpoint,
+            trust: None,
         };
         Context::with_link(kube, crate::link::Link::pinned(reach), namespace)
     }
@@ -146,8 +148,8 @@ impl Context {
             link,
             access: crate::link::Access::default(),
             snode: SnodeSettings {
-                namespace: namespace.clone(),
                 port: 5000,
+                certificates: Arc::default(),
                 proxy: None,
             },
             namespace,

@@ -27,6 +27,10 @@ pub struct Reach {
     pub client: simplyblock_controlplane::Client,
     /// `status.endpoint`: the URL without `/api/v2`.
     pub endpoint: String,
+    /// The CAs (PEM) the control plane's certificates chain to, when a bundle is given
+    /// rather than the system's store: the storage nodes trust them too, so that the
+    /// control plane reaches them and they reach it.
+    pub trust: Option<String>,
 }
 
 /// What the ControlPlane controller last published.
@@ -149,6 +153,15 @@ impl Link {
         verdict(published.as_ref())
     }
 
+    /// The CAs the control plane's certificates chain to, if a bundle is known
+    /// ([`Reach::trust`]), whether or not it serves now.
+    pub fn trust(&self) -> Option<String> {
+        match &self.pinned {
+            Some(reach) => reach.trust.clone(),
+            None => self.published_now()?.reach?.trust,
+        }
+    }
+
     /// What was last published (whether or not this link is pinned).
     pub fn published_now(&self) -> Option<Published> {
         self.published
@@ -192,6 +205,7 @@ mod tests {
             )
             .expect("client"),
             endpoint: endpoint.into(),
+            trust: None,
         }
     }
 

@@ -34,6 +34,10 @@ struct Conn {
     client: Option<String>,
 }
 
+/// The Service the workers' storage-node APIs are reached through, by
+/// `<worker>.<service>.<namespace>.svc.cluster.local`.
+pub const STORAGE_NODE_SERVICE: &str = "simplyblock-storage-node-api";
+
 /// The TLS the workers' storage-node APIs serve, per DNS domain (a cluster's
 /// `simplyblock-storage-node-api.<namespace>.svc.cluster.local`): what a real storage node
 /// does once it mounts its cluster's serving Secret. A TLS connection whose server name is
@@ -52,6 +56,33 @@ impl StorageNodeTls {
         served.retain(|(d, _)| *d != domain);
         served.push((domain, config));
         Ok(())
+    }
+
+    /// Serves, for the workers of `namespace`'s storage-node Service
+    /// (`<worker>.simplyblock-storage-node-api.<namespace>.svc.cluster.local`), what a
+    /// storage-node pod mounts from its cluster's serving Secret: `tls.crt` and `tls.key`,
+    /// with client certificates required from the CAs of `ca.crt`.
+    pub fn serve_mounted(
+        &self,
+        namespace: &str,
+        files: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), SimError> {
+        let domain = format!("{STORAGE_NODE_SERVICE}.{namespace}.svc.cluster.local");
+        let file = |name: &str| {
+            files
+                .get(name)
+                .cloned()
+                .ok_or_else(|| SimError::Tls(format!("the mounted Secret has no {name}")))
+        };
+        self.serve(
+            &domain,
+            &ServerTls {
+                cert_pem: file("tls.crt")?,
+                key_pem: file("tls.key")?,
+                client_ca_pem: Some(file("ca.crt")?),
+                plain_too: false,
+            },
+        )
     }
 
     /// The configuration for `host` (a worker's name, port stripped), if its domain is served.

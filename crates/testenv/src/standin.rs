@@ -62,6 +62,48 @@ impl StandIn {
     }
 }
 
+/// A Secret's files as a pod that mounts it sees them: key to content.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// What a kubelet does for a pod that mounts a Secret: hands `on_change` the files of
+/// every Secret of `namespace` whose name starts with `prefix` (its namespace and files),
+/// when it first appears and after each change, until dropped.
+pub fn mount_secrets<F>(
+    client: kube::Client,
+    namespace: String,
+    prefix: &'static str,
+    on_change: F,
+) -> StandIn
+where
+    F: Fn(&str, &Files) + Send + Sync + 'static,
+{
+    let task = tokio::spawn(async move {
+        let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, &namespace);
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        loop {
+            if let Ok(list) = api.list(&ListParams::default()).await {
+                for secret in list {
+                    let name = secret.metadata.name.clone().unwrap_or_default();
+                    let version = secret.metadata.resource_version.clone().unwrap_or_default();
+                    if !name.starts_with(prefix) || seen.get(&name) == Some(&version) {
+                        continue;
+                    }
+                    let files: Files = secret
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect();
+                    on_change(&namespace, &files);
+                    seen.insert(name, version);
+                }
+            }
+            tokio::time::sleep(INTERVAL).await;
+        }
+    });
+    StandIn { task }
+}
+
 fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,

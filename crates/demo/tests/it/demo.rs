@@ -38,6 +38,16 @@ fn the_demo_discovers_deploys_and_ends_online() {
         "{stdout}"
     );
 
+    // The operator reached the storage nodes with its client certificate, never without.
+    let node_calls = lines
+        .iter()
+        .find(|l| l.starts_with("storage-node API calls"))
+        .unwrap_or_else(|| panic!("no storage-node calls in:\n{stdout}"));
+    assert!(
+        node_calls.contains(" as simplyblock-operator") && !node_calls.contains("no certificate"),
+        "{node_calls}"
+    );
+
     // Discovery ran and wrote a draft, shown with the CRD's printer columns.
     let run = lines
         .iter()

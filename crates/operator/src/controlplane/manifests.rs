@@ -14,8 +14,11 @@
 //!   operator's client certificate when mutual TLS is on). With OpenShift the service CA
 //!   signs the serving certificate; it issues no client certificates, so mutual TLS needs
 //!   cert-manager and is off with OpenShift.
-//! - FoundationDB runs without TLS (`SB_TLS_CONNECT=false`, no `FDB_TLS_*`): its pods'
-//!   certificates are the FoundationDB operator's configuration, not installed here.
+//! - FoundationDB runs without TLS (no `FDB_TLS_*`): its pods' certificates are the
+//!   FoundationDB operator's configuration, not installed here.
+//! - The control plane calls the storage nodes (`SB_TLS_CONNECT`) over TLS when it serves
+//!   TLS, presenting its own certificate when mutual TLS is on; sbcli takes only
+//!   `disabled`, `anonymous` or `authenticated` there.
 //! - The pods' readiness is a TCP check: an HTTP probe would fail under mutual TLS, and
 //!   `/_meta/ready` is what the controller itself asks.
 
@@ -431,7 +434,12 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
         "SB_TLS_CLIENT_AUTH",
         if tls.mutual { "required" } else { "none" },
     ));
-    envs.push(env("SB_TLS_CONNECT", "false"));
+    let connect = match (tls.serve, tls.mutual) {
+        (true, true) => "authenticated",
+        (true, false) => "anonymous",
+        (false, _) => "disabled",
+    };
+    envs.push(env("SB_TLS_CONNECT", connect));
     for (name, key) in [
         ("SB_OBJECT_STORE_ACCESS_KEY", "rootUser"),
         ("SB_OBJECT_STORE_SECRET_KEY", "rootPassword"),

@@ -92,11 +92,19 @@ pub async fn build(ctx: &Context, cp: &ControlPlane) -> Result<Result<Reach, NoC
             }));
         }
     };
+    let trust = tls
+        .as_ref()
+        .filter(|t| !t.ca_pem.is_empty())
+        .and_then(|t| String::from_utf8(t.ca_pem.clone()).ok());
     let mut config = ClientConfig::new(url, token);
     config.tls = tls;
     config.connect_to = ctx.access.proxy;
     match Client::new(config) {
-        Ok(client) => Ok(Ok(Reach { client, endpoint })),
+        Ok(client) => Ok(Ok(Reach {
+            client,
+            endpoint,
+            trust,
+        })),
         Err(e) => Ok(Err(NoClient {
             credentials: false,
             why: e.to_string(),

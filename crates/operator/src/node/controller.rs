@@ -229,8 +229,20 @@ async fn advance(
     }
 }
 
-fn snode(ctx: &Context, worker: &str) -> Result<SnodeClient, Error> {
-    let mut config = SnodeConfig::new(ctx.snode.address(worker)?);
+/// A client of `worker`'s storage-node API, speaking mutual TLS from `cluster`'s CA.
+async fn snode(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    worker: &str,
+) -> Result<SnodeClient, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let tls = ctx
+        .snode
+        .certificates
+        .tls(&ctx.kube, &namespace, &cluster.name_any())
+        .await?;
+    let mut config = SnodeConfig::new(ctx.snode.address(worker, &namespace)?);
+    config.tls = Some(tls);
     config.timeout = std::time::Duration::from_secs(5);
     config.connect_to = ctx.snode.proxy;
     Ok(SnodeClient::new(config)?)
@@ -380,7 +392,7 @@ async fn observe(
     let mut observed = Observation::default();
     match step {
         ProvisioningStep::CheckingHost => {
-            if let Err(e) = snode(ctx, worker)?.check().await {
+            if let Err(e) = snode(ctx, cluster, worker).await?.check().await {
                 observed.host_unreachable = Some(e.to_string());
                 return Ok(observed);
             }
@@ -403,13 +415,13 @@ async fn observe(
             }
             observed.sibling_posted = sibling_posted(ctx, node).await?;
             if !observed.sibling_posted {
-                observed.add = Some(add_window(ctx, cluster_id, worker).await?);
+                observed.add = Some(add_window(ctx, cluster, cluster_id, worker).await?);
             }
         }
         ProvisioningStep::Resolving => {
             let known = worker_node(ctx, worker).await?;
             observed.backend = backend_nodes_of(ctx, cluster_id, worker, known.as_ref()).await?;
-            observed.add = Some(add_window(ctx, cluster_id, worker).await?);
+            observed.add = Some(add_window(ctx, cluster, cluster_id, worker).await?);
         }
         ProvisioningStep::AwaitingWorker => {
             let known = worker_node(ctx, worker).await?;
@@ -464,9 +476,10 @@ async fn execute(
             advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
         }
         ProvisioningPlan::SendAdd { message } => {
+            let namespace = cluster.namespace().unwrap_or_default();
             let body = provisioning::node_add_body(
-                ctx.snode.address(worker)?,
-                &ctx.snode.namespace,
+                ctx.snode.address(worker, &namespace)?,
+                &namespace,
                 node,
                 cluster,
             );
@@ -585,12 +598,16 @@ async fn sibling_posted(ctx: &Context, node: &StorageNode) -> Result<bool, Error
 }
 
 /// Where the node add of `worker` is, by the control plane's task list.
-async fn add_window(ctx: &Context, cluster_id: Uuid, worker: &str) -> Result<AddWindow, Error> {
+async fn add_window(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    cluster_id: Uuid,
+    worker: &str,
+) -> Result<AddWindow, Error> {
     let tasks = ctx.control_plane()?.list_tasks(cluster_id).await?;
-    Ok(provisioning::add_window(
-        &tasks,
-        &ctx.snode.address(worker)?,
-    ))
+    let namespace = cluster.namespace().unwrap_or_default();
+    let address = ctx.snode.address(worker, &namespace)?;
+    Ok(provisioning::add_window(&tasks, &address))
 }
 
 /// What the node-add budget is decided from, read fresh (the cluster, its nodes, and the

@@ -1,5 +1,6 @@
 //! StorageNode: provisioning and steady state.
 
+pub mod client_tls;
 pub mod controller;
 pub mod machine;
 pub mod provisioning;

@@ -142,6 +142,9 @@ struct Deployment {
     cp: Client,
     token_file: std::path::PathBuf,
     name: String,
+    /// The control plane's CA (PEM).
+    ca_pem: String,
+    _mounted: simplyblock_testenv::standin::StandIn,
     _dir: tempfile::TempDir,
 }
 
@@ -207,6 +210,7 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
+    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim.sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
 
@@ -230,6 +234,8 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
         cp,
         token_file,
         name,
+        ca_pem,
+        _mounted: mounted,
         _dir: dir,
     }
 }
@@ -392,6 +398,25 @@ async fn assert_deployed_once(d: &Deployment) {
         .collect();
     secrets.sort();
     assert_eq!(secrets, EXPECTED_SECRETS);
+    // The storage nodes trust the control plane's CA beside their cluster's, and were
+    // reached over mutual TLS only.
+    let serving = Api::<Secret>::namespaced(d.kube.clone(), &d.ns)
+        .get("simplyblock-storage-node-tls-simplyblock")
+        .await
+        .expect("serving Secret");
+    let trusted = serving.data.unwrap_or_default()["ca.crt"].0.clone();
+    let trusted = String::from_utf8(trusted).expect("PEM");
+    assert!(trusted.contains(d.ca_pem.trim()), "{trusted}");
+    let node_calls: Vec<&Value> = log
+        .iter()
+        .filter(|c| c["path"].as_str().is_some_and(|p| p.starts_with("/snode/")))
+        .collect();
+    assert!(
+        node_calls
+            .iter()
+            .all(|c| c["client"] == "simplyblock-operator"),
+        "{node_calls:#?}"
+    );
 
     assert_eq!(
         d.cp.list_pools(clusters[0].id).await.expect("pools").len(),

@@ -77,6 +77,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
         .await
         .expect("sbsim");
+    let _mounted = crate::support::storage_nodes_mount(&kube, NS, &sim.sim);
     // sbsim learns the enrollment labels the operator writes from the API server.
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
@@ -153,6 +154,22 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         })
         .count();
     assert_eq!(adds, WORKERS.len(), "one node add per worker");
+    // Every storage-node call went over mutual TLS, with the operator's certificate from
+    // the cluster's CA (sbsim refuses plain HTTP and anonymous clients there).
+    let node_calls: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["path"].as_str().is_some_and(|p| p.starts_with("/snode/")))
+        .collect();
+    assert!(
+        node_calls.iter().any(|c| c["status"] == 200),
+        "the workers answered: {node_calls:#?}"
+    );
+    assert!(
+        node_calls
+            .iter()
+            .all(|c| c["client"] == "simplyblock-operator"),
+        "{node_calls:#?}"
+    );
     // Labels follow the nodes' status through the workload controller: eventually.
     for w in WORKERS {
         let labels = until_within(
@@ -618,6 +635,7 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
 struct Setup {
     kube: kube::Client,
     cp: Client,
+    _mounted: simplyblock_testenv::standin::StandIn,
     _sim: Server,
     _dir: tempfile::TempDir,
 }
@@ -669,6 +687,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
         .await
         .expect("sbsim");
+    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim.sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
     cfg.timeout = Duration::from_secs(5);
@@ -691,6 +710,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     Setup {
         kube,
         cp,
+        _mounted: mounted,
         _sim: sim,
         _dir: dir,
     }

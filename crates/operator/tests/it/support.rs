@@ -346,6 +346,27 @@ async fn sbsim_serving(
     }
 }
 
+/// The storage-node APIs of `ns`'s workers serve, as the storage-node pods that mount it
+/// would, what the cluster's serving Secret holds: its certificate, requiring client
+/// certificates from its CAs. Until the Secret exists they answer plain HTTP.
+pub fn storage_nodes_mount(
+    kube: &kube::Client,
+    ns: &str,
+    sim: &Arc<Sim>,
+) -> simplyblock_testenv::standin::StandIn {
+    let sim = sim.clone();
+    simplyblock_testenv::standin::mount_secrets(
+        kube.clone(),
+        ns.into(),
+        "simplyblock-storage-node-tls-",
+        move |ns, files| {
+            if let Err(e) = sim.storage_node_tls.serve_mounted(ns, files) {
+                eprintln!("the storage nodes of {ns} cannot serve the mounted Secret: {e}");
+            }
+        },
+    )
+}
+
 /// Every request sbsim received, in order, refused ones included.
 pub async fn call_log(cp: &Client) -> Vec<Value> {
     let r = cp

@@ -293,11 +293,13 @@ fn daemonset(
                 }),
                 ..EnvVar::default()
             },
-            EnvVar {
-                name: "SB_TLS_SERVE".into(),
-                value: Some("1".into()),
-                ..EnvVar::default()
-            },
+            // Mutual TLS with the serving Secret's material: callers (the operator, the
+            // control plane) must present a certificate the bundle `ca.crt` verifies, and
+            // the node presents its own when it calls out.
+            plain_env("SB_TLS_SERVE", "1"),
+            plain_env("SB_TLS_CLIENT_AUTH", "required"),
+            plain_env("SB_TLS_CONNECT", "authenticated"),
+            plain_env("SB_TLS_PROVIDER", "cert-manager"),
         ]),
         volume_mounts: Some(vec![
             VolumeMount {
@@ -414,6 +416,14 @@ fn owner(cluster: &StorageCluster, controller: bool) -> Option<Vec<OwnerReferenc
         controller: Some(controller),
         ..reference
     }])
+}
+
+fn plain_env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
 }
 
 #[cfg(test)]

@@ -204,7 +204,8 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     let recorded = current.as_ref().map(Recorded::from_secret);
     let names = serving::dns_names(&ns);
     let now = jiff::Timestamp::now();
-    let reason = match serving::decide(now, recorded.as_ref(), &ca.bundle, &names) {
+    let bundle = serving::trust_bundle(&ca.bundle, ctx.link.trust().as_deref());
+    let reason = match serving::decide(now, recorded.as_ref(), &bundle, &names) {
         Decision::Keep => {
             let rv = current.and_then(|s| s.metadata.resource_version);
             return Ok(rv.unwrap_or_default());
@@ -216,7 +217,7 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     let issued =
         ca.authority
             .serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
-    let secret = serving::tls_secret(cluster, issued, &ca.bundle, not_after, &names);
+    let secret = serving::tls_secret(cluster, issued, &bundle, not_after, &names);
     let written = crate::ca::create_or_swap(&api, current.as_ref(), secret)
         .await?
         .ok_or_else(|| Error::Stale(format!("Secret {secret_name}")))?;

@@ -95,6 +95,20 @@ pub fn tls_secret(
     }
 }
 
+/// What the storage nodes trust (`ca.crt`): their cluster's CAs, which sign the
+/// operator's client certificate and the nodes' own, and the control plane's CAs when
+/// they are known, so that the control plane's client certificate verifies and the nodes
+/// verify the control plane. Pure.
+pub fn trust_bundle(cluster_cas: &str, control_plane_cas: Option<&str>) -> String {
+    let mut bundle = cluster_cas.trim_end().to_string();
+    bundle.push('\n');
+    if let Some(cp) = control_plane_cas.map(str::trim).filter(|c| !c.is_empty()) {
+        bundle.push_str(cp);
+        bundle.push('\n');
+    }
+    bundle
+}
+
 /// Every name a storage node is reached by: `<worker>.simplyblock-storage-node-api.<ns>.svc`
 /// with and without the cluster domain, and the Service itself.
 pub fn dns_names(namespace: &str) -> Vec<String> {
@@ -174,7 +188,9 @@ pub fn decide(
         return Decision::Issue("the serving Secret lacks its certificate or key");
     }
     if r.ca.as_deref() != Some(bundle) {
-        return Decision::Issue("the certificate is not from the cluster's current CA");
+        return Decision::Issue(
+            "the CAs the nodes trust changed (the cluster's, or the control plane's)",
+        );
     }
     if r.names.as_deref() != Some(names.join(",").as_str()) {
         return Decision::Issue("the certificate does not hold the names the nodes are reached by");
@@ -191,6 +207,13 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nodes_trust_their_clusters_cas_and_the_control_planes() {
+        assert_eq!(trust_bundle("CA2\nCA1\n", None), "CA2\nCA1\n");
+        assert_eq!(trust_bundle("CA2\nCA1", Some(" ")), "CA2\nCA1\n");
+        assert_eq!(trust_bundle("CA2\nCA1\n", Some("CP\n")), "CA2\nCA1\nCP\n");
+    }
 
     fn now() -> Timestamp {
         "2026-06-01T00:00:00Z".parse().expect("time")
