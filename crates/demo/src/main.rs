@@ -40,12 +40,9 @@ const PROFILE: &str = "qemu-numa2-nvme";
 const NAMESPACE: &str = "simplyblock";
 const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
 const TOKEN: &str = "simplyblock-demo";
-/// The chart's values for the demo: the standalone profile, its management API served
-/// over plain HTTP by sbsim.
-const CHART_VALUES: &[(&str, &str)] = &[
-    ("deployment.profile", "standalone"),
-    ("controlplane.local.tls.enableTLS", "false"),
-];
+/// The chart's values for the demo: the standalone profile, its management API served by
+/// sbsim over mutual TLS with certificates from cert-manager (the chart's defaults).
+const CHART_VALUES: &[(&str, &str)] = &[("deployment.profile", "standalone")];
 
 #[derive(Parser)]
 #[command(
@@ -77,13 +74,15 @@ async fn main() -> anyhow::Result<()> {
     let env = TestEnv::start().await?;
     let client = env.client().await?;
     env.install_crds(&simplyblock_api::crds()).await?;
-    // No FoundationDB operator and no kubelet run here: the stand-in reports what they
-    // would of the control plane's workloads.
+    // No FoundationDB operator, no cert-manager and no kubelet run here: the stand-ins
+    // report what they would of the control plane's workloads, and issue its certificates.
     env.install_crds(&[
         standin::foundationdb_crd(),
         standin::foundationdb_backup_crd(),
     ])
     .await?;
+    env.install_crds(&simplyblock_testenv::certmanager::crds())
+        .await?;
     let apply = PatchParams::apply("simplyblock-demo").force();
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}
@@ -223,6 +222,24 @@ async fn main() -> anyhow::Result<()> {
 
     step("applying the chart's ControlPlane/simplyblock and SimplyblockDriver/simplyblock");
     let _standin = StandIn::start(client.clone(), Some(NAMESPACE.into()));
+    let _issuing = simplyblock_testenv::certmanager::start(client.clone(), NAMESPACE.into());
+    // The management API serves the certificate cert-manager issued it and takes only
+    // clients with one from the same CA, as its pods would.
+    let api_mounted_by = sim.sim.clone();
+    let _api_mounted = standin::mount_secrets(
+        client.clone(),
+        NAMESPACE.into(),
+        simplyblock_operator::controlplane::names::API_TLS_SECRET,
+        move |ns, files| {
+            let name = format!(
+                "{}.{ns}.svc",
+                simplyblock_operator::controlplane::names::API
+            );
+            if let Err(e) = api_mounted_by.named_tls.serve_mounted(&name, files, true) {
+                eprintln!("    the management API cannot serve its certificate: {e}");
+            }
+        },
+    );
     // The storage nodes serve the certificate of their cluster's serving Secret and take
     // only callers with a certificate from its CA, as the pods that mount it would.
     let mounted_by = sim.sim.clone();
@@ -231,7 +248,7 @@ async fn main() -> anyhow::Result<()> {
         NAMESPACE.into(),
         "simplyblock-storage-node-tls-",
         move |ns, files| {
-            if let Err(e) = mounted_by.storage_node_tls.serve_mounted(ns, files) {
+            if let Err(e) = mounted_by.named_tls.serve_storage_nodes(ns, files) {
                 eprintln!("    the storage nodes cannot serve their certificate: {e}");
             }
         },
@@ -411,7 +428,22 @@ async fn main() -> anyhow::Result<()> {
         "\n{}",
         summary(&cluster_name, &clusters, &storage_nodes).await?
     );
-    println!("{}", storage_node_calls(&sim.sim));
+    println!(
+        "{}",
+        calls_by_client(
+            &sim.sim,
+            "/api/v2/",
+            "management API calls (mutual TLS, cert-manager's CA)"
+        )
+    );
+    println!(
+        "{}",
+        calls_by_client(
+            &sim.sim,
+            "/snode/",
+            "storage-node API calls (mutual TLS, the cluster's CA)"
+        )
+    );
     let served = match outcome {
         Ok(()) => day_one(
             &client,
@@ -451,12 +483,12 @@ async fn main() -> anyhow::Result<()> {
     outcome
 }
 
-/// How the operator reached the workers' storage-node APIs, by sbsim's call log: every
-/// call over mutual TLS, under the name of the certificate it presented.
-fn storage_node_calls(sim: &simplyblock_simulator::Sim) -> String {
+/// Who called `what` (the paths under `prefix`), by sbsim's call log: the name of the
+/// client certificate each call presented.
+fn calls_by_client(sim: &simplyblock_simulator::Sim, prefix: &str, what: &str) -> String {
     let calls = sim.calls.lock().map(|log| log.since(0)).unwrap_or_default();
     let mut by_client = std::collections::BTreeMap::<String, usize>::new();
-    for call in calls.iter().filter(|c| c.path.starts_with("/snode/")) {
+    for call in calls.iter().filter(|c| c.path.starts_with(prefix)) {
         let client = call
             .client
             .clone()
@@ -468,7 +500,7 @@ fn storage_node_calls(sim: &simplyblock_simulator::Sim) -> String {
         .map(|(client, n)| format!("{n} as {client}"))
         .collect();
     format!(
-        "storage-node API calls, by the client certificate presented (nodes take only their cluster's CA): {}",
+        "{what}, by the client certificate presented: {}",
         callers.join(", ")
     )
 }

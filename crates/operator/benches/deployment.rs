@@ -148,7 +148,7 @@ async fn main() {
         NS.into(),
         "simplyblock-storage-node-tls-",
         move |ns, files| {
-            let _ = mounted_by.storage_node_tls.serve_mounted(ns, files);
+            let _ = mounted_by.named_tls.serve_storage_nodes(ns, files);
         },
     );
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));

@@ -38,62 +38,73 @@ struct Conn {
 /// `<worker>.<service>.<namespace>.svc.cluster.local`.
 pub const STORAGE_NODE_SERVICE: &str = "simplyblock-storage-node-api";
 
-/// The TLS the workers' storage-node APIs serve, per DNS domain (a cluster's
-/// `simplyblock-storage-node-api.<namespace>.svc.cluster.local`): what a real storage node
-/// does once it mounts its cluster's serving Secret. A TLS connection whose server name is
-/// a worker of such a domain gets that domain's certificate and must present a client
-/// certificate its CAs signed when they are given; a plain request to such a worker is
+/// The TLS sbsim serves per DNS name, beside its listener's own: what a server does once
+/// it mounts its Secret. A name covers itself and the names under it, so a storage-node
+/// domain (`simplyblock-storage-node-api.<namespace>.svc.cluster.local`) covers its
+/// workers, and the control plane's Service name covers the control plane. A TLS
+/// connection whose server name is covered gets that certificate and must present a client
+/// certificate its CAs signed when they are given; a plain request to a covered name is
 /// refused, as a TLS-only server refuses it.
 #[derive(Default)]
-pub struct StorageNodeTls(std::sync::RwLock<Vec<(String, Arc<rustls::ServerConfig>)>>);
+pub struct NamedTls(std::sync::RwLock<Vec<(String, Arc<rustls::ServerConfig>)>>);
 
-impl StorageNodeTls {
-    /// Serve `tls` for every worker under `domain` from now on (replacing what was there).
-    pub fn serve(&self, domain: &str, tls: &ServerTls) -> Result<(), SimError> {
+impl NamedTls {
+    /// Serve `tls` for `name` and the names under it from now on (replacing what was there).
+    pub fn serve(&self, name: &str, tls: &ServerTls) -> Result<(), SimError> {
         let config = tls_config(tls)?;
-        let domain = domain.trim_matches('.').to_ascii_lowercase();
+        let name = name.trim_matches('.').to_ascii_lowercase();
         let mut served = self.0.write().unwrap_or_else(|e| e.into_inner());
-        served.retain(|(d, _)| *d != domain);
-        served.push((domain, config));
+        served.retain(|(d, _)| *d != name);
+        served.push((name, config));
         Ok(())
     }
 
-    /// Serves, for the workers of `namespace`'s storage-node Service
-    /// (`<worker>.simplyblock-storage-node-api.<namespace>.svc.cluster.local`), what a
-    /// storage-node pod mounts from its cluster's serving Secret: `tls.crt` and `tls.key`,
-    /// with client certificates required from the CAs of `ca.crt`.
+    /// Serves for `name` what a pod mounts from a `kubernetes.io/tls` Secret: `tls.crt` and
+    /// `tls.key`, with client certificates required from the CAs of `ca.crt` when
+    /// `clients_from_ca`.
     pub fn serve_mounted(
         &self,
-        namespace: &str,
+        name: &str,
         files: &std::collections::BTreeMap<String, Vec<u8>>,
+        clients_from_ca: bool,
     ) -> Result<(), SimError> {
-        let domain = format!("{STORAGE_NODE_SERVICE}.{namespace}.svc.cluster.local");
-        let file = |name: &str| {
+        let file = |key: &str| {
             files
-                .get(name)
+                .get(key)
                 .cloned()
-                .ok_or_else(|| SimError::Tls(format!("the mounted Secret has no {name}")))
+                .ok_or_else(|| SimError::Tls(format!("the mounted Secret has no {key}")))
         };
         self.serve(
-            &domain,
+            name,
             &ServerTls {
                 cert_pem: file("tls.crt")?,
                 key_pem: file("tls.key")?,
-                client_ca_pem: Some(file("ca.crt")?),
+                client_ca_pem: clients_from_ca.then(|| file("ca.crt")).transpose()?,
                 plain_too: false,
             },
         )
     }
 
-    /// The configuration for `host` (a worker's name, port stripped), if its domain is served.
+    /// What the storage-node pods of `namespace` serve from their cluster's serving Secret:
+    /// its certificate, with client certificates required from its CAs.
+    pub fn serve_storage_nodes(
+        &self,
+        namespace: &str,
+        files: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), SimError> {
+        let domain = format!("{STORAGE_NODE_SERVICE}.{namespace}.svc.cluster.local");
+        self.serve_mounted(&domain, files, true)
+    }
+
+    /// The configuration for `host` (port stripped), if a name covering it is served.
     fn for_host(&self, host: &str) -> Option<Arc<rustls::ServerConfig>> {
         let host = host.to_ascii_lowercase();
         let served = self.0.read().unwrap_or_else(|e| e.into_inner());
         served
             .iter()
-            .find(|(d, _)| {
-                host.strip_suffix(d.as_str())
-                    .is_some_and(|w| w.ends_with('.'))
+            .find(|(name, _)| {
+                host.strip_suffix(name.as_str())
+                    .is_some_and(|under| under.is_empty() || under.ends_with('.'))
             })
             .map(|(_, c)| c.clone())
     }
@@ -282,7 +293,7 @@ async fn accept_loop(
             let server_name = start.client_hello().server_name().map(str::to_owned);
             let config = server_name
                 .as_deref()
-                .and_then(|name| sim.storage_node_tls.for_host(name))
+                .and_then(|name| sim.named_tls.for_host(name))
                 .or(tls);
             let Some(config) = config else {
                 return;
@@ -338,6 +349,13 @@ async fn end_connect_tunnel(stream: &mut tokio::net::TcpStream) -> std::io::Resu
     stream
         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
         .await
+}
+
+/// A `Host` header's name, its port left out.
+fn host_name(host: &str) -> &str {
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
 }
 
 fn parse_query(q: &str) -> HashMap<String, String> {
@@ -440,17 +458,15 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
             body_json.as_ref(),
             auth.as_deref(),
         ))
+    } else if scheme == "http" && sim.named_tls.for_host(host_name(&host)).is_some() {
+        // nginx's words for it: a server of TLS only answers nothing in plain.
+        err(ApiError::Http(
+            400,
+            "The plain HTTP request was sent to HTTPS port".into(),
+        ))
     } else if let Some(verb) = path.strip_prefix("/snode/") {
-        let worker = host.split(':').next().unwrap_or("").to_string();
-        if scheme == "http" && sim.storage_node_tls.for_host(&worker).is_some() {
-            // nginx's words for it; a storage node serving TLS answers nothing in plain.
-            err(ApiError::Http(
-                400,
-                "The plain HTTP request was sent to HTTPS port".into(),
-            ))
-        } else {
-            ok_or(routes::snode::handle(&sim, &worker, verb))
-        }
+        let worker = host_name(&host).to_string();
+        ok_or(routes::snode::handle(&sim, &worker, verb))
     } else if path.starts_with("/api/v2/") || path == "/api/v2" {
         api_entry(
             &sim,

@@ -128,8 +128,9 @@ pub struct Sim {
     pub engine_passes: std::sync::atomic::AtomicU64,
     /// What `/_meta/version` reports now (see [`SimConfig::version`]).
     pub version: Mutex<Option<String>>,
-    /// The TLS the workers' storage-node APIs serve, per DNS domain.
-    pub storage_node_tls: crate::http::StorageNodeTls,
+    /// The TLS served per DNS name: the workers' storage-node APIs, a control plane's
+    /// Service.
+    pub named_tls: crate::http::NamedTls,
 }
 
 impl std::fmt::Debug for Sim {
@@ -202,7 +203,7 @@ impl Sim {
             wake: Notify::new(),
             engine_passes: std::sync::atomic::AtomicU64::new(0),
             version: Mutex::new(config.version.clone()),
-            storage_node_tls: Default::default(),
+            named_tls: Default::default(),
             config,
         }))
     }

@@ -15,6 +15,7 @@
 //! start.
 
 pub mod assets;
+pub mod certmanager;
 pub mod chart;
 pub mod process;
 pub mod standin;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
@@ -47,6 +48,21 @@ impl Drop for StandIn {
 }
 
 impl StandIn {
+    /// Runs `pass` every [`INTERVAL`] until dropped.
+    pub fn every_pass<F, Fut>(pass: F) -> StandIn
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let task = tokio::spawn(async move {
+            loop {
+                pass().await;
+                tokio::time::sleep(INTERVAL).await;
+            }
+        });
+        StandIn { task }
+    }
+
     /// Reports the workloads of `namespace` (of every namespace when `None`) ready, until
     /// dropped.
     pub fn start(client: kube::Client, namespace: Option<String>) -> StandIn {
@@ -338,51 +354,53 @@ async fn foundationdb_backups(
 
 /// A minimal `FoundationDBBackup` CRD (`apps.foundationdb.org/v1beta2`, any fields, a
 /// status subresource), beside [`foundationdb_crd`].
-pub fn foundationdb_backup_crd()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "foundationdbbackups.apps.foundationdb.org"},
-        "spec": {
-            "group": "apps.foundationdb.org",
-            "names": {
-                "kind": "FoundationDBBackup", "listKind": "FoundationDBBackupList",
-                "plural": "foundationdbbackups", "singular": "foundationdbbackup"
-            },
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1beta2", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true
-                }}
-            }]
-        }
-    }))
-    .expect("the FoundationDBBackup CRD is well-formed")
+pub fn foundationdb_backup_crd() -> CustomResourceDefinition {
+    minimal_crd(
+        "apps.foundationdb.org",
+        "v1beta2",
+        "FoundationDBBackup",
+        "foundationdbbackups",
+        &[],
+    )
 }
 
 /// A minimal `FoundationDBCluster` CRD (`apps.foundationdb.org/v1beta2`, any fields, a
 /// status subresource): what tests and the demo install in place of the FoundationDB
 /// operator's.
-pub fn foundationdb_crd()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+pub fn foundationdb_crd() -> CustomResourceDefinition {
+    minimal_crd(
+        "apps.foundationdb.org",
+        "v1beta2",
+        "FoundationDBCluster",
+        "foundationdbclusters",
+        &["fdb"],
+    )
+}
+
+/// A namespaced CRD of any fields with a status subresource: the API of a component that
+/// a stand-in plays.
+pub fn minimal_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    short_names: &[&str],
+) -> CustomResourceDefinition {
+    let singular = kind.to_ascii_lowercase();
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "foundationdbclusters.apps.foundationdb.org"},
+        "metadata": {"name": format!("{plural}.{group}")},
         "spec": {
-            "group": "apps.foundationdb.org",
+            "group": group,
             "names": {
-                "kind": "FoundationDBCluster", "listKind": "FoundationDBClusterList",
-                "plural": "foundationdbclusters", "singular": "foundationdbcluster",
-                "shortNames": ["fdb"]
+                "kind": kind, "listKind": format!("{kind}List"),
+                "plural": plural, "singular": singular,
+                "shortNames": short_names,
             },
             "scope": "Namespaced",
             "versions": [{
-                "name": "v1beta2", "served": true, "storage": true,
+                "name": version, "served": true, "storage": true,
                 "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
@@ -391,5 +409,5 @@ pub fn foundationdb_crd()
             }]
         }
     }))
-    .expect("the FoundationDBCluster CRD is well-formed")
+    .expect("a minimal CRD is well-formed")
 }

@@ -38,15 +38,18 @@ fn the_demo_discovers_deploys_and_ends_online() {
         "{stdout}"
     );
 
-    // The operator reached the storage nodes with its client certificate, never without.
-    let node_calls = lines
-        .iter()
-        .find(|l| l.starts_with("storage-node API calls"))
-        .unwrap_or_else(|| panic!("no storage-node calls in:\n{stdout}"));
-    assert!(
-        node_calls.contains(" as simplyblock-operator") && !node_calls.contains("no certificate"),
-        "{node_calls}"
-    );
+    // The operator reached the management API and the storage nodes with its client
+    // certificates, never without.
+    for api in ["management API calls", "storage-node API calls"] {
+        let calls = lines
+            .iter()
+            .find(|l| l.starts_with(api))
+            .unwrap_or_else(|| panic!("no {api} in:\n{stdout}"));
+        assert!(
+            calls.contains(" as simplyblock-operator") && !calls.contains("no certificate"),
+            "{calls}"
+        );
+    }
 
     // Discovery ran and wrote a draft, shown with the CRD's printer columns.
     let run = lines

@@ -37,19 +37,30 @@ pub struct Harness {
     pub sim: Sbsim,
     pub ctx: Arc<Context>,
     _standin: StandIn,
+    _tls: [StandIn; 2],
 }
 
-/// The FoundationDB CRDs on the shared API server (every test that installs needs them;
-/// one that needs them absent has an API server of its own).
+/// The FoundationDB and cert-manager CRDs on the shared API server (every test that
+/// installs needs them; one that needs them absent has an API server of its own).
 async fn foundationdb_crds() {
     crate::support::api_server()
         .await
-        .install_crds(&[
-            standin::foundationdb_crd(),
-            standin::foundationdb_backup_crd(),
-        ])
+        .install_crds(&components_crds())
         .await
-        .expect("the FoundationDB CRDs");
+        .expect("the FoundationDB and cert-manager CRDs");
+}
+
+/// The APIs of the components a local control plane is made with: FoundationDB's and
+/// cert-manager's.
+pub fn components_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    let mut crds = vec![
+        standin::foundationdb_crd(),
+        standin::foundationdb_backup_crd(),
+    ];
+    crds.extend(simplyblock_testenv::certmanager::crds());
+    crds
 }
 
 pub async fn harness(ns: &str) -> Harness {
@@ -84,6 +95,7 @@ async fn harness_with(ns: &str, sim: Sbsim) -> Harness {
     let ctx = resolving(crate::support::operator_kube().await, ns, &sim);
     Harness {
         _standin: StandIn::start(kube.clone(), Some(ns.into())),
+        _tls: crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim),
         kube,
         ns: ns.into(),
         sim,
@@ -112,9 +124,10 @@ pub fn control_plane(source: Value) -> ControlPlane {
     .expect("control plane")
 }
 
-/// A local source without TLS (sbsim serves plain HTTP).
+/// A local source with its defaults: mutual TLS from cert-manager (the stand-in issues the
+/// certificates, sbsim serves the management API's).
 pub fn local() -> Value {
-    json!({"local": {"image": IMAGE, "tls": {"enableTLS": false}}})
+    json!({"local": {"image": IMAGE}})
 }
 
 impl Harness {
@@ -396,7 +409,7 @@ async fn a_local_install_goes_through_every_step_to_available() {
     h.create(local()).await;
     let status = h.phase_is(ControlPlanePhase::Available).await;
     println!("installed in {:.2?}", began.elapsed());
-    let endpoint = format!("http://simplyblock-webappapi.{}.svc:5000", h.ns);
+    let endpoint = format!("https://simplyblock-webappapi.{}.svc:5000", h.ns);
     assert_eq!(status.endpoint.as_deref(), Some(endpoint.as_str()));
     assert!(status.last_checked.is_some());
     assert_eq!(status.message, None);
@@ -421,6 +434,19 @@ async fn a_local_install_goes_through_every_step_to_available() {
     // The link serves every other controller at the in-cluster endpoint.
     assert_eq!(h.ctx.control_plane_endpoint().expect("serving"), endpoint);
     assert!(crate::support::calls(&h.sim.cp, "GET", "/api/v2/_meta/ready").await >= 1);
+    // Over mutual TLS, with the client certificate cert-manager issued the operator (sbsim
+    // refuses plain HTTP and anonymous clients at the management API's name).
+    let probes: Vec<Value> = crate::support::call_log(&h.sim.cp)
+        .await
+        .into_iter()
+        .filter(|c| c["path"] == "/api/v2/_meta/ready")
+        .collect();
+    assert!(
+        probes
+            .iter()
+            .all(|c| c["client"] == "simplyblock-operator" && c["status"] == 204),
+        "{probes:#?}"
+    );
 
     // The steady state re-applies every object each pass and changes none of them.
     let before = installed_objects(&h.kube, &h.ns).await;
@@ -461,9 +487,13 @@ async fn a_local_install_goes_through_every_step_to_available() {
 async fn the_foundationdb_api_not_served_holds_the_first_step_until_it_is() {
     let ns = "cp-no-fdb";
     let (env, kube) = crate::support::own_api_server(ns).await;
+    env.install_crds(&simplyblock_testenv::certmanager::crds())
+        .await
+        .expect("cert-manager's CRDs");
     let sim = sbsim("", 0).await;
     let ctx = resolving(crate::support::operator_kube_on(&env, ns).await, ns, &sim);
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
     let _c = tokio::spawn(controller::run(ctx.clone()));
     let cps: Api<ControlPlane> = Api::namespaced(kube.clone(), ns);
     cps.create(&PostParams::default(), &control_plane(local()))
@@ -893,11 +923,10 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
     const SIGABRT: i32 = 6;
     let ns = "cp-crash";
     let (env, kube) = crate::support::own_api_server(ns).await;
-    env.install_crds(&[standin::foundationdb_crd()])
-        .await
-        .expect("CRD");
+    env.install_crds(&components_crds()).await.expect("CRDs");
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
     let sim = sbsim("", 0).await;
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).expect("token");

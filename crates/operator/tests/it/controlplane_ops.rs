@@ -445,21 +445,19 @@ async fn a_kill_after_each_call_of_an_operation_repeats_none() {
     use std::os::unix::process::ExitStatusExt;
     use std::time::{Duration, Instant};
 
-    use simplyblock_testenv::standin::{self, StandIn};
+    use simplyblock_testenv::standin::StandIn;
 
     use crate::controlplane::{control_plane, free_port, requests};
 
     const SIGABRT: i32 = 6;
     let ns = "cpops-crash";
     let (env, kube) = crate::support::own_api_server(ns).await;
-    env.install_crds(&[
-        standin::foundationdb_crd(),
-        standin::foundationdb_backup_crd(),
-    ])
-    .await
-    .expect("the FoundationDB CRDs");
+    env.install_crds(&crate::controlplane::components_crds())
+        .await
+        .expect("the FoundationDB and cert-manager CRDs");
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
     let sim = crate::support::sbsim("", 0).await;
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, crate::support::TOKEN).expect("token");

@@ -360,11 +360,37 @@ pub fn storage_nodes_mount(
         ns.into(),
         "simplyblock-storage-node-tls-",
         move |ns, files| {
-            if let Err(e) = sim.storage_node_tls.serve_mounted(ns, files) {
+            if let Err(e) = sim.named_tls.serve_storage_nodes(ns, files) {
                 eprintln!("the storage nodes of {ns} cannot serve the mounted Secret: {e}");
             }
         },
     )
+}
+
+/// cert-manager and the management API's pods of a local control plane with mutual TLS in
+/// `ns`: the stand-in issues the Certificates the operator writes, and sbsim serves the
+/// management API's certificate at its Service name and takes only clients with a
+/// certificate from its CA, as the API pods that mount the Secret would.
+pub fn local_control_plane_tls(
+    kube: &kube::Client,
+    ns: &str,
+    sim: &Arc<Sim>,
+) -> [simplyblock_testenv::standin::StandIn; 2] {
+    use simplyblock_operator::controlplane::names::{API, API_TLS_SECRET};
+    let issuing = simplyblock_testenv::certmanager::start(kube.clone(), ns.into());
+    let sim = sim.clone();
+    let mounted = simplyblock_testenv::standin::mount_secrets(
+        kube.clone(),
+        ns.into(),
+        API_TLS_SECRET,
+        move |ns, files| {
+            let name = format!("{API}.{ns}.svc");
+            if let Err(e) = sim.named_tls.serve_mounted(&name, files, true) {
+                eprintln!("the management API {name} cannot serve the mounted Secret: {e}");
+            }
+        },
+    );
+    [issuing, mounted]
 }
 
 /// Every request sbsim received, in order, refused ones included.

@@ -161,7 +161,7 @@ async fn storage_nodes_served_over_tls_require_the_clusters_client_certificate()
 
     server
         .sim
-        .storage_node_tls
+        .named_tls
         .serve(
             DOMAIN,
             &ServerTls {

@@ -1,4 +1,5 @@
 //! The integration tests of this crate, one binary: a module per area.
 
+mod certmanager;
 mod lifecycle;
 mod standin;
