@@ -218,6 +218,23 @@ mod tests {
     }
 
     #[test]
+    fn a_token_file_is_read_at_each_use_so_a_rotation_is_followed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("token");
+        let token = Token::File(path.clone());
+        let missing = token.read().expect_err("no file yet");
+        assert!(
+            missing.contains("cannot be read") && missing.contains("--control-plane-token-file"),
+            "{missing}"
+        );
+        std::fs::write(&path, "first\n").expect("write");
+        assert_eq!(token.read().as_deref(), Ok("first"));
+        // The kubelet replaces the file's content in place.
+        std::fs::write(&path, "second").expect("rotate");
+        assert_eq!(token.read().as_deref(), Ok("second"));
+    }
+
+    #[test]
     fn clients_proceed_on_available_and_degraded_and_hold_otherwise_saying_why() {
         let r = || Some(reach("http://cp:5000"));
         use ControlPlanePhase::*;

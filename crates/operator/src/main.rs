@@ -82,8 +82,10 @@ struct RunArgs {
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     certificate_validity: Duration,
     /// A file holding the bearer token for a local control plane (and a managed one
-    /// without credentialsSecretRef): by default the pod's service-account token, which
-    /// the control plane verifies with a TokenReview. Where the control plane is, is the
+    /// without credentialsSecretRef), read at each use so that a token the kubelet rotates
+    /// is followed: by default the pod's service-account token; the chart mounts a
+    /// projected token of its own with a short expiry. The control plane verifies it with
+    /// a TokenReview. Where the control plane is, is the
     /// ControlPlane's status.endpoint.
     #[arg(
         long,

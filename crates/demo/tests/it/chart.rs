@@ -122,6 +122,56 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
         )
     );
     assert!(container["livenessProbe"].is_object() && container["readinessProbe"].is_object());
+
+    // The control plane's token is a projected one of its own: short-lived, never extended,
+    // for the API server's audience unless told, and the file the operator reads.
+    let token_source = |pod: &serde_json::Value| {
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "control-plane-token")
+            .map(|v| v["projected"]["sources"][0]["serviceAccountToken"].clone())
+            .expect("the control-plane token volume")
+    };
+    let token = token_source(pod);
+    assert_eq!(token["expirationSeconds"], 3600, "{token}");
+    assert!(token.get("audience").is_none(), "{token}");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == "control-plane-token")
+        .expect("mounted");
+    let file = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE")
+        .expect("the token file named");
+    assert_eq!(
+        file["value"].as_str(),
+        Some(
+            format!(
+                "{}/{}",
+                mount["mountPath"].as_str().unwrap_or(""),
+                token["path"].as_str().unwrap_or("")
+            )
+            .as_str()
+        )
+    );
+    let mut audience = values("empty");
+    audience.push((
+        "operator.controlPlaneToken.audience",
+        "simplyblock-management-api",
+    ));
+    let deployment = chart::render("simplyblock-system", &audience)
+        .expect("renders")
+        .into_iter()
+        .find(|o| kind_and_name(o) == "Deployment/simplyblock-operator")
+        .expect("operator Deployment");
+    let token = token_source(&deployment.data["spec"]["template"]["spec"]);
+    assert_eq!(token["audience"], "simplyblock-management-api", "{token}");
 }
 
 #[test]
@@ -193,6 +243,12 @@ fn bad_values_are_refused_with_what_to_do() {
     );
     let foreign = refused(&[("controlplane.local.image", "evil.example.com/api:1")]);
     assert!(foreign.contains("/controlplane/local/image"), "{foreign}");
+    // A token the API server would refuse to issue (under ten minutes).
+    let short = refused(&[("operator.controlPlaneToken.expirationSeconds", "60")]);
+    assert!(
+        short.contains("/operator/controlPlaneToken/expirationSeconds"),
+        "{short}"
+    );
 }
 
 /// Every `.Values` path a template reads, directly or through a variable assigned from
