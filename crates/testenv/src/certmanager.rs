@@ -169,7 +169,8 @@ async fn issue(spec: &Value, issuer: &Value, secrets: &Api<Secret>) -> Result<Se
             .flatten()
             .filter_map(Value::as_str)
             .collect();
-        let pair = if usages.contains(&"client auth") {
+        // A certificate for both is issued for serving only: nothing here presents one.
+        let pair = if usages.contains(&"client auth") && !usages.contains(&"server auth") {
             authority.client(common_name, None)
         } else {
             authority.serving(common_name, &dns, &[])

@@ -595,7 +595,9 @@ fn cert_manager(cp: &ControlPlane, ns: &str, mutual: bool) -> Vec<Manifest> {
             json!({
                 "secretName": API_TLS_SECRET,
                 "dnsNames": api_dns_names(ns),
-                "usages": ["server auth", "digital signature", "key encipherment"],
+                // Client auth too: with mutual TLS the management API presents it when it
+                // calls the storage nodes (SB_TLS_CONNECT=authenticated).
+                "usages": ["server auth", "client auth", "digital signature", "key encipherment"],
                 "privateKey": key,
                 "issuerRef": ca_issuer,
             }),
