@@ -38,7 +38,7 @@ async fn harness(ns: &str, faults: &str) -> Harness {
         Context::new(
             crate::support::operator_kube().await,
             cp.clone(),
-            sim.server.url.clone(),
+            sim.endpoint.clone(),
             ns.to_string(),
         )
         .watching(ns),
@@ -363,7 +363,7 @@ async fn same_named_clusters_of_two_namespaces_neither_adopt_nor_delete_each_oth
         Context::new(
             crate::support::operator_kube_on(&env, first).await,
             sim.cp.clone(),
-            sim.server.url.clone(),
+            sim.endpoint.clone(),
             first.to_string(),
         )
         .with_scope(Scope::all()),

@@ -23,7 +23,7 @@ impl Harness {
         let ctx = Context::new(
             crate::support::operator_kube().await,
             self.cp.clone(),
-            self.sim.server.url.clone(),
+            self.sim.endpoint.clone(),
             self.ns.clone(),
         )
         .watching(&self.ns)

@@ -2,7 +2,6 @@
 //! server, with the cluster created in sbsim by the StorageCluster controller.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -11,7 +10,6 @@ use simplyblock_api::cluster_deployment_config::{
     ClusterDeploymentConfig, DeploymentPhase, ExpansionStep,
 };
 use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode};
-use simplyblock_controlplane::{Client, ClientConfig, Url};
 use simplyblock_operator::context::Context;
 use simplyblock_operator::{cluster, deployment};
 use simplyblock_simulator::{Server, Sim, SimConfig};
@@ -40,6 +38,7 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
 
     simplyblock_simulator::install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
+    let (tls, ca_pem) = crate::support::sbsim_tls_material();
     let sim = Server::start(
         Sim::open(SimConfig {
             tokens: vec![TOKEN.into()],
@@ -48,18 +47,16 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
         })
         .expect("sim"),
         "127.0.0.1:0",
-        None,
+        Some(tls),
     )
     .await
     .expect("sbsim");
-    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    let cp = Client::new(cfg).expect("client");
+    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
     let ctx = Arc::new(
         Context::new(
             crate::support::operator_kube().await,
             cp.clone(),
-            sim.url.clone(),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
             NS.into(),
         )
         .watching(NS),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
 use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::{StorageClusterOps, StorageNode};
-use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
+use simplyblock_controlplane::{Client, Method};
 use simplyblock_operator::cluster::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::{cluster, deployment, node};
@@ -74,20 +74,19 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         fleet: Some(dir.path().join("fleet.yaml")),
         ..SimConfig::new(dir.path().join("state"))
     };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+    let (tls, ca_pem) = crate::support::sbsim_tls_material();
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
     let _mounted = crate::support::storage_nodes_mount(&kube, NS, &sim.sim);
     // sbsim learns the enrollment labels the operator writes from the API server.
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
-    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    let cp = Client::new(cfg).expect("client");
+    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
     let ctx = Arc::new(
         Context::new(
             crate::support::operator_kube().await,
             cp.clone(),
-            sim.url.clone(),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
             NS.into(),
         )
         .watching(NS)
@@ -684,19 +683,18 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
         timings,
         ..SimConfig::new(dir.path().join("state"))
     };
-    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+    let (tls, ca_pem) = crate::support::sbsim_tls_material();
+    let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
     let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim.sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
-    let mut cfg = ClientConfig::new(Url::parse(&sim.url).expect("url"), TOKEN);
-    cfg.timeout = Duration::from_secs(5);
-    let cp = Client::new(cfg).expect("client");
+    let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
     let ctx = Arc::new(
         Context::new(
             crate::support::operator_kube().await,
             cp.clone(),
-            sim.url.clone(),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
             ns.into(),
         )
         .watching(ns)

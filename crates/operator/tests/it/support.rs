@@ -255,6 +255,8 @@ pub async fn managed_control_plane(kube: &kube::Client, ns: &str, ca_pem: &str) 
 pub struct Sbsim {
     pub server: Server,
     pub cp: Client,
+    /// Where the operator reaches it: [`MANAGED_TLS_ENDPOINT`].
+    pub endpoint: String,
     /// sbsim's state; kept for as long as the server runs.
     _dir: tempfile::TempDir,
 }
@@ -265,17 +267,40 @@ pub const MANAGED_TLS_HOST: &str = "control-plane.example";
 /// its CEL, reached through sbsim as a proxy.
 pub const MANAGED_TLS_ENDPOINT: &str = "https://control-plane.example:5000";
 
-/// [`sbsim`] serving TLS with a certificate for [`MANAGED_TLS_HOST`] from a CA of its own,
-/// whose PEM comes with it: clients reach it through it as their proxy (a `CONNECT`
-/// tunnel) and verify it as they would the real control plane.
+/// [`sbsim`], with the PEM of the CA its certificate for [`MANAGED_TLS_HOST`] is from:
+/// clients reach it through it as their proxy (a `CONNECT` tunnel) and verify it as they
+/// would the real control plane.
 pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
     let (tls, ca_pem) = sbsim_tls_material();
-    let sim = sbsim_serving(faults, workers, Some((tls, ca_pem.clone()))).await;
+    simplyblock_simulator::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fleet_path = (workers > 0).then(|| {
+        let path = dir.path().join("fleet.yaml");
+        std::fs::write(&path, fleet(workers)).expect("fleet");
+        path
+    });
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        faults: faults.into(),
+        fleet: fleet_path,
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
+        .await
+        .expect("sbsim");
+    let sim = Sbsim {
+        cp: tls_cp_client(server.addr, &ca_pem, TOKEN),
+        endpoint: MANAGED_TLS_ENDPOINT.to_owned(),
+        server,
+        _dir: dir,
+    };
     (sim, ca_pem)
 }
 
-/// What an sbsim serves TLS with as the control plane at [`MANAGED_TLS_HOST`] (plain HTTP
-/// too, for the workers' storage-node APIs it stands in for), and the PEM of its CA.
+/// What an sbsim serves TLS with as the control plane at [`MANAGED_TLS_HOST`], and the
+/// PEM of its CA. It answers nothing in plain HTTP: the storage nodes it stands in for
+/// serve TLS too, once their Secret is mounted ([`storage_nodes_mount`]).
 pub fn sbsim_tls_material() -> (simplyblock_simulator::ServerTls, String) {
     let ca = simplyblock_certs::Authority::new("sbsim test CA").expect("CA");
     let serving = ca
@@ -285,7 +310,7 @@ pub fn sbsim_tls_material() -> (simplyblock_simulator::ServerTls, String) {
         cert_pem: serving.cert.clone().into_bytes(),
         key_pem: serving.key.clone().into_bytes(),
         client_ca_pem: None,
-        plain_too: true,
+        plain_too: false,
     };
     (tls, ca.cert_pem())
 }
@@ -304,46 +329,11 @@ pub fn tls_cp_client(addr: std::net::SocketAddr, ca_pem: &str, token: &str) -> C
     Client::new(cfg).expect("client")
 }
 
-/// Starts sbsim at 1000× speed with `faults`, and `workers` simulated workers when not 0.
+/// Starts sbsim at 1000× speed with `faults`, and `workers` simulated workers when not 0,
+/// serving the control plane over TLS as [`sbsim_tls`] does: [`Sbsim::cp`] and the
+/// operator reach it at [`Sbsim::endpoint`].
 pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
-    sbsim_serving(faults, workers, None).await
-}
-
-/// `tls`: sbsim's serving material and the PEM of the CA that signed it.
-async fn sbsim_serving(
-    faults: &str,
-    workers: usize,
-    tls: Option<(simplyblock_simulator::ServerTls, String)>,
-) -> Sbsim {
-    let (tls, ca_pem) = tls.unzip();
-    simplyblock_simulator::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fleet_path = (workers > 0).then(|| {
-        let path = dir.path().join("fleet.yaml");
-        std::fs::write(&path, fleet(workers)).expect("fleet");
-        path
-    });
-    let config = SimConfig {
-        tokens: vec![TOKEN.into()],
-        time_scale: 1000.0,
-        faults: faults.into(),
-        fleet: fleet_path,
-        ..SimConfig::new(dir.path().join("state"))
-    };
-    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", tls)
-        .await
-        .expect("sbsim");
-    // A TLS-serving sbsim is reached as the test's clients reach it: by its name, through
-    // it as the proxy, verified against its CA.
-    let cp = match ca_pem {
-        None => cp_client(&server.url),
-        Some(ca_pem) => tls_cp_client(server.addr, &ca_pem, TOKEN),
-    };
-    Sbsim {
-        server,
-        cp,
-        _dir: dir,
-    }
+    sbsim_tls(faults, workers).await.0
 }
 
 /// The storage-node APIs of `ns`'s workers serve, as the storage-node pods that mount it
@@ -666,7 +656,7 @@ pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
         Context::new(
             operator_kube().await,
             cp.clone(),
-            sim.server.url.clone(),
+            sim.endpoint.clone(),
             ns.to_string(),
         )
         .watching(ns),
