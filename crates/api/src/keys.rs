@@ -81,6 +81,9 @@ pub const PREVIOUS_NOT_AFTER_ANNOTATION: &str = "storage.simplyblock.io/previous
 /// Annotation on a storage-node serving Secret: the DNS names its certificate holds,
 /// comma-separated.
 pub const DNS_NAMES_ANNOTATION: &str = "storage.simplyblock.io/dns-names";
+/// Annotation on a storage-node serving Secret: what its certificate is for
+/// (`server,client`: the node serves with it and calls out with it).
+pub const CERTIFICATE_USAGES_ANNOTATION: &str = "storage.simplyblock.io/certificate-usages";
 /// Annotation on the storage-node pod template: the serving Secret's resourceVersion, so
 /// a pod created after a reissue is visibly of the new certificate.
 pub const SERVING_CERTIFICATE_VERSION_ANNOTATION: &str =
@@ -220,6 +223,7 @@ mod tests {
             NOT_AFTER_ANNOTATION,
             PREVIOUS_NOT_AFTER_ANNOTATION,
             DNS_NAMES_ANNOTATION,
+            CERTIFICATE_USAGES_ANNOTATION,
             SERVING_CERTIFICATE_VERSION_ANNOTATION,
             DEFAULT_POOL_ANNOTATION,
             TRIGGER_REALIGNMENT_ANNOTATION,

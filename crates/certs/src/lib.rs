@@ -127,6 +127,26 @@ impl Authority {
         self.sign(params)
     }
 
+    /// A certificate of a peer that serves these DNS names and also calls out with it (server
+    /// and client auth), valid until `not_after` (seconds since the Unix epoch).
+    pub fn peer_until(
+        &self,
+        common_name: &str,
+        dns: &[&str],
+        not_after: i64,
+    ) -> Result<Pair, Error> {
+        let names: Vec<String> = dns.iter().map(|d| d.to_string()).collect();
+        let mut params = CertificateParams::new(names).map_err(err)?;
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after)
+            .map_err(|e| Error(format!("not_after is out of range: {e}")))?;
+        params.distinguished_name = name(common_name, None);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(params)
+    }
+
     /// A server certificate for loopback: `localhost`, `127.0.0.1` and `::1`.
     pub fn loopback_serving(&self, common_name: &str) -> Result<Pair, Error> {
         self.serving(
@@ -282,6 +302,49 @@ mod tests {
             key: "not a key".into(),
         };
         assert!(Authority::from_pair("stored-ca", &broken).is_err());
+    }
+
+    #[test]
+    fn a_peer_certificate_verifies_as_a_server_and_as_a_client_a_serving_one_only_as_a_server() {
+        let ca = Authority::new("peer-ca").expect("ca");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
+            .expect("root");
+        let roots = std::sync::Arc::new(roots);
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let servers = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .expect("server verifier");
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
+            .build()
+            .expect("client verifier");
+        let now = UnixTime::now();
+        let later = now.as_secs() as i64 + 3600;
+        let name = ServerName::try_from("w1.nodes.ns.svc").expect("name");
+        let leaf = |p: &Pair| CertificateDer::from_pem_slice(p.cert.as_bytes()).expect("pem");
+
+        let peer = ca
+            .peer_until("node", &["*.nodes.ns.svc"], later)
+            .expect("peer");
+        servers
+            .verify_server_cert(&leaf(&peer), &[], &name, &[], now)
+            .expect("serves");
+        clients
+            .verify_client_cert(&leaf(&peer), &[], now)
+            .expect("calls out");
+
+        let serving = ca
+            .serving_until("node", &["*.nodes.ns.svc"], &[], Some(later))
+            .expect("serving");
+        assert!(
+            clients
+                .verify_client_cert(&leaf(&serving), &[], now)
+                .is_err()
+        );
     }
 
     #[test]

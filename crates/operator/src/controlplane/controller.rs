@@ -69,6 +69,11 @@ const UNWELL_POLL: Duration = Duration::from_secs(10);
 pub async fn run(ctx: Arc<Context>) {
     let managed = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONTROL_PLANE}");
     let own = ObjectRef::new(SINGLETON_NAME).within(&ctx.namespace);
+    let own_for_cas = own.clone();
+    let storage_node_objects = {
+        use crate::cluster::workload::names;
+        format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY)
+    };
     let controller = Controller::new(
         ctx.scope.api::<ControlPlane>(&ctx.kube),
         watcher::Config::default(),
@@ -80,6 +85,17 @@ pub async fn run(ctx: Arc<Context>) {
     .owns(
         ctx.scope.api::<StatefulSet>(&ctx.kube),
         watcher::Config::default().labels(&managed),
+    )
+    // A new or replaced storage-node CA goes into what the management API trusts.
+    .watches(
+        ctx.scope.api::<Secret>(&ctx.kube),
+        watcher::Config::default().labels(&storage_node_objects),
+        move |secret| {
+            secret
+                .name_any()
+                .starts_with(crate::cluster::workload::serving::CA_SECRET_PREFIX)
+                .then(|| own_for_cas.clone())
+        },
     )
     // A StorageCluster going away may be the last one a deletion waits for.
     .watches(
@@ -629,15 +645,72 @@ async fn apply_batch(
             object_store_credentials(ctx, cp).await?;
             manifests::datastore(cp, local)
         }
-        Batch::Api => manifests::api(cp, local)
-            .into_iter()
-            .filter(|m| cert_manager || m.resource.group != "cert-manager.io")
-            .collect(),
+        Batch::Api => {
+            let mut objects: Vec<Manifest> = manifests::api(cp, local)
+                .into_iter()
+                .filter(|m| cert_manager || m.resource.group != "cert-manager.io")
+                .collect();
+            if let Some(bundle) = trust_of(ctx, cp, local).await? {
+                objects.push(manifests::trust(cp, &bundle));
+            }
+            objects
+        }
     };
     for object in &objects {
         apply_one(ctx, object).await?;
     }
     Ok(())
+}
+
+/// What the management API trusts, once its own CA is there to head it; `None` without
+/// TLS or before.
+async fn trust_of(
+    ctx: &Context,
+    cp: &ControlPlane,
+    local: &LocalSource,
+) -> Result<Option<String>, Error> {
+    let tls = Tls::of(local);
+    if !tls.serve {
+        return Ok(None);
+    }
+    let ns = cp.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
+    let Ok(api_ca) = reach::api_ca(ctx, &secrets, &ns, tls.provider).await? else {
+        return Ok(None);
+    };
+    let api_ca = String::from_utf8_lossy(&api_ca);
+    Ok(Some(manifests::trust_bundle(
+        &api_ca,
+        &storage_node_cas(ctx).await?,
+    )))
+}
+
+/// The CAs of every storage-node cluster the operator serves (a replaced one while it is
+/// still trusted), ordered by namespace and cluster.
+async fn storage_node_cas(ctx: &Context) -> Result<Vec<String>, Error> {
+    use crate::cluster::workload::{names, serving};
+    let selector = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY);
+    let secrets = ctx
+        .scope
+        .api::<Secret>(&ctx.kube)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let now = Timestamp::now();
+    let mut found: Vec<(String, String, String)> = secrets
+        .items
+        .iter()
+        .filter(|s| s.name_any().starts_with(serving::CA_SECRET_PREFIX))
+        .filter_map(|s| {
+            let stored = crate::ca::Stored::from_secret(s).ok()?;
+            Some((
+                s.namespace().unwrap_or_default(),
+                s.name_any(),
+                stored.bundle(now),
+            ))
+        })
+        .collect();
+    found.sort();
+    Ok(found.into_iter().map(|(_, _, bundle)| bundle).collect())
 }
 
 /// Server-side apply under [`MANAGER`], taking over fields another manager holds.

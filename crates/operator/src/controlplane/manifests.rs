@@ -28,8 +28,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, Statef
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
     EnvVar, EnvVarSource, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
-    PodTemplateSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service, ServiceAccount,
-    ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, Secret, SecretKeySelector, SecretProjection,
+    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    VolumeProjection, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -483,11 +484,32 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
             read_only: Some(true),
             ..VolumeMount::default()
         });
+        // The certificate and key from the serving Secret, the CAs to trust from the
+        // trust Secret ([`trust`]): the pod starts once both exist.
+        let project = |secret: &str, keys: &[&str]| VolumeProjection {
+            secret: Some(SecretProjection {
+                name: secret.into(),
+                items: Some(
+                    keys.iter()
+                        .map(|k| KeyToPath {
+                            key: (*k).into(),
+                            path: (*k).into(),
+                            ..KeyToPath::default()
+                        })
+                        .collect(),
+                ),
+                optional: Some(false),
+            }),
+            ..VolumeProjection::default()
+        };
         volumes.push(Volume {
             name: "tls".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(API_TLS_SECRET.into()),
-                ..SecretVolumeSource::default()
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![
+                    project(API_TLS_SECRET, &["tls.crt", "tls.key"]),
+                    project(API_TRUST_SECRET, &["ca.crt"]),
+                ]),
+                ..ProjectedVolumeSource::default()
             }),
             ..Volume::default()
         });
@@ -540,6 +562,34 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
         },
         ..Deployment::default()
     }
+}
+
+/// The Secret of what the management API trusts (`ca.crt`): `bundle`, made by
+/// [`trust_bundle`].
+pub fn trust(cp: &ControlPlane, bundle: &str) -> Manifest {
+    Manifest::typed(&Secret {
+        metadata: owned(cp, API_TRUST_SECRET, API),
+        data: Some(BTreeMap::from([(
+            "ca.crt".into(),
+            k8s_openapi::ByteString(bundle.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    })
+}
+
+/// The management API's own CA (it verifies the operator's client certificate) followed
+/// by the storage-node CAs (it verifies the nodes it calls and the certificates they
+/// present); an entry already in the bundle is left out. Pure.
+pub fn trust_bundle(api_ca: &str, storage_node_cas: &[String]) -> String {
+    let mut bundle = String::new();
+    for pem in std::iter::once(api_ca).chain(storage_node_cas.iter().map(String::as_str)) {
+        let pem = pem.trim();
+        if !pem.is_empty() && !bundle.contains(pem) {
+            bundle.push_str(pem);
+            bundle.push('\n');
+        }
+    }
+    bundle
 }
 
 fn issuer(cp: &ControlPlane, name: &str, spec: Value) -> Manifest {
@@ -659,6 +709,21 @@ mod tests {
             std::fs::write(&path, actual).expect("write");
         }
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[test]
+    fn the_management_api_trusts_its_own_ca_first_then_the_storage_node_cas() {
+        let nodes = [
+            "NODE-A\n".to_string(),
+            "API".into(),
+            "NODE-B\nNODE-A".into(),
+        ];
+        assert_eq!(
+            trust_bundle("API\n", &nodes),
+            "API\nNODE-A\nNODE-B\nNODE-A\n",
+            "an entry already in the bundle is left out"
+        );
+        assert_eq!(trust_bundle("API", &[]), "API\n");
     }
 
     #[test]

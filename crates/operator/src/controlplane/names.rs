@@ -19,6 +19,9 @@ pub const OBJECT_STORE: &str = "simplyblock-minio";
 pub const OBJECT_STORE_CREDENTIALS: &str = "simplyblock-minio-credentials";
 /// The management API's serving certificate and key (and `ca.crt`).
 pub const API_TLS_SECRET: &str = "simplyblock-webappapi-tls";
+/// What the management API trusts (`ca.crt`): its own CA and every storage-node CA, so it
+/// verifies the storage nodes it calls and the client certificates they present.
+pub const API_TRUST_SECRET: &str = "simplyblock-webappapi-trust";
 /// The operator's client certificate for a management API that requires one.
 pub const CLIENT_TLS_SECRET: &str = "simplyblock-webappapi-client-tls";
 /// The client certificate's cert-manager Certificate.

@@ -120,6 +120,41 @@ fn key_of(secret: &Secret, keys: &[&str]) -> Option<Vec<u8>> {
         .filter(|b| !b.is_empty())
 }
 
+/// The CA a local control plane's serving certificate was issued from (PEM), or what it
+/// waits for.
+pub async fn api_ca(
+    ctx: &Context,
+    secrets: &Api<Secret>,
+    ns: &str,
+    provider: TlsProvider,
+) -> Result<Result<Vec<u8>, String>, Error> {
+    Ok(match provider {
+        TlsProvider::CertManager => {
+            let secret = secrets.get_opt(API_TLS_SECRET).await?;
+            match secret.as_ref().and_then(|s| key_of(s, &["ca.crt"])) {
+                Some(ca) => Ok(ca),
+                None => Err(format!(
+                    "waiting for cert-manager to issue the management API's certificate into Secret {API_TLS_SECRET} (with ca.crt)"
+                )),
+            }
+        }
+        TlsProvider::OpenShift => {
+            let maps: Api<ConfigMap> = Api::namespaced(ctx.kube.clone(), ns);
+            let found = maps.get_opt(SERVICE_CA_CONFIG_MAP).await?;
+            match found
+                .as_ref()
+                .and_then(|m| m.data.as_ref())
+                .and_then(|d| d.get("service-ca.crt"))
+            {
+                Some(ca) if !ca.is_empty() => Ok(ca.clone().into_bytes()),
+                _ => Err(format!(
+                    "waiting for OpenShift to inject its service CA into ConfigMap {SERVICE_CA_CONFIG_MAP} (service-ca.crt)"
+                )),
+            }
+        }
+    })
+}
+
 /// A local control plane's trust: the CA its serving certificate was issued from, and the
 /// operator's client certificate when mutual TLS is on.
 async fn local_tls(
@@ -134,34 +169,9 @@ async fn local_tls(
             why,
         }))
     };
-    let ca_pem = match tls.provider {
-        TlsProvider::CertManager => {
-            let secret = secrets.get_opt(API_TLS_SECRET).await?;
-            match secret.as_ref().and_then(|s| key_of(s, &["ca.crt"])) {
-                Some(ca) => ca,
-                None => {
-                    return waiting(format!(
-                        "waiting for cert-manager to issue the management API's certificate into Secret {API_TLS_SECRET} (with ca.crt)"
-                    ));
-                }
-            }
-        }
-        TlsProvider::OpenShift => {
-            let maps: Api<ConfigMap> = Api::namespaced(ctx.kube.clone(), ns);
-            let found = maps.get_opt(SERVICE_CA_CONFIG_MAP).await?;
-            match found
-                .as_ref()
-                .and_then(|m| m.data.as_ref())
-                .and_then(|d| d.get("service-ca.crt"))
-            {
-                Some(ca) if !ca.is_empty() => ca.clone().into_bytes(),
-                _ => {
-                    return waiting(format!(
-                        "waiting for OpenShift to inject its service CA into ConfigMap {SERVICE_CA_CONFIG_MAP} (service-ca.crt)"
-                    ));
-                }
-            }
-        }
+    let ca_pem = match api_ca(ctx, secrets, ns, tls.provider).await? {
+        Ok(ca) => ca,
+        Err(why) => return waiting(why),
     };
     let client_identity = if tls.mutual {
         let secret = secrets.get_opt(CLIENT_TLS_SECRET).await?;

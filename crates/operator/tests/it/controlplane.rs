@@ -483,6 +483,103 @@ async fn a_local_install_goes_through_every_step_to_available() {
     );
 }
 
+/// The management API trusts its own CA and every storage-node cluster's: it verifies the
+/// nodes it calls, and the client certificates they present, against that bundle.
+#[tokio::test]
+async fn the_management_api_trusts_every_storage_node_ca() {
+    use simplyblock_operator::cluster::workload::{names, serving};
+    let h = harness("cp-trust").await;
+    let _c = h.start();
+    h.create(local()).await;
+    h.phase_is(ControlPlanePhase::Available).await;
+    let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.ns);
+    let text = |secret: &Secret, key: &str| {
+        String::from_utf8(secret.data.as_ref().expect("data")[key].0.clone()).expect("PEM")
+    };
+    let api_ca = text(
+        &secrets
+            .get("simplyblock-webappapi-tls")
+            .await
+            .expect("serving"),
+        "ca.crt",
+    );
+    let trusted = until("the trust Secret", async || {
+        Some(text(
+            &secrets
+                .get_opt("simplyblock-webappapi-trust")
+                .await
+                .ok()??,
+            "ca.crt",
+        ))
+    })
+    .await;
+    assert_eq!(trusted.trim(), api_ca.trim(), "no storage-node CA yet");
+
+    // A cluster's storage-node CA appears, as the StorageCluster controller makes it.
+    let metadata = kube::api::ObjectMeta {
+        name: Some(serving::ca_secret_name("sb")),
+        namespace: Some(h.ns.clone()),
+        labels: Some(BTreeMap::from([
+            (names::CLUSTER_LABEL.to_string(), "sb".to_string()),
+            (
+                names::MANAGED_BY_LABEL.to_string(),
+                names::MANAGED_BY.to_string(),
+            ),
+        ])),
+        ..Default::default()
+    };
+    let node_ca = simplyblock_operator::ca::ensure(&secrets, &metadata, &serving::CA_POLICY)
+        .await
+        .expect("a storage-node CA");
+    let node_ca = node_ca.authority.cert_pem();
+    let trusted = until("the storage-node CA trusted", async || {
+        let t = text(
+            &secrets
+                .get_opt("simplyblock-webappapi-trust")
+                .await
+                .ok()??,
+            "ca.crt",
+        );
+        t.contains(node_ca.trim()).then_some(t)
+    })
+    .await;
+    assert!(trusted.starts_with(api_ca.trim()), "{trusted}");
+
+    // The API's pods read it as their ca.crt, beside the serving certificate.
+    let deployment = Api::<Deployment>::namespaced(h.kube.clone(), &h.ns)
+        .get("simplyblock-webappapi")
+        .await
+        .expect("API Deployment");
+    let volumes = deployment.spec.template.spec.expect("pod").volumes;
+    let sources = volumes
+        .into_iter()
+        .flatten()
+        .find(|v| v.name == "tls")
+        .and_then(|v| v.projected?.sources)
+        .expect("a projected tls volume");
+    let projected: Vec<(String, Vec<String>)> = sources
+        .into_iter()
+        .filter_map(|s| s.secret)
+        .map(|s| {
+            let keys = s.items.into_iter().flatten().map(|i| i.key).collect();
+            (s.name, keys)
+        })
+        .collect();
+    assert_eq!(
+        projected,
+        [
+            (
+                "simplyblock-webappapi-tls".to_string(),
+                vec!["tls.crt".to_string(), "tls.key".to_string()]
+            ),
+            (
+                "simplyblock-webappapi-trust".to_string(),
+                vec!["ca.crt".to_string()]
+            ),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn the_foundationdb_api_not_served_holds_the_first_step_until_it_is() {
     let ns = "cp-no-fdb";

@@ -214,9 +214,10 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     };
     let not_after = now + serving::VALIDITY;
     let dns: Vec<&str> = names.iter().map(String::as_str).collect();
-    let issued =
-        ca.authority
-            .serving_until(SERVICE_NAME, &dns, &[], Some(not_after.as_second()))?;
+    // Server and client auth: a node calls the control plane with it too.
+    let issued = ca
+        .authority
+        .peer_until(SERVICE_NAME, &dns, not_after.as_second())?;
     let secret = serving::tls_secret(cluster, issued, &bundle, not_after, &names);
     let written = crate::ca::create_or_swap(&api, current.as_ref(), secret)
         .await?

@@ -37,13 +37,20 @@ pub const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(30 * 24);
 pub const NOT_AFTER_ANNOTATION: &str = simplyblock_api::keys::NOT_AFTER_ANNOTATION;
 /// Annotation on the serving Secret: the DNS names its certificate holds, comma-separated.
 pub const NAMES_ANNOTATION: &str = simplyblock_api::keys::DNS_NAMES_ANNOTATION;
+/// Annotation on the serving Secret: what its certificate is for.
+pub const USAGES_ANNOTATION: &str = simplyblock_api::keys::CERTIFICATE_USAGES_ANNOTATION;
+/// What a node's certificate is for: it serves with it and calls out with it.
+pub const USAGES: &str = "server,client";
 /// Annotation on the pod template: the serving Secret's resourceVersion, so a pod
 /// created after a reissue is visibly of the new certificate.
 pub const TEMPLATE_ANNOTATION: &str = simplyblock_api::keys::SERVING_CERTIFICATE_VERSION_ANNOTATION;
 
+/// How the Secret of every cluster's CA is named: this, then the cluster's name.
+pub const CA_SECRET_PREFIX: &str = "simplyblock-storage-node-ca-";
+
 /// The Secret holding the cluster's CA certificate and key.
 pub fn ca_secret_name(cluster: &str) -> String {
-    format!("simplyblock-storage-node-ca-{cluster}")
+    format!("{CA_SECRET_PREFIX}{cluster}")
 }
 
 /// The `kubernetes.io/tls` Secret the storage-node pods mount.
@@ -82,6 +89,7 @@ pub fn tls_secret(
             annotations: Some(BTreeMap::from([
                 (NOT_AFTER_ANNOTATION.to_string(), not_after.to_string()),
                 (NAMES_ANNOTATION.to_string(), names.join(",")),
+                (USAGES_ANNOTATION.to_string(), USAGES.to_string()),
             ])),
             ..metadata
         },
@@ -130,6 +138,7 @@ pub struct Recorded {
     pub ca: Option<String>,
     pub not_after: Option<Timestamp>,
     pub names: Option<String>,
+    pub usages: Option<String>,
 }
 
 impl Recorded {
@@ -162,6 +171,7 @@ impl Recorded {
                 .get(NOT_AFTER_ANNOTATION)
                 .and_then(|t| t.parse().ok()),
             names: annotations.get(NAMES_ANNOTATION).cloned(),
+            usages: annotations.get(USAGES_ANNOTATION).cloned(),
         }
     }
 }
@@ -195,6 +205,11 @@ pub fn decide(
     if r.names.as_deref() != Some(names.join(",").as_str()) {
         return Decision::Issue("the certificate does not hold the names the nodes are reached by");
     }
+    if r.usages.as_deref() != Some(USAGES) {
+        return Decision::Issue(
+            "the certificate is not also for client auth, which the nodes call out with",
+        );
+    }
     match r.not_after {
         None => Decision::Issue("the certificate's end of validity is not recorded"),
         Some(end) if end.duration_since(now) <= RENEW_BEFORE => {
@@ -225,6 +240,7 @@ mod tests {
             ca: Some("CA".into()),
             not_after: Some(now() + VALIDITY),
             names: Some(names.join(",")),
+            usages: Some(USAGES.into()),
         }
     }
 
@@ -262,6 +278,11 @@ mod tests {
                 not_after: None,
                 ..fresh(&names)
             },
+            // Issued before the nodes called out with it: server auth only.
+            Recorded {
+                usages: None,
+                ..fresh(&names)
+            },
             Recorded {
                 not_after: Some(now() + RENEW_BEFORE),
                 ..fresh(&names)
@@ -289,6 +310,7 @@ mod tests {
         let annotations = BTreeMap::from([
             (NOT_AFTER_ANNOTATION.to_string(), end.to_string()),
             (NAMES_ANNOTATION.to_string(), names.join(",")),
+            (USAGES_ANNOTATION.to_string(), USAGES.to_string()),
         ]);
         let data = BTreeMap::from([
             ("tls.crt".to_string(), b"CERT".to_vec()),
@@ -303,6 +325,7 @@ mod tests {
                 ca: Some("CA".into()),
                 not_after: Some(end),
                 names: Some(names.join(",")),
+                usages: Some(USAGES.into()),
             }
         );
         let empty_key = BTreeMap::from([("tls.crt".to_string(), b"CERT".to_vec())]);
