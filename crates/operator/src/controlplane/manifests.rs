@@ -17,7 +17,7 @@
 //! - FoundationDB runs without TLS (no `FDB_TLS_*`): its pods' certificates are the
 //!   FoundationDB operator's configuration, not installed here.
 //! - The control plane calls the storage nodes (`SB_TLS_CONNECT`) over TLS when it serves
-//!   TLS, presenting its own certificate when mutual TLS is on; sbcli takes only
+//!   TLS, presenting its own certificate when cert-manager issued it; sbcli takes only
 //!   `disabled`, `anonymous` or `authenticated` there.
 //! - The pods' readiness is a TCP check: an HTTP probe would fail under mutual TLS, and
 //!   `/_meta/ready` is what the controller itself asks.
@@ -435,9 +435,12 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
         "SB_TLS_CLIENT_AUTH",
         if tls.mutual { "required" } else { "none" },
     ));
-    let connect = match (tls.serve, tls.mutual) {
-        (true, true) => "authenticated",
-        (true, false) => "anonymous",
+    // The storage nodes require a client certificate: the API presents its own whenever
+    // cert-manager issued it (for client auth too); OpenShift's service CA issues
+    // certificates for serving only.
+    let connect = match (tls.serve, tls.provider) {
+        (true, TlsProvider::CertManager) => "authenticated",
+        (true, TlsProvider::OpenShift) => "anonymous",
         (false, _) => "disabled",
     };
     envs.push(env("SB_TLS_CONNECT", connect));
