@@ -129,31 +129,48 @@ struct Recorder {
     done: tokio::task::JoinHandle<()>,
 }
 
-fn record_steps(h: &Harness, name: &str) -> Recorder {
+/// Records every (step, message) the operation's status goes through, from a watch that is
+/// established when this returns: start it before the operation is created.
+async fn record_steps(h: &Harness, name: &str) -> Recorder {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let out = seen.clone();
-    let ops = h.ops();
-    let name = name.to_string();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // A watch, not a poll: it delivers every write of the status in order, so a step that
+    // lasts a moment is seen too.
+    let mut events = Box::pin(watcher(h.ops(), config).default_backoff());
+    let (established, listening) = tokio::sync::oneshot::channel();
     let done = tokio::spawn(async move {
-        loop {
-            if let Ok(op) = ops.get(&name).await
-                && let Some(s) = op.status
-            {
-                let entry = (
-                    s.step.state.clone().unwrap_or_default(),
-                    s.message.clone().unwrap_or_default(),
-                );
-                let mut seen = seen.lock().expect("lock");
-                if seen.last() != Some(&entry) {
-                    seen.push(entry);
+        let mut established = Some(established);
+        while let Some(event) = events.next().await {
+            let op = match event {
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = established.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
                 }
-                if s.phase.is_terminal() {
-                    return;
-                }
+                Ok(watcher::Event::Apply(op) | watcher::Event::InitApply(op)) => op,
+                _ => continue,
+            };
+            let Some(s) = op.status else {
+                continue;
+            };
+            let entry = (
+                s.step.state.clone().unwrap_or_default(),
+                s.message.clone().unwrap_or_default(),
+            );
+            let mut seen = seen.lock().expect("lock");
+            if seen.last() != Some(&entry) {
+                seen.push(entry);
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if s.phase.is_terminal() {
+                return;
+            }
         }
     });
+    listening.await.expect("the watch is established");
     Recorder { seen: out, done }
 }
 
@@ -259,8 +276,8 @@ async fn assert_refreshed(
 async fn rolling_refresh_replaces_each_pod_once_between_shutdown_and_restart() {
     let (h, w, originals) = refresh_harness("scops-refresh").await;
     let _c = h.start();
+    let recorder = record_steps(&h, "sb-refresh").await;
     h.create_refresh("sb-refresh").await;
-    let recorder = record_steps(&h, "sb-refresh");
     assert_refreshed(&h, "sb-refresh", &w, &originals, recorder).await;
 }
 
@@ -268,8 +285,8 @@ async fn rolling_refresh_replaces_each_pod_once_between_shutdown_and_restart() {
 async fn a_controller_replaced_during_the_pod_steps_deletes_and_calls_once() {
     let (h, w, originals) = refresh_harness("scops-refresh-restart").await;
     let mut controller = h.start();
+    let recorder = record_steps(&h, "sb-refresh").await;
     h.create_refresh("sb-refresh").await;
-    let recorder = record_steps(&h, "sb-refresh");
     // Replace the controller every time the operation reaches a pod step, so each node
     // has its pod steps resumed by a fresh controller.
     let mut replaced = 0;
