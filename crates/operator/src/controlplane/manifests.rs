@@ -426,9 +426,11 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
     if tls.serve {
         envs.extend([
             env("SB_TLS_PROVIDER", provider),
-            env("SB_TLS_CERT_FILE", format!("{TLS_DIR}/tls.crt")),
-            env("SB_TLS_KEY_FILE", format!("{TLS_DIR}/tls.key")),
-            env("SB_TLS_CA_FILE", format!("{TLS_DIR}/ca.crt")),
+            // sbcli's settings (prefix SB_): tls_certificate, tls_key,
+            // tls_certificate_authority.
+            env("SB_TLS_CERTIFICATE", format!("{TLS_DIR}/tls.crt")),
+            env("SB_TLS_KEY", format!("{TLS_DIR}/tls.key")),
+            env("SB_TLS_CERTIFICATE_AUTHORITY", format!("{TLS_DIR}/ca.crt")),
         ]);
     }
     envs.push(env(
