@@ -23,6 +23,7 @@ pub mod simplyblock_driver;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
+pub mod storage_node_ops;
 pub mod storage_pool;
 pub mod storage_pool_ops;
 
@@ -37,6 +38,7 @@ pub use simplyblock_driver::SimplyblockDriver;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
+pub use storage_node_ops::StorageNodeOps;
 pub use storage_pool::StoragePool;
 pub use storage_pool_ops::StoragePoolOps;
 
@@ -50,6 +52,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterDeploymentConfig::crd(),
         OperatorOps::crd(),
         StorageNode::crd(),
+        StorageNodeOps::crd(),
         StoragePool::crd(),
         StoragePoolOps::crd(),
         ControlPlane::crd(),

@@ -785,3 +785,96 @@ async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
     doc["spec"]["images"] = json!({"spdk": {"image": "evil.example.com/spdk:1"}});
     should_match(refusal(create(&docs, doc).await), "spec.images.spdk.image");
 }
+
+fn snops(name: &str, action: &str, extra: Value) -> Value {
+    let mut spec = json!({"nodeRef": "simplyblock-worker-1-0", "action": action});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2",
+        "kind": "StorageNodeOps",
+        "metadata": {"name": name},
+        "spec": spec
+    })
+}
+
+#[tokio::test]
+async fn a_node_operation_carries_exactly_the_parameters_of_its_action() {
+    let (client, ns) = crate::support::namespace("cel-snops-parameters").await;
+    let api = dynamic::<simplyblock_api::StorageNodeOps>(&client, &ns);
+    let refused = |result| refusal(result);
+    assert_eq!(
+        refused(create(&api, snops("move", "Migrate", json!({}))).await),
+        ["spec: Invalid value: \"object\": spec.migrate is given with action Migrate, and only then: it names the worker the node moves to"]
+    );
+    assert_eq!(
+        refused(create(&api, snops("stop", "Shutdown", json!({"migrate": {"targetWorkerNode": "worker-2"}}))).await),
+        ["spec: Invalid value: \"object\": spec.migrate is given with action Migrate, and only then: it names the worker the node moves to"]
+    );
+    assert_eq!(
+        refused(create(&api, snops("drain", "Suspend", json!({"remove": {}}))).await),
+        ["spec: Invalid value: \"object\": spec.remove is given only with action Remove"]
+    );
+    assert_eq!(
+        refused(create(&api, snops("pause", "Suspend", json!({"force": true, "reattachVolume": true}))).await),
+        [
+            "spec: Invalid value: \"object\": spec.force applies to actions Restart and Migrate only",
+            "spec: Invalid value: \"object\": spec.reattachVolume applies to actions Restart, Migrate and HostMaintenance only",
+        ]
+    );
+    let moved = create(
+        &api,
+        snops("move", "Migrate", json!({"migrate": {"targetWorkerNode": "worker-2"}, "force": false})),
+    )
+    .await
+    .expect("a Migrate with its target");
+    assert_eq!(moved.data["spec"]["migrate"]["targetWorkerNode"], "worker-2");
+    let removal = create(&api, snops("drain", "Remove", json!({"remove": {}})))
+        .await
+        .expect("a Remove");
+    assert_eq!(
+        removal.data["spec"]["remove"]["systemVolumeFilterRegex"], "^sb-fio-baseline-.*",
+        "the server defaults the filter"
+    );
+    assert_eq!(
+        refused(create(&api, snops("elsewhere", "Migrate", json!({"migrate": {"targetWorkerNode": "Worker_2"}}))).await)
+            .len(),
+        1,
+        "a target that is not a Node name"
+    );
+}
+
+#[tokio::test]
+async fn a_node_operation_is_fixed_at_creation_but_for_abort() {
+    let (client, ns) = crate::support::namespace("cel-snops-immutable").await;
+    let api = dynamic::<simplyblock_api::StorageNodeOps>(&client, &ns);
+    create(&api, snops("op", "Restart", json!({"force": true})))
+        .await
+        .expect("created");
+    assert_eq!(
+        refusal(update(&api, "op", |o| o["spec"]["nodeRef"] = json!("other")).await),
+        ["spec.nodeRef: Invalid value: \"other\": spec.nodeRef is immutable: an operation acts on one node; create another operation for another node"]
+    );
+    assert_eq!(
+        refusal(update(&api, "op", |o| o["spec"]["action"] = json!("Shutdown")).await),
+        [
+            "spec: Invalid value: \"object\": spec.force applies to actions Restart and Migrate only",
+            "spec.action: Invalid value: \"Shutdown\": spec.action is immutable: an operation performs one action; create another operation for another action",
+        ]
+    );
+    assert_eq!(
+        refusal(update(&api, "op", |o| o["spec"]["force"] = json!(false)).await),
+        ["spec.force: Invalid value: \"boolean\": spec.force is immutable"]
+    );
+    let aborted = update(&api, "op", |o| o["spec"]["abort"] = json!(true))
+        .await
+        .expect("abort is the one mutable field");
+    assert_eq!(aborted.data["spec"]["abort"], json!(true));
+    let unknown = create(&api, snops("reboot", "Reboot", json!({}))).await;
+    assert!(
+        refusal(unknown)
+            .iter()
+            .any(|m| m.contains("supported values: \"Shutdown\", \"Restart\", \"Suspend\", \"Resume\", \"Remove\", \"Migrate\", \"HostMaintenance\"")),
+    );
+}

@@ -73,6 +73,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &step_schema(&StorageNode::crd()),
     );
     assert_step_schema_matches(
+        &simplyblock_api::storage_node_ops::GRAPHS.declared_state_names(),
+        &step_schema(&simplyblock_api::StorageNodeOps::crd()),
+    );
+    assert_step_schema_matches(
         &simplyblock_api::storage_pool_ops::GRAPHS.declared_state_names(),
         &step_schema(&StoragePoolOps::crd()),
     );

@@ -1,6 +1,7 @@
-//! StorageNode: provisioning and steady state.
+//! StorageNode: provisioning and steady state, and its operations (StorageNodeOps).
 
 pub mod client_tls;
 pub mod controller;
 pub mod machine;
+pub mod ops;
 pub mod provisioning;

@@ -12,6 +12,7 @@ mod driver;
 mod events;
 mod leader;
 mod lock;
+mod node_ops;
 mod pools;
 mod provisioning;
 mod rbac;

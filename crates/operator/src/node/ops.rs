@@ -1,0 +1,462 @@
+//! The StorageNodeOps controller: each action as its step graph, each step a predicate
+//! over the control plane's view of the node and at most one guarded call.
+//!
+//! The phase machine, the node lock (`StorageNode.status.activeOpsRef`), queueing, abort,
+//! deadlines and the standard events are the shared [`crate::ops`] runtime; this file is
+//! what the steps observe ([`observe`]), decide ([`plan`], pure) and call.
+//!
+//! | action | steps | call, skipped when | done when |
+//! |---|---|---|---|
+//! | Shutdown | Requesting → Awaiting | shutdown; offline, in_shutdown or in_restart | offline |
+//! | Suspend | Requesting → Awaiting | suspend; suspended | suspended |
+//! | Resume | Requesting → Awaiting | resume; online | online |
+//! | Restart | Requesting → Departing → Awaiting | restart, once (Departing is written first); in_restart. Unforced only from offline | left online, then online |
+//!
+//! Remove, Migrate and HostMaintenance are declared (their graphs are in the API) but not
+//! run by this operator yet: such an operation ends Failed before it calls anything.
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::{Map, Value};
+use simplyblock_api::storage_node_ops::{GRAPHS, NodeAction, NodeOpsStep, StorageNodeOps};
+use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_controlplane::{NodeRestart, NodeStatus, StorageNode as CpNode, Uuid};
+use simplyblock_statemachine::{Machine, MultiGraph};
+
+use crate::context::Context;
+use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+
+pub const FINALIZER: &str = "storage.simplyblock.io/storagenodeops-finalizer";
+const MANAGER: &str = "storagenodeops-controller";
+/// The name of the controller in metrics and logs.
+pub const CONTROLLER: &str = "storagenodeops";
+const METRIC_PREFIX: &str = "simplyblock_storagenode_";
+/// How often an awaited step looks at the control plane.
+const AWAIT_POLL: Duration = Duration::from_secs(1);
+
+impl OpsResource for StorageNodeOps {
+    type Target = StorageNode;
+    const FINALIZER: &'static str = FINALIZER;
+    const MANAGER: &'static str = MANAGER;
+    const METRIC_PREFIX: &'static str = METRIC_PREFIX;
+    const TARGET_LABEL: &'static str = "node";
+
+    fn target_name(&self) -> &str {
+        &self.spec.node_ref
+    }
+    fn action_name(&self) -> &'static str {
+        simplyblock_statemachine::Action::name(self.spec.action)
+    }
+    fn abort_requested(&self) -> bool {
+        self.spec.abort
+    }
+    fn ops_status(&self) -> OpsStatus {
+        let s = self.status.clone().unwrap_or_default();
+        OpsStatus {
+            phase: s.phase,
+            step: s.step,
+            message: s.message,
+            started_at: s.started_at,
+            completed_at: s.completed_at,
+        }
+    }
+    fn kind_status(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        let Some(s) = self.status.as_ref() else {
+            return m;
+        };
+        if let Some(drain) = &s.drain {
+            m.insert("drain".into(), serde_json::json!(drain));
+        }
+        if let Some(removal) = &s.removal {
+            m.insert("removal".into(), serde_json::json!(removal));
+        }
+        m
+    }
+    fn lock_holder(target: &StorageNode) -> Option<&str> {
+        target.status.as_ref()?.active_ops_ref.as_deref()
+    }
+}
+
+/// What the steps read: the control plane's ids of the node and its cluster, and its view
+/// of the node.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// From the node's StorageCluster's status.uuid.
+    pub cluster: Option<Uuid>,
+    /// From the StorageNode's status.uuid.
+    pub node: Option<Uuid>,
+    /// `None` with both ids: the control plane does not know the node.
+    pub found: Option<CpNode>,
+}
+
+/// The one side effect a step may issue.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    Shutdown(Uuid, Uuid),
+    Suspend(Uuid, Uuid),
+    Resume(Uuid, Uuid),
+    Restart(Uuid, Uuid, NodeRestart),
+}
+
+/// The steps of every action, over the graphs with their deadlines scaled by
+/// [`Context::step_deadline_scale`].
+#[derive(Clone, Copy)]
+pub struct NodeSteps {
+    graphs: &'static MultiGraph<NodeAction, NodeOpsStep>,
+}
+
+impl Default for NodeSteps {
+    fn default() -> Self {
+        NodeSteps { graphs: &GRAPHS }
+    }
+}
+
+impl NodeSteps {
+    /// The graphs with every deadline multiplied by `scale` (1: as declared).
+    pub fn with_deadline_scale(scale: f64) -> Self {
+        if scale == 1.0 {
+            return Self::default();
+        }
+        // One copy per distinct factor for the life of the process: a handful in tests,
+        // none in production.
+        static SCALED: LazyLock<
+            Mutex<std::collections::BTreeMap<u64, &'static MultiGraph<NodeAction, NodeOpsStep>>>,
+        > = LazyLock::new(Mutex::default);
+        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
+        let graphs = *scaled
+            .entry(scale.to_bits())
+            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
+        NodeSteps { graphs }
+    }
+}
+
+impl Steps<StorageNodeOps> for NodeSteps {
+    type Step = NodeOpsStep;
+    type Obs = Observed;
+    type Call = Call;
+
+    fn machine(
+        &self,
+        op: &StorageNodeOps,
+        now: Timestamp,
+    ) -> Result<Machine<'static, NodeOpsStep>, simplyblock_statemachine::Error> {
+        let snapshot = op.status.clone().unwrap_or_default().step;
+        self.graphs.restore(op.spec.action, &snapshot, now)
+    }
+
+    async fn observe(
+        &self,
+        _op: &StorageNodeOps,
+        target: &StorageNode,
+        _machine: &Machine<'static, NodeOpsStep>,
+        ctx: &Context,
+    ) -> Result<Observed, ops::Error> {
+        observe(target, ctx).await
+    }
+
+    fn plan(
+        &self,
+        op: &StorageNodeOps,
+        _target: &StorageNode,
+        machine: &Machine<'static, NodeOpsStep>,
+        obs: &Observed,
+        _now: Timestamp,
+    ) -> ops::Noted<NodeOpsStep, Call> {
+        plan(op, machine.state(), obs).into()
+    }
+
+    async fn execute(
+        &self,
+        _op: &StorageNodeOps,
+        _target: &StorageNode,
+        call: &Call,
+        ctx: &Context,
+    ) -> Result<(), String> {
+        let cp = ctx.control_plane().map_err(|e| e.to_string())?;
+        let result = match call {
+            Call::Shutdown(c, n) => cp.shutdown_storage_node(*c, *n, false).await,
+            Call::Suspend(c, n) => cp.suspend_storage_node(*c, *n, false).await,
+            Call::Resume(c, n) => cp.resume_storage_node(*c, *n).await,
+            Call::Restart(c, n, params) => cp.restart_storage_node(*c, *n, params).await,
+        };
+        result.map_err(|e| e.to_string())
+    }
+}
+
+/// Runs the controller until the operator stops.
+pub async fn run(ctx: Arc<Context>) {
+    let steps = NodeSteps::with_deadline_scale(ctx.step_deadline_scale);
+    ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
+}
+
+async fn observe(node: &StorageNode, ctx: &Context) -> Result<Observed, ops::Error> {
+    let uuid = |s: Option<&String>| s.and_then(|u| u.parse::<Uuid>().ok());
+    let mut obs = Observed {
+        node: uuid(node.status.as_ref().and_then(|s| s.uuid.as_ref())),
+        ..Observed::default()
+    };
+    let clusters: Api<StorageCluster> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    if let Some(cluster) = clusters.get_opt(&node.spec.cluster_ref).await? {
+        obs.cluster = uuid(cluster.status.as_ref().and_then(|s| s.uuid.as_ref()));
+    }
+    let (Some(cluster), Some(id)) = (obs.cluster, obs.node) else {
+        return Ok(obs);
+    };
+    obs.found = match ctx.control_plane()?.get_storage_node(cluster, id).await {
+        Ok(n) => Some(n),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(obs)
+}
+
+/// What an operation of an action this operator does not run yet says when it ends.
+pub fn unsupported(action: NodeAction) -> String {
+    format!(
+        "{} is not supported by this operator yet; nothing was changed, and this record can be deleted",
+        simplyblock_statemachine::Action::name(action)
+    )
+}
+
+fn wait(message: String) -> Plan<NodeOpsStep, Call> {
+    Plan::Wait {
+        message,
+        after: AWAIT_POLL,
+        event: None,
+    }
+}
+
+fn advance(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
+    Plan::Advance {
+        to: Move::To(to),
+        message: message.into(),
+        kind_status: None,
+    }
+}
+
+fn succeed(message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
+    Plan::Succeed {
+        message: message.into(),
+        kind_status: None,
+    }
+}
+
+/// The next thing a step does, from one observation. Pure.
+pub fn plan(op: &StorageNodeOps, step: NodeOpsStep, obs: &Observed) -> Plan<NodeOpsStep, Call> {
+    use NodeAction as A;
+    use NodeOpsStep::*;
+    use NodeStatus as S;
+    let action = op.spec.action;
+    if matches!(action, A::Remove | A::Migrate | A::HostMaintenance) {
+        return Plan::Fail(unsupported(action));
+    }
+    let name = &op.spec.node_ref;
+    let Some(id) = obs.node else {
+        return wait(format!(
+            "StorageNode {name} has no control-plane id yet; waiting for it to be provisioned"
+        ));
+    };
+    let Some(cluster) = obs.cluster else {
+        return wait(format!(
+            "the cluster of StorageNode {name} has no control-plane id; waiting for it"
+        ));
+    };
+    let Some(node) = &obs.found else {
+        return Plan::Fail(format!(
+            "the control plane does not know node {id} (StorageNode {name}); nothing was called"
+        ));
+    };
+    let status = node.status;
+    match (action, step) {
+        (A::Shutdown, Requesting) => {
+            if matches!(status, S::Offline | S::InShutdown | S::InRestart) {
+                return advance(
+                    Awaiting,
+                    format!("the node is {status}; no shutdown call needed"),
+                );
+            }
+            Plan::Call {
+                call: Call::Shutdown(cluster, id),
+                message: format!("shutting the node down (it is {status})"),
+            }
+        }
+        (A::Shutdown, Awaiting) => settle(status, S::Offline, "shut down: the node is offline"),
+        (A::Suspend, Requesting) => {
+            if status == S::Suspended {
+                return advance(Awaiting, "the node is suspended; no suspend call needed");
+            }
+            Plan::Call {
+                call: Call::Suspend(cluster, id),
+                message: format!("suspending the node (it is {status})"),
+            }
+        }
+        (A::Suspend, Awaiting) => settle(status, S::Suspended, "the node is suspended"),
+        (A::Resume, Requesting) => {
+            if status == S::Online {
+                return advance(Awaiting, "the node is online; no resume call needed");
+            }
+            Plan::Call {
+                call: Call::Resume(cluster, id),
+                message: format!("resuming the node (it is {status})"),
+            }
+        }
+        (A::Resume, Awaiting) => settle(status, S::Online, "the node is online"),
+        (A::Restart, Requesting) => {
+            if status == S::InRestart {
+                return advance(Departing, "the node is already restarting");
+            }
+            let force = op.spec.force.unwrap_or(false);
+            if status != S::Offline && !force {
+                return Plan::Fail(format!(
+                    "the node is {status}: a restart without spec.force needs it offline (the control plane would accept the call and drop it); shut it down first, or create a Restart with force: true"
+                ));
+            }
+            // The node may be back online before a look could see it leave, so no look can
+            // tell whether the call went out: Departing is written first and never calls.
+            Plan::CallOnce {
+                to: Departing,
+                call: Call::Restart(
+                    cluster,
+                    id,
+                    NodeRestart {
+                        force,
+                        reattach_volume: op.spec.reattach_volume.unwrap_or(false),
+                        ..NodeRestart::default()
+                    },
+                ),
+                message: format!("restarting the node (it is {status})"),
+                accepted: "the control plane accepted the restart; waiting for the node to leave online".into(),
+            }
+        }
+        (A::Restart, Departing) => {
+            if status == S::Online {
+                return wait("waiting for the node to leave online".into());
+            }
+            advance(Awaiting, format!("the node is {status}; waiting for it to come back online"))
+        }
+        (A::Restart, Awaiting) => settle(status, S::Online, "restarted: the node is online"),
+        (action, step) => Plan::Fail(format!(
+            "step {step:?} is not one of action {}",
+            simplyblock_statemachine::Action::name(action)
+        )),
+    }
+}
+
+/// Succeeds once the node is `wanted`, and waits otherwise.
+fn settle(status: NodeStatus, wanted: NodeStatus, done: &str) -> Plan<NodeOpsStep, Call> {
+    if status == wanted {
+        succeed(done)
+    } else {
+        wait(format!("the control plane reports the node {status}; waiting for {wanted}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NodeOpsStep::*;
+
+    fn op(action: &str, force: Option<bool>) -> StorageNodeOps {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNodeOps",
+            "metadata": {"name": "op", "namespace": "ns"},
+            "spec": {"nodeRef": "sb-w1-0", "action": action, "force": force},
+        }))
+        .expect("op")
+    }
+
+    fn seen(status: NodeStatus) -> Observed {
+        Observed {
+            cluster: Some(Uuid::from_u128(1)),
+            node: Some(Uuid::from_u128(2)),
+            found: Some(CpNode {
+                status,
+                ..CpNode::default()
+            }),
+        }
+    }
+
+    fn kind(plan: &Plan<NodeOpsStep, Call>) -> &'static str {
+        match plan {
+            Plan::Advance { .. } => "advance",
+            Plan::Record { .. } => "record",
+            Plan::Succeed { .. } => "succeed",
+            Plan::Fail(_) => "fail",
+            Plan::Call { .. } => "call",
+            Plan::CallOnce { .. } => "call once",
+            Plan::Wait { .. } => "wait",
+        }
+    }
+
+    #[test]
+    fn each_single_call_action_calls_unless_the_node_is_there_and_ends_when_it_is() {
+        use NodeStatus::*;
+        let table = [
+            ("Shutdown", Online, Requesting, "call"),
+            ("Shutdown", InShutdown, Requesting, "advance"),
+            ("Shutdown", InRestart, Requesting, "advance"),
+            ("Shutdown", InShutdown, Awaiting, "wait"),
+            ("Shutdown", Offline, Awaiting, "succeed"),
+            ("Suspend", Online, Requesting, "call"),
+            ("Suspend", Suspended, Requesting, "advance"),
+            ("Suspend", Suspended, Awaiting, "succeed"),
+            ("Resume", Suspended, Requesting, "call"),
+            ("Resume", Online, Requesting, "advance"),
+            ("Resume", Suspended, Awaiting, "wait"),
+            ("Resume", Online, Awaiting, "succeed"),
+        ];
+        for (action, status, step, want) in table {
+            let got = plan(&op(action, None), step, &seen(status));
+            assert_eq!(kind(&got), want, "{action} {status} {step:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_restart_is_called_once_and_only_forced_from_anything_but_offline() {
+        use NodeStatus::*;
+        let unforced = plan(&op("Restart", None), Requesting, &seen(Online));
+        let Plan::Fail(why) = unforced else {
+            panic!("{unforced:?}")
+        };
+        assert!(why.contains("force"), "{why}");
+        for (force, status) in [(None, Offline), (Some(true), Online)] {
+            let got = plan(&op("Restart", force), Requesting, &seen(status));
+            assert_eq!(kind(&got), "call once", "{force:?} {status}");
+        }
+        assert_eq!(
+            kind(&plan(&op("Restart", None), Requesting, &seen(InRestart))),
+            "advance"
+        );
+        assert_eq!(kind(&plan(&op("Restart", None), Departing, &seen(Online))), "wait");
+        assert_eq!(
+            kind(&plan(&op("Restart", None), Departing, &seen(InRestart))),
+            "advance"
+        );
+        assert_eq!(kind(&plan(&op("Restart", None), Awaiting, &seen(Online))), "succeed");
+    }
+
+    #[test]
+    fn the_actions_not_run_yet_fail_before_anything_is_called() {
+        for action in ["Remove", "HostMaintenance"] {
+            let got = plan(&op(action, None), Validating, &seen(NodeStatus::Online));
+            assert_eq!(got, Plan::Fail(unsupported(op(action, None).spec.action)));
+        }
+    }
+
+    #[test]
+    fn a_node_without_an_id_waits_and_one_the_control_plane_lost_fails() {
+        let waiting = plan(&op("Shutdown", None), Requesting, &Observed::default());
+        assert_eq!(kind(&waiting), "wait");
+        let lost = Observed {
+            found: None,
+            ..seen(NodeStatus::Online)
+        };
+        assert_eq!(kind(&plan(&op("Shutdown", None), Requesting, &lost)), "fail");
+    }
+}
