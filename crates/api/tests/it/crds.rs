@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, SimplyblockDriver,
-    StorageCluster, StorageClusterOps, StorageNode, StoragePool, StoragePoolOps, crd_file_name,
-    crd_yaml, crds,
+    StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool, StoragePoolOps,
+    crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -123,6 +123,7 @@ async fn samples_are_accepted_by_the_api_server() {
             }
             "OperatorOps" => crate::support::dynamic::<OperatorOps>(&client, &ns),
             "StorageNode" => crate::support::dynamic::<StorageNode>(&client, &ns),
+            "StorageNodeOps" => crate::support::dynamic::<StorageNodeOps>(&client, &ns),
             "StoragePool" => crate::support::dynamic::<StoragePool>(&client, &ns),
             "StoragePoolOps" => crate::support::dynamic::<StoragePoolOps>(&client, &ns),
             "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
@@ -147,6 +148,9 @@ async fn samples_are_accepted_by_the_api_server() {
                 drop(serde_json::from_value::<ClusterDeploymentConfig>(value).expect("typed"))
             }
             "StorageNode" => drop(serde_json::from_value::<StorageNode>(value).expect("typed")),
+            "StorageNodeOps" => {
+                drop(serde_json::from_value::<StorageNodeOps>(value).expect("typed"))
+            }
             "StoragePool" => drop(serde_json::from_value::<StoragePool>(value).expect("typed")),
             "StoragePoolOps" => {
                 drop(serde_json::from_value::<StoragePoolOps>(value).expect("typed"))

@@ -9,8 +9,8 @@
 //! | Upgrade | Preflight → Draining → Applying → Awaiting → Verifying | the API runs the image and reports its tag as version |
 //! | Backup | Requesting → Awaiting | the FoundationDBBackup reports a snapshot taken since the operation started |
 //!
-//! Draining waits while any StorageClusterOps or StoragePoolOps the operator serves is
-//! Running (`OperationsInFlight`) and never cancels them; a Restart of non-essential
+//! Draining waits while any StorageClusterOps, StorageNodeOps or StoragePoolOps the
+//! operator serves is Running (`OperationsInFlight`) and never cancels them; a Restart of non-essential
 //! components only skips it. Restarting stamps the pod template of each named workload
 //! with the operation's start ([`RESTARTED_AT_ANNOTATION`]), so a stamp already there is
 //! the restart already asked. The FoundationDB cluster is restarted by the FoundationDB
@@ -438,7 +438,8 @@ pub fn backup_name(op: &ControlPlaneOps) -> String {
         .unwrap_or_else(|| DEFAULT_BACKUP_NAME.into())
 }
 
-/// The StorageClusterOps and StoragePoolOps that run now, in the operator's scope.
+/// The StorageClusterOps, StorageNodeOps and StoragePoolOps that run now, in the
+/// operator's scope.
 async fn in_flight(ctx: &Context) -> Result<Vec<String>, ops::Error> {
     let running = |phase: Option<OpsPhase>| phase == Some(OpsPhase::Running);
     let mut out = Vec::new();
@@ -451,6 +452,17 @@ async fn in_flight(ctx: &Context) -> Result<Vec<String>, ops::Error> {
         if running(op.status.as_ref().map(|s| s.phase)) {
             let ns = op.namespace().unwrap_or_default();
             out.push(format!("StorageClusterOps {ns}/{}", op.name_any()));
+        }
+    }
+    for op in ctx
+        .scope
+        .api::<simplyblock_api::StorageNodeOps>(&ctx.kube)
+        .list(&ListParams::default())
+        .await?
+    {
+        if running(op.status.as_ref().map(|s| s.phase)) {
+            let ns = op.namespace().unwrap_or_default();
+            out.push(format!("StorageNodeOps {ns}/{}", op.name_any()));
         }
     }
     for op in ctx

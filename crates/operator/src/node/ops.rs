@@ -35,6 +35,8 @@ const MANAGER: &str = "storagenodeops-controller";
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagenodeops";
 const METRIC_PREFIX: &str = "simplyblock_storagenode_";
+/// Words of a restart's record naming the node's status when the call went out.
+const FROM: &str = "from status";
 /// How often an awaited step looks at the control plane.
 const AWAIT_POLL: Duration = Duration::from_secs(1);
 
@@ -330,15 +332,29 @@ pub fn plan(op: &StorageNodeOps, step: NodeOpsStep, obs: &Observed) -> Plan<Node
                         ..NodeRestart::default()
                     },
                 ),
-                message: format!("restarting the node (it is {status})"),
-                accepted: "the control plane accepted the restart; waiting for the node to leave online".into(),
+                message: format!("restarting the node {FROM} {status}"),
+                accepted: format!(
+                    "the control plane accepted the restart of the node {FROM} {status}; waiting for it to leave online"
+                ),
             }
         }
         (A::Restart, Departing) => {
-            if status == S::Online {
-                return wait("waiting for the node to leave online".into());
+            // A node restarted from offline has nothing to leave: the record of the call
+            // (written before it, kept by every wait) says where it started.
+            let from_offline = op
+                .status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains(&format!("{FROM} {}", S::Offline)));
+            if status == S::Online && !from_offline {
+                return wait(format!(
+                    "waiting for the node to leave online ({FROM} online)"
+                ));
             }
-            advance(Awaiting, format!("the node is {status}; waiting for it to come back online"))
+            advance(
+                Awaiting,
+                format!("the node is {status}; waiting for it to come back online"),
+            )
         }
         (A::Restart, Awaiting) => settle(status, S::Online, "restarted: the node is online"),
         (action, step) => Plan::Fail(format!(
@@ -353,7 +369,9 @@ fn settle(status: NodeStatus, wanted: NodeStatus, done: &str) -> Plan<NodeOpsSte
     if status == wanted {
         succeed(done)
     } else {
-        wait(format!("the control plane reports the node {status}; waiting for {wanted}"))
+        wait(format!(
+            "the control plane reports the node {status}; waiting for {wanted}"
+        ))
     }
 }
 
@@ -433,12 +451,35 @@ mod tests {
             kind(&plan(&op("Restart", None), Requesting, &seen(InRestart))),
             "advance"
         );
-        assert_eq!(kind(&plan(&op("Restart", None), Departing, &seen(Online))), "wait");
+        assert_eq!(
+            kind(&plan(&op("Restart", None), Departing, &seen(Online))),
+            "wait"
+        );
         assert_eq!(
             kind(&plan(&op("Restart", None), Departing, &seen(InRestart))),
             "advance"
         );
-        assert_eq!(kind(&plan(&op("Restart", None), Awaiting, &seen(Online))), "succeed");
+        assert_eq!(
+            kind(&plan(&op("Restart", None), Awaiting, &seen(Online))),
+            "succeed"
+        );
+    }
+
+    #[test]
+    fn a_node_restarted_from_offline_has_nothing_to_leave() {
+        let Plan::CallOnce { accepted, .. } =
+            plan(&op("Restart", None), Requesting, &seen(NodeStatus::Offline))
+        else {
+            panic!("a restart from offline is called")
+        };
+        let mut recorded = op("Restart", None);
+        recorded.status = Some(simplyblock_api::storage_node_ops::StorageNodeOpsStatus {
+            message: Some(accepted),
+            ..Default::default()
+        });
+        // Back online before a look saw it go: it restarted.
+        let got = plan(&recorded, Departing, &seen(NodeStatus::Online));
+        assert_eq!(kind(&got), "advance", "{got:?}");
     }
 
     #[test]
@@ -457,6 +498,9 @@ mod tests {
             found: None,
             ..seen(NodeStatus::Online)
         };
-        assert_eq!(kind(&plan(&op("Shutdown", None), Requesting, &lost)), "fail");
+        assert_eq!(
+            kind(&plan(&op("Shutdown", None), Requesting, &lost)),
+            "fail"
+        );
     }
 }

@@ -9,15 +9,19 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_node_ops::StorageNodeOps;
 use simplyblock_controlplane::NodeStatus;
 
-
-use crate::support::{Harness, PATIENCE, harness, raised, until_explained};
+use crate::support::{Harness, PATIENCE, harness_timed, raised, until_explained};
 
 const NODE: &str = "sb-snops-0";
 
 /// The harness's cluster, a StorageNode for its first control-plane node, and the
 /// StorageNodeOps controller.
 async fn node_harness(ns: &str, worker: &str) -> (Harness, simplyblock_controlplane::Uuid) {
-    let h = harness(ns, "", (1, 1)).await;
+    // A restart lasts two seconds here, so a look sees a serving node leave and return.
+    let timings = simplyblock_simulator::Timings {
+        node_restart_ms: 2_000_000,
+        ..Default::default()
+    };
+    let h = harness_timed(ns, "", (1, 1), timings).await;
     let first = h.cp.list_storage_nodes(h.uuid).await.expect("nodes")[0].id;
     let nodes: Api<Node> = Api::all(h.kube.clone());
     let node: Node = serde_json::from_value(json!({"metadata": {"name": worker}})).expect("node");
@@ -65,7 +69,9 @@ fn operation(name: &str, action: &str, extra: serde_json::Value) -> StorageNodeO
 async fn run(h: &Harness, op: StorageNodeOps, phase: OpsPhase) -> StorageNodeOps {
     let api: Api<StorageNodeOps> = Api::namespaced(h.kube.clone(), &h.ns);
     let name = op.metadata.name.clone().expect("name");
-    api.create(&PostParams::default(), &op).await.expect("created");
+    api.create(&PostParams::default(), &op)
+        .await
+        .expect("created");
     let last = std::sync::Mutex::new(None);
     until_explained(
         &format!("{name} {phase:?}"),
@@ -81,7 +87,10 @@ async fn run(h: &Harness, op: StorageNodeOps, phase: OpsPhase) -> StorageNodeOps
 }
 
 async fn status_of(h: &Harness, id: simplyblock_controlplane::Uuid) -> NodeStatus {
-    h.cp.get_storage_node(h.uuid, id).await.expect("node").status
+    h.cp.get_storage_node(h.uuid, id)
+        .await
+        .expect("node")
+        .status
 }
 
 #[tokio::test]
@@ -89,16 +98,32 @@ async fn each_single_call_action_calls_once_and_ends_when_the_node_is_there() {
     let (h, id) = node_harness("snops-actions", "snops-actions-w1").await;
     let base = format!("/api/v2/clusters/{}/storage-nodes/{id}", h.uuid);
     for (name, action, extra, calls, wanted) in [
-        ("stop", "Shutdown", json!({}), "shutdown", NodeStatus::Offline),
+        (
+            "stop",
+            "Shutdown",
+            json!({}),
+            "shutdown",
+            NodeStatus::Offline,
+        ),
         ("start", "Restart", json!({}), "restart", NodeStatus::Online),
-        ("pause", "Suspend", json!({}), "suspend", NodeStatus::Suspended),
+        (
+            "pause",
+            "Suspend",
+            json!({}),
+            "suspend",
+            NodeStatus::Suspended,
+        ),
         ("go-on", "Resume", json!({}), "resume", NodeStatus::Online),
     ] {
         let done = run(&h, operation(name, action, extra), OpsPhase::Succeeded).await;
         let status = done.status.expect("status");
         assert!(status.started_at.is_some() && status.completed_at.is_some());
         assert_eq!(status_of(&h, id).await, wanted, "{action}");
-        assert_eq!(h.calls("POST", &format!("{base}/{calls}")).await, 1, "{action}");
+        assert_eq!(
+            h.calls("POST", &format!("{base}/{calls}")).await,
+            1,
+            "{action}"
+        );
         raised(&h.kube, &h.ns, Some(name), "OperationSucceeded").await;
     }
     // The lock is released after each.
@@ -113,15 +138,32 @@ async fn each_single_call_action_calls_once_and_ends_when_the_node_is_there() {
 async fn a_restart_of_a_serving_node_needs_force_and_an_action_not_run_yet_calls_nothing() {
     let (h, id) = node_harness("snops-refusals", "snops-refusals-w1").await;
     let base = format!("/api/v2/clusters/{}/storage-nodes/{id}", h.uuid);
-    let refused = run(&h, operation("bounce", "Restart", json!({})), OpsPhase::Failed).await;
+    let refused = run(
+        &h,
+        operation("bounce", "Restart", json!({})),
+        OpsPhase::Failed,
+    )
+    .await;
     let message = refused.status.and_then(|s| s.message).unwrap_or_default();
     assert!(message.contains("spec.force"), "{message}");
-    let removal = run(&h, operation("drain", "Remove", json!({})), OpsPhase::Failed).await;
+    let removal = run(
+        &h,
+        operation("drain", "Remove", json!({})),
+        OpsPhase::Failed,
+    )
+    .await;
     let message = removal.status.and_then(|s| s.message).unwrap_or_default();
-    assert!(message.contains("not supported by this operator yet"), "{message}");
+    assert!(
+        message.contains("not supported by this operator yet"),
+        "{message}"
+    );
     assert_eq!(status_of(&h, id).await, NodeStatus::Online);
     for verb in ["restart", "shutdown"] {
-        assert_eq!(h.calls("POST", &format!("{base}/{verb}")).await, 0, "{verb}");
+        assert_eq!(
+            h.calls("POST", &format!("{base}/{verb}")).await,
+            0,
+            "{verb}"
+        );
     }
     // Forced, it restarts a serving node.
     run(

@@ -271,6 +271,15 @@ pub const MANAGED_TLS_ENDPOINT: &str = "https://control-plane.example:5000";
 /// clients reach it through it as their proxy (a `CONNECT` tunnel) and verify it as they
 /// would the real control plane.
 pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
+    sbsim_timed(faults, workers, simplyblock_simulator::Timings::default()).await
+}
+
+/// [`sbsim_tls`] with the simulated hardware's `timings` (sim milliseconds, at 1000×).
+pub async fn sbsim_timed(
+    faults: &str,
+    workers: usize,
+    timings: simplyblock_simulator::Timings,
+) -> (Sbsim, String) {
     let (tls, ca_pem) = sbsim_tls_material();
     simplyblock_simulator::install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -284,6 +293,7 @@ pub async fn sbsim_tls(faults: &str, workers: usize) -> (Sbsim, String) {
         time_scale: 1000.0,
         faults: faults.into(),
         fleet: fleet_path,
+        timings,
         ..SimConfig::new(dir.path().join("state"))
     };
     let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
@@ -607,9 +617,25 @@ pub struct Harness {
 }
 
 pub async fn harness(ns: &str, faults: &str, stripe: (i32, i32)) -> Harness {
+    harness_timed(
+        ns,
+        faults,
+        stripe,
+        simplyblock_simulator::Timings::default(),
+    )
+    .await
+}
+
+/// [`harness`] with the simulated hardware's `timings`.
+pub async fn harness_timed(
+    ns: &str,
+    faults: &str,
+    stripe: (i32, i32),
+    timings: simplyblock_simulator::Timings,
+) -> Harness {
     let kube = api_server().await.client().await.expect("client");
     namespace(&kube, ns).await;
-    let sim = sbsim(faults, 3).await;
+    let sim = sbsim_timed(faults, 3, timings).await.0;
     let cp = sim.cp.clone();
     let cluster = cp
         .create_cluster(&ClusterCreate::new("sb", 10, 4))
