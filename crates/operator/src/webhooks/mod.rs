@@ -10,6 +10,7 @@ pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
 pub mod deployment;
+pub mod node_ops;
 pub mod operator_ops;
 pub mod simplyblock_driver;
 pub mod storage_node;
@@ -73,6 +74,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(DEPLOYMENT_PATH, post(deployment::review))
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
+        .route(node_ops::PATH, post(node_ops::review))
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
         .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
@@ -252,6 +254,11 @@ pub fn configuration(
                 cluster_ops::NAME,
                 cluster_ops::PATH,
                 "storageclusterops",
+            )),
+            control_plane_ops::create_and_delete(webhook(
+                node_ops::NAME,
+                node_ops::PATH,
+                "storagenodeops",
             )),
             control_plane_ops::create_and_delete(webhook(
                 control_plane_ops::NAME,

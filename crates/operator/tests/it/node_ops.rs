@@ -174,3 +174,25 @@ async fn a_restart_of_a_serving_node_needs_force_and_an_action_not_run_yet_calls
     .await;
     assert_eq!(h.calls("POST", &format!("{base}/restart")).await, 1);
 }
+
+#[tokio::test]
+async fn an_operation_on_a_node_that_does_not_exist_is_refused_saying_so() {
+    let h = crate::support::harness("snops-admission", "", (1, 1)).await;
+    let api: Api<StorageNodeOps> = Api::namespaced(h.kube.clone(), &h.ns);
+    let mut missing = operation(
+        "move",
+        "Migrate",
+        json!({"migrate": {"targetWorkerNode": "snops-admission-nowhere"}}),
+    );
+    missing.spec.node_ref = "sb-nowhere-0".into();
+    let refused = api
+        .create(&PostParams::default(), &missing)
+        .await
+        .expect_err("refused at admission");
+    let message = refused.to_string();
+    assert!(
+        message.contains("StorageNode sb-nowhere-0, which does not exist")
+            && message.contains("Node snops-admission-nowhere, which does not exist"),
+        "{message}"
+    );
+}

@@ -1,0 +1,201 @@
+//! StorageNodeOps admission. On create: the operation must name a StorageNode of its
+//! namespace, and a Migrate a worker Node that exists (the references are immutable, so a
+//! wrong one could never be corrected). On delete: the guard every Ops kind has — a running
+//! operation on a step that cannot be aborted (the control plane is acting on the node, or
+//! a migration is re-pointing it) is kept; terminal and Pending ones, and Running ones on
+//! an abortable step, may go.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject};
+use kube::core::admission::{AdmissionReview, Operation};
+use simplyblock_api::StorageNode;
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::storage_node_ops::{GRAPHS, StorageNodeOps};
+use simplyblock_statemachine::State as _;
+
+use super::{WebhookContext, typed};
+
+/// The path of the StorageNodeOps webhook.
+pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenodeops";
+/// Its name in the webhook configuration.
+pub const NAME: &str = "vstoragenodeops.simplyblock.io";
+
+/// The steps on which a running operation cannot be deleted; a test holds this equal to
+/// the graphs' `unabortable_states()`.
+pub const UNABORTABLE_STEPS: &[&str] = &[
+    "Awaiting",
+    "Departing",
+    "ShuttingDown",
+    "MigratingDevices",
+    "MigratingVolumes",
+    "Verifying",
+    "Removing",
+    "AwaitingRemoval",
+    "Relocating",
+    "AwaitingNode",
+    "Promoting",
+    "Releasing",
+    "AwaitingHost",
+    "Restarting",
+    "Cleanup",
+];
+
+pub async fn review(
+    State(ctx): State<Arc<WebhookContext>>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    super::answer(review, |req| async move {
+        match (&req.operation, req.object.as_ref(), req.old_object.as_ref()) {
+            (Operation::Create, Some(new), _) => {
+                let op = typed::<StorageNodeOps>(new)?;
+                let namespace = req.namespace.clone().unwrap_or_default();
+                let unreadable = |what: String| {
+                    move |e: kube::Error| format!("{what} could not be read ({e}); try again")
+                };
+                let node = Api::<StorageNode>::namespaced(ctx.client.clone(), &namespace)
+                    .get_opt(&op.spec.node_ref)
+                    .await
+                    .map_err(unreadable(format!("StorageNode {}", op.spec.node_ref)))?;
+                let target = match &op.spec.migrate {
+                    Some(m) => Some(
+                        Api::<Node>::all(ctx.client.clone())
+                            .get_opt(&m.target_worker_node)
+                            .await
+                            .map_err(unreadable(format!("Node {}", m.target_worker_node)))?
+                            .is_some(),
+                    ),
+                    None => None,
+                };
+                on_create(&op, &namespace, node.as_ref(), target)
+            }
+            (Operation::Delete, _, Some(old)) => typed::<StorageNodeOps>(old)
+                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
+                .and_then(|op| on_delete(&op)),
+            _ => Ok(()),
+        }
+    })
+    .await
+}
+
+/// Whether `op` may be created: `node` is the StorageNode it names, if any;
+/// `target_exists` whether a Migrate's target worker is a Node. Every problem is said.
+pub fn on_create(
+    op: &StorageNodeOps,
+    namespace: &str,
+    node: Option<&StorageNode>,
+    target_exists: Option<bool>,
+) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if node.is_none() {
+        problems.push(format!(
+            "spec.nodeRef names StorageNode {}, which does not exist in namespace {namespace}; name one of `kubectl get storagenodes -n {namespace}`",
+            op.spec.node_ref
+        ));
+    }
+    if let (Some(m), Some(false)) = (&op.spec.migrate, target_exists) {
+        problems.push(format!(
+            "spec.migrate.targetWorkerNode names Node {}, which does not exist; name a worker of `kubectl get nodes`",
+            m.target_worker_node
+        ));
+    }
+    if let (Some(m), Some(node)) = (&op.spec.migrate, node)
+        && m.target_worker_node == node.spec.worker_node
+    {
+        problems.push(format!(
+            "spec.migrate.targetWorkerNode is {}, the worker StorageNode {} already runs on; name another worker",
+            m.target_worker_node, op.spec.node_ref
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Whether `op` may be deleted now; the refusal names the step and what to do.
+pub fn on_delete(op: &StorageNodeOps) -> Result<(), String> {
+    let status = op.status.clone().unwrap_or_default();
+    if status.phase != OpsPhase::Running {
+        return Ok(());
+    }
+    let Some(step) = status.step.state.as_deref() else {
+        return Ok(());
+    };
+    if !UNABORTABLE_STEPS.contains(&step) {
+        return Ok(());
+    }
+    let abortable: Vec<&str> = GRAPHS
+        .graph(op.spec.action)
+        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
+        .unwrap_or_default();
+    Err(format!(
+        "StorageNodeOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageNode {} and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
+        op.metadata.name.as_deref().unwrap_or(""),
+        op.spec.node_ref,
+        if abortable.is_empty() {
+            String::new()
+        } else {
+            format!(" (spec.abort stops it only on {})", abortable.join(", "))
+        }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_table_is_the_graphs_unabortable_steps() {
+        let mut from_graphs: Vec<&str> = GRAPHS
+            .unabortable_states()
+            .into_iter()
+            .map(|s| s.name())
+            .collect();
+        let mut table = UNABORTABLE_STEPS.to_vec();
+        from_graphs.sort();
+        table.sort();
+        assert_eq!(table, from_graphs);
+    }
+
+    fn op(spec: serde_json::Value, status: serde_json::Value) -> StorageNodeOps {
+        serde_json::from_value(json!({
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageNodeOps",
+            "metadata": {"name": "op"}, "spec": spec, "status": status,
+        }))
+        .expect("op")
+    }
+
+    #[test]
+    fn only_a_running_op_on_an_unabortable_step_is_kept() {
+        let spec = json!({"nodeRef": "sb-w1-0", "action": "Restart"});
+        let running = |step: &str| json!({"phase": "Running", "step": {"state": step}});
+        let refused = on_delete(&op(spec.clone(), running("Departing"))).expect_err("kept");
+        assert!(
+            refused.contains("step Departing") && refused.contains("Requesting"),
+            "{refused}"
+        );
+        assert!(on_delete(&op(spec.clone(), running("Requesting"))).is_ok());
+        assert!(on_delete(&op(spec.clone(), json!({"phase": "Failed"}))).is_ok());
+        let migrate = json!({"nodeRef": "sb-w1-0", "action": "Migrate",
+                             "migrate": {"targetWorkerNode": "w2"}});
+        assert!(on_delete(&op(migrate, running("Promoting"))).is_err());
+    }
+
+    #[test]
+    fn a_missing_node_and_target_are_both_said() {
+        let spec = json!({"nodeRef": "sb-w1-0", "action": "Migrate",
+                          "migrate": {"targetWorkerNode": "w9"}});
+        let refused =
+            on_create(&op(spec, json!({})), "ns", None, Some(false)).expect_err("refused");
+        assert!(
+            refused.contains("StorageNode sb-w1-0") && refused.contains("Node w9"),
+            "{refused}"
+        );
+    }
+}
