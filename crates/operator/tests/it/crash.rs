@@ -671,6 +671,73 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
         .filter(|c| c["method"] == "POST" && c["path"] == cancel.as_str())
         .count();
     assert_eq!(cancels, 1, "one cancel reached the control plane");
+
+    // Each single-call StorageNodeOps action on one node, killed right after its call,
+    // then finished by an operator that is not armed: each call takes effect once.
+    let node = d
+        .storage_nodes()
+        .list(&Default::default())
+        .await
+        .expect("storage nodes")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .min()
+        .expect("a storage node");
+    let node_ops: Api<simplyblock_api::StorageNodeOps> = Api::namespaced(d.kube.clone(), &d.ns);
+    for (action, verb) in [
+        ("Shutdown", "shutdown"),
+        ("Restart", "restart"),
+        ("Suspend", "suspend"),
+        ("Resume", "resume"),
+    ] {
+        let name = format!("crash-node-{}", action.to_lowercase());
+        let from = calls(&d.cp).await.len();
+        let op: simplyblock_api::StorageNodeOps = serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNodeOps",
+            "metadata": {"name": name},
+            "spec": {"nodeRef": node, "action": action}
+        }))
+        .expect("op");
+        // The operation is admitted by the webhook the armed operator serves.
+        let point = crash::ops_point("StorageNodeOps", action, "Requesting");
+        let mut armed = d.operator(Some(&point));
+        crate::support::until(&format!("{name} admitted"), async || {
+            match node_ops.create(&PostParams::default(), &op).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Some(()),
+                Err(_) => None,
+            }
+        })
+        .await;
+        let ended = crate::support::until(&format!("the abort at {point}"), async || {
+            armed.try_wait().expect("the operator process")
+        })
+        .await;
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(ended.signal(), Some(SIGABRT), "armed at {point}: {ended}");
+        }
+        let mut child = d.operator(None);
+        let done = crate::support::until(&format!("{name} to finish"), async || {
+            node_ops
+                .get(&name)
+                .await
+                .ok()?
+                .status
+                .filter(|s| s.phase.is_terminal())
+        })
+        .await;
+        child.kill().expect("kill");
+        child.wait().expect("reaped");
+        assert_eq!(
+            done.phase,
+            OpsPhase::Succeeded,
+            "{name}: {:?}",
+            done.message
+        );
+        exactly(&calls(&d.cp).await[from..], &node_route(verb), 1);
+    }
 }
 
 async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
