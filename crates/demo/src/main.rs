@@ -26,7 +26,9 @@ use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::simplyblock_driver::{DriverPhase, SimplyblockDriver};
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_pool::PoolPhase;
-use simplyblock_api::{API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_api::{
+    API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool,
+};
 use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_operator::context::Context;
 use simplyblock_operator::link::Token;
@@ -653,7 +655,94 @@ async fn day_one(
             back.trim_end()
         );
     }
+
+    step("shutting one storage node down and restarting it (StorageNodeOps Shutdown, Restart)");
+    let nodes: Api<StorageNode> = Api::namespaced(client.clone(), NAMESPACE);
+    let node = nodes
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .min()
+        .ok_or_else(|| anyhow::anyhow!("no storage node"))?;
+    let node_ops: Api<StorageNodeOps> = Api::namespaced(client.clone(), NAMESPACE);
+    for action in ["Shutdown", "Restart"] {
+        let name = format!("{node}-{}", action.to_lowercase());
+        let op: StorageNodeOps = serde_json::from_value(serde_json::json!({
+            "apiVersion": API_VERSION, "kind": "StorageNodeOps",
+            "metadata": {"name": name},
+            "spec": {"nodeRef": node, "action": action},
+        }))?;
+        node_ops.create(&Default::default(), &op).await?;
+        let done = follow(&node_ops, &name).await?;
+        anyhow::ensure!(
+            done.0 == OpsPhase::Succeeded,
+            "StorageNodeOps {name} ended {:?}: {}",
+            done.0,
+            done.2.unwrap_or_default()
+        );
+    }
+    println!("\n$ kubectl get storagenodeops -n {NAMESPACE}");
+    print!(
+        "{}",
+        table::get(
+            client,
+            &format!("/apis/{API_VERSION}/namespaces/{NAMESPACE}/storagenodeops")
+        )
+        .await?
+    );
+    if served.mounted {
+        let back = std::fs::read_to_string(&file)?;
+        anyhow::ensure!(
+            back == greeting,
+            "the file changed across the node's restart: {back:?}"
+        );
+        println!(
+            "after storage node {node} restarted, {} still reads: {}",
+            file.display(),
+            back.trim_end()
+        );
+    }
     Ok(served)
+}
+
+/// Prints a StorageNodeOps' phase, step and message as they change, until it ends;
+/// returns the last of them.
+async fn follow(
+    api: &Api<StorageNodeOps>,
+    name: &str,
+) -> anyhow::Result<(OpsPhase, Option<String>, Option<String>)> {
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let s = api.get(name).await?.status.unwrap_or_default();
+        let line = format!(
+            "{:?}{}{}",
+            s.phase,
+            s.step
+                .state
+                .as_deref()
+                .map(|x| format!("/{x}"))
+                .unwrap_or_default(),
+            s.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+        if line != last {
+            println!("[{:>5.1}s] {name} {line}", started.elapsed().as_secs_f64());
+            last = line;
+        }
+        if s.phase.is_terminal() {
+            return Ok((s.phase, s.step.state, s.message));
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(180),
+            "{name} did not finish within 3 minutes; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 fn step(text: &str) {

@@ -126,6 +126,17 @@ fn the_demo_discovers_deploys_and_ends_online() {
         stdout.contains(": Node 3/3 ("),
         "the restart's progress names each node:\n{stdout}"
     );
+    // One storage node shut down and restarted through StorageNodeOps, both recorded.
+    let node_ops: Vec<Vec<&str>> = lines
+        .iter()
+        .filter(|l| l.contains("-shutdown ") || l.contains("-restart "))
+        .map(|l| columns(l))
+        .filter(|c| c.len() > 3 && ["Shutdown", "Restart"].contains(&c[2]))
+        .collect();
+    assert_eq!(node_ops.len(), 2, "the StorageNodeOps table:\n{stdout}");
+    for row in &node_ops {
+        assert_eq!(row[3], "Succeeded", "{row:?}");
+    }
     // Mounted where the machine can attach loop devices (CI runs as root).
     if std::fs::OpenOptions::new()
         .read(true)
