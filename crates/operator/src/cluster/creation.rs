@@ -258,11 +258,14 @@ pub fn after_failed_create(error: &str, exists: bool) -> CreationPlan {
     }
 }
 
+/// Every move is written under the resourceVersion the pass decided from: a pass that read
+/// a stale copy (the informer behind the controller's own last write) must not write an
+/// earlier step over a later one, nor drop the fields the later one recorded.
 fn advance(to: CreationStep) -> CreationPlan {
     CreationPlan::Advance {
         to,
         message: format!("creation step {}", to.name()),
-        guard: Guard::None,
+        guard: Guard::ResourceVersion,
     }
 }
 
@@ -450,8 +453,10 @@ pub async fn execute(
             message,
             after,
         } => {
-            ctx.event(cluster, true, reason, message.clone()).await;
-            say(ctx, cluster, &machine, message, now).await?;
+            if !say(ctx, cluster, &machine, message.clone(), now).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            ctx.event(cluster, true, reason, message).await;
             Ok(Action::requeue(after))
         }
         CreationPlan::Wait { after } => Ok(Action::requeue(after)),
@@ -493,7 +498,9 @@ pub async fn execute(
         }
         CreationPlan::Restart { message } => {
             machine.reset(now);
-            say(ctx, cluster, &machine, message, now).await?;
+            if !say(ctx, cluster, &machine, message, now).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         CreationPlan::Finish { identity, status } => {
@@ -504,14 +511,15 @@ pub async fn execute(
     }
 }
 
-/// Writes the step and `message` over whatever is stored, in the [`holding_phase`].
+/// Writes the step and `message` in the [`holding_phase`], unless the cluster moved since
+/// it was read (`false`: decide again on the newer copy).
 async fn say(
     ctx: &Context,
     cluster: &StorageCluster,
     machine: &Machine<'_, CreationStep>,
     message: String,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let phase = holding_phase(machine, now);
     write_step(
         ctx,
@@ -519,10 +527,9 @@ async fn say(
         phase,
         Some(machine),
         Some(message),
-        Guard::None,
+        Guard::ResourceVersion,
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// One pass of the creation machine: restore the step, note a missed deadline, then
@@ -538,23 +545,32 @@ pub async fn create(
         Err(e) => {
             let message = format!("the stored creation step cannot be resumed: {e}");
             let unavailable = ClusterPhase::Unavailable;
-            write_step(ctx, cluster, unavailable, None, Some(message), Guard::None).await?;
+            let guard = Guard::ResourceVersion;
+            if !write_step(ctx, cluster, unavailable, None, Some(message), guard).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
             return Ok(Action::await_change());
         }
     };
     if let Some(message) = overdue(&machine, status, now) {
-        ctx.event(cluster, true, "StepDeadlineExceeded", message.clone())
-            .await;
         let unavailable = ClusterPhase::Unavailable;
-        write_step(
+        let written = write_step(
             ctx,
             cluster,
             unavailable,
             Some(&machine),
-            Some(message),
-            Guard::None,
+            Some(message.clone()),
+            Guard::ResourceVersion,
         )
         .await?;
+        if !written {
+            return Ok(Action::requeue(requeue::CONFLICT));
+        }
+        // Said once: the cluster is Unavailable from now on, which holds the notice back.
+        // The step is retried from the copy that write made.
+        ctx.event(cluster, true, "StepDeadlineExceeded", message)
+            .await;
+        return Ok(Action::requeue(requeue::NEXT_STEP));
     }
     let obs = observe(cluster, machine.state(), ctx).await?;
     let next = plan(machine.state(), status, &obs);

@@ -41,7 +41,7 @@ fn advanced(to: CreationStep) -> CreationPlan {
     CreationPlan::Advance {
         to,
         message: format!("creation step {}", to.name()),
-        guard: Guard::None,
+        guard: Guard::ResourceVersion,
     }
 }
 
