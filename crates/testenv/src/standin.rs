@@ -66,15 +66,15 @@ impl StandIn {
     /// Reports the workloads of `namespace` (of every namespace when `None`) ready, until
     /// dropped.
     pub fn start(client: kube::Client, namespace: Option<String>) -> StandIn {
-        let task = tokio::spawn(async move {
-            loop {
+        StandIn::every_pass(move || {
+            let client = client.clone();
+            let namespace = namespace.clone();
+            async move {
                 // A failed pass (an object deleted mid-write, a CRD not installed) is
                 // tried again on the next.
                 let _ = pass(&client, namespace.as_deref()).await;
-                tokio::time::sleep(INTERVAL).await;
             }
-        });
-        StandIn { task }
+        })
     }
 }
 

@@ -11,9 +11,7 @@ use axum::extract::State;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::StorageClusterOps;
-use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_cluster_ops::GRAPHS;
-use simplyblock_statemachine::State as _;
 
 use super::{WebhookContext, typed};
 
@@ -62,35 +60,31 @@ pub async fn review(
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &StorageClusterOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
-    if status.phase != OpsPhase::Running {
-        return Ok(());
-    }
-    let Some(step) = status.step.state.as_deref() else {
-        return Ok(());
-    };
-    if !UNABORTABLE_STEPS.contains(&step) {
-        return Ok(());
-    }
-    let abortable: Vec<&str> = GRAPHS
-        .graph(op.spec.action)
-        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    Err(format!(
-        "StorageClusterOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageCluster {} and deleting the operation now would drop its lock mid-way. Wait for it to end, or set spec.abort: true to stop it at the next abortable step ({}), then delete it",
-        op.metadata.name.as_deref().unwrap_or(""),
-        op.spec.cluster_ref,
-        if abortable.is_empty() {
-            "none in this action; it stops when it ends".to_string()
-        } else {
-            abortable.join(", ")
-        }
-    ))
+    super::keep_while_unabortable(
+        (status.phase, status.step.state.as_deref()),
+        UNABORTABLE_STEPS,
+        &GRAPHS,
+        op.spec.action,
+        |step, abortable| {
+            format!(
+                "StorageClusterOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageCluster {} and deleting the operation now would drop its lock mid-way. Wait for it to end, or set spec.abort: true to stop it at the next abortable step ({}), then delete it",
+                op.metadata.name.as_deref().unwrap_or(""),
+                op.spec.cluster_ref,
+                if abortable.is_empty() {
+                    "none in this action; it stops when it ends".to_string()
+                } else {
+                    abortable.join(", ")
+                }
+            )
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use simplyblock_statemachine::State as _;
 
     #[test]
     fn the_table_is_the_graphs_unabortable_steps() {

@@ -10,10 +10,8 @@ use axum::Json;
 use axum::extract::State;
 use kube::api::{Api, DynamicObject};
 use kube::core::admission::{AdmissionReview, Operation};
-use simplyblock_api::common::OpsPhase;
 use simplyblock_api::control_plane::ControlPlane;
 use simplyblock_api::control_plane_ops::{ControlPlaneOps, GRAPHS};
-use simplyblock_statemachine::State as _;
 
 use super::{WebhookContext, typed};
 
@@ -88,35 +86,31 @@ pub fn on_create(
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &ControlPlaneOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
-    if status.phase != OpsPhase::Running {
-        return Ok(());
-    }
-    let Some(step) = status.step.state.as_deref() else {
-        return Ok(());
-    };
-    if !UNABORTABLE_STEPS.contains(&step) {
-        return Ok(());
-    }
-    let abortable: Vec<&str> = GRAPHS
-        .graph(op.spec.action)
-        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    Err(format!(
-        "ControlPlaneOps {} is running step {step}, which cannot be aborted: the control plane {} is being changed and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
-        op.metadata.name.as_deref().unwrap_or(""),
-        op.spec.control_plane_ref,
-        if abortable.is_empty() {
-            String::new()
-        } else {
-            format!(" (spec.abort stops it only on {})", abortable.join(", "))
-        }
-    ))
+    super::keep_while_unabortable(
+        (status.phase, status.step.state.as_deref()),
+        UNABORTABLE_STEPS,
+        &GRAPHS,
+        op.spec.action,
+        |step, abortable| {
+            format!(
+                "ControlPlaneOps {} is running step {step}, which cannot be aborted: the control plane {} is being changed and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
+                op.metadata.name.as_deref().unwrap_or(""),
+                op.spec.control_plane_ref,
+                if abortable.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (spec.abort stops it only on {})", abortable.join(", "))
+                }
+            )
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use simplyblock_statemachine::State as _;
 
     #[test]
     fn the_table_is_the_graphs_unabortable_steps() {

@@ -19,6 +19,8 @@ pub mod tls;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use simplyblock_api::common::OpsPhase;
+
 use axum::Router;
 use axum::routing::post;
 use kube::api::DynamicObject;
@@ -66,6 +68,32 @@ pub async fn own_user(client: &kube::Client) -> Result<String, kube::Error> {
         .and_then(|s| s.user_info)
         .and_then(|u| u.username)
         .unwrap_or_default())
+}
+
+/// The DELETE guard of every Ops kind whose graphs have steps that cannot be aborted: a
+/// Running operation on one of `unabortable` (its kind's table, held equal to the graphs by
+/// a test) is kept, and `refusal(step, abortable steps of its action)` says why and what to
+/// do; every other operation may go (its finalizer releases the lock).
+pub fn keep_while_unabortable<A, S>(
+    status: (OpsPhase, Option<&str>),
+    unabortable: &[&str],
+    graphs: &simplyblock_statemachine::MultiGraph<A, S>,
+    action: A,
+    refusal: impl FnOnce(&str, &[&'static str]) -> String,
+) -> Result<(), String>
+where
+    A: simplyblock_statemachine::Action,
+    S: simplyblock_statemachine::State,
+{
+    let (phase, step) = status;
+    let Some(step) = step.filter(|s| phase == OpsPhase::Running && unabortable.contains(s)) else {
+        return Ok(());
+    };
+    let abortable: Vec<&'static str> = graphs
+        .graph(action)
+        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
+        .unwrap_or_default();
+    Err(refusal(step, &abortable))
 }
 
 /// The routes of every webhook.
