@@ -144,7 +144,6 @@ async fn hold(
         machine.map(|m| m.snapshot()).or(Some(status.step.clone())),
         Some(message),
         None,
-        Guard::None,
     )
     .await?;
     Ok(())
@@ -175,8 +174,13 @@ struct OwnedStatus {
     observed_generation: Option<i64>,
 }
 
-/// Writes this controller's status fields and returns the node as stored; `None` when the
-/// write was guarded and someone wrote the node since it was read.
+/// Writes this controller's status fields onto the version of `node` this pass read, and
+/// returns the node as stored; `None` when someone wrote the node since it was read (the
+/// pass decided from a stale copy and looks again).
+///
+/// Every write is guarded: the fields are written whole under one manager, so an
+/// unguarded write from a stale pass would move the machine back and drop what a newer
+/// pass recorded (the node's uuid).
 async fn write(
     ctx: &Context,
     node: &StorageNode,
@@ -184,7 +188,6 @@ async fn write(
     step: Option<StepSnapshot>,
     message: Option<String>,
     observed: Option<&StorageNodeStatus>,
-    guard: Guard,
 ) -> Result<Option<StorageNode>, Error> {
     let observed = observed.cloned().unwrap_or_default();
     let status = OwnedStatus {
@@ -199,22 +202,21 @@ async fn write(
         resources: observed.resources,
         observed_generation: node.metadata.generation,
     };
-    match kit::apply_status(&ctx.kube, node, MANAGER, &status, guard).await {
+    match kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion).await {
         Ok(written) => Ok(Some(written)),
         Err(Error::Stale(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Moves the machine to `next` and writes it, then looks again after `then`; a guarded
-/// write that lost its race looks again after [`requeue::CONFLICT`] instead.
+/// Moves the machine to `next` and writes it, then looks again after `then`; a write that
+/// lost its race looks again after [`requeue::CONFLICT`] instead.
 async fn advance(
     ctx: &Context,
     node: &StorageNode,
     machine: &mut Machine<'_, ProvisioningStep>,
     next: ProvisioningStep,
     message: String,
-    guard: Guard,
     then: std::time::Duration,
 ) -> Result<Action, Error> {
     if let Err(e) = machine.transition_to(next, jiff::Timestamp::now()) {
@@ -223,7 +225,7 @@ async fn advance(
     }
     let step = Some(machine.snapshot());
     let phase = NodePhase::Provisioning;
-    match write(ctx, node, phase, step, Some(message), None, guard).await? {
+    match write(ctx, node, phase, step, Some(message), None).await? {
         Some(_) => Ok(Action::requeue(then)),
         None => Ok(Action::requeue(requeue::CONFLICT)),
     }
@@ -325,15 +327,14 @@ async fn provision(
                     "the stored provisioning step cannot be resumed: {e}"
                 )),
                 None,
-                Guard::None,
             )
             .await?;
             return Ok(Action::await_change());
         }
     };
-    // This pass's own bookkeeping writes move the resourceVersion on; a guarded write
-    // later in the pass goes onto the object as they left it, so it fails only on
-    // someone else's write.
+    // This pass's own bookkeeping writes move the resourceVersion on; a write later in
+    // the pass goes onto the object as they left it, so it fails only on someone else's
+    // write. One that fails here means this pass read a stale copy: look again.
     let mut current = None;
     if status.step.is_empty() {
         // The first pass: record the machine's start so its deadline counts from now.
@@ -347,9 +348,11 @@ async fn provision(
                 node.spec.worker_node
             )),
             None,
-            Guard::None,
         )
         .await?;
+        if current.is_none() {
+            return Ok(Action::requeue(requeue::CONFLICT));
+        }
     }
     if machine.timed_out(now) {
         let message = machine::overdue_note(machine.state());
@@ -368,9 +371,11 @@ async fn provision(
                 Some(machine.snapshot()),
                 Some(message),
                 None,
-                Guard::None,
             )
             .await?;
+            if current.is_none() {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
         }
     }
     let node = current.as_ref().unwrap_or(node);
@@ -447,12 +452,9 @@ async fn execute(
 ) -> Result<Action, Error> {
     let worker = &node.spec.worker_node;
     match plan {
-        ProvisioningPlan::Advance {
-            to,
-            message,
-            guard,
-            then,
-        } => advance(ctx, node, machine, to, message, guard, then).await,
+        ProvisioningPlan::Advance { to, message, then } => {
+            advance(ctx, node, machine, to, message, then).await
+        }
         ProvisioningPlan::Hold {
             reason,
             message,
@@ -472,8 +474,8 @@ async fn execute(
             if !write_slots(ctx, cluster, cluster_version, &slots).await? {
                 return Ok(Action::requeue(requeue::CONFLICT));
             }
-            let (to, guard) = (ProvisioningStep::Posting, Guard::ResourceVersion);
-            advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
+            let to = ProvisioningStep::Posting;
+            advance(ctx, node, machine, to, message, requeue::NEXT_STEP).await
         }
         ProvisioningPlan::SendAdd { message } => {
             let namespace = cluster.namespace().unwrap_or_default();
@@ -508,14 +510,17 @@ async fn execute(
                     return Ok(Action::requeue(requeue::RETRY));
                 }
             }
-            // Guarded: a pass that read an older copy (a requeue can run before the watch
-            // brings this controller's own last write) must not move the node back.
-            let (to, guard) = (ProvisioningStep::Resolving, Guard::ResourceVersion);
-            advance(ctx, node, machine, to, message, guard, requeue::NEXT_STEP).await
+            // Onto the version read: a pass that read an older copy (a requeue can run
+            // before the watch brings this controller's own last write) must not move the
+            // node back.
+            let to = ProvisioningStep::Resolving;
+            advance(ctx, node, machine, to, message, requeue::NEXT_STEP).await
         }
         ProvisioningPlan::Record { found } => {
             let message = format!("created in the control plane as {}", found.id);
-            record(ctx, node, &found, message).await?;
+            if !record(ctx, node, &found, message).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
             release_slot(ctx, node, cluster).await?;
             let slot = node.spec.slot.unwrap_or(0);
             let message = format!(
@@ -527,7 +532,9 @@ async fn execute(
         }
         ProvisioningPlan::Adopt { found } => {
             let message = format!("adopted control-plane node {}", found.id);
-            record(ctx, node, &found, message).await?;
+            if !record(ctx, node, &found, message).await? {
+                return Ok(Action::requeue(requeue::CONFLICT));
+            }
             let message = format!(
                 "adopted control-plane node {} instead of adding one",
                 found.id
@@ -539,33 +546,25 @@ async fn execute(
             machine.reset(jiff::Timestamp::now());
             let step = Some(machine.snapshot());
             let phase = NodePhase::Provisioning;
-            write(ctx, node, phase, step, Some(message), None, Guard::None).await?;
+            write(ctx, node, phase, step, Some(message), None).await?;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         ProvisioningPlan::Wait(after) => Ok(Action::requeue(after)),
     }
 }
 
-/// Records the control-plane node `found` as this node's: the machine is done.
+/// Records the control-plane node `found` as this node's: the machine is done. `false`:
+/// the node changed since this pass read it, nothing was recorded.
 async fn record(
     ctx: &Context,
     node: &StorageNode,
     found: &simplyblock_controlplane::StorageNode,
     message: String,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let observed = observed(found);
     let phase = phase_of(found);
-    write(
-        ctx,
-        node,
-        phase,
-        None,
-        Some(message),
-        Some(&observed),
-        Guard::None,
-    )
-    .await?;
-    Ok(())
+    let written = write(ctx, node, phase, None, Some(message), Some(&observed)).await?;
+    Ok(written.is_some())
 }
 
 /// A sibling of the same worker with a control-plane node, or of a lower slot already
@@ -774,7 +773,6 @@ async fn steady(
                 None,
                 Some(format!("the control plane no longer knows node {uuid}")),
                 Some(status),
-                Guard::None,
             )
             .await?;
             return Ok(Action::requeue(requeue::RESYNC));
@@ -792,7 +790,7 @@ async fn steady(
         && status.step.is_empty();
     if !same {
         let message = status.message.clone();
-        write(ctx, node, phase, None, message, Some(&next), Guard::None).await?;
+        write(ctx, node, phase, None, message, Some(&next)).await?;
     }
     // A node on its way somewhere (in creation, restarting) is looked at again soon; a
     // settled one at the resync backstop.

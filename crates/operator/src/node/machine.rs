@@ -27,7 +27,6 @@ use simplyblock_controlplane::StorageNode as CpNode;
 
 use super::provisioning::{self, AddWindow, Contender, SlotDecision};
 use crate::context::requeue;
-use crate::kit::Guard;
 
 /// How often Resolving looks at the control plane while the add runs.
 pub const RESOLVE_POLL: Duration = Duration::from_secs(1);
@@ -63,12 +62,11 @@ pub struct SlotInputs {
 /// The next thing to do, decided from one observation.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ProvisioningPlan {
-    /// Move to `to`, writing `message` (with [`Guard::ResourceVersion`], only onto the
-    /// object this pass read), then look again after `then`.
+    /// Move to `to`, writing `message` only onto the object this pass read (every status
+    /// write is guarded by its resourceVersion), then look again after `then`.
     Advance {
         to: ProvisioningStep,
         message: String,
-        guard: Guard,
         then: Duration,
     },
     /// Stay, saying why (an event and a status message, once), and look again after `then`.
@@ -144,7 +142,6 @@ pub fn plan(
                 return Advance {
                     to: AwaitingWorker,
                     message: why.clone(),
-                    guard: Guard::None,
                     then: requeue::RESYNC,
                 };
             }
@@ -158,7 +155,6 @@ pub fn plan(
                 Advance {
                     to: Resolving,
                     message,
-                    guard: Guard::ResourceVersion,
                     then: requeue::NEXT_STEP,
                 }
             } else {
@@ -216,7 +212,6 @@ fn plan_slot(node: &StorageNode, inputs: Option<&SlotInputs>, now: Timestamp) ->
         SlotDecision::Held => ProvisioningPlan::Advance {
             to: ProvisioningStep::Posting,
             message,
-            guard: Guard::ResourceVersion,
             then: requeue::NEXT_STEP,
         },
         SlotDecision::Wait(why) => hold(why),
@@ -235,12 +230,11 @@ fn plan_slot(node: &StorageNode, inputs: Option<&SlotInputs>, now: Timestamp) ->
     }
 }
 
-/// An unguarded move to `to`, looked at again at once.
+/// A move to `to`, looked at again at once.
 fn advance(to: ProvisioningStep, message: String) -> ProvisioningPlan {
     ProvisioningPlan::Advance {
         to,
         message,
-        guard: Guard::None,
         then: requeue::NEXT_STEP,
     }
 }

@@ -57,8 +57,8 @@ fn next(step: ProvisioningStep, node: &StorageNode, observed: Observation) -> Pr
     plan(step, node, &cluster(false), &observed, now())
 }
 
-fn advance_to(to: ProvisioningStep, guard: Guard) -> impl Fn(&ProvisioningPlan) -> bool {
-    move |p| matches!(p, Advance { to: t, guard: g, .. } if *t == to && *g == guard)
+fn advance_to(to: ProvisioningStep) -> impl Fn(&ProvisioningPlan) -> bool {
+    move |p| matches!(p, Advance { to: t, .. } if *t == to)
 }
 
 fn held(plan: &ProvisioningPlan) -> (&'static str, Duration) {
@@ -86,7 +86,7 @@ fn checking_host_waits_for_the_api_then_adopts_or_checks_the_config() {
     assert!(matches!(&p, Hold { message, .. } if message.contains("connection refused")));
 
     let fresh = next(CheckingHost, &node(), Observation::default());
-    assert!(advance_to(CheckingConfig, Guard::None)(&fresh), "{fresh:?}");
+    assert!(advance_to(CheckingConfig)(&fresh), "{fresh:?}");
 
     // A node already at this slot of the worker is adopted; one at a lower slot only is not.
     let at = |slot, count| {
@@ -96,9 +96,9 @@ fn checking_host_waits_for_the_api_then_adopts_or_checks_the_config() {
         };
         next(CheckingHost, &node_at(slot, json!({})), observed)
     };
-    assert!(advance_to(Adopting, Guard::None)(&at(0, 1)));
-    assert!(advance_to(CheckingConfig, Guard::None)(&at(1, 1)));
-    assert!(advance_to(Adopting, Guard::None)(&at(1, 2)));
+    assert!(advance_to(Adopting)(&at(0, 1)));
+    assert!(advance_to(CheckingConfig)(&at(1, 1)));
+    assert!(advance_to(Adopting)(&at(1, 2)));
 }
 
 #[test]
@@ -115,9 +115,9 @@ fn checking_config_holds_a_node_without_a_failure_domain_where_the_cluster_needs
     let missing = check(true, json!({}));
     assert_eq!(held(&missing), ("FailureDomainMissing", requeue::RESYNC));
     let named = check(true, json!({"failureDomain": "1"}));
-    assert!(advance_to(AwaitingSlot, Guard::None)(&named), "{named:?}");
+    assert!(advance_to(AwaitingSlot)(&named), "{named:?}");
     let unused = check(false, json!({}));
-    assert!(advance_to(AwaitingSlot, Guard::None)(&unused), "{unused:?}");
+    assert!(advance_to(AwaitingSlot)(&unused), "{unused:?}");
 }
 
 fn slot(worker: &str, node: &str) -> ProvisioningSlot {
@@ -175,10 +175,10 @@ fn awaiting_slot_claims_a_free_slot_under_the_clusters_version() {
 }
 
 #[test]
-fn awaiting_slot_rides_on_its_workers_claim_and_moves_into_posting_guarded() {
+fn awaiting_slot_rides_on_its_workers_claim_and_moves_into_posting() {
     let mine = slots(1, vec![slot("w1", "sb-w1-0")], &["w1"]);
     let p = next(AwaitingSlot, &node_at(1, json!({})), mine);
-    assert!(advance_to(Posting, Guard::ResourceVersion)(&p), "{p:?}");
+    assert!(advance_to(Posting)(&p), "{p:?}");
 }
 
 #[test]
@@ -227,10 +227,7 @@ fn posting_sends_the_add_only_when_nothing_shows_it_was_sent() {
     ];
     for observed in sent {
         let p = next(Posting, &node(), observed.clone());
-        assert!(
-            advance_to(Resolving, Guard::ResourceVersion)(&p),
-            "{observed:?} gave {p:?}"
-        );
+        assert!(advance_to(Resolving)(&p), "{observed:?} gave {p:?}");
     }
 }
 
@@ -242,7 +239,6 @@ fn posting_waits_out_an_away_worker_without_sending() {
         Advance {
             to: AwaitingWorker,
             message: "worker w1 is cordoned".into(),
-            guard: Guard::None,
             then: requeue::RESYNC,
         }
     );
@@ -273,14 +269,14 @@ fn resolving_records_the_node_once_the_add_is_closed() {
     assert_eq!(resolving(1, 1, AddWindow::Open), Wait(RESOLVE_POLL));
     assert_eq!(resolving(1, 1, AddWindow::Succeeded), Wait(RESOLVE_POLL));
     let again = resolving(0, 0, AddWindow::EndedWithoutNode);
-    assert!(advance_to(Posting, Guard::None)(&again), "{again:?}");
+    assert!(advance_to(Posting)(&again), "{again:?}");
 }
 
 #[test]
 fn awaiting_worker_looks_again_until_the_worker_is_back() {
     assert_eq!(next(AwaitingWorker, &node(), away()), Wait(requeue::RESYNC));
     let back = next(AwaitingWorker, &node(), Observation::default());
-    assert!(advance_to(CheckingHost, Guard::None)(&back), "{back:?}");
+    assert!(advance_to(CheckingHost)(&back), "{back:?}");
 }
 
 #[test]
