@@ -12,8 +12,8 @@
 //! | Resume | Requesting → Awaiting | resume; online | online |
 //! | Restart | Requesting → Departing → Awaiting | restart, once (Departing is written first); in_restart. Unforced only from offline | left online, then online |
 //!
-//! Remove, Migrate and HostMaintenance are declared (their graphs are in the API) but not
-//! run by this operator yet: such an operation ends Failed before it calls anything.
+//! Remove ([`remove`]), Migrate ([`migrate`]) and HostMaintenance ([`maintenance`]) have a
+//! module each: what they observe beside the node, their pure plan and their calls.
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -29,6 +29,10 @@ use simplyblock_statemachine::{Machine, MultiGraph};
 
 use crate::context::Context;
 use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+
+pub mod maintenance;
+pub mod migrate;
+pub mod remove;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenodeops-finalizer";
 const MANAGER: &str = "storagenodeops-controller";
@@ -94,6 +98,12 @@ pub struct Observed {
     pub node: Option<Uuid>,
     /// `None` with both ids: the control plane does not know the node.
     pub found: Option<CpNode>,
+    /// What Remove reads beside the node.
+    pub remove: remove::Observed,
+    /// What HostMaintenance reads beside the node.
+    pub maintenance: maintenance::Observed,
+    /// What Migrate reads beside the node.
+    pub migrate: migrate::Observed,
 }
 
 /// The one side effect a step may issue.
@@ -103,6 +113,9 @@ pub enum Call {
     Suspend(Uuid, Uuid),
     Resume(Uuid, Uuid),
     Restart(Uuid, Uuid, NodeRestart),
+    Remove(remove::Call),
+    Maintenance(maintenance::Call),
+    Migrate(migrate::Call),
 }
 
 /// The steps of every action, over the graphs with their deadlines scaled by
@@ -153,29 +166,47 @@ impl Steps<StorageNodeOps> for NodeSteps {
 
     async fn observe(
         &self,
-        _op: &StorageNodeOps,
+        op: &StorageNodeOps,
         target: &StorageNode,
-        _machine: &Machine<'static, NodeOpsStep>,
+        machine: &Machine<'static, NodeOpsStep>,
         ctx: &Context,
     ) -> Result<Observed, ops::Error> {
-        observe(target, ctx).await
+        let mut obs = observe(target, ctx).await?;
+        let step = machine.state();
+        match op.spec.action {
+            NodeAction::Remove => obs.remove = remove::observe(op, target, step, &obs, ctx).await?,
+            NodeAction::HostMaintenance => {
+                obs.maintenance = maintenance::observe(op, target, step, &obs, ctx).await?
+            }
+            NodeAction::Migrate => {
+                obs.migrate = migrate::observe(op, target, step, &obs, ctx).await?
+            }
+            _ => {}
+        }
+        Ok(obs)
     }
 
     fn plan(
         &self,
         op: &StorageNodeOps,
-        _target: &StorageNode,
+        target: &StorageNode,
         machine: &Machine<'static, NodeOpsStep>,
         obs: &Observed,
-        _now: Timestamp,
+        now: Timestamp,
     ) -> ops::Noted<NodeOpsStep, Call> {
-        plan(op, machine.state(), obs).into()
+        let step = machine.state();
+        match op.spec.action {
+            NodeAction::Remove => remove::plan(op, target, machine, obs, now),
+            NodeAction::HostMaintenance => maintenance::plan(op, target, step, obs, now),
+            NodeAction::Migrate => migrate::plan(op, target, step, obs, now),
+            _ => plan(op, step, obs).into(),
+        }
     }
 
     async fn execute(
         &self,
-        _op: &StorageNodeOps,
-        _target: &StorageNode,
+        op: &StorageNodeOps,
+        target: &StorageNode,
         call: &Call,
         ctx: &Context,
     ) -> Result<(), String> {
@@ -185,6 +216,9 @@ impl Steps<StorageNodeOps> for NodeSteps {
             Call::Suspend(c, n) => cp.suspend_storage_node(*c, *n, false).await,
             Call::Resume(c, n) => cp.resume_storage_node(*c, *n).await,
             Call::Restart(c, n, params) => cp.restart_storage_node(*c, *n, params).await,
+            Call::Remove(call) => return remove::execute(op, target, call, ctx).await,
+            Call::Maintenance(call) => return maintenance::execute(op, target, call, ctx).await,
+            Call::Migrate(call) => return migrate::execute(op, target, call, ctx).await,
         };
         result.map_err(|e| e.to_string())
     }
@@ -226,7 +260,7 @@ pub fn unsupported(action: NodeAction) -> String {
     )
 }
 
-fn wait(message: String) -> Plan<NodeOpsStep, Call> {
+pub(crate) fn wait(message: String) -> Plan<NodeOpsStep, Call> {
     Plan::Wait {
         message,
         after: AWAIT_POLL,
@@ -234,7 +268,7 @@ fn wait(message: String) -> Plan<NodeOpsStep, Call> {
     }
 }
 
-fn advance(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
+pub(crate) fn advance(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
     Plan::Advance {
         to: Move::To(to),
         message: message.into(),
@@ -242,7 +276,7 @@ fn advance(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, Cal
     }
 }
 
-fn succeed(message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
+pub(crate) fn succeed(message: impl Into<String>) -> Plan<NodeOpsStep, Call> {
     Plan::Succeed {
         message: message.into(),
         kind_status: None,
@@ -255,9 +289,6 @@ pub fn plan(op: &StorageNodeOps, step: NodeOpsStep, obs: &Observed) -> Plan<Node
     use NodeOpsStep::*;
     use NodeStatus as S;
     let action = op.spec.action;
-    if matches!(action, A::Remove | A::Migrate | A::HostMaintenance) {
-        return Plan::Fail(unsupported(action));
-    }
     let name = &op.spec.node_ref;
     let Some(id) = obs.node else {
         return wait(format!(
@@ -365,7 +396,11 @@ pub fn plan(op: &StorageNodeOps, step: NodeOpsStep, obs: &Observed) -> Plan<Node
 }
 
 /// Succeeds once the node is `wanted`, and waits otherwise.
-fn settle(status: NodeStatus, wanted: NodeStatus, done: &str) -> Plan<NodeOpsStep, Call> {
+pub(crate) fn settle(
+    status: NodeStatus,
+    wanted: NodeStatus,
+    done: &str,
+) -> Plan<NodeOpsStep, Call> {
     if status == wanted {
         succeed(done)
     } else {
@@ -397,6 +432,7 @@ mod tests {
                 status,
                 ..CpNode::default()
             }),
+            ..Observed::default()
         }
     }
 
@@ -480,14 +516,6 @@ mod tests {
         // Back online before a look saw it go: it restarted.
         let got = plan(&recorded, Departing, &seen(NodeStatus::Online));
         assert_eq!(kind(&got), "advance", "{got:?}");
-    }
-
-    #[test]
-    fn the_actions_not_run_yet_fail_before_anything_is_called() {
-        for action in ["Remove", "HostMaintenance"] {
-            let got = plan(&op(action, None), Validating, &seen(NodeStatus::Online));
-            assert_eq!(got, Plan::Fail(unsupported(op(action, None).spec.action)));
-        }
     }
 
     #[test]
