@@ -31,6 +31,11 @@ pub const MANAGED_BY_CONTROL_PLANE: &str = "controlplane";
 pub const MANAGED_BY_SIMPLYBLOCK_DRIVER: &str = "simplyblockdriver";
 /// Managed-by value: a discovery run's probe Jobs and report ConfigMaps.
 pub const MANAGED_BY_OPERATOR_OPS: &str = "operatorops";
+/// Managed-by value: a PersistentVolumeOps a StorageNodeOps Remove created to drain its
+/// node (`spec.creatorRef` names which one).
+pub const MANAGED_BY_STORAGE_NODE_OPS: &str = "storagenodeops";
+/// Managed-by value: a PersistentVolumeOps validation Job.
+pub const MANAGED_BY_PERSISTENT_VOLUME_OPS: &str = "persistentvolumeops";
 /// The value of Kubernetes' `endpointslice.kubernetes.io/managed-by` on the
 /// EndpointSlices the operator writes, so the EndpointSlice controller leaves them alone.
 pub const ENDPOINT_SLICE_MANAGER: &str = "storage.simplyblock.io";
@@ -103,6 +108,10 @@ pub const TRIGGER_REALIGNMENT_ANNOTATION: &str = "storage.simplyblock.io/trigger
 /// Restart asked for its pods to be replaced (that operation's start, RFC 3339); a change
 /// rolls the workload, as `kubectl rollout restart` does.
 pub const RESTARTED_AT_ANNOTATION: &str = "storage.simplyblock.io/restarted-at";
+/// Annotation on every PersistentVolume of an NVMe-oF subsystem: the PersistentVolumeOps
+/// that holds the subsystem's lock (a PersistentVolume has no status of ours to carry
+/// `activeOpsRef`).
+pub const ACTIVE_OPS_ANNOTATION: &str = "storage.simplyblock.io/active-ops";
 /// Annotation on a FoundationDBBackup: the ControlPlaneOps Backup that last created or
 /// triggered it (the operation does not own it).
 pub const BACKUP_REQUESTED_BY_ANNOTATION: &str = "storage.simplyblock.io/backup-requested-by";
@@ -130,6 +139,10 @@ pub const CONTROL_PLANE_OPS_FINALIZER: &str = "storage.simplyblock.io/controlpla
 pub const SIMPLYBLOCK_DRIVER_FINALIZER: &str = "storage.simplyblock.io/simplyblockdriver-finalizer";
 /// Holds an OperatorOps until the run is terminal.
 pub const OPERATOR_OPS_FINALIZER: &str = "storage.simplyblock.io/operatorops-finalizer";
+/// Holds a PersistentVolumeOps until its backend migration is cancelled or finished, its
+/// validation Jobs are deleted and its lock on the subsystem's volumes is released.
+pub const PERSISTENT_VOLUME_OPS_FINALIZER: &str =
+    "storage.simplyblock.io/persistentvolumeops-finalizer";
 
 // The CSI driver.
 
@@ -228,6 +241,7 @@ mod tests {
             DEFAULT_POOL_ANNOTATION,
             TRIGGER_REALIGNMENT_ANNOTATION,
             APPLIED_DIGEST_ANNOTATION,
+            ACTIVE_OPS_ANNOTATION,
             STORAGE_CLUSTER_FINALIZER,
             LEGACY_STORAGE_CLUSTER_FINALIZER,
             STORAGE_NODE_FINALIZER,

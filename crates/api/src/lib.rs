@@ -18,6 +18,7 @@ pub mod csi_secret;
 pub mod keys;
 pub mod names;
 pub mod operator_ops;
+pub mod persistent_volume_ops;
 pub mod quantity;
 pub mod simplyblock_driver;
 pub mod storage_cluster;
@@ -34,6 +35,7 @@ pub use cluster_deployment_config::ClusterDeploymentConfig;
 pub use control_plane::ControlPlane;
 pub use control_plane_ops::ControlPlaneOps;
 pub use operator_ops::OperatorOps;
+pub use persistent_volume_ops::PersistentVolumeOps;
 pub use simplyblock_driver::SimplyblockDriver;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
@@ -58,6 +60,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ControlPlane::crd(),
         ControlPlaneOps::crd(),
         SimplyblockDriver::crd(),
+        PersistentVolumeOps::crd(),
     ]
 }
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use kube::api::PostParams;
 use simplyblock_api::{
-    ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, SimplyblockDriver,
-    StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool, StoragePoolOps,
-    crd_file_name, crd_yaml, crds,
+    ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, PersistentVolumeOps,
+    SimplyblockDriver, StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool,
+    StoragePoolOps, crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -88,6 +88,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::control_plane_ops::GRAPHS.declared_state_names(),
         &step_schema(&ControlPlaneOps::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::persistent_volume_ops::GRAPHS.declared_state_names(),
+        &step_schema(&PersistentVolumeOps::crd()),
+    );
 }
 
 #[test]
@@ -129,6 +133,11 @@ async fn samples_are_accepted_by_the_api_server() {
             "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
             "ControlPlaneOps" => crate::support::dynamic::<ControlPlaneOps>(&client, &ns),
             "SimplyblockDriver" => crate::support::dynamic::<SimplyblockDriver>(&client, &ns),
+            // Cluster-scoped: the namespace is not part of its address.
+            "PersistentVolumeOps" => kube::Api::all_with(
+                client.clone(),
+                &kube::core::ApiResource::erase::<PersistentVolumeOps>(&()),
+            ),
             other => panic!("no sample check for {other}"),
         };
         let created = api
@@ -161,6 +170,9 @@ async fn samples_are_accepted_by_the_api_server() {
             }
             "SimplyblockDriver" => {
                 drop(serde_json::from_value::<SimplyblockDriver>(value).expect("typed"))
+            }
+            "PersistentVolumeOps" => {
+                drop(serde_json::from_value::<PersistentVolumeOps>(value).expect("typed"))
             }
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }

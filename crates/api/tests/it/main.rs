@@ -3,4 +3,5 @@
 mod cel;
 mod crds;
 mod install_kinds;
+mod pvops;
 mod support;
