@@ -13,8 +13,6 @@ pub const ENV: &str = "SIMPLYBLOCK_CRASH_AFTER";
 pub const CLUSTER_CREATE: &str = "StorageCluster/create";
 /// A StorageNode's add call.
 pub const NODE_ADD: &str = "StorageNode/add";
-/// A StorageNode's remove call.
-pub const NODE_REMOVE: &str = "StorageNode/remove";
 /// A StoragePool's create call.
 pub const POOL_CREATE: &str = "StoragePool/create";
 /// A StoragePool's delete call.

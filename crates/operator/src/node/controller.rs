@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::Resource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde::Serialize;
@@ -20,10 +21,10 @@ use simplyblock_api::storage_cluster::ProvisioningSlot;
 use simplyblock_api::storage_node::{
     DeviceCounts, NodePhase, NodeResources, PROVISIONING_GRAPH, ProvisioningStep, StorageNodeStatus,
 };
+use simplyblock_api::common::OpsPhase;
+use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps, StorageNodeOpsSpec};
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_controlplane::{
-    NodeRemoveOptions, SnodeClient, SnodeConfig, Uuid, types::NodeStatus,
-};
+use simplyblock_controlplane::{SnodeClient, SnodeConfig, Uuid, types::NodeStatus};
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
 use super::machine::{self, Observation, ProvisioningPlan, SlotInputs};
@@ -232,7 +233,7 @@ async fn advance(
 }
 
 /// A client of `worker`'s storage-node API, speaking mutual TLS from `cluster`'s CA.
-async fn snode(
+pub(crate) async fn snode(
     ctx: &Context,
     cluster: &StorageCluster,
     worker: &str,
@@ -805,6 +806,13 @@ async fn steady(
     }))
 }
 
+/// The name of the Remove operation a StorageNode's deletion raises for it.
+pub fn removal_name(node: &StorageNode) -> String {
+    format!("{}-remove", node.name_any())
+}
+
+/// A deleted StorageNode goes through a StorageNodeOps Remove, so its volumes move before
+/// the control plane removes it; the finalizer stays until that operation has succeeded.
 async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     let Some(uuid) = node
         .status
@@ -824,44 +832,95 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     else {
         return Ok(Action::await_change());
     };
-    // Already removed (a pass before a crash, or a stale copy read just after the finalizer
-    // came off): the control plane refuses a second removal, so none is sent.
-    match ctx
-        .control_plane()?
-        .get_storage_node(cluster_id, uuid)
-        .await
-    {
-        Ok(n) if n.status == NodeStatus::Removed => return Ok(Action::await_change()),
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => return Ok(Action::await_change()),
-        Err(e) => return Err(e.into()),
-    }
-    // Removing is one call here; the audited StorageNodeOps Remove replaces it.
-    let removed = ctx
-        .control_plane()?
-        .remove_storage_node(
-            cluster_id,
-            uuid,
-            NodeRemoveOptions {
-                force_remove: false,
-                force_delete: false,
-            },
-        )
-        .await;
-    crate::crash::point(crate::crash::NODE_REMOVE);
-    match removed {
-        Ok(()) => Ok(Action::await_change()),
-        // A 404 during removal means already removed.
-        Err(e) if e.is_not_found() => Ok(Action::await_change()),
-        Err(e) => {
-            ctx.event(
-                node,
-                true,
-                "NodeRemovalRefused",
-                format!("the control plane refused to remove node {uuid}: {e}"),
-            )
-            .await;
-            Err(e.into())
+    let ops: Api<StorageNodeOps> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    let name = removal_name(node);
+    let existing = ops.get_opt(&name).await?;
+    // Already removed (by hand, or by a pass before a crash): nothing to drain. The answer
+    // comes from the control plane, not from a cache.
+    let Some(op) = existing else {
+        let status = match ctx
+            .control_plane()?
+            .get_storage_node(cluster_id, uuid)
+            .await
+        {
+            Ok(n) => n.status,
+            Err(e) if e.is_not_found() => return Ok(Action::await_change()),
+            Err(e) => return Err(e.into()),
+        };
+        if status == NodeStatus::Removed {
+            return Ok(Action::await_change());
         }
+        if !matches!(status, NodeStatus::Online | NodeStatus::Suspended) {
+            let why = format!(
+                "the control plane removes only an online or suspended node, and node {uuid} is {status}: restart it (StorageNodeOps Restart) and the removal starts, or remove the finalizer {FINALIZER} to leave the control-plane node behind"
+            );
+            if node.status.as_ref().and_then(|s| s.message.as_deref()) != Some(why.as_str()) {
+                ctx.event(node, true, "RemovalDeferred", why.clone()).await;
+                write_message(ctx, node, why.clone()).await?;
+            }
+            return Err(Error::Held(why));
+        }
+        let mut op = StorageNodeOps::new(
+            &name,
+            StorageNodeOpsSpec {
+                node_ref: node.name_any(),
+                action: NodeAction::Remove,
+                abort: false,
+                force: None,
+                reattach_volume: None,
+                migrate: None,
+                remove: None,
+            },
+        );
+        op.metadata.owner_references = node.controller_owner_ref(&()).map(|o| vec![o]);
+        match ops.create(&PostParams::default(), &op).await {
+            Ok(_) => {
+                let message = format!(
+                    "the StorageNode was deleted: StorageNodeOps {name} moves its volumes off, then removes node {uuid}"
+                );
+                ctx.event(node, false, "RemovalStarted", message.clone()).await;
+                write_message(ctx, node, message).await?;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Err(Error::Held(format!("StorageNodeOps {name} created")));
+    };
+    let status = op.status.clone().unwrap_or_default();
+    match status.phase {
+        OpsPhase::Succeeded => Ok(Action::await_change()),
+        OpsPhase::Failed | OpsPhase::Aborted => {
+            let why = format!(
+                "StorageNodeOps {name} ended {:?}: {}; the node stays until it is removed — fix the cause and delete {name}, and a new removal starts",
+                status.phase,
+                status.message.unwrap_or_default()
+            );
+            if node.status.as_ref().and_then(|s| s.message.as_deref()) != Some(why.as_str()) {
+                ctx.event(node, true, "RemovalFailed", why.clone()).await;
+                write_message(ctx, node, why.clone()).await?;
+            }
+            Err(Error::Held(why))
+        }
+        _ => Err(Error::Held(format!(
+            "waiting for StorageNodeOps {name} ({})",
+            status.message.unwrap_or_default()
+        ))),
     }
+}
+
+/// Writes `message` over the node's status message, keeping every other field this
+/// controller owns as it is.
+async fn write_message(ctx: &Context, node: &StorageNode, message: String) -> Result<(), Error> {
+    let status = node.status.clone().unwrap_or_default();
+    write(
+        ctx,
+        node,
+        status.phase,
+        Some(status.step.clone()).filter(|s| !s.is_empty()),
+        Some(message),
+        Some(&status),
+    )
+    .await?;
+    Ok(())
 }
