@@ -49,8 +49,10 @@ pub const CLUSTER_LABEL: &str = "storage.simplyblock.io/cluster";
 pub const NAMESPACE_LABEL: &str = "storage.simplyblock.io/namespace";
 /// Label on a StorageClass: the StoragePool (by name) it is assigned to.
 pub const POOL_LABEL: &str = "storage.simplyblock.io/pool";
-/// Label on a StorageNode: the Kubernetes node (worker) it runs on.
+/// Label on a StorageNode, and on a StorageDevice: the Kubernetes node (worker) it runs on.
 pub const WORKER_LABEL: &str = "storage.simplyblock.io/worker";
+/// Label on a StorageDevice: the StorageNode (by name) the device belongs to.
+pub const NODE_LABEL: &str = "storage.simplyblock.io/node";
 /// Label on a StorageCluster: the ClusterDeploymentConfig that created it, which is how a
 /// document tells a cluster it created (and may resume) from one that has the same name.
 pub const DEPLOYMENT_CONFIG_LABEL: &str = "storage.simplyblock.io/deployment-config";
@@ -226,6 +228,7 @@ mod tests {
             NAMESPACE_LABEL,
             POOL_LABEL,
             WORKER_LABEL,
+            NODE_LABEL,
             DEPLOYMENT_CONFIG_LABEL,
             READY_TO_DEPLOY_LABEL,
             DISCOVERED_BY_LABEL,

@@ -23,6 +23,8 @@ pub mod quantity;
 pub mod simplyblock_driver;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
+pub mod storage_device;
+pub mod storage_device_ops;
 pub mod storage_node;
 pub mod storage_node_ops;
 pub mod storage_pool;
@@ -39,6 +41,8 @@ pub use persistent_volume_ops::PersistentVolumeOps;
 pub use simplyblock_driver::SimplyblockDriver;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
+pub use storage_device::StorageDevice;
+pub use storage_device_ops::StorageDeviceOps;
 pub use storage_node::StorageNode;
 pub use storage_node_ops::StorageNodeOps;
 pub use storage_pool::StoragePool;
@@ -55,6 +59,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         OperatorOps::crd(),
         StorageNode::crd(),
         StorageNodeOps::crd(),
+        StorageDevice::crd(),
+        StorageDeviceOps::crd(),
         StoragePool::crd(),
         StoragePoolOps::crd(),
         ControlPlane::crd(),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, PersistentVolumeOps,
-    SimplyblockDriver, StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool,
-    StoragePoolOps, crd_file_name, crd_yaml, crds,
+    SimplyblockDriver, StorageCluster, StorageClusterOps, StorageDevice, StorageDeviceOps,
+    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -89,6 +89,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &step_schema(&ControlPlaneOps::crd()),
     );
     assert_step_schema_matches(
+        &simplyblock_api::storage_device_ops::GRAPHS.declared_state_names(),
+        &step_schema(&StorageDeviceOps::crd()),
+    );
+    assert_step_schema_matches(
         &simplyblock_api::persistent_volume_ops::GRAPHS.declared_state_names(),
         &step_schema(&PersistentVolumeOps::crd()),
     );
@@ -128,6 +132,8 @@ async fn samples_are_accepted_by_the_api_server() {
             "OperatorOps" => crate::support::dynamic::<OperatorOps>(&client, &ns),
             "StorageNode" => crate::support::dynamic::<StorageNode>(&client, &ns),
             "StorageNodeOps" => crate::support::dynamic::<StorageNodeOps>(&client, &ns),
+            "StorageDevice" => crate::support::dynamic::<StorageDevice>(&client, &ns),
+            "StorageDeviceOps" => crate::support::dynamic::<StorageDeviceOps>(&client, &ns),
             "StoragePool" => crate::support::dynamic::<StoragePool>(&client, &ns),
             "StoragePoolOps" => crate::support::dynamic::<StoragePoolOps>(&client, &ns),
             "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
@@ -161,6 +167,10 @@ async fn samples_are_accepted_by_the_api_server() {
                 drop(serde_json::from_value::<StorageNodeOps>(value).expect("typed"))
             }
             "StoragePool" => drop(serde_json::from_value::<StoragePool>(value).expect("typed")),
+            "StorageDevice" => drop(serde_json::from_value::<StorageDevice>(value).expect("typed")),
+            "StorageDeviceOps" => {
+                drop(serde_json::from_value::<StorageDeviceOps>(value).expect("typed"))
+            }
             "StoragePoolOps" => {
                 drop(serde_json::from_value::<StoragePoolOps>(value).expect("typed"))
             }

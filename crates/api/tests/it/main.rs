@@ -2,6 +2,7 @@
 
 mod cel;
 mod crds;
+mod devices;
 mod install_kinds;
 mod pvops;
 mod support;
