@@ -295,6 +295,7 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(discovery::run(ctx.clone(), probe)),
         Box::pin(node::controller::run(ctx.clone())),
         Box::pin(node::ops::run(ctx.clone())),
+        Box::pin(node::maintenance_trigger::run(ctx.clone())),
         Box::pin(cluster::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),

@@ -3,5 +3,6 @@
 pub mod client_tls;
 pub mod controller;
 pub mod machine;
+pub mod maintenance_trigger;
 pub mod ops;
 pub mod provisioning;

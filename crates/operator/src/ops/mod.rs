@@ -136,6 +136,14 @@ pub struct Note {
     pub message: String,
 }
 
+/// Why [`Steps::admission`] keeps an operation Pending: the event's reason and the
+/// sentence a person reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// A plan and the kind's own events that go with it (what an inspection found, why an
 /// item was left out), decided from the same observation.
 #[derive(Clone, Debug, PartialEq)]
@@ -255,6 +263,19 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         call: &Self::Call,
         ctx: &Context,
     ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// The kind's own admission rule, asked once before the lock is taken (a Pending
+    /// operation facing a free lock and nothing ahead of it; an abort is never asked):
+    /// `Some(hold)` keeps it Pending with the hold's message, its event raised when the
+    /// message is new. Default: admitted.
+    fn admission(
+        &self,
+        _op: &K,
+        _target: &K::Target,
+        _ctx: &Context,
+    ) -> impl Future<Output = Result<Option<Hold>, Error>> + Send {
+        async { Ok(None) }
+    }
 
     /// A kind-specific event raised when the operation succeeds (e.g. `TaskCanceled`).
     fn succeed_event(&self, _op: &K) -> Option<(&'static str, String)> {

@@ -183,6 +183,20 @@ async fn apply<K: OpsResource, S: Steps<K>>(
             let Some(target) = target else {
                 return Ok(Action::requeue(requeue::CONFLICT));
             };
+            // A Running operation taking its lock back was admitted long ago.
+            if status.phase == OpsPhase::Pending
+                && let Some(hold) = steps.admission(op, &target, ctx).await?
+            {
+                if status.message.as_deref() != Some(hold.message.as_str()) {
+                    ctx.event(op, true, hold.reason, hold.message.clone()).await;
+                }
+                let next = OpsStatus {
+                    message: Some(hold.message),
+                    ..status
+                };
+                write_status(&ctx.kube, op, &next, op.kind_status()).await?;
+                return Ok(Action::requeue(super::QUEUED_RECHECK));
+            }
             if acquire(&ctx.kube, op, &target).await? {
                 Ok(Action::requeue(requeue::NEXT_STEP))
             } else {

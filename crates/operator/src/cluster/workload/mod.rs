@@ -44,26 +44,46 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(
         ctx.scope.api::<StorageCluster>(&ctx.kube),
         watcher::Config::default(),
-    )
-    // A lost or edited serving Secret is issued again at once, not at the next resync.
-    .owns(
-        ctx.scope.api::<Secret>(&ctx.kube),
-        watcher::Config::default().labels(&format!(
-            "{}={}",
-            names::MANAGED_BY_LABEL,
-            names::MANAGED_BY
-        )),
-    )
-    .watches(
-        ctx.scope.api::<StorageNode>(&ctx.kube),
-        watcher::Config::default(),
-        |n: StorageNode| {
-            Some(
-                ObjectRef::<StorageCluster>::new(&n.spec.cluster_ref)
-                    .within(&n.namespace().unwrap_or_default()),
-            )
-        },
     );
+    let clusters_store = controller.store();
+    let controller = controller
+        // A lost or edited serving Secret is issued again at once, not at the next resync.
+        .owns(
+            ctx.scope.api::<Secret>(&ctx.kube),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                names::MANAGED_BY_LABEL,
+                names::MANAGED_BY
+            )),
+        )
+        // A Migrate's target joins the workload when the operation appears, and leaves it
+        // when the operation ends.
+        .watches(
+            ctx.scope
+                .api::<simplyblock_api::storage_node_ops::StorageNodeOps>(&ctx.kube),
+            watcher::Config::default(),
+            move |op: simplyblock_api::storage_node_ops::StorageNodeOps| {
+                let migrating =
+                    op.spec.action == simplyblock_api::storage_node_ops::NodeAction::Migrate;
+                clusters_store
+                    .state()
+                    .into_iter()
+                    .filter(|_| migrating)
+                    .filter(|c| c.namespace() == op.namespace())
+                    .map(|c| ObjectRef::from_obj(&*c))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            ctx.scope.api::<StorageNode>(&ctx.kube),
+            watcher::Config::default(),
+            |n: StorageNode| {
+                Some(
+                    ObjectRef::<StorageCluster>::new(&n.spec.cluster_ref)
+                        .within(&n.namespace().unwrap_or_default()),
+                )
+            },
+        );
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
@@ -80,6 +100,8 @@ pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Resul
         .into_iter()
         .filter(|n| n.spec.cluster_ref == name)
         .collect();
+    // A node moving to another worker is served there too until it has moved.
+    let nodes = crate::node::ops::migrate::with_targets(&ctx.kube, &ns, nodes).await?;
     enroll(&ctx, &cluster, &nodes).await?;
     render(&ctx, &cluster, &nodes).await?;
     Ok(Action::requeue(requeue::RESYNC))

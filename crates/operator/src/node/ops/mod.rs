@@ -12,8 +12,14 @@
 //! | Resume | Requesting → Awaiting | resume; online | online |
 //! | Restart | Requesting → Departing → Awaiting | restart, once (Departing is written first); in_restart. Unforced only from offline | left online, then online |
 //!
-//! Remove ([`remove`]), Migrate ([`migrate`]) and HostMaintenance ([`maintenance`]) have a
-//! module each: what they observe beside the node, their pure plan and their calls.
+//! | Migrate | Preparing → Relocating → AwaitingNode → Promoting | enroll the target; restart at the target's address, once; promote, re-point the StorageNode, unenroll the source | target answers and is published; online at the target; promoted and re-pointed |
+//! | HostMaintenance | Holding → ShuttingDown → Releasing → AwaitingHost → Restarting → Cleanup | claim a window; label pods, budget, shutdown; delete the budget; none; restart, once; unmark | claimed; offline; budget gone; worker back and answering; on record; online and unmarked |
+//!
+//! Migrate and HostMaintenance are admitted only while the node's cluster is active in
+//! the control plane and not rebalancing (`ClusterNotReady` keeps them Pending); the
+//! others are not gated. Remove ([`remove`]), Migrate ([`migrate`]) and HostMaintenance
+//! ([`maintenance`]) have a module each: what they observe beside the node, their pure
+//! plan and their calls.
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -24,7 +30,9 @@ use kube::api::Api;
 use serde_json::{Map, Value};
 use simplyblock_api::storage_node_ops::{GRAPHS, NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_controlplane::{NodeRestart, NodeStatus, StorageNode as CpNode, Uuid};
+use simplyblock_controlplane::{
+    ClusterStatus, NodeRestart, NodeStatus, StorageNode as CpNode, Uuid,
+};
 use simplyblock_statemachine::{Machine, MultiGraph};
 
 use crate::context::Context;
@@ -203,6 +211,39 @@ impl Steps<StorageNodeOps> for NodeSteps {
         }
     }
 
+    async fn admission(
+        &self,
+        op: &StorageNodeOps,
+        target: &StorageNode,
+        ctx: &Context,
+    ) -> Result<Option<ops::Hold>, ops::Error> {
+        if !matches!(
+            op.spec.action,
+            NodeAction::Migrate | NodeAction::HostMaintenance
+        ) {
+            return Ok(None);
+        }
+        cluster_gate(target, ctx).await
+    }
+
+    fn step_left(&self, ctx: &Context, op: &StorageNodeOps, step: NodeOpsStep, seconds: f64) {
+        if op.spec.action == NodeAction::HostMaintenance {
+            maintenance::step_left(ctx, op, step, seconds);
+        }
+    }
+
+    fn advance_event(
+        &self,
+        op: &StorageNodeOps,
+        from: NodeOpsStep,
+        to: Move<NodeOpsStep>,
+    ) -> Option<(&'static str, String)> {
+        match (op.spec.action, to) {
+            (NodeAction::HostMaintenance, Move::To(to)) => maintenance::advance_event(op, from, to),
+            _ => None,
+        }
+    }
+
     async fn execute(
         &self,
         op: &StorageNodeOps,
@@ -250,6 +291,42 @@ async fn observe(node: &StorageNode, ctx: &Context) -> Result<Observed, ops::Err
         Err(e) => return Err(e.into()),
     };
     Ok(obs)
+}
+
+/// The cluster gate of Migrate and HostMaintenance, asked once before the lock: the
+/// node's cluster exists in the control plane, is active and is not rebalancing.
+async fn cluster_gate(node: &StorageNode, ctx: &Context) -> Result<Option<ops::Hold>, ops::Error> {
+    let name = &node.spec.cluster_ref;
+    let hold = |message: String| {
+        Ok(Some(ops::Hold {
+            reason: "ClusterNotReady",
+            message,
+        }))
+    };
+    let clusters: Api<StorageCluster> =
+        Api::namespaced(ctx.kube.clone(), &node.namespace().unwrap_or_default());
+    let id = clusters
+        .get_opt(name)
+        .await?
+        .and_then(|c| c.status?.uuid?.parse::<Uuid>().ok());
+    let Some(id) = id else {
+        return hold(format!(
+            "StorageCluster {name} does not exist in the control plane yet; the operation starts once it does"
+        ));
+    };
+    let cluster = ctx.control_plane()?.get_cluster(id).await?;
+    if cluster.status != ClusterStatus::Active {
+        return hold(format!(
+            "StorageCluster {name} is {} in the control plane, not active; the operation starts once it is active",
+            cluster.status
+        ));
+    }
+    if cluster.is_re_balancing {
+        return hold(format!(
+            "StorageCluster {name} is rebalancing; the operation starts once the rebalance is over"
+        ));
+    }
+    Ok(None)
 }
 
 /// What an operation of an action this operator does not run yet says when it ends.
