@@ -12,6 +12,9 @@ use crate::error::{Error, Result, message_from_body};
 use crate::tls::{TlsConfig, client_config};
 use crate::types::*;
 
+/// The longest an event stream is read; the server closes its streams after an hour.
+const WATCH_DEADLINE: Duration = Duration::from_secs(2 * 3600);
+
 /// How to reach the control plane.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -244,6 +247,52 @@ impl Client {
             content_type,
             body: body.to_vec(),
         })
+    }
+
+    /// Open the event stream of a list or detail route (`path` relative to `/api/v2`,
+    /// e.g. `/clusters/{c}/storage-nodes/`) with `?watch=true`. Anything but a 200 is
+    /// classified as every answer is: a 404 means the scope's object (or its parent) is
+    /// gone. The stream outlives the client's request deadline; the server ends it.
+    pub async fn watch(&self, path: &str) -> Result<crate::sse::EventStream> {
+        let url = format!("{}{}", self.api.as_str().trim_end_matches('/'), path);
+        let unavailable = |message: String| Error::Unavailable {
+            method: "GET".into(),
+            path: path.to_string(),
+            message,
+        };
+        let resp = self
+            .http
+            .get(&url)
+            .bearer_auth(self.token.expose())
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .query(&[("watch", "true")])
+            .timeout(WATCH_DEADLINE)
+            .send()
+            .await
+            .map_err(|e| unavailable(describe(&e)))?;
+        let status = resp.status().as_u16();
+        if status == 200 {
+            return Ok(crate::sse::EventStream::new(resp, path.to_string()));
+        }
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| unavailable(format!("answer {status} cut short: {}", describe(&e))))?;
+        Err(classify(
+            &Method::GET,
+            path,
+            &RawResponse {
+                status,
+                location: None,
+                content_type,
+                body: body.to_vec(),
+            },
+        ))
     }
 
     /// Send and classify: a 2xx is returned, anything else becomes an [`Error`].
@@ -575,6 +624,17 @@ impl Client {
         self.post_empty(
             &format!("/clusters/{cluster}/storage-nodes/{node}/devices/{device}/restart"),
             &[("force", force.to_string())],
+        )
+        .await
+    }
+
+    /// Marks a removed device failed for good (its data is rebuilt elsewhere). A newer
+    /// control plane's call: refused unless the device is removed, and while any node has
+    /// a volume migration.
+    pub async fn fail_device(&self, cluster: Uuid, node: Uuid, device: Uuid) -> Result<()> {
+        self.post_empty(
+            &format!("/clusters/{cluster}/storage-nodes/{node}/devices/{device}/fail"),
+            &[],
         )
         .await
     }

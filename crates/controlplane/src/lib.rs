@@ -10,13 +10,16 @@
 
 mod client;
 mod error;
+pub mod informer;
 mod redacted;
 mod snode;
+pub mod sse;
 mod tls;
 pub mod types;
 
 pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse};
 pub use error::{Error, Result, message_from_body};
+pub use informer::{Changes, Informer, InformerConfig, Scope, Subscription};
 pub use redacted::Redacted;
 pub use reqwest::Method;
 pub use snode::{SnodeClient, SnodeConfig};
