@@ -15,6 +15,7 @@
 //! | `GET /_sim/workers/{host}/snode/{verb}` | its storage-node API, without Host routing |
 //! | `GET /_sim/clock`, `PUT /_sim/clock` `{"scale": F}` | sim time and speed |
 //! | `POST /_sim/clock/advance` `{"seconds": F}` | jump sim time forward |
+//! | `GET /_sim/streams` | the open `?watch=true` streams per scope (request path) and their total |
 //! | `GET /_sim/version`, `PUT /_sim/version` `{"version": "…" \| null}` | what `/api/v2/_meta/version` reports (null: 404) |
 
 use std::collections::BTreeMap;
@@ -75,6 +76,10 @@ pub fn handle(
     };
     match (method, segs.as_slice()) {
         ("GET", ["health"]) => Ok(Reply::empty(204)),
+        ("GET", ["streams"]) => Ok(Reply::ok(json!({
+            "open": sim.streams.open(),
+            "total": sim.streams.open_total(),
+        }))),
         ("GET", ["calls"]) => {
             let since = q.get("since").and_then(|s| s.parse().ok()).unwrap_or(0);
             Ok(Reply::ok(json!(lock(&sim.calls).since(since))))

@@ -481,6 +481,10 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
     } else {
         err(ApiError::not_found("Not Found"))
     };
+    // The clock, the faults or the fleet moved: open streams look again.
+    if is_admin && method != "GET" {
+        sim.streams.changed();
+    }
     // A refusal the script made is logged under its route too, so a caller's calls count
     // the same whichever were refused.
     let outcome = if outcome.route.is_none() && (verdict.error.is_some() || verdict.conflict) {
@@ -527,6 +531,36 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         c.kill.notify_one();
         std::future::pending::<()>().await;
     }
+    // `?watch=true` on a streamed route: the GET's answer becomes the stream's snapshot.
+    let streamed = watch_stream(&sim, &method, &path, &query, &base, &outcome);
+    let (outcome, streamed) = match streamed {
+        Some(Err(e)) => (
+            Outcome {
+                route: outcome.route.clone(),
+                ..err(e)
+            },
+            None,
+        ),
+        Some(Ok(resp)) => (outcome, Some(resp)),
+        None => (outcome, None),
+    };
+    if let Some(resp) = streamed {
+        record(
+            &sim,
+            &method,
+            &path,
+            &query,
+            started,
+            &time,
+            200,
+            &outcome,
+            &bytes,
+            verdict.fired,
+            None,
+            client,
+        );
+        return resp;
+    }
     let (resp, status, resp_body) = render(&outcome);
     record(
         &sim,
@@ -543,6 +577,52 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         client,
     );
     resp
+}
+
+/// The event stream for a `?watch=true` GET of a streamed route that answered 200, or
+/// the 503 a stream gets while the database is down; `None` for any other request.
+fn watch_stream(
+    sim: &Arc<Sim>,
+    method: &str,
+    path: &str,
+    query: &str,
+    base: &str,
+    o: &Outcome,
+) -> Option<Result<Response, ApiError>> {
+    let watching = parse_query(query)
+        .get("watch")
+        .is_some_and(|w| matches!(w.to_ascii_lowercase().as_str(), "true" | "1"));
+    if method != "GET" || !watching {
+        return None;
+    }
+    let route = o.route.as_deref()?.strip_prefix("/api/v2")?;
+    crate::stream::shape(route)?;
+    let Ok(Reply {
+        status: 200,
+        body: Body::Json(first),
+        ..
+    }) = &o.reply
+    else {
+        return None;
+    };
+    if lock(&sim.faults).unready() {
+        return Some(Err(ApiError::Http(503, "Database unavailable".into())));
+    }
+    let m = sim.spec.match_path(path)?;
+    let req = crate::stream::scope_request(route, &m.params, base);
+    let rx = crate::stream::open(sim.clone(), req, path.to_string(), first.clone());
+    let frames = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|f| (Ok::<_, std::convert::Infallible>(f), rx))
+    });
+    let resp = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-store")
+        .header("x-accel-buffering", "no")
+        .body(AxBody::from_stream(frames));
+    Some(resp.map_err(|e| ApiError::opaque(e.to_string())))
 }
 
 fn ok_or(r: Result<Reply, ApiError>) -> Outcome {

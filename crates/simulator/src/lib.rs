@@ -22,6 +22,7 @@ pub mod rng;
 pub mod routes;
 pub mod sim;
 pub mod store;
+pub mod stream;
 pub mod volfiles;
 
 pub use error::SimError;

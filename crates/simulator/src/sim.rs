@@ -131,6 +131,8 @@ pub struct Sim {
     /// The TLS served per DNS name: the workers' storage-node APIs, a control plane's
     /// Service.
     pub named_tls: crate::http::NamedTls,
+    /// The `?watch=true` streams: the change counter they wake on and how many are open.
+    pub streams: Arc<crate::stream::Streams>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -204,6 +206,7 @@ impl Sim {
             engine_passes: std::sync::atomic::AtomicU64::new(0),
             version: Mutex::new(config.version.clone()),
             named_tls: Default::default(),
+            streams: Default::default(),
             config,
         }))
     }
@@ -233,7 +236,10 @@ impl Sim {
                     m.sim_ms = now;
                 }
                 match self.db.commit(&mut tables) {
-                    Ok(()) => return Ok(v),
+                    Ok(()) => {
+                        self.streams.changed();
+                        return Ok(v);
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "state commit failed; the change is undone");
                         Err(ApiError::opaque(e.to_string()))

@@ -43,6 +43,15 @@ pub fn config(dir: &std::path::Path, fleet: &str) -> SimConfig {
     }
 }
 
+/// [`config`] with one labelled worker and the clock frozen: sim time moves only by
+/// `POST /_sim/clock/advance`.
+pub fn frozen_config(dir: &std::path::Path) -> SimConfig {
+    SimConfig {
+        time_scale: 0.0,
+        ..config(dir, &fleet_yaml(1, 1))
+    }
+}
+
 pub async fn start_with(dir: tempfile::TempDir, config: SimConfig) -> Env {
     simplyblock_simulator::install_crypto_provider();
     let sim = Sim::open(config).expect("open sim");
