@@ -299,6 +299,7 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(cluster::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),
+        Box::pin(crate::volume_ops::run(ctx.clone(), operator_image.clone())),
         Box::pin(driver::controller::run(ctx.clone(), operator_image)),
     ]
 }

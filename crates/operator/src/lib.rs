@@ -22,6 +22,7 @@ pub mod node;
 pub mod ops;
 pub mod pool;
 pub mod serving;
+pub mod volume_ops;
 pub mod webhooks;
 
 pub use assembly::{Config, run};

@@ -48,6 +48,16 @@ enum Command {
         #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
         namespace: String,
     },
+    /// Check that every `--address host:port` answers a TCP connect from here (what a
+    /// volume migration's validation Job does on a consuming node); fails naming those
+    /// that do not.
+    Reach {
+        #[arg(long = "address")]
+        addresses: Vec<String>,
+        /// How long each connect may take.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
 }
 
 #[derive(clap::Args)]
@@ -261,6 +271,23 @@ async fn main() -> anyhow::Result<()> {
                 shutdown.fire();
             });
             simplyblock_operator::run(config).await?;
+        }
+        Command::Reach { addresses, timeout } => {
+            let mut unreachable = Vec::new();
+            for address in &addresses {
+                let connect = tokio::net::TcpStream::connect(address.as_str());
+                match tokio::time::timeout(timeout, connect).await {
+                    Ok(Ok(_)) => println!("{address}: reachable"),
+                    Ok(Err(e)) => unreachable.push(format!("{address} ({e})")),
+                    Err(_) => unreachable.push(format!("{address} (no answer within {timeout:?})")),
+                }
+            }
+            if !unreachable.is_empty() {
+                anyhow::bail!(
+                    "this node cannot reach {}: check the routes and firewalls between this node and the storage node",
+                    unreachable.join(", ")
+                );
+            }
         }
         Command::Probe {
             root,

@@ -15,6 +15,7 @@ pub mod operator_ops;
 pub mod simplyblock_driver;
 pub mod storage_node;
 pub mod tls;
+pub mod volume_ops;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -103,6 +104,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
         .route(node_ops::PATH, post(node_ops::review))
+        .route(volume_ops::PATH, post(volume_ops::review))
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
         .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
@@ -292,6 +294,11 @@ pub fn configuration(
                 control_plane_ops::NAME,
                 control_plane_ops::PATH,
                 "controlplaneops",
+            )),
+            volume_ops::cluster_scoped(webhook(
+                volume_ops::NAME,
+                volume_ops::PATH,
+                "persistentvolumeops",
             )),
             simplyblock_driver::create_only_fail_open(webhook(
                 simplyblock_driver::NAME,

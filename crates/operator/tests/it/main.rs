@@ -15,6 +15,7 @@ mod lock;
 mod node_ops;
 mod pools;
 mod provisioning;
+mod pvops;
 mod rbac;
 mod rolling_refresh;
 mod support;

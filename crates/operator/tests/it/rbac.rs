@@ -2,7 +2,7 @@
 //! chart's roles do not grant is refused to it, and it grants others more than it holds
 //! only through the CSI driver's roles the chart names.
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, ListParams};
 use simplyblock_api::StorageCluster;
 
@@ -23,7 +23,7 @@ async fn the_operator_holds_only_what_the_chart_grants() {
             .list(&ListParams::default())
             .await
             .map(|_| ()),
-        Api::<PersistentVolume>::all(operator.clone())
+        Api::<ResourceQuota>::all(operator.clone())
             .list(&ListParams::default())
             .await
             .map(|_| ()),
