@@ -10,18 +10,20 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::Resource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde::Serialize;
 use serde_json::json;
+use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_cluster::ProvisioningSlot;
 use simplyblock_api::storage_node::{
-    DeviceCounts, NodePhase, NodeResources, PROVISIONING_GRAPH, ProvisioningStep, StorageNodeStatus,
+    Capacity, DeviceCounts, NodePhase, NodePorts, NodeResources, PROVISIONING_GRAPH,
+    ProvisioningStep, StorageNodeStatus,
 };
-use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps, StorageNodeOpsSpec};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{SnodeClient, SnodeConfig, Uuid, types::NodeStatus};
@@ -172,6 +174,10 @@ struct OwnedStatus {
     uptime: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resources: Option<NodeResources>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<NodePorts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure_domain: Option<String>,
     observed_generation: Option<i64>,
 }
 
@@ -201,6 +207,8 @@ async fn write(
         hostname: observed.hostname,
         uptime: observed.uptime,
         resources: observed.resources,
+        ports: observed.ports,
+        failure_domain: observed.failure_domain,
         observed_generation: node.metadata.generation,
     };
     match kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion).await {
@@ -733,7 +741,24 @@ fn phase_of(found: &simplyblock_controlplane::StorageNode) -> NodePhase {
 }
 
 fn observed(found: &simplyblock_controlplane::StorageNode) -> StorageNodeStatus {
+    let port = |p: u16| (p > 0).then_some(i32::from(p));
+    // A stream's or a fresh node's record carries no statistics: no capacity then.
+    let capacity = (found.capacity.size_total > 0).then(|| Capacity {
+        total_bytes: Some(found.capacity.size_total),
+        used_bytes: Some(found.capacity.size_used),
+        sampled_at: jiff::Timestamp::from_second(found.capacity.date)
+            .ok()
+            .filter(|_| found.capacity.date > 0)
+            .map(Time),
+    });
     StorageNodeStatus {
+        ports: Some(NodePorts {
+            management: (!found.mgmt_ip.is_empty()).then(|| found.mgmt_ip.clone()),
+            nvmeof: port(found.nvmf_port),
+            lvol: port(found.lvol_subsys_port),
+            rpc: port(found.rpc_port),
+        }),
+        failure_domain: Some(found.failure_domain.to_string()),
         uuid: Some(found.id.to_string()),
         status: Some(found.status.as_str().to_string()),
         health: found.health_check,
@@ -747,9 +772,29 @@ fn observed(found: &simplyblock_controlplane::StorageNode) -> StorageNodeStatus 
                 online: found.online_device_count as i32,
                 total: found.device_count as i32,
             }),
-            capacity: None,
+            capacity,
         }),
         ..StorageNodeStatus::default()
+    }
+}
+
+/// The capacity to write: the one reported, unless it moved by less than 1 % of the total
+/// (the figure changes with every write on the node; a write per change would wake this
+/// controller for ever), and the last one when none is reported.
+fn settled_capacity(before: Option<&Capacity>, now: Option<Capacity>) -> Option<Capacity> {
+    let Some(now) = now else {
+        // Stream records carry no statistics: the last figure stays, with its sample time.
+        return before.cloned();
+    };
+    let Some(before) = before else {
+        return Some(now);
+    };
+    let total = now.total_bytes.unwrap_or(0);
+    let moved = (now.used_bytes.unwrap_or(0) - before.used_bytes.unwrap_or(0)).abs();
+    if before.total_bytes == now.total_bytes && moved * 100 < total {
+        Some(before.clone())
+    } else {
+        Some(now)
     }
 }
 
@@ -780,12 +825,18 @@ async fn steady(
         }
         Err(e) => return Err(e.into()),
     };
-    let next = observed(&found);
+    let mut next = observed(&found);
+    if let Some(resources) = next.resources.as_mut() {
+        let before = status.resources.as_ref().and_then(|r| r.capacity.as_ref());
+        resources.capacity = settled_capacity(before, resources.capacity.take());
+    }
     let phase = phase_of(&found);
     let same = status.phase == phase
         && status.status == next.status
         && status.health == next.health
         && status.resources == next.resources
+        && status.ports == next.ports
+        && status.failure_domain == next.failure_domain
         // Uptime changes on every read; on its own it is no reason to write (a write
         // would wake this controller again, for ever).
         && status.step.is_empty();
@@ -879,7 +930,8 @@ async fn cleanup(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
                 let message = format!(
                     "the StorageNode was deleted: StorageNodeOps {name} moves its volumes off, then removes node {uuid}"
                 );
-                ctx.event(node, false, "RemovalStarted", message.clone()).await;
+                ctx.event(node, false, "RemovalStarted", message.clone())
+                    .await;
                 write_message(ctx, node, message).await?;
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -923,4 +975,72 @@ async fn write_message(ctx: &Context, node: &StorageNode, message: String) -> Re
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capacity(total: i64, used: i64) -> Option<Capacity> {
+        Some(Capacity {
+            total_bytes: Some(total),
+            used_bytes: Some(used),
+            sampled_at: None,
+        })
+    }
+
+    #[test]
+    fn capacity_is_rewritten_only_when_it_moved_a_percent_or_the_total_changed() {
+        let before = capacity(1000, 100);
+        let table = [
+            (capacity(1000, 109), before.clone()),
+            (capacity(1000, 110), capacity(1000, 110)),
+            (capacity(2000, 100), capacity(2000, 100)),
+            (None, before.clone()),
+        ];
+        for (now, want) in table {
+            assert_eq!(
+                settled_capacity(before.as_ref(), now.clone()),
+                want,
+                "{now:?}"
+            );
+        }
+        assert_eq!(settled_capacity(None, capacity(1, 1)), capacity(1, 1));
+    }
+
+    #[test]
+    fn ports_failure_domain_and_capacity_come_from_the_control_planes_record() {
+        let found = simplyblock_controlplane::StorageNode {
+            mgmt_ip: "10.0.0.7".into(),
+            nvmf_port: 4420,
+            lvol_subsys_port: 9090,
+            rpc_port: 8080,
+            failure_domain: 2,
+            capacity: simplyblock_controlplane::types::CapacityStat {
+                size_total: 4096,
+                size_used: 1024,
+                date: 1_767_225_600,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let status = observed(&found);
+        let ports = status.ports.expect("ports");
+        assert_eq!(ports.management.as_deref(), Some("10.0.0.7"));
+        assert_eq!(
+            (ports.nvmeof, ports.lvol, ports.rpc),
+            (Some(4420), Some(9090), Some(8080))
+        );
+        assert_eq!(status.failure_domain.as_deref(), Some("2"));
+        let capacity = status.resources.and_then(|r| r.capacity).expect("capacity");
+        assert_eq!(
+            (capacity.total_bytes, capacity.used_bytes),
+            (Some(4096), Some(1024))
+        );
+        assert!(capacity.sampled_at.is_some());
+        // No statistics, no capacity.
+        let bare = observed(&simplyblock_controlplane::StorageNode::default());
+        assert_eq!(bare.resources.and_then(|r| r.capacity), None);
+        assert_eq!(bare.ports.and_then(|p| p.nvmeof), None);
+    }
 }

@@ -13,6 +13,7 @@ mod events;
 mod leader;
 mod lock;
 mod node_ops;
+mod node_remove;
 mod pools;
 mod provisioning;
 mod pvops;

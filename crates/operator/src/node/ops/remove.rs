@@ -381,7 +381,22 @@ pub fn plan(
         .into();
     };
     if found.status == NodeStatus::Removed {
-        return succeed(format!("node {id} is removed")).into();
+        let message = format!("node {id} is removed");
+        if !matches!(machine.state(), Removing | AwaitingRemoval) {
+            return succeed(message).into();
+        }
+        // The removal this operation asked for: its last state stays on the record.
+        let removal = RemovalStatus {
+            node_status: Some(NodeStatus::Removed.to_string()),
+            devices: device_statuses(&name, &obs.remove.devices),
+            last_progress_time: Some(Time(now)),
+            ..removal_of(op).unwrap_or_default()
+        };
+        return Plan::Succeed {
+            message,
+            kind_status: Some(kind(Some(drain_of(op)), Some(removal))),
+        }
+        .into();
     }
     let status = found.status;
     let r = &obs.remove;
@@ -542,11 +557,7 @@ pub fn plan(
             .into()
         }
         AwaitingRemoval => {
-            let mut devices: BTreeMap<String, String> = BTreeMap::new();
-            for d in &obs.remove.devices {
-                let short: String = d.id.to_string().chars().take(8).collect();
-                devices.insert(format!("{name}-{short}"), d.status.to_string());
-            }
+            let devices = device_statuses(&name, &obs.remove.devices);
             let before = removal_of(op).unwrap_or_default();
             let node_status = Some(status.to_string());
             if before.node_status != node_status || before.devices != devices {
@@ -569,6 +580,17 @@ pub fn plan(
         }
         step => Plan::Fail(format!("step {step:?} is not one of action Remove")).into(),
     }
+}
+
+/// Each device's status by its StorageDevice name (`<node>-<first 8 of its id>`).
+fn device_statuses(node: &str, devices: &[Device]) -> BTreeMap<String, String> {
+    devices
+        .iter()
+        .map(|d| {
+            let short: String = d.id.to_string().chars().take(8).collect();
+            (format!("{node}-{short}"), d.status.to_string())
+        })
+        .collect()
 }
 
 /// MigratingVolumes: one move per subsystem still on the node, one call per pass.
