@@ -12,6 +12,8 @@ mod driver;
 mod events;
 mod leader;
 mod lock;
+mod maintenance;
+mod migrate;
 mod node_ops;
 mod node_remove;
 mod pools;
