@@ -12,6 +12,7 @@ pub mod controlplane;
 pub mod crash;
 pub mod csi_secret;
 pub mod deployment;
+pub mod device;
 pub mod driver;
 pub mod events;
 pub mod kit;

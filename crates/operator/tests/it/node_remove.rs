@@ -285,7 +285,7 @@ async fn deleting_a_storage_node_drains_it_through_a_remove_operation() {
         "the StorageNode gone",
         PATIENCE,
         async || nodes.get_opt("sn-1").await.ok()?.is_none().then_some(()),
-        || String::new(),
+        String::new,
     )
     .await;
     assert_ne!(f.node_of(volume).await, source, "the volume moved first");

@@ -704,6 +704,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     tokio::spawn(cluster::ops::run(ctx.clone()));
     tokio::spawn(deployment::controller::run(ctx.clone()));
     tokio::spawn(node::controller::run(ctx.clone()));
+    tokio::spawn(node::ops::run(ctx.clone()));
     tokio::spawn(cluster::workload::run(ctx.clone()));
     Setup {
         kube,
@@ -727,7 +728,7 @@ async fn call_log(cp: &Client) -> Vec<Value> {
 /// a node is asked for again. Then: a 404 from the removal means the node is removed
 /// already, so the StorageNode goes instead of retrying for ever.
 #[tokio::test]
-async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed() {
+async fn an_add_that_gave_up_is_asked_again_and_a_refused_removal_is_asked_again() {
     const NS: &str = "provision-retry";
     // Every attempt of the first add fails until it gives up (max_retry 11).
     let setup = start(
@@ -818,7 +819,7 @@ async fn an_add_that_gave_up_is_asked_again_and_a_404_removal_counts_as_removed(
         .expect("delete");
     until_within(
         "the StorageNode gone",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         async || {
             storage_nodes
                 .get_opt(&name)

@@ -37,7 +37,9 @@ use simplyblock_api::persistent_volume_ops::{
     StorageNodeReference, VolumeAction,
 };
 use simplyblock_api::storage_node_ops::{DrainStatus, NodeOpsStep, RemovalStatus, StorageNodeOps};
-use simplyblock_controlplane::{Device, NodeRemoveOptions, NodeStatus, StorageNode as CpNode};
+use simplyblock_controlplane::{
+    Device, NodeRemoveOptions, NodeStatus, StorageNode as CpNode, TaskStatus,
+};
 use simplyblock_controlplane::{Uuid, Volume};
 use simplyblock_statemachine::Machine;
 
@@ -109,6 +111,8 @@ pub struct Observed {
     pub moves: Vec<Move>,
     /// The node's devices.
     pub devices: Vec<Device>,
+    /// The control plane has an open removal task for the node: the removal was asked for.
+    pub removal_open: bool,
 }
 
 /// The calls Remove makes.
@@ -197,6 +201,13 @@ pub async fn observe(
     }
     if matches!(step, MigratingVolumes | Removing) {
         obs.peers = cp.list_storage_nodes(cluster).await?;
+    }
+    if step == Removing {
+        obs.removal_open = cp.list_tasks(cluster).await?.iter().any(|t| {
+            t.function_name == "node_removal"
+                && t.storage_node_id == Some(id)
+                && t.status != TaskStatus::Done
+        });
     }
     if step == MigratingVolumes {
         let namespace = node.namespace().unwrap_or_default();
@@ -524,7 +535,8 @@ pub fn plan(
             )
         }
         Removing => {
-            if !matches!(status, NodeStatus::Online | NodeStatus::Suspended) {
+            // Asked already (a pass that died after the call): the task is its record.
+            if r.removal_open || !matches!(status, NodeStatus::Online | NodeStatus::Suspended) {
                 return advance(
                     AwaitingRemoval,
                     format!("the control plane is removing the node (it is {status})"),
@@ -1232,6 +1244,18 @@ mod tests {
         let under_way = seen(NodeStatus::InShutdown, Observed::default());
         assert!(matches!(
             at(Removing, &op(), &under_way).plan,
+            Plan::Advance { .. }
+        ));
+        // Asked for by a pass that died after the call: the open task says so.
+        let asked = seen(
+            NodeStatus::Online,
+            Observed {
+                removal_open: true,
+                ..Observed::default()
+            },
+        );
+        assert!(matches!(
+            at(Removing, &op(), &asked).plan,
             Plan::Advance { .. }
         ));
     }
