@@ -60,7 +60,8 @@ fn split(path: &str) -> Vec<String> {
 impl Spec {
     pub fn load() -> Self {
         // The document is compiled in; failing to parse it is a build defect.
-        let doc: Value = serde_json::from_str(DOC).unwrap_or_else(|_| json!({"paths": {}}));
+        let mut doc: Value = serde_json::from_str(DOC).unwrap_or_else(|_| json!({"paths": {}}));
+        add_newer_routes(&mut doc);
         let routes = doc["paths"]
             .as_object()
             .map(|p| {
@@ -246,6 +247,25 @@ impl Spec {
                 }
             })
             .collect()
+    }
+}
+
+/// The device route of a newer control plane the operator calls, which sbcli main's
+/// document does not have: `POST …/devices/{device_id}/fail`, shaped like `…/reset`.
+const DEVICE: &str =
+    "/api/v2/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}";
+
+fn add_newer_routes(doc: &mut Value) {
+    let mut fail = doc["paths"][format!("{DEVICE}/reset")].clone();
+    if fail.is_null() {
+        return;
+    }
+    fail["post"]["summary"] = json!("Clusters:Storage Nodes:Devices:Fail");
+    fail["post"]["operationId"] = json!(
+        "clusters_storage_nodes_devices_fail_api_v2_clusters__cluster_id__storage_nodes__storage_node_id__devices__device_id__fail_post"
+    );
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.insert(format!("{DEVICE}/fail"), fail);
     }
 }
 

@@ -4,15 +4,18 @@
 //! Each handler reads what it needs from the API server and answers with every problem at
 //! once. A handler that cannot read the world denies: the webhooks run with failurePolicy
 //! Fail, and admitting what could not be checked is the one answer that loses data. (The
-//! SimplyblockDriver webhook alone fails open; its module says why.)
+//! SimplyblockDriver webhook and the StorageDevice DELETE guard fail open; their modules say
+//! why.)
 
 pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
 pub mod deployment;
+pub mod device_ops;
 pub mod node_ops;
 pub mod operator_ops;
 pub mod simplyblock_driver;
+pub mod storage_device;
 pub mod storage_node;
 pub mod tls;
 pub mod volume_ops;
@@ -104,6 +107,8 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(STORAGE_NODE_PATH, post(storage_node::review))
         .route(cluster_ops::PATH, post(cluster_ops::review))
         .route(node_ops::PATH, post(node_ops::review))
+        .route(storage_device::PATH, post(storage_device::review))
+        .route(device_ops::PATH, post(device_ops::review))
         .route(volume_ops::PATH, post(volume_ops::review))
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
@@ -289,6 +294,16 @@ pub fn configuration(
                 node_ops::NAME,
                 node_ops::PATH,
                 "storagenodeops",
+            )),
+            storage_device::delete_only_fail_open(webhook(
+                storage_device::NAME,
+                storage_device::PATH,
+                "storagedevices",
+            )),
+            control_plane_ops::create_and_delete(webhook(
+                device_ops::NAME,
+                device_ops::PATH,
+                "storagedeviceops",
             )),
             control_plane_ops::create_and_delete(webhook(
                 control_plane_ops::NAME,

@@ -1,4 +1,5 @@
-//! A storage node's devices: list, read, remove, restart, reset, statistics and health.
+//! A storage node's devices: list, read, remove, restart, reset, fail, statistics and
+//! health.
 
 use serde_json::json;
 use simplyblock_controlplane::types::*;
@@ -69,6 +70,25 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             if let Some(d) = st.t.devices.get_mut(&key) {
                 d.status = DeviceStatus::Online;
                 d.io_error = false;
+            }
+            Ok(Reply::empty(204))
+        }
+        // A newer control plane's call: a removed device is failed for good.
+        ("POST", "fail") => {
+            if d.status != DeviceStatus::Removed {
+                return Err(ApiError::opaque(format!(
+                    "device is {}; only a removed device can be failed",
+                    d.status
+                )));
+            }
+            let migrating = st.t.migrations.values().any(|m| {
+                m.cluster_id == d.cluster_id && matches!(m.status.as_str(), "new" | "running")
+            });
+            if migrating {
+                return Err(ApiError::opaque("a volume migration is in progress"));
+            }
+            if let Some(d) = st.t.devices.get_mut(&key) {
+                d.status = DeviceStatus::Failed;
             }
             Ok(Reply::empty(204))
         }

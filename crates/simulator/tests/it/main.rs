@@ -3,6 +3,7 @@
 mod behaviour;
 mod common;
 mod contract;
+mod device_fail;
 mod faults;
 mod informer;
 mod kill9;
