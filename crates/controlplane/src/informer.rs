@@ -7,7 +7,8 @@
 //!   outright) names nothing to apply, so the scope resynchronises at once instead.
 //! - The cache of a scope is read only once synced; until then, and while a stream is
 //!   reconnecting, [`Informer::get`] and [`Informer::list`] answer `None` and a caller
-//!   asks the REST route ([`Informer::node`] and friends do that for it).
+//!   asks the REST route ([`Informer::node`] and friends do that for it, and for an
+//!   object the cache lacks: only the REST route says that it is gone).
 //! - A stream that ends (EOF, an `error` event, a non-200 answer other than 404, or no
 //!   frame nor ping for [`InformerConfig::idle_timeout`]) is reopened after a backoff
 //!   from [`InformerConfig::min_backoff`] doubling to [`InformerConfig::max_backoff`],
@@ -124,6 +125,8 @@ struct ScopeState {
     synced: bool,
     gone: bool,
     items: BTreeMap<Uuid, Value>,
+    /// The ids in the list route's order (a snapshot's, then creations appended).
+    order: Vec<Uuid>,
     waiters: Vec<Weak<Waiter>>,
     task: Option<tokio::task::AbortHandle>,
 }
@@ -141,7 +144,7 @@ impl ScopeState {
 }
 
 struct Inner {
-    client: Client,
+    client: Mutex<Client>,
     config: InformerConfig,
     scopes: Mutex<HashMap<Scope, ScopeState>>,
 }
@@ -169,7 +172,7 @@ impl Informer {
     pub fn new(client: Client, config: InformerConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
-                client,
+                client: Mutex::new(client),
                 config,
                 scopes: Mutex::new(HashMap::new()),
             }),
@@ -177,8 +180,14 @@ impl Informer {
     }
 
     /// The client the informer streams with and falls back to.
-    pub fn client(&self) -> &Client {
-        &self.inner.client
+    pub fn client(&self) -> Client {
+        lock(&self.inner.client).clone()
+    }
+
+    /// Connect with `client` from now on (a new endpoint or token); open streams keep
+    /// theirs until they end.
+    pub fn set_client(&self, client: Client) {
+        *lock(&self.inner.client) = client;
     }
 
     /// Follow `scope`, opening its stream if nobody follows it yet. Must be called inside
@@ -260,13 +269,15 @@ impl Informer {
         }
     }
 
-    /// Every object of a synced scope, ordered by id; `None` when not synced.
+    /// Every object of a synced scope in the list route's order (those created since the
+    /// snapshot last); `None` when not synced.
     pub fn list<T: DeserializeOwned>(&self, scope: Scope) -> Option<Vec<T>> {
         let scopes = lock(&self.inner.scopes);
         let state = scopes.get(&scope).filter(|s| s.synced)?;
         state
-            .items
-            .values()
+            .order
+            .iter()
+            .filter_map(|id| state.items.get(id))
             .map(|v| serde_json::from_value(v.clone()).ok())
             .collect()
     }
@@ -275,31 +286,23 @@ impl Informer {
         &self,
         scope: Scope,
         id: Uuid,
-        path: String,
         get: impl Future<Output = Result<T>>,
     ) -> Result<T> {
+        // An object the cache lacks may be one its stream has not delivered yet: only the
+        // REST route says it is gone.
         match self.get(scope, id) {
             Some(Some(v)) => Ok(v),
-            Some(None) => Err(Error::NotFound {
-                method: "GET".into(),
-                path,
-                message: "not in the synced stream of its scope".into(),
-            }),
-            None => get.await,
+            _ => get.await,
         }
     }
 
-    /// A cluster from the cache of a followed, synced [`Scope::Clusters`], else by GET.
+    /// A cluster from the cache of a followed, synced [`Scope::Clusters`], else (not
+    /// synced, or not in it) by GET.
     /// Stream objects carry no statistics: read capacity with a GET.
     pub async fn cluster(&self, cluster: Uuid) -> Result<Cluster> {
         let c = self.client();
-        self.cached_or(
-            Scope::Clusters,
-            cluster,
-            format!("/clusters/{cluster}/"),
-            c.get_cluster(cluster),
-        )
-        .await
+        self.cached_or(Scope::Clusters, cluster, c.get_cluster(cluster))
+            .await
     }
 
     /// A storage node from the cache (see [`Informer::cluster`]), else by GET.
@@ -308,7 +311,6 @@ impl Informer {
         self.cached_or(
             Scope::Nodes { cluster },
             node,
-            format!("/clusters/{cluster}/storage-nodes/{node}/"),
             c.get_storage_node(cluster, node),
         )
         .await
@@ -317,25 +319,23 @@ impl Informer {
     /// A pool from the cache (see [`Informer::cluster`]), else by GET.
     pub async fn pool(&self, cluster: Uuid, pool: Uuid) -> Result<Pool> {
         let c = self.client();
-        self.cached_or(
-            Scope::Pools { cluster },
-            pool,
-            format!("/clusters/{cluster}/storage-pools/{pool}/"),
-            c.get_pool(cluster, pool),
-        )
-        .await
+        self.cached_or(Scope::Pools { cluster }, pool, c.get_pool(cluster, pool))
+            .await
     }
 
     /// A task from the cache (see [`Informer::cluster`]), else by GET.
     pub async fn task(&self, cluster: Uuid, task: Uuid) -> Result<Task> {
         let c = self.client();
-        self.cached_or(
-            Scope::Tasks { cluster },
-            task,
-            format!("/clusters/{cluster}/tasks/{task}/"),
-            c.get_task(cluster, task),
-        )
-        .await
+        self.cached_or(Scope::Tasks { cluster }, task, c.get_task(cluster, task))
+            .await
+    }
+
+    /// A cluster's tasks from the cache (in the list route's order), else by GET.
+    pub async fn tasks(&self, cluster: Uuid) -> Result<Vec<Task>> {
+        match self.list(Scope::Tasks { cluster }) {
+            Some(v) => Ok(v),
+            None => self.client().list_tasks(cluster).await,
+        }
     }
 
     /// A node's devices from the cache, else by GET.
@@ -512,10 +512,12 @@ fn apply(
             let Value::Array(items) = value else {
                 return Err(End::Retry("the snapshot was not a list".into()));
             };
-            let fresh: BTreeMap<Uuid, Value> = items
+            let fresh: Vec<(Uuid, Value)> = items
                 .into_iter()
                 .filter_map(|v| Some((id_of(&v)?, v)))
                 .collect();
+            let order: Vec<Uuid> = fresh.iter().map(|(id, _)| *id).collect();
+            let fresh: BTreeMap<Uuid, Value> = fresh.into_iter().collect();
             let mut ids: BTreeSet<Uuid> = s
                 .items
                 .keys()
@@ -529,6 +531,7 @@ fn apply(
                     .map(|(id, _)| *id),
             );
             s.items = fresh;
+            s.order = order;
             s.synced = true;
             *synced = true;
             s.tell(|p| {
@@ -545,7 +548,9 @@ fn apply(
                 return Ok(());
             };
             if s.items.get(&id) != Some(&value) {
-                s.items.insert(id, value);
+                if s.items.insert(id, value).is_none() {
+                    s.order.push(id);
+                }
                 s.tell(|p| {
                     p.changes.ids.insert(id);
                 });
@@ -555,6 +560,7 @@ fn apply(
         "deleted" => match id_of(&value) {
             Some(id) => {
                 if s.items.remove(&id).is_some() {
+                    s.order.retain(|x| *x != id);
                     s.tell(|p| {
                         p.changes.ids.insert(id);
                     });
@@ -601,6 +607,7 @@ fn close(informer: &Informer, scope: Scope) {
             s.gone = true;
             s.synced = false;
             s.tell(|p| p.gone = true);
+            s.order.clear();
             std::mem::take(&mut s.items).into_keys().collect()
         })
         .unwrap_or_default();

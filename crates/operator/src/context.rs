@@ -34,6 +34,9 @@ pub struct Context {
     pub scope: Scope,
     /// Fired when the operator stops: the controllers finish the passes in flight and end.
     pub shutdown: Shutdown,
+    /// The control plane's event streams: the informer the controllers read through, and
+    /// what wakes them ([`crate::streams`]).
+    pub streams: Arc<crate::streams::Streams>,
 }
 
 /// The namespaces the operator serves: one, or all.
@@ -157,6 +160,7 @@ impl Context {
             metrics: Arc::default(),
             scope: Scope::all(),
             shutdown: Shutdown::new(),
+            streams: Arc::default(),
         }
     }
 
@@ -210,6 +214,15 @@ impl Context {
             .reach()
             .map(|r| r.client)
             .map_err(crate::kit::Error::Held)
+    }
+
+    /// The informer with `scope` followed (its stream opened by the first pass that asks);
+    /// held like [`Context::control_plane`].
+    pub fn follow(
+        &self,
+        scope: simplyblock_controlplane::Scope,
+    ) -> Result<simplyblock_controlplane::Informer, crate::kit::Error> {
+        Ok(self.streams.follow(self.control_plane()?, scope))
     }
 
     /// The control plane's `status.endpoint`, as the CSI driver reaches it; held like

@@ -54,6 +54,15 @@ pub async fn run(ctx: Arc<Context>) {
             finished.then(|| ObjectRef::new(&op.spec.cluster_ref).within(&ns))
         },
     );
+    // A stream event about the cluster or its tasks wakes it; the resync stays.
+    let woken = ctx
+        .streams
+        .triggers(controller.store(), |c: &StorageCluster, change| {
+            let uuid = c.status.as_ref().and_then(|s| s.uuid.as_deref());
+            crate::streams::status_uuid(uuid)
+                .is_some_and(|id| change.touches(id) || change.tasks_of(id))
+        });
+    let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
@@ -109,7 +118,10 @@ async fn steady(
     };
     let ns = cluster.namespace().unwrap_or_default();
     let cp = ctx.control_plane()?;
-    let found = match cp.get_cluster(uuid).await {
+    // The cluster and its tasks from their streams (plain GETs until they are synced).
+    ctx.follow(simplyblock_controlplane::Scope::Tasks { cluster: uuid })?;
+    let informer = ctx.follow(simplyblock_controlplane::Scope::Clusters)?;
+    let found = match informer.cluster(uuid).await {
         Ok(c) => c,
         Err(e) if e.is_not_found() => {
             let mut next = status.clone();
@@ -125,7 +137,7 @@ async fn steady(
     if let Some(id) = identity::read(ctx, &ns, &cluster_secret_name(&cluster.name_any())).await? {
         identity::publish_csi_entry(ctx, cluster, &id).await?;
     }
-    let tasks = cp.list_tasks(uuid).await?;
+    let tasks = informer.tasks(uuid).await?;
     let history = History::read(&ctx.kube, cluster).await?;
     let mut next = observe::steady_status(status, &found, &tasks);
     next.recent_operations = history.recent(&status.recent_operations);

@@ -67,6 +67,14 @@ pub async fn run(ctx: Arc<Context>) {
         watcher::Config::default(),
         of_cluster,
     );
+    // A stream event about a node's control-plane object wakes it; the resync stays.
+    let woken = ctx
+        .streams
+        .triggers(controller.store(), |n: &StorageNode, change| {
+            let uuid = n.status.as_ref().and_then(|s| s.uuid.as_deref());
+            crate::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
+        });
+    let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
@@ -805,11 +813,12 @@ async fn steady(
     uuid: Uuid,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    let found = match ctx
-        .control_plane()?
-        .get_storage_node(cluster_id, uuid)
-        .await
-    {
+    // The cluster's node stream (a plain GET until it is synced).
+    let scope = simplyblock_controlplane::Scope::Nodes {
+        cluster: cluster_id,
+    };
+    let informer = ctx.follow(scope)?;
+    let found = match informer.node(cluster_id, uuid).await {
         Ok(f) => f,
         Err(e) if e.is_not_found() => {
             write(
@@ -844,12 +853,12 @@ async fn steady(
         let message = status.message.clone();
         write(ctx, node, phase, None, message, Some(&next)).await?;
     }
-    // A node on its way somewhere (in creation, restarting) is looked at again soon; a
-    // settled one at the resync backstop.
+    // A node on its way somewhere (in creation, restarting) is looked at again soon,
+    // unless its stream will say when it moves; a settled one at the resync backstop.
     let settled = matches!(
         phase,
         NodePhase::Online | NodePhase::Offline | NodePhase::Removed
-    );
+    ) || informer.is_synced(scope);
     Ok(Action::requeue(if settled {
         requeue::RESYNC
     } else {

@@ -67,6 +67,14 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default().labels(class::LABEL_POOL),
             of_class,
         );
+    // A stream event about a pool's control-plane object wakes it; the resync stays.
+    let woken = ctx
+        .streams
+        .triggers(controller.store(), |p: &StoragePool, change| {
+            let uuid = p.status.as_ref().and_then(|s| s.uuid.as_deref());
+            crate::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
+        });
+    let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
@@ -145,6 +153,11 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     }
 
     let cp = ctx.control_plane()?;
+    // Its changes wake the pool; the pool itself is read by GET, because its used bytes
+    // are a statistic the streams do not carry.
+    ctx.follow(simplyblock_controlplane::Scope::Pools {
+        cluster: cluster_id,
+    })?;
     let mut next = status.clone();
     let found = match status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
         Some(uuid) => match cp.get_pool(cluster_id, uuid).await {

@@ -268,7 +268,14 @@ impl Steps<StorageNodeOps> for NodeSteps {
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
     let steps = NodeSteps::with_deadline_scale(ctx.step_deadline_scale);
-    ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
+    let controller = ops::controller::<StorageNodeOps>(&ctx);
+    // A node or task stream event wakes the operations in flight; the resync stays.
+    let woken = ctx
+        .streams
+        .triggers(controller.store(), |op: &StorageNodeOps, change| {
+            !op.ops_status().phase.is_terminal() && change.nodes_or_tasks()
+        });
+    ops::run(CONTROLLER, controller.reconcile_on(woken), steps, ctx).await
 }
 
 async fn observe(node: &StorageNode, ctx: &Context) -> Result<Observed, ops::Error> {
@@ -285,7 +292,9 @@ async fn observe(node: &StorageNode, ctx: &Context) -> Result<Observed, ops::Err
     let (Some(cluster), Some(id)) = (obs.cluster, obs.node) else {
         return Ok(obs);
     };
-    obs.found = match ctx.control_plane()?.get_storage_node(cluster, id).await {
+    // From the cluster's node stream once synced; a node it lacks is asked by GET.
+    let informer = ctx.follow(simplyblock_controlplane::Scope::Nodes { cluster })?;
+    obs.found = match informer.node(cluster, id).await {
         Ok(n) => Some(n),
         Err(e) if e.is_not_found() => None,
         Err(e) => return Err(e.into()),
