@@ -84,4 +84,18 @@ async fn the_storage_kinds_are_refused_outside_the_served_namespace() {
         .create(&PostParams::default(), &storage_cluster())
         .await
         .expect("a StorageCluster in the served namespace");
+    // The cluster-scoped kind is in no namespace: only a cluster-wide role grants it, and
+    // the policy leaves it alone (a drain creates these).
+    let move_volume: simplyblock_api::persistent_volume_ops::PersistentVolumeOps =
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "PersistentVolumeOps",
+            "metadata": {"name": "tenancy-move"},
+            "spec": {"persistentVolumeName": "pv-1", "action": "Migrate",
+                     "migrate": {"targetNodeRef": {"namespace": served, "name": "sn-1"}}}
+        }))
+        .expect("op");
+    Api::<simplyblock_api::persistent_volume_ops::PersistentVolumeOps>::all(admin.clone())
+        .create(&PostParams::default(), &move_volume)
+        .await
+        .expect("a PersistentVolumeOps under the policy");
 }

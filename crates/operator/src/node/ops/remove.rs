@@ -270,15 +270,11 @@ async fn claimed(ctx: &Context) -> Result<Vec<Claimed>, ops::Error> {
     Ok(out)
 }
 
-/// The volume of a handle `<cluster>:<pool>:<volume>`.
+/// The volume of a CSI handle `<cluster>:<pool>:<volume>`.
 pub fn handle_volume(handle: &str) -> Option<Uuid> {
-    let mut parts = handle.split(':');
-    let (Some(_), Some(_), Some(volume), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    volume.parse().ok()
+    simplyblock_csi::handle::VolumeHandle::parse(handle)
+        .ok()
+        .map(|h| h.volume)
 }
 
 /// The moves `op` created: its label, and its UID in `spec.creatorRef`.
