@@ -7,6 +7,7 @@ mod controlplane;
 mod controlplane_ops;
 mod crash;
 mod deployment;
+mod devices;
 mod discovery;
 mod driver;
 mod events;
