@@ -57,6 +57,9 @@ pub struct Streams {
     followed: Arc<Mutex<HashSet<Scope>>>,
     changes: broadcast::Sender<Change>,
     config: InformerConfig,
+    /// `false`: no stream is opened, every read is a GET and nothing wakes a controller
+    /// but its requeues (how the operator ran before streaming; the benchmark's baseline).
+    streaming: bool,
 }
 
 impl Default for Streams {
@@ -84,6 +87,15 @@ impl Streams {
             followed: Arc::new(Mutex::new(HashSet::new())),
             changes: broadcast::channel(1024).0,
             config,
+            streaming: true,
+        }
+    }
+
+    /// Streams that open nothing: controllers poll by GET on their requeues.
+    pub fn polling() -> Streams {
+        Streams {
+            streaming: false,
+            ..Streams::default()
         }
     }
 
@@ -108,7 +120,7 @@ impl Streams {
     /// changes reach [`Streams::changes`] until the scope's object is gone.
     pub fn follow(&self, client: Client, scope: Scope) -> Informer {
         let informer = self.informer(client);
-        if lock(&self.followed).insert(scope) {
+        if self.streaming && lock(&self.followed).insert(scope) {
             let mut subscription = informer.subscribe(scope);
             let changes = self.changes.clone();
             let followed = self.followed.clone();

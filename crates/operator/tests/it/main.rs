@@ -22,6 +22,7 @@ mod provisioning;
 mod pvops;
 mod rbac;
 mod rolling_refresh;
+mod streams;
 mod support;
 mod tenancy;
 mod webhooks;
