@@ -3,8 +3,9 @@
 //! - At every kill point ([`simplyblock_operator::crash`]): the process aborts right after
 //!   each non-idempotent side effect of a deployment (the cluster create, each node add,
 //!   the activation, the default pool's create) and of each StorageClusterOps action
-//!   (Shutdown, Start, Restart, Expand, RollingRestart, CancelTask), before its record is
-//!   written. Restarted, it finds the effect and does not repeat it.
+//!   (Shutdown, Start, Restart, Expand, RollingRestart, CancelTask), of the single-call
+//!   StorageNodeOps actions and of each calling step of StorageDeviceOps (Restart, Fail's
+//!   remove and fail), before its record is written. Restarted, it finds the effect and does not repeat it.
 //! - `kill -9` at 20 random moments of a deployment, also with faults scripted in the
 //!   control plane (409s, 5xx answers, creates, adds and activations whose answers are lost,
 //!   latency); where the kills landed is asserted too.
@@ -34,7 +35,7 @@ use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 
 const TOKEN: &str = "crash-test-token";
-const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
+pub(crate) const WORKERS: [&str; 3] = ["cw1", "cw2", "cw3"];
 const KILLS: usize = 20;
 /// The Secrets a deployment of the sample document leaves in its namespace.
 const EXPECTED_SECRETS: [&str; 6] = [
@@ -76,7 +77,7 @@ fn operator(
         .expect("the operator starts")
 }
 
-async fn calls(cp: &Client) -> Vec<Value> {
+pub(crate) async fn calls(cp: &Client) -> Vec<Value> {
     let r = cp
         .raw(Method::GET, "/../../_sim/calls", &[], None)
         .await
@@ -91,7 +92,7 @@ async fn calls(cp: &Client) -> Vec<Value> {
 }
 
 /// `METHOD route`, the route as sbsim matched it (ids as placeholders).
-fn route(call: &Value) -> String {
+pub(crate) fn route(call: &Value) -> String {
     format!(
         "{} {}",
         call["method"].as_str().unwrap_or_default(),
@@ -119,7 +120,7 @@ fn committed(call: &Value) -> bool {
 
 /// Every call on `route` is counted, refused ones included: exactly `effective` took
 /// effect, and each other one was refused by a fault the script made.
-fn exactly(log: &[Value], on: &str, effective: usize) {
+pub(crate) fn exactly(log: &[Value], on: &str, effective: usize) {
     let all: Vec<&Value> = log.iter().filter(|c| route(c) == on).collect();
     let refused = all.iter().filter(|c| refused_by_script(c)).count();
     let statuses: Vec<String> = all
@@ -134,12 +135,12 @@ fn exactly(log: &[Value], on: &str, effective: usize) {
 }
 
 /// An approved deployment document, its workers, an sbsim, on an API server of its own.
-struct Deployment {
+pub(crate) struct Deployment {
     env: TestEnv,
-    kube: kube::Client,
-    ns: String,
+    pub(crate) kube: kube::Client,
+    pub(crate) ns: String,
     sim: Server,
-    cp: Client,
+    pub(crate) cp: Client,
     token_file: std::path::PathBuf,
     name: String,
     /// The control plane's CA (PEM).
@@ -153,11 +154,11 @@ impl Deployment {
         Api::namespaced(self.kube.clone(), &self.ns)
     }
 
-    fn storage_nodes(&self) -> Api<StorageNode> {
+    pub(crate) fn storage_nodes(&self) -> Api<StorageNode> {
         Api::namespaced(self.kube.clone(), &self.ns)
     }
 
-    fn operator(&self, crash_after: Option<&str>) -> Child {
+    pub(crate) fn operator(&self, crash_after: Option<&str>) -> Child {
         operator(
             &self.env,
             &self.sim,
@@ -169,10 +170,21 @@ impl Deployment {
 }
 
 async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
+    deployment_with_spares(ns, faults, seed, &[]).await
+}
+
+/// [`deployment`] with `spares`: workers beside [`WORKERS`], Nodes and simulated hosts
+/// alike, that the document does not name.
+pub(crate) async fn deployment_with_spares(
+    ns: &str,
+    faults: &str,
+    seed: u64,
+    spares: &[&str],
+) -> Deployment {
     let (env, kube) = crate::support::own_api_server(ns).await;
     let nodes: Api<Node> = Api::all(kube.clone());
     let mut fleet = String::from("workers:\n");
-    for (i, w) in WORKERS.iter().enumerate() {
+    for (i, w) in WORKERS.iter().chain(spares).enumerate() {
         let node: Node = serde_json::from_value(
             json!({"metadata": {"name": w, "labels": {"kubernetes.io/hostname": w}}}),
         )
@@ -241,7 +253,7 @@ async fn deployment(ns: &str, faults: &str, seed: u64) -> Deployment {
 }
 
 /// Waits until the document is Expanded, every node Online and the default pool Ready.
-async fn until_deployed(d: &Deployment) {
+pub(crate) async fn until_deployed(d: &Deployment) {
     let start = Instant::now();
     loop {
         let doc = d
@@ -441,11 +453,11 @@ async fn assert_deployed_once(d: &Deployment) {
 }
 
 /// The signal `std::process::abort` ends a process with on Linux.
-const SIGABRT: i32 = 6;
+pub(crate) const SIGABRT: i32 = 6;
 
 /// Runs the operator armed at `point` until it aborts there. `false` when the work ended
 /// without passing the point (the effect was already there).
-async fn abort_at(d: &Deployment, point: &str, done: impl AsyncFn() -> bool) -> bool {
+pub(crate) async fn abort_at(d: &Deployment, point: &str, done: impl AsyncFn() -> bool) -> bool {
     use std::os::unix::process::ExitStatusExt;
     let mut child = d.operator(Some(point));
     let start = Instant::now();
@@ -737,6 +749,103 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
             done.message
         );
         exactly(&calls(&d.cp).await[from..], &node_route(verb), 1);
+    }
+
+    // Each StorageDeviceOps step that calls, on one drive of that node, killed right after
+    // its call, then finished by an operator that is not armed: Fail killed after its
+    // remove, Restart after its restart, Fail again killed after its fail.
+    let devices: Api<simplyblock_api::StorageDevice> = Api::namespaced(d.kube.clone(), &d.ns);
+    let mut mirror = d.operator(None);
+    let device = crate::support::until("a serving StorageDevice of the node", async || {
+        devices
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|o| o.spec.node_ref == node)
+            .filter(|o| {
+                o.status.as_ref().and_then(|s| s.device_status.as_deref()) == Some("online")
+            })
+            .filter_map(|o| o.metadata.name)
+            .min()
+    })
+    .await;
+    mirror.kill().expect("kill");
+    mirror.wait().expect("reaped");
+    let device_ops: Api<simplyblock_api::StorageDeviceOps> = Api::namespaced(d.kube.clone(), &d.ns);
+    let device_route = |verb: &str| {
+        format!(
+            "POST /api/v2/clusters/{{cluster_id}}/storage-nodes/{{storage_node_id}}/devices/{{device_id}}/{verb}"
+        )
+    };
+    for (name, action, step, verbs) in [
+        (
+            "crash-device-fail",
+            "Fail",
+            "Removing",
+            &["remove", "fail"][..],
+        ),
+        (
+            "crash-device-restart",
+            "Restart",
+            "Requesting",
+            &["restart"][..],
+        ),
+        (
+            "crash-device-fail-again",
+            "Fail",
+            "Failing",
+            &["remove", "fail"][..],
+        ),
+    ] {
+        let from = calls(&d.cp).await.len();
+        let op: simplyblock_api::StorageDeviceOps = serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageDeviceOps",
+            "metadata": {"name": name},
+            "spec": {"deviceRef": device, "action": action}
+        }))
+        .expect("op");
+        let point = crash::ops_point("StorageDeviceOps", action, step);
+        let mut armed = d.operator(Some(&point));
+        crate::support::until(&format!("{name} admitted"), async || {
+            match device_ops.create(&PostParams::default(), &op).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Some(()),
+                Err(_) => None,
+            }
+        })
+        .await;
+        let ended = crate::support::until(&format!("the abort at {point}"), async || {
+            armed.try_wait().expect("the operator process")
+        })
+        .await;
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(ended.signal(), Some(SIGABRT), "armed at {point}: {ended}");
+        }
+        let mut child = d.operator(None);
+        let done = crate::support::until(&format!("{name} to finish"), async || {
+            device_ops
+                .get(name)
+                .await
+                .ok()?
+                .status
+                .filter(|s| s.phase.is_terminal())
+        })
+        .await;
+        child.kill().expect("kill");
+        child.wait().expect("reaped");
+        assert_eq!(
+            done.phase,
+            OpsPhase::Succeeded,
+            "{name}: {:?}",
+            done.message
+        );
+        let log = calls(&d.cp).await;
+        for verb in verbs {
+            exactly(&log[from..], &device_route(verb), 1);
+        }
     }
 }
 
