@@ -21,8 +21,8 @@ use serde_json::json;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_cluster::ProvisioningSlot;
 use simplyblock_api::storage_node::{
-    Capacity, DeviceCounts, NodePhase, NodePorts, NodeResources, PROVISIONING_GRAPH,
-    ProvisioningStep, StorageNodeStatus,
+    Capacity, NodePhase, NodePorts, NodeResources, PROVISIONING_GRAPH, ProvisioningStep,
+    StorageNodeStatus,
 };
 use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps, StorageNodeOpsSpec};
 use simplyblock_api::{StorageCluster, StorageNode};
@@ -214,7 +214,10 @@ async fn write(
         health: observed.health,
         hostname: observed.hostname,
         uptime: observed.uptime,
-        resources: observed.resources,
+        // The device counts are the StorageDevice mirror's (its own field manager).
+        resources: observed
+            .resources
+            .map(|r| NodeResources { devices: None, ..r }),
         ports: observed.ports,
         failure_domain: observed.failure_domain,
         observed_generation: node.metadata.generation,
@@ -776,10 +779,8 @@ fn observed(found: &simplyblock_controlplane::StorageNode) -> StorageNodeStatus 
             cpu: Some(found.cpu_spdk_count as i32),
             memory: None,
             volumes: Some(found.lvols as i32),
-            devices: Some(DeviceCounts {
-                online: found.online_device_count as i32,
-                total: found.device_count as i32,
-            }),
+            // The StorageDevice mirror writes the device counts under its own manager.
+            devices: None,
             capacity,
         }),
         ..StorageNodeStatus::default()
@@ -838,6 +839,8 @@ async fn steady(
     if let Some(resources) = next.resources.as_mut() {
         let before = status.resources.as_ref().and_then(|r| r.capacity.as_ref());
         resources.capacity = settled_capacity(before, resources.capacity.take());
+        // Not this controller's to write, nor a reason to write.
+        resources.devices = status.resources.as_ref().and_then(|r| r.devices.clone());
     }
     let phase = phase_of(&found);
     let same = status.phase == phase

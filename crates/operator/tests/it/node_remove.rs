@@ -190,6 +190,11 @@ async fn a_removal_moves_the_nodes_volume_off_before_the_control_plane_removes_i
     assert_eq!(f.h.calls("DELETE", &f.removals(source)).await, 1);
     assert_eq!(f.moves_left().await, 0, "the finished move was deleted");
     raised(&f.h.kube, &f.h.ns, Some("drain"), "DrainCompleted").await;
+    let metric = "simplyblock_storagenode_drain_volumes_migrated_total";
+    assert_eq!(
+        f.h.ctx.metrics.sample(metric, &[("node", "sn-0")]),
+        Some(1.0)
+    );
     let removal = status.removal.expect("removal");
     assert_eq!(removal.node_status.as_deref(), Some("removed"));
 }
@@ -216,6 +221,11 @@ async fn a_pinned_claim_holds_the_drain_until_aborted_and_nothing_is_called() {
             .iter()
             .any(|n| n.contains("snops-pinned-pinned (its claim is pinned")),
         "{notes:?}"
+    );
+    let blocked = "simplyblock_storagenode_drain_blocked_volumes_count";
+    assert_eq!(
+        f.h.ctx.metrics.sample(blocked, &[("node", "sn-0")]),
+        Some(1.0)
     );
     let held = f.ops().get("drain").await.expect("op");
     let status = held.status.expect("status");

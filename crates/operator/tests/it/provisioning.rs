@@ -95,6 +95,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     tokio::spawn(cluster::controller::run(ctx.clone()));
     tokio::spawn(deployment::controller::run(ctx.clone()));
     tokio::spawn(node::controller::run(ctx.clone()));
+    tokio::spawn(simplyblock_operator::device::mirror::run(ctx.clone()));
     tokio::spawn(cluster::workload::run(ctx.clone()));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
@@ -120,6 +121,8 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
                     n.status
                         .as_ref()
                         .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+                    // The device counts come from the StorageDevice mirror.
+                    && n.status.as_ref().and_then(|s| s.resources.as_ref()?.devices.as_ref()).is_some()
                 }))
             .then_some(items)
         },

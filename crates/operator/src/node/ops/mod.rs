@@ -226,6 +226,12 @@ impl Steps<StorageNodeOps> for NodeSteps {
         cluster_gate(target, ctx).await
     }
 
+    fn kind_status_written(&self, ctx: &Context, op: &StorageNodeOps, kind: &Map<String, Value>) {
+        if op.spec.action == NodeAction::Remove {
+            remove::kind_status_written(ctx, op, kind);
+        }
+    }
+
     fn step_left(&self, ctx: &Context, op: &StorageNodeOps, step: NodeOpsStep, seconds: f64) {
         if op.spec.action == NodeAction::HostMaintenance {
             maintenance::step_left(ctx, op, step, seconds);

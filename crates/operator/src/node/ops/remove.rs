@@ -198,6 +198,25 @@ pub async fn observe(
             );
         }
         obs.claimed = claimed(ctx).await?;
+        if step == Validating
+            && let Ok(system) = system_filter(op)
+        {
+            let blocked = obs
+                .volumes
+                .iter()
+                .filter(|v| {
+                    matches!(
+                        classify(v, &obs.claimed, &system),
+                        Class::Pinned | Class::Unmanaged
+                    )
+                })
+                .count();
+            ctx.metrics.set(
+                "simplyblock_storagenode_drain_blocked_volumes_count",
+                labels(&node.name_any()),
+                blocked as f64,
+            );
+        }
     }
     if matches!(step, MigratingVolumes | Removing) {
         obs.peers = cp.list_storage_nodes(cluster).await?;
@@ -235,6 +254,29 @@ pub async fn observe(
         };
     }
     Ok(obs)
+}
+
+/// The labels of the drain's metrics: the StorageNode drained.
+fn labels(node: &str) -> Vec<(&'static str, String)> {
+    vec![("node", node.to_owned())]
+}
+
+/// The drain's counters once its status was written: the volumes moved since the last
+/// write.
+pub fn kind_status_written(ctx: &Context, op: &StorageNodeOps, kind: &Map<String, Value>) {
+    let before = drain_of(op).volumes_migrated;
+    let after = kind
+        .get("drain")
+        .and_then(|d| d.get("volumesMigrated"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0) as i32;
+    if after > before {
+        ctx.metrics.add(
+            "simplyblock_storagenode_drain_volumes_migrated_total",
+            labels(&op.spec.node_ref),
+            f64::from(after - before),
+        );
+    }
 }
 
 /// The simplyblock PersistentVolumes and whether their claims are pinned.
