@@ -9,6 +9,7 @@
 //! the first-install discovery find the disks and write a deployment document, shows it
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
+mod day_two;
 mod table;
 mod volume;
 
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, Patch, PatchParams};
@@ -704,6 +706,7 @@ async fn day_one(
             back.trim_end()
         );
     }
+    day_two::run(client, control_plane, &served, &file, &greeting).await?;
     Ok(served)
 }
 
@@ -713,36 +716,8 @@ async fn follow(
     api: &Api<StorageNodeOps>,
     name: &str,
 ) -> anyhow::Result<(OpsPhase, Option<String>, Option<String>)> {
-    let started = Instant::now();
-    let mut last = String::new();
-    loop {
-        let s = api.get(name).await?.status.unwrap_or_default();
-        let line = format!(
-            "{:?}{}{}",
-            s.phase,
-            s.step
-                .state
-                .as_deref()
-                .map(|x| format!("/{x}"))
-                .unwrap_or_default(),
-            s.message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        );
-        if line != last {
-            println!("[{:>5.1}s] {name} {line}", started.elapsed().as_secs_f64());
-            last = line;
-        }
-        if s.phase.is_terminal() {
-            return Ok((s.phase, s.step.state, s.message));
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(180),
-            "{name} did not finish within 3 minutes; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let s = day_two::follow_until(api, name, |_| false).await?;
+    Ok((s.phase, s.step.state, s.message))
 }
 
 fn step(text: &str) {

@@ -126,17 +126,38 @@ fn the_demo_discovers_deploys_and_ends_online() {
         stdout.contains(": Node 3/3 ("),
         "the restart's progress names each node:\n{stdout}"
     );
-    // One storage node shut down and restarted through StorageNodeOps, both recorded.
-    let node_ops: Vec<Vec<&str>> = lines
+    // One storage node shut down and restarted, and another removed, through
+    // StorageNodeOps, all recorded (the table is printed after each: its last rows count).
+    let node_ops: std::collections::BTreeMap<&str, Vec<&str>> = lines
         .iter()
-        .filter(|l| l.contains("-shutdown ") || l.contains("-restart "))
         .map(|l| columns(l))
-        .filter(|c| c.len() > 3 && ["Shutdown", "Restart"].contains(&c[2]))
+        .filter(|c| c.len() > 3 && ["Shutdown", "Restart", "Remove"].contains(&c[2]))
+        .map(|c| (c[0], c))
         .collect();
-    assert_eq!(node_ops.len(), 2, "the StorageNodeOps table:\n{stdout}");
-    for row in &node_ops {
+    let actions: Vec<&str> = node_ops.values().map(|c| c[2]).collect();
+    assert_eq!(actions.len(), 3, "the StorageNodeOps table:\n{stdout}");
+    for row in node_ops.values() {
         assert_eq!(row[3], "Succeeded", "{row:?}");
     }
+    // A cordon opens a maintenance window that holds the node offline until the uncordon.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("-maintenance Running/AwaitingHost: worker ")),
+        "the maintenance window:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("is online again"),
+        "the window closed:\n{stdout}"
+    );
+    // The removal drained the node of the volume first.
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("drained: 1 of 1 volume(s) moved; volume ")
+                && l.ends_with(" is removed")
+        ),
+        "the drained removal:\n{stdout}"
+    );
     // Mounted where the machine can attach loop devices (CI runs as root).
     if std::fs::OpenOptions::new()
         .read(true)
