@@ -6,13 +6,13 @@
 //! kin): the synced cache, or a plain GET before the scope is synced. They keep their
 //! resync backstop; the streams only wake them sooner.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use simplyblock_controlplane::{Client, Informer, InformerConfig, Scope, Uuid};
+use simplyblock_controlplane::{Client, Device, Informer, InformerConfig, Scope, Uuid};
 
 /// The control-plane id a Kubernetes object's status records (`status.uuid`).
 pub fn status_uuid(uuid: Option<&str>) -> Option<Uuid> {
@@ -42,6 +42,15 @@ impl Change {
         )
     }
 
+    /// Whether this change may concern node `node` or its devices.
+    pub fn node_or_devices(&self, node: Uuid) -> bool {
+        match self.scope {
+            None => true,
+            Some(Scope::Devices { node: n, .. }) => n == node,
+            Some(_) => self.ids.contains(&node),
+        }
+    }
+
     /// Whether this change may concern the tasks of cluster `cluster`.
     pub fn tasks_of(&self, cluster: Uuid) -> bool {
         match self.scope {
@@ -51,10 +60,18 @@ impl Change {
     }
 }
 
+/// How often a node's device statistics (used bytes) are read by GET while its device
+/// stream is synced: stream objects carry none.
+pub const DEVICE_STATISTICS_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The operator's informer and the scopes it follows.
 pub struct Streams {
+    /// Each node's devices as last read by GET, for their statistics, and when.
+    device_statistics: Mutex<HashMap<Scope, (std::time::Instant, Vec<Device>)>>,
     informer: Mutex<Option<Informer>>,
-    followed: Arc<Mutex<HashSet<Scope>>>,
+    /// The scopes followed, each with the task that forwards its changes (and holds its
+    /// subscription: aborting it closes the stream).
+    followed: Arc<Mutex<HashMap<Scope, tokio::task::AbortHandle>>>,
     changes: broadcast::Sender<Change>,
     config: InformerConfig,
     /// `false`: no stream is opened, every read is a GET and nothing wakes a controller
@@ -83,8 +100,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Streams {
     pub fn new(config: InformerConfig) -> Streams {
         Streams {
+            device_statistics: Mutex::new(HashMap::new()),
             informer: Mutex::new(None),
-            followed: Arc::new(Mutex::new(HashSet::new())),
+            followed: Arc::new(Mutex::new(HashMap::new())),
             changes: broadcast::channel(1024).0,
             config,
             streaming: true,
@@ -120,21 +138,67 @@ impl Streams {
     /// changes reach [`Streams::changes`] until the scope's object is gone.
     pub fn follow(&self, client: Client, scope: Scope) -> Informer {
         let informer = self.informer(client);
-        if self.streaming && lock(&self.followed).insert(scope) {
+        if !self.streaming {
+            return informer;
+        }
+        let mut followed = lock(&self.followed);
+        if !followed.contains_key(&scope) {
             let mut subscription = informer.subscribe(scope);
             let changes = self.changes.clone();
-            let followed = self.followed.clone();
-            tokio::spawn(async move {
+            let forgotten = self.followed.clone();
+            let task = tokio::spawn(async move {
                 while let Some(c) = subscription.changed().await {
                     let _ = changes.send(Change {
                         scope: Some(scope),
                         ids: Arc::new(c.ids),
                     });
                 }
-                lock(&followed).remove(&scope);
+                lock(&forgotten).remove(&scope);
             });
+            followed.insert(scope, task.abort_handle());
         }
         informer
+    }
+
+    /// Stop following the scopes `which` picks: their streams close (a node removed from
+    /// the control plane but still listed keeps its device scope until then).
+    pub fn unfollow(&self, which: impl Fn(&Scope) -> bool) {
+        lock(&self.device_statistics).retain(|scope, _| !which(scope));
+        lock(&self.followed).retain(|scope, task| {
+            let keep = !which(scope);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+    }
+
+    /// A node's devices, with its device scope followed (its stream opened on the first
+    /// call): from the stream's cache once synced, with the statistics of the last GET,
+    /// which is repeated every [`DEVICE_STATISTICS_EVERY`]; by GET before.
+    pub async fn devices(
+        &self,
+        client: Client,
+        cluster: Uuid,
+        node: Uuid,
+    ) -> simplyblock_controlplane::Result<Vec<Device>> {
+        let scope = Scope::Devices { cluster, node };
+        let informer = self.follow(client, scope);
+        let recent = lock(&self.device_statistics)
+            .get(&scope)
+            .filter(|(at, _)| at.elapsed() < DEVICE_STATISTICS_EVERY)
+            .map(|(_, read)| read.clone());
+        if let (Some(mut cached), Some(read)) = (informer.list::<Device>(scope), recent) {
+            for d in &mut cached {
+                if let Some(r) = read.iter().find(|r| r.id == d.id) {
+                    d.capacity = r.capacity.clone();
+                }
+            }
+            return Ok(cached);
+        }
+        let read = informer.client().list_devices(cluster, node).await?;
+        lock(&self.device_statistics).insert(scope, (std::time::Instant::now(), read.clone()));
+        Ok(read)
     }
 
     /// Every change from now on.

@@ -29,7 +29,7 @@ use simplyblock_api::storage_device::{
 };
 use simplyblock_api::storage_node::DeviceCounts;
 use simplyblock_api::{StorageCluster, StorageDevice, StorageNode};
-use simplyblock_controlplane::{Device, DeviceStatus, NodeStatus, Uuid};
+use simplyblock_controlplane::{Device, DeviceStatus, NodeStatus, Scope, Uuid};
 
 use crate::context::Context;
 use crate::kit::{self, Error, Guard};
@@ -307,13 +307,26 @@ pub async fn run(ctx: Arc<Context>) {
         ctx.scope.api::<StorageDevice>(&ctx.kube),
         watcher::Config::default(),
     );
+    // A stream event about the node or its devices wakes its mirror; the poll stays.
+    let woken = ctx
+        .streams
+        .triggers(controller.store(), |n: &StorageNode, change| {
+            let uuid = n.status.as_ref().and_then(|s| s.uuid.as_deref());
+            crate::streams::status_uuid(uuid).is_some_and(|id| change.node_or_devices(id))
+        });
+    let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
 }
 
 /// One pass over one StorageNode's drives.
 pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Action, Error> {
     if node.meta().deletion_timestamp.is_some() {
-        // The devices go with the node: they are owned by it.
+        // The devices go with the node: they are owned by it, and so does its stream.
+        let uuid = node.status.as_ref().and_then(|s| s.uuid.as_deref());
+        if let Some(id) = crate::streams::status_uuid(uuid) {
+            ctx.streams
+                .unfollow(|s| matches!(s, Scope::Devices { node, .. } if *node == id));
+        }
         return Ok(Action::await_change());
     }
     let ctx = &*ctx;
@@ -358,13 +371,31 @@ async fn read(node: &StorageNode, ctx: &Context) -> Result<Report, Error> {
     let Some(cluster_id) = uuid(cluster.status.as_ref().and_then(|s| s.uuid.as_ref())) else {
         return Ok(Report::Unprovisioned);
     };
+    // The node and its devices from their streams (plain GETs until synced).
     let cp = ctx.control_plane()?;
-    let status = match cp.get_storage_node(cluster_id, node_id).await {
+    let informer = ctx.follow(Scope::Nodes {
+        cluster: cluster_id,
+    })?;
+    let devices_scope = Scope::Devices {
+        cluster: cluster_id,
+        node: node_id,
+    };
+    let status = match informer.node(cluster_id, node_id).await {
         Ok(n) => n.status,
-        Err(e) if e.is_not_found() => return Ok(Report::NodeGone),
+        Err(e) if e.is_not_found() => {
+            ctx.streams.unfollow(|s| *s == devices_scope);
+            return Ok(Report::NodeGone);
+        }
         Err(e) => return Err(e.into()),
     };
-    let devices = match cp.list_devices(cluster_id, node_id).await {
+    // A removed node's devices change no more: its stream closes.
+    let devices = if status == NodeStatus::Removed {
+        ctx.streams.unfollow(|s| *s == devices_scope);
+        cp.list_devices(cluster_id, node_id).await
+    } else {
+        ctx.streams.devices(cp, cluster_id, node_id).await
+    };
+    let devices = match devices {
         Ok(d) => d,
         Err(e) if e.is_not_found() => return Ok(Report::NodeGone),
         Err(e) => return Err(e.into()),

@@ -1,6 +1,6 @@
 //! The controllers on the control plane's event streams, on the real API server and sbsim:
 //! a StorageNode's status follows its stream without a GET of the node, and a removed
-//! node leaves no stream open.
+//! node leaves no stream open (its device mirror's included).
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -42,6 +42,7 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
     .expect("uuid");
     tokio::spawn(simplyblock_operator::node::controller::run(h.ctx.clone()));
     tokio::spawn(simplyblock_operator::node::ops::run(h.ctx.clone()));
+    tokio::spawn(simplyblock_operator::device::mirror::run(h.ctx.clone()));
     tokio::spawn(simplyblock_operator::volume_ops::run(
         h.ctx.clone(),
         "operator:test".into(),
@@ -58,6 +59,8 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
     .await;
     let controller = simplyblock_operator::node::controller::CONTROLLER;
     nudged(&h.ctx.metrics, &api, controller, "sn-0").await;
+    let mirror = simplyblock_operator::device::mirror::CONTROLLER;
+    nudged(&h.ctx.metrics, &api, mirror, "sn-0").await;
     let detail = format!("/api/v2/clusters/{}/storage-nodes/{id}/", h.uuid);
     let reads = h.calls("GET", &detail).await;
 
@@ -76,6 +79,12 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
     );
     let open = h.sim.server.sim.streams.open();
     assert_eq!(open.get(&nodes_stream), Some(&1), "{open:?}");
+    // The device mirror follows the node's devices.
+    let devices_stream = format!("{nodes_stream}{id}/devices/");
+    until("the node's device stream open", async || {
+        (h.sim.server.sim.streams.open().get(&devices_stream) == Some(&1)).then_some(())
+    })
+    .await;
 
     // Deleting the StorageNode removes the node through a Remove operation.
     api.delete("sn-0", &DeleteParams::default())
@@ -87,15 +96,12 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
     .await;
     let node = h.cp.get_storage_node(h.uuid, id).await.expect("node");
     assert_eq!(node.status, NodeStatus::Removed);
+    until("no stream of the removed node open", async || {
+        let open = h.sim.server.sim.streams.open();
+        (!open.keys().any(|path| path.contains(&id.to_string()))).then_some(())
+    })
+    .await;
     let open = h.sim.server.sim.streams.open();
-    let of_node: Vec<&String> = open
-        .keys()
-        .filter(|path| path.contains(&id.to_string()))
-        .collect();
-    assert!(
-        of_node.is_empty(),
-        "streams of the removed node: {of_node:?}"
-    );
     assert_eq!(
         open.get(&nodes_stream),
         Some(&1),
