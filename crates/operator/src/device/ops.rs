@@ -449,6 +449,7 @@ mod tests {
         match plan {
             Plan::Advance { .. } => "advance",
             Plan::Record { .. } => "record",
+            Plan::Progress { .. } => "progress",
             Plan::Succeed { .. } => "succeed",
             Plan::Fail(_) => "fail",
             Plan::Call {

@@ -176,6 +176,12 @@ pub enum Plan<S, C> {
         kind_status: Map<String, Value>,
         message: String,
     },
+    /// Record kind fields that show the step progressing, and give the step its whole
+    /// budget again from now (a long wait that keeps moving is not stuck).
+    Progress {
+        kind_status: Map<String, Value>,
+        message: String,
+    },
     /// The action reached what it asked for.
     Succeed {
         message: String,
@@ -432,6 +438,7 @@ impl<S, C> Plan<S, C> {
             match &mut self {
                 Plan::Advance { message, .. }
                 | Plan::Record { message, .. }
+                | Plan::Progress { message, .. }
                 | Plan::Succeed { message, .. }
                 | Plan::Fail(message)
                 | Plan::Call { message, .. }

@@ -357,6 +357,26 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Decision::Carry {
+            plan:
+                Plan::Progress {
+                    kind_status,
+                    message,
+                },
+            ..
+        } => {
+            // The step moved on without leaving: its budget starts again from now.
+            machine.extend_deadline(now);
+            write_status(
+                &ctx.kube,
+                op,
+                &running_status(&machine, message),
+                kind_status.clone(),
+            )
+            .await?;
+            steps.kind_status_written(ctx, op, &kind_status);
+            Ok(Action::requeue(requeue::NEXT_STEP))
+        }
+        Decision::Carry {
             plan: Plan::Record {
                 kind_status,
                 message,

@@ -279,3 +279,25 @@ fn a_step_was_entered_its_budget_before_its_deadline() {
     m.transition_to(S::Awaiting, ts(70)).expect("edge");
     assert_eq!(step_entered(&m), Some(ts(70)));
 }
+
+#[test]
+fn progress_is_carried_even_when_late_and_restarts_the_steps_budget() {
+    let gr = graph();
+    let mut m = Machine::start(&gr, ts(0));
+    let progress: Plan<S, ()> = Plan::Progress {
+        kind_status: Map::new(),
+        message: "one more volume moved".into(),
+    };
+    // Progress is news, not a wait: it is written even past the deadline.
+    assert!(matches!(
+        running(&m, progress, None, ts(500)),
+        Decision::Carry {
+            plan: Plan::Progress { .. },
+            ..
+        }
+    ));
+    // What the runtime does with it: the budget counts from the progress.
+    m.extend_deadline(ts(500));
+    assert!(!m.timed_out(ts(600)));
+    assert_eq!(m.deadline(), Some(ts(620)));
+}

@@ -617,7 +617,8 @@ pub fn plan(
                     last_progress_time: Some(Time(now)),
                     ..before
                 };
-                return Plan::Record {
+                // Any change is progress: the step's budget starts again.
+                return Plan::Progress {
                     kind_status: kind(Some(drain_of(op)), Some(removal)),
                     message: format!("the control plane is removing the node (it is {status})"),
                 }
@@ -661,9 +662,10 @@ fn migrating_volumes(
         volumes_migrated: migrated,
         ..drain_of(op)
     };
-    // The counter first, from the volumes still there: it survives any crash.
+    // The counter first, from the volumes still there: it survives any crash. A volume
+    // moved is progress: the step's budget starts again.
     if drain != drain_of(op) {
-        return Plan::Record {
+        return Plan::Progress {
             kind_status: kind(Some(drain), removal_of(op)),
             message: format!("{migrated} of {total} volume(s) moved off the node"),
         }
@@ -700,6 +702,19 @@ fn migrating_volumes(
     }
     if movable.is_empty() {
         let message = format!("{total} volume(s) moved off the node");
+        // The control plane shows a volume on its target before its move has verified
+        // it: a move still running finishes first, since deleting it would abort it.
+        if let Some(m) = r
+            .moves
+            .iter()
+            .find(|m| matches!(m.phase, OpsPhase::Pending | OpsPhase::Running))
+        {
+            return wait_after(
+                format!("{message}; waiting for move {} to finish", m.name),
+                MOVE_RECHECK,
+            )
+            .into();
+        }
         // Failed moves were kept for the record until the step ended.
         if let Some(m) = r.moves.first() {
             return call(
@@ -1234,7 +1249,7 @@ mod tests {
             },
         );
         let got = at(MigratingVolumes, &with_total(1), &obs);
-        let Plan::Record { kind_status, .. } = &got.plan else {
+        let Plan::Progress { kind_status, .. } = &got.plan else {
             panic!("{got:?}")
         };
         assert_eq!(kind_status["drain"]["volumesMigrated"], 1);
@@ -1255,6 +1270,42 @@ mod tests {
             at(MigratingVolumes, &done, &empty).plan,
             Plan::Advance { .. }
         ));
+    }
+
+    #[test]
+    fn a_move_whose_volume_already_left_the_node_finishes_before_it_is_deleted() {
+        // Regression: the drain deleted a running move as soon as the control plane showed
+        // its volume on the target, which aborted the move before it had verified it.
+        let running = |phase| Move {
+            name: "m".into(),
+            pv: "pv-a".into(),
+            target: "sb-w2-0".into(),
+            phase,
+            ruled_out: false,
+        };
+        let mut obs = seen(
+            NodeStatus::Online,
+            Observed {
+                claimed: vec![claimed(10, "pv-a", false)],
+                moves: vec![running(OpsPhase::Running)],
+                ..Observed::default()
+            },
+        );
+        let mut done = with_total(1);
+        done.status
+            .as_mut()
+            .and_then(|s| s.drain.as_mut())
+            .expect("drain")
+            .volumes_migrated = 1;
+        let got = at(MigratingVolumes, &done, &obs);
+        let Plan::Wait { message, .. } = &got.plan else {
+            panic!("{got:?}")
+        };
+        assert!(message.contains("waiting for move m"), "{message}");
+        obs.remove.moves[0] = running(OpsPhase::Succeeded);
+        assert!(
+            matches!(&at(MigratingVolumes, &done, &obs).plan, Plan::Call { call: super::super::Call::Remove(Call::DeleteMove(m)), .. } if m == "m"),
+        );
     }
 
     #[test]
