@@ -223,10 +223,40 @@ async fn write(
         observed_generation: node.metadata.generation,
     };
     match kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion).await {
-        Ok(written) => Ok(Some(written)),
+        Ok(written) => {
+            phase_state(ctx, node, phase);
+            Ok(Some(written))
+        }
         Err(Error::Stale(_)) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Every phase a StorageNode can be in, as the phase gauge names them.
+const PHASES: [NodePhase; 8] = [
+    NodePhase::Pending,
+    NodePhase::Provisioning,
+    NodePhase::Online,
+    NodePhase::Removing,
+    NodePhase::Removed,
+    NodePhase::Offline,
+    NodePhase::Degraded,
+    NodePhase::Failed,
+];
+
+/// `simplyblock_storagenode_phase_state{cluster,node,phase}`: 1 for the node's phase.
+fn phase_state(ctx: &Context, node: &StorageNode, phase: NodePhase) {
+    let labels = vec![
+        ("cluster", node.spec.cluster_ref.clone()),
+        ("node", node.name_any()),
+    ];
+    let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
+    ctx.metrics.one_hot(
+        "simplyblock_storagenode_phase_state",
+        &labels,
+        names.iter().map(String::as_str),
+        Some(&format!("{phase:?}")),
+    );
 }
 
 /// Moves the machine to `next` and writes it, then looks again after `then`; a write that
@@ -540,6 +570,14 @@ async fn execute(
             let message = format!("created in the control plane as {}", found.id);
             if !record(ctx, node, &found, message).await? {
                 return Ok(Action::requeue(requeue::CONFLICT));
+            }
+            if let Some(created) = &node.metadata.creation_timestamp {
+                let took = jiff::Timestamp::now().duration_since(created.0);
+                ctx.metrics.observe(
+                    "simplyblock_storagenode_provisioning_duration_seconds",
+                    vec![("cluster", node.spec.cluster_ref.clone())],
+                    took.as_secs_f64(),
+                );
             }
             release_slot(ctx, node, cluster).await?;
             let slot = node.spec.slot.unwrap_or(0);

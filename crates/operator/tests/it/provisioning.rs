@@ -138,7 +138,28 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
                 .map(|d| (d.online, d.total)),
             Some((2, 2))
         );
+        let name = n.metadata.name.clone().expect("name");
+        assert_eq!(
+            ctx.metrics.sample(
+                "simplyblock_storagenode_phase_state",
+                &[
+                    ("cluster", n.spec.cluster_ref.as_str()),
+                    ("node", name.as_str()),
+                    ("phase", "Online")
+                ]
+            ),
+            Some(1.0),
+            "{name}"
+        );
     }
+    let cluster_ref = online[0].spec.cluster_ref.clone();
+    assert_eq!(
+        ctx.metrics.sample(
+            "simplyblock_storagenode_provisioning_duration_seconds_count",
+            &[("cluster", cluster_ref.as_str())]
+        ),
+        Some(WORKERS.len() as f64)
+    );
 
     // Exactly one node add per worker, and the worker enrolled and labelled with its slot.
     let r = cp
