@@ -878,7 +878,7 @@ async fn steady(
         let before = status.resources.as_ref().and_then(|r| r.capacity.as_ref());
         resources.capacity = settled_capacity(before, resources.capacity.take());
         // Not this controller's to write, nor a reason to write.
-        resources.devices = status.resources.as_ref().and_then(|r| r.devices.clone());
+        resources.devices = status.resources.as_ref().and_then(|r| r.devices);
     }
     let phase = phase_of(&found);
     let same = status.phase == phase

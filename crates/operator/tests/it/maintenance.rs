@@ -251,7 +251,7 @@ impl Fleet {
     }
 
     /// Records every (operation, phase, step) the API server shows, in order.
-    pub fn history(&self) -> Arc<Mutex<Vec<(String, OpsPhase, Option<String>)>>> {
+    pub fn history(&self) -> History {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = seen.clone();
         let stream = watcher::watcher(self.ops(), watcher::Config::default());
@@ -269,6 +269,9 @@ impl Fleet {
         seen
     }
 }
+
+/// Every (operation, phase, step) seen, in order.
+pub type History = Arc<Mutex<Vec<(String, OpsPhase, Option<String>)>>>;
 
 /// A storage-node pod of cluster `sb` on `worker`, as the DaemonSet would run it.
 async fn storage_node_pod(f: &Fleet, worker: &str) -> String {
