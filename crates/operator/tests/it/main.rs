@@ -6,6 +6,7 @@ mod cluster_ops;
 mod controlplane;
 mod controlplane_ops;
 mod crash;
+mod crash_day2;
 mod deployment;
 mod devices;
 mod discovery;
