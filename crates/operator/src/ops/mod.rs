@@ -283,6 +283,17 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// The operation is deleted and terminal: `None` once what it created (and does not
+    /// own) is gone, else why its finalizer stays (it asked them to stop, and looks
+    /// again). Default: nothing to clean up.
+    fn dependents_gone(
+        &self,
+        _op: &K,
+        _ctx: &Context,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send {
+        async { Ok(None) }
+    }
+
     /// A kind-specific event raised when the operation succeeds (e.g. `TaskCanceled`).
     fn succeed_event(&self, _op: &K) -> Option<(&'static str, String)> {
         None

@@ -90,16 +90,24 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
         K::FINALIZER,
         op,
         |op| async move { apply(&*op, ctx, steps).await },
-        |op| async move { cleanup(&*op, ctx).await },
+        |op| async move { cleanup(&*op, ctx, steps).await },
     )
     .await
 }
 
 /// Deleted: an operation that never ended is recorded Aborted first (its event and
-/// metrics), then the lock is released.
-async fn cleanup<K: OpsResource>(op: &K, ctx: &Context) -> Result<Action, Error> {
+/// metrics), then what it created goes ([`Steps::dependents_gone`]), then the lock is
+/// released.
+async fn cleanup<K: OpsResource, S: Steps<K>>(
+    op: &K,
+    ctx: &Context,
+    steps: &S,
+) -> Result<Action, Error> {
     if !op.ops_status().phase.is_terminal() {
         return finish(op, ctx, OpsPhase::Aborted, op.deleted_message(), None).await;
+    }
+    if let Some(why) = steps.dependents_gone(op, ctx).await? {
+        return Err(Error::Held(why));
     }
     release(&ctx.kube, op).await?;
     Ok(Action::await_change())

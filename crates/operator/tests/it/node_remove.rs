@@ -25,6 +25,22 @@ struct Fleet {
 
 impl Fleet {
     async fn new(ns: &str) -> Fleet {
+        let f = Fleet::bare(ns).await;
+        tokio::spawn(simplyblock_operator::node::ops::run(f.h.ctx.clone()));
+        f.start_moves();
+        f
+    }
+
+    /// The PersistentVolumeOps controller.
+    fn start_moves(&self) {
+        tokio::spawn(simplyblock_operator::volume_ops::run(
+            self.h.ctx.clone(),
+            "operator:test".into(),
+        ));
+    }
+
+    /// The fleet without its controllers.
+    async fn bare(ns: &str) -> Fleet {
         let h = harness(ns, "", (1, 1)).await;
         h.activated().await;
         let nodes: Vec<Uuid> =
@@ -73,11 +89,6 @@ impl Fleet {
             .await
             .expect("pool")
             .id;
-        tokio::spawn(simplyblock_operator::node::ops::run(h.ctx.clone()));
-        tokio::spawn(simplyblock_operator::volume_ops::run(
-            h.ctx.clone(),
-            "operator:test".into(),
-        ));
         Fleet { h, nodes, pool }
     }
 
@@ -306,4 +317,63 @@ async fn deleting_a_storage_node_drains_it_through_a_remove_operation() {
             .expect("node");
     assert_eq!(node.status, NodeStatus::Removed);
     assert_eq!(f.h.calls("DELETE", &f.removals(source)).await, 1);
+}
+
+#[tokio::test]
+async fn a_deleted_removal_stops_the_moves_it_started_and_deletes_them() {
+    let f = Fleet::bare("snops-cascade").await;
+    // Budgets cut to a ten-thousandth: MigratingVolumes gives up after about 9 s.
+    let ctx = simplyblock_operator::context::Context::new(
+        crate::support::operator_kube().await,
+        f.h.cp.clone(),
+        f.h.sim.endpoint.clone(),
+        f.h.ns.clone(),
+    )
+    .watching(&f.h.ns)
+    .with_step_deadline_scale(1e-4);
+    tokio::spawn(simplyblock_operator::node::ops::run(std::sync::Arc::new(
+        ctx,
+    )));
+    f.volume("data", f.nodes[0], "claim-data").await;
+    f.create("drain", "sn-0").await;
+    // No PersistentVolumeOps controller runs yet: the move never starts, and the drain
+    // outlives its budget with the move still there.
+    let failed = f.ended("drain", OpsPhase::Failed).await;
+    let message = failed.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        message.contains("step MigratingVolumes exceeded its deadline"),
+        "{message}"
+    );
+    assert_eq!(f.moves_left().await, 1);
+    f.ops()
+        .delete("drain", &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Held by its finalizer until the move has stopped: the abort is asked.
+    let moves: Api<PersistentVolumeOps> = Api::all(f.h.kube.clone());
+    until("the move asked to abort", async || {
+        let list = moves.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|m| {
+                m.spec.abort
+                    && m.spec
+                        .creator_ref
+                        .as_ref()
+                        .is_some_and(|c| c.name == "drain")
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(f.ops().get_opt("drain").await.expect("read").is_some());
+    f.start_moves();
+    until_explained(
+        "the removal and its move gone",
+        PATIENCE,
+        async || f.ops().get_opt("drain").await.ok()?.is_none().then_some(()),
+        String::new,
+    )
+    .await;
+    assert_eq!(f.moves_left().await, 0);
+    assert_eq!(f.h.calls("DELETE", &f.removals(f.nodes[0])).await, 0);
 }

@@ -288,12 +288,17 @@ pub async fn sbsim_timed(
         std::fs::write(&path, fleet(workers)).expect("fleet");
         path
     });
+    // Each sbsim of this process draws its ids from a seed of its own: the tests share
+    // one API server, and cluster-scoped objects named by control-plane ids (volume
+    // handles on PersistentVolumes) must not meet another test's.
+    static SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let config = SimConfig {
         tokens: vec![TOKEN.into()],
         time_scale: 1000.0,
         faults: faults.into(),
         fleet: fleet_path,
         timings,
+        seed: SEEDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         ..SimConfig::new(dir.path().join("state"))
     };
     let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))

@@ -226,6 +226,17 @@ impl Steps<StorageNodeOps> for NodeSteps {
         cluster_gate(target, ctx).await
     }
 
+    async fn dependents_gone(
+        &self,
+        op: &StorageNodeOps,
+        ctx: &Context,
+    ) -> Result<Option<String>, ops::Error> {
+        match op.spec.action {
+            NodeAction::Remove => remove::dependents_gone(op, ctx).await,
+            _ => Ok(None),
+        }
+    }
+
     fn kind_status_written(&self, ctx: &Context, op: &StorageNodeOps, kind: &Map<String, Value>) {
         if op.spec.action == NodeAction::Remove {
             remove::kind_status_written(ctx, op, kind);

@@ -840,6 +840,55 @@ pub fn move_name(op: &StorageNodeOps, pv: &str, attempt: usize) -> String {
     simplyblock_api::names::derived_name(&parts, 253)
 }
 
+/// The deleted operation's moves: those still running are asked to abort, and once all
+/// have ended they are deleted. `None` when none is left.
+pub async fn dependents_gone(
+    op: &StorageNodeOps,
+    ctx: &Context,
+) -> Result<Option<String>, ops::Error> {
+    let api: Api<PersistentVolumeOps> = Api::all(ctx.kube.clone());
+    let uid = op.uid().unwrap_or_default();
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_STORAGE_NODE_OPS}");
+    let mine: Vec<PersistentVolumeOps> = api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .into_iter()
+        .filter(|m| m.spec.creator_ref.as_ref().is_some_and(|c| c.uid == uid))
+        .collect();
+    if mine.is_empty() {
+        return Ok(None);
+    }
+    let mut running = Vec::new();
+    for m in &mine {
+        let name = m.name_any();
+        let ended = m.status.as_ref().is_some_and(|s| s.phase.is_terminal());
+        if ended {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            if !m.spec.abort {
+                let abort = json!({"spec": {"abort": true}});
+                api.patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&abort),
+                )
+                .await?;
+            }
+            running.push(name);
+        }
+    }
+    Ok((!running.is_empty()).then(|| {
+        format!(
+            "waiting for the moves {} to stop (abort asked)",
+            running.join(", ")
+        )
+    }))
+}
+
 pub async fn execute(
     op: &StorageNodeOps,
     _node: &StorageNode,
