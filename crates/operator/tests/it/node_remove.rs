@@ -286,6 +286,31 @@ async fn a_node_the_control_plane_already_removed_is_removed_without_a_call() {
 }
 
 #[tokio::test]
+async fn a_stuck_node_of_an_unready_cluster_is_removed_once_the_control_plane_lost_it() {
+    let f = Fleet::new("snops-stuck").await;
+    let stuck = f.nodes[1];
+    // The cluster is not ready, and the node's record is gone from the control plane (its
+    // add never finished, or it was deleted by hand): no removal can be asked, none is
+    // needed.
+    f.h.sim
+        .server
+        .sim
+        .mutate(|st| {
+            if let Some(c) = st.t.clusters.get_mut(&f.h.uuid.to_string()) {
+                c.status = simplyblock_controlplane::ClusterStatus::Unready;
+            }
+            st.t.nodes.remove(&stuck.to_string());
+            Ok(())
+        })
+        .expect("the cluster unready, the node gone");
+    f.create("stuck", "sn-1").await;
+    let done = f.ended("stuck", OpsPhase::Succeeded).await;
+    let message = done.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("no longer knows node"), "{message}");
+    assert_eq!(f.h.calls("DELETE", &f.removals(stuck)).await, 0);
+}
+
+#[tokio::test]
 async fn deleting_a_storage_node_drains_it_through_a_remove_operation() {
     let f = Fleet::new("sn-delete-drain").await;
     tokio::spawn(simplyblock_operator::node::controller::run(f.h.ctx.clone()));
