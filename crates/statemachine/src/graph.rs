@@ -306,6 +306,33 @@ impl<A: Action, S: State> MultiGraph<A, S> {
         Self { graphs }
     }
 
+    /// [`MultiGraph::scaled`] made once per graph and factor for the life of the process,
+    /// and shared: a controller restarted with the same factor reads the same graphs. A
+    /// factor of 1 is `self`. Meant for the deadline-shortened runs of tests (a handful of
+    /// factors); each distinct factor keeps its copy for good.
+    pub fn scaled_static(&'static self, factor: f64) -> &'static Self
+    where
+        A: Send + Sync + 'static,
+        S: Send + Sync + 'static,
+    {
+        use std::any::Any;
+        use std::sync::{LazyLock, Mutex};
+        if factor == 1.0 {
+            return self;
+        }
+        // Statics are shared by every instantiation of a generic function: the copies are
+        // kept as `Any`, keyed by the graphs' address and the factor.
+        type Copies = BTreeMap<(usize, u64), &'static (dyn Any + Send + Sync)>;
+        static COPIES: LazyLock<Mutex<Copies>> = LazyLock::new(Mutex::default);
+        let key = (self as *const Self as usize, factor.to_bits());
+        let mut copies = COPIES.lock().unwrap_or_else(|e| e.into_inner());
+        let copy = *copies
+            .entry(key)
+            .or_insert_with(|| Box::leak(Box::new(self.scaled(factor))));
+        copy.downcast_ref::<Self>()
+            .expect("a copy is keyed by the address of the graphs it was made from")
+    }
+
     /// The graph of `action`.
     pub fn graph(&self, action: A) -> Result<&Graph<S>, Error> {
         self.graphs.get(&action).ok_or(Error::UnknownAction {
@@ -570,5 +597,21 @@ mod tests {
         assert_eq!(mg.scaled(0.0), mg);
         assert_eq!(mg.scaled(f64::NAN), mg);
         assert_eq!(mg.scaled(1.0), mg);
+    }
+
+    #[test]
+    fn a_static_scaled_copy_is_made_once_per_graphs_and_factor() {
+        static MG: std::sync::LazyLock<MultiGraph<&'static str, S>> =
+            std::sync::LazyLock::new(|| MultiGraph::new(&[("Two", TWO)]).expect("valid"));
+        static OTHER: std::sync::LazyLock<MultiGraph<&'static str, S>> =
+            std::sync::LazyLock::new(|| MultiGraph::new(&[("One", ONE)]).expect("valid"));
+        let graphs: &'static MultiGraph<&'static str, S> = &MG;
+        assert!(std::ptr::eq(graphs.scaled_static(1.0), graphs));
+        let fast = graphs.scaled_static(0.01);
+        assert!(std::ptr::eq(fast, graphs.scaled_static(0.01)), "shared");
+        assert_eq!(*fast, graphs.scaled(0.01));
+        assert!(!std::ptr::eq(fast, graphs.scaled_static(0.1)));
+        let other: &'static MultiGraph<&'static str, S> = &OTHER;
+        assert_eq!(*other.scaled_static(0.01), other.scaled(0.01));
     }
 }

@@ -15,8 +15,7 @@
 //! | CancelTask | Requesting → Awaiting | cancel once (404 is success); task no longer open | task no longer open |
 //! | RollingRestart | per node, see [`plan_rolling`] | | nodeIndex = len(nodes) |
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -150,19 +149,9 @@ impl Default for ClusterSteps {
 impl ClusterSteps {
     /// The graphs with every deadline multiplied by `scale` (1: as declared).
     pub fn with_deadline_scale(scale: f64) -> Self {
-        if scale == 1.0 {
-            return Self::default();
+        ClusterSteps {
+            graphs: GRAPHS.scaled_static(scale),
         }
-        // One copy per distinct factor for the life of the process: a handful in tests,
-        // none in production.
-        static SCALED: LazyLock<
-            Mutex<BTreeMap<u64, &'static MultiGraph<ClusterAction, ClusterOpsStep>>>,
-        > = LazyLock::new(Mutex::default);
-        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
-        let graphs = *scaled
-            .entry(scale.to_bits())
-            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
-        ClusterSteps { graphs }
     }
 }
 

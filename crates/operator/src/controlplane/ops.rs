@@ -17,7 +17,7 @@
 //! operator, not here.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -335,17 +335,9 @@ impl Default for ControlPlaneSteps {
 impl ControlPlaneSteps {
     /// The graphs with every deadline multiplied by `scale` (1: as declared).
     pub fn with_deadline_scale(scale: f64) -> Self {
-        if scale == 1.0 {
-            return Self::default();
+        ControlPlaneSteps {
+            graphs: GRAPHS.scaled_static(scale),
         }
-        // One copy per distinct factor for the life of the process: tests only.
-        type Scaled = BTreeMap<u64, &'static MultiGraph<ControlPlaneAction, ControlPlaneOpsStep>>;
-        static SCALED: LazyLock<Mutex<Scaled>> = LazyLock::new(Mutex::default);
-        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
-        let graphs = *scaled
-            .entry(scale.to_bits())
-            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
-        ControlPlaneSteps { graphs }
     }
 }
 

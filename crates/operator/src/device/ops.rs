@@ -14,7 +14,7 @@
 //! cluster are already out of service it raises `InsufficientRedundancy` and goes on.
 //! Before the first call, the device's status is recorded in `status.deviceStatusBefore`.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -118,19 +118,9 @@ impl Default for DeviceSteps {
 impl DeviceSteps {
     /// The graphs with every deadline multiplied by `scale` (1: as declared).
     pub fn with_deadline_scale(scale: f64) -> Self {
-        if scale == 1.0 {
-            return Self::default();
+        DeviceSteps {
+            graphs: GRAPHS.scaled_static(scale),
         }
-        static SCALED: LazyLock<
-            Mutex<
-                std::collections::BTreeMap<u64, &'static MultiGraph<DeviceAction, DeviceOpsStep>>,
-            >,
-        > = LazyLock::new(Mutex::default);
-        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
-        let graphs = *scaled
-            .entry(scale.to_bits())
-            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
-        DeviceSteps { graphs }
     }
 }
 

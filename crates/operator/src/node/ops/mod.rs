@@ -21,7 +21,7 @@
 //! ([`maintenance`]) have a module each: what they observe beside the node, their pure
 //! plan and their calls.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -142,19 +142,9 @@ impl Default for NodeSteps {
 impl NodeSteps {
     /// The graphs with every deadline multiplied by `scale` (1: as declared).
     pub fn with_deadline_scale(scale: f64) -> Self {
-        if scale == 1.0 {
-            return Self::default();
+        NodeSteps {
+            graphs: GRAPHS.scaled_static(scale),
         }
-        // One copy per distinct factor for the life of the process: a handful in tests,
-        // none in production.
-        static SCALED: LazyLock<
-            Mutex<std::collections::BTreeMap<u64, &'static MultiGraph<NodeAction, NodeOpsStep>>>,
-        > = LazyLock::new(Mutex::default);
-        let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
-        let graphs = *scaled
-            .entry(scale.to_bits())
-            .or_insert_with(|| Box::leak(Box::new(GRAPHS.scaled(scale))));
-        NodeSteps { graphs }
     }
 }
 
