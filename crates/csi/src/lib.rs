@@ -9,6 +9,7 @@
 
 pub mod attach;
 pub mod caps;
+pub mod chain;
 pub mod clusters;
 pub mod controller;
 pub mod error;
