@@ -29,6 +29,7 @@ pub mod storage_node;
 pub mod storage_node_ops;
 pub mod storage_pool;
 pub mod storage_pool_ops;
+pub mod test_failover;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -47,6 +48,7 @@ pub use storage_node::StorageNode;
 pub use storage_node_ops::StorageNodeOps;
 pub use storage_pool::StoragePool;
 pub use storage_pool_ops::StoragePoolOps;
+pub use test_failover::TestFailover;
 
 pub use keys::{API_VERSION, GROUP, VERSION};
 
@@ -67,6 +69,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ControlPlaneOps::crd(),
         SimplyblockDriver::crd(),
         PersistentVolumeOps::crd(),
+        TestFailover::crd(),
     ]
 }
 

@@ -7,7 +7,8 @@ use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, PersistentVolumeOps,
     SimplyblockDriver, StorageCluster, StorageClusterOps, StorageDevice, StorageDeviceOps,
-    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, crd_file_name, crd_yaml, crds,
+    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, TestFailover, crd_file_name,
+    crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -96,6 +97,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::persistent_volume_ops::GRAPHS.declared_state_names(),
         &step_schema(&PersistentVolumeOps::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::test_failover::GRAPHS.declared_state_names(),
+        &step_schema(&TestFailover::crd()),
+    );
 }
 
 #[test]
@@ -139,6 +144,7 @@ async fn samples_are_accepted_by_the_api_server() {
             "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
             "ControlPlaneOps" => crate::support::dynamic::<ControlPlaneOps>(&client, &ns),
             "SimplyblockDriver" => crate::support::dynamic::<SimplyblockDriver>(&client, &ns),
+            "TestFailover" => crate::support::dynamic::<TestFailover>(&client, &ns),
             // Cluster-scoped: the namespace is not part of its address.
             "PersistentVolumeOps" => kube::Api::all_with(
                 client.clone(),
@@ -184,6 +190,7 @@ async fn samples_are_accepted_by_the_api_server() {
             "PersistentVolumeOps" => {
                 drop(serde_json::from_value::<PersistentVolumeOps>(value).expect("typed"))
             }
+            "TestFailover" => drop(serde_json::from_value::<TestFailover>(value).expect("typed")),
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }
     }

@@ -6,3 +6,4 @@ mod devices;
 mod install_kinds;
 mod pvops;
 mod support;
+mod tfo;
