@@ -29,6 +29,7 @@ pub mod storage_node;
 pub mod storage_node_ops;
 pub mod storage_pool;
 pub mod storage_pool_ops;
+pub mod storage_site_deployment;
 pub mod test_failover;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -48,6 +49,7 @@ pub use storage_node::StorageNode;
 pub use storage_node_ops::StorageNodeOps;
 pub use storage_pool::StoragePool;
 pub use storage_pool_ops::StoragePoolOps;
+pub use storage_site_deployment::StorageSiteDeployment;
 pub use test_failover::TestFailover;
 
 pub use keys::{API_VERSION, GROUP, VERSION};
@@ -69,6 +71,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ControlPlaneOps::crd(),
         SimplyblockDriver::crd(),
         PersistentVolumeOps::crd(),
+        StorageSiteDeployment::crd(),
         TestFailover::crd(),
     ]
 }

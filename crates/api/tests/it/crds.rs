@@ -7,8 +7,8 @@ use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, PersistentVolumeOps,
     SimplyblockDriver, StorageCluster, StorageClusterOps, StorageDevice, StorageDeviceOps,
-    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, TestFailover, crd_file_name,
-    crd_yaml, crds,
+    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, StorageSiteDeployment, TestFailover,
+    crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -144,6 +144,9 @@ async fn samples_are_accepted_by_the_api_server() {
             "ControlPlane" => crate::support::dynamic::<ControlPlane>(&client, &ns),
             "ControlPlaneOps" => crate::support::dynamic::<ControlPlaneOps>(&client, &ns),
             "SimplyblockDriver" => crate::support::dynamic::<SimplyblockDriver>(&client, &ns),
+            "StorageSiteDeployment" => {
+                crate::support::dynamic::<StorageSiteDeployment>(&client, &ns)
+            }
             "TestFailover" => crate::support::dynamic::<TestFailover>(&client, &ns),
             // Cluster-scoped: the namespace is not part of its address.
             "PersistentVolumeOps" => kube::Api::all_with(
@@ -189,6 +192,9 @@ async fn samples_are_accepted_by_the_api_server() {
             }
             "PersistentVolumeOps" => {
                 drop(serde_json::from_value::<PersistentVolumeOps>(value).expect("typed"))
+            }
+            "StorageSiteDeployment" => {
+                drop(serde_json::from_value::<StorageSiteDeployment>(value).expect("typed"))
             }
             "TestFailover" => drop(serde_json::from_value::<TestFailover>(value).expect("typed")),
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),

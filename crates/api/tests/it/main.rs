@@ -5,5 +5,6 @@ mod crds;
 mod devices;
 mod install_kinds;
 mod pvops;
+mod sites;
 mod support;
 mod tfo;
