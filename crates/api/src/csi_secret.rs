@@ -8,6 +8,12 @@
 //! picks its local member by it); it is written only when true, so an entry of a cluster
 //! that is not marked is the reference's three keys exactly.
 //!
+//! An entry records who wrote it under [`WRITER_KEY`]: an operator writes every cluster its
+//! control plane lists and names its entries by that control plane's endpoint, so it can
+//! drop the ones whose cluster the control plane no longer lists while leaving alone the
+//! entries another operator (another site's control plane) wrote into the same Secret. An
+//! entry without the key was written by a person or by an operator predating it.
+//!
 //! Keys this version does not know, on an entry or beside `clusters`, are read into
 //! `extra` and written back as they were: another writer (a newer operator, a person) may
 //! have put them there, and a rewrite of one cluster's entry must not lose them.
@@ -23,6 +29,10 @@ use serde_json::{Map, Value};
 pub const NAME: &str = "simplyblock-csi-secret-v2";
 /// The key of the Secret's data that holds the clusters.
 pub const KEY: &str = "secret.json";
+
+/// The entry key naming the writer of the entry: the endpoint of the control plane that
+/// listed the cluster. Kept in [`Entry::extra`], so readers that do not know it ignore it.
+pub const WRITER_KEY: &str = "written_by";
 
 /// What the secret says: the clusters, and which of them are the site's own.
 #[derive(Serialize, Deserialize, Clone, Default, Debug, PartialEq, Eq)]
@@ -54,6 +64,11 @@ impl Entry {
         self.cluster_id == other.cluster_id
             && self.cluster_endpoint == other.cluster_endpoint
             && self.cluster_secret == other.cluster_secret
+    }
+
+    /// Who wrote the entry ([`WRITER_KEY`]); `None` when it does not say.
+    pub fn writer(&self) -> Option<&str> {
+        self.extra.get(WRITER_KEY).and_then(Value::as_str)
     }
 }
 

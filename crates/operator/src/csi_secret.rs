@@ -1,6 +1,6 @@
 //! Writing the CSI driver's view of the clusters: the Secret whose format
-//! [`simplyblock_api::csi_secret`] defines. Every cluster controller writes its own entry
-//! into the one shared object, so writes are read-modify-write under the object's
+//! [`simplyblock_api::csi_secret`] defines. Every cluster controller writes the entries of
+//! all the clusters its control plane lists into the one shared object ([`with_listed`]), so writes are read-modify-write under the object's
 //! resourceVersion, retried on conflict.
 //!
 //! A secret whose data does not parse is left as it is: writing over it would erase every
@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use serde_json::Value;
 use simplyblock_api::csi_secret::{DecodeError, decode, secret_data};
 use simplyblock_api::keys;
 
-pub use simplyblock_api::csi_secret::{Contents, Entry, KEY, NAME};
+pub use simplyblock_api::csi_secret::{Contents, Entry, KEY, NAME, WRITER_KEY};
 
 /// `contents` with `entry` in place of any entry for the same cluster, keeping the keys the
 /// old entry carried beyond `entry`'s; `None` when that changes nothing.
@@ -40,6 +41,66 @@ pub fn with_entry(contents: &Contents, entry: &Entry) -> Option<Contents> {
     next.clusters
         .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
     Some(next)
+}
+
+/// `contents` holding one entry per cluster in `listed`, each written by `writer` (the
+/// control plane's endpoint, see [`WRITER_KEY`]), with `local` marked the site's own;
+/// `None` when that changes nothing.
+///
+/// An entry another writer wrote is left as it is, even for a cluster `listed` names: that
+/// writer answers for it. An entry without a writer is taken over when its cluster is
+/// listed (earlier versions of this operator wrote them so) and otherwise left alone. An
+/// entry `writer` wrote whose cluster is no longer listed is dropped with its mark.
+pub fn with_listed(
+    contents: &Contents,
+    writer: &str,
+    listed: &[Entry],
+    local: &str,
+) -> Option<Contents> {
+    let foreign = |e: &Entry| e.writer().is_some_and(|w| w != writer);
+    let mut next = contents.clone();
+    next.clusters.retain(|e| {
+        foreign(e) || e.writer().is_none() || listed.iter().any(|l| l.cluster_id == e.cluster_id)
+    });
+    next.local
+        .retain(|id| next.clusters.iter().any(|e| &e.cluster_id == id));
+    for entry in listed {
+        if next
+            .clusters
+            .iter()
+            .any(|e| e.cluster_id == entry.cluster_id && foreign(e))
+        {
+            continue;
+        }
+        let mut entry = entry.clone();
+        entry
+            .extra
+            .insert(WRITER_KEY.into(), Value::String(writer.into()));
+        if let Some(old) = next
+            .clusters
+            .iter()
+            .find(|e| e.cluster_id == entry.cluster_id)
+        {
+            for (key, value) in &old.extra {
+                entry
+                    .extra
+                    .entry(key.clone())
+                    .or_insert_with(|| value.clone());
+            }
+        }
+        next.clusters.retain(|e| e.cluster_id != entry.cluster_id);
+        next.clusters.push(entry);
+    }
+    if next
+        .clusters
+        .iter()
+        .any(|e| e.cluster_id == local && !foreign(e))
+    {
+        next.local.insert(local.to_string());
+    }
+    next.clusters
+        .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
+    (next != *contents).then_some(next)
 }
 
 /// `contents` without the entry for `cluster_id`; `None` when there is none.
@@ -140,6 +201,7 @@ pub async fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn entry(id: &str, secret: &str) -> Entry {
         Entry {
@@ -203,5 +265,104 @@ mod tests {
         assert!(rotated.local.contains("a"));
         let removed = without_entry(&rotated, "a").expect("removed");
         assert!(removed.local.is_empty());
+    }
+
+    fn written(id: &str, secret: &str, writer: &str) -> Entry {
+        let mut e = entry(id, secret);
+        e.extra.insert(WRITER_KEY.into(), writer.into());
+        e
+    }
+
+    #[test]
+    fn every_listed_cluster_is_written_and_the_callers_own_is_marked_local() {
+        let next = with_listed(
+            &Contents::default(),
+            "http://cp",
+            &[entry("b", "s2"), entry("a", "s1")],
+            "a",
+        )
+        .expect("written");
+        assert_eq!(
+            next.clusters,
+            vec![
+                written("a", "s1", "http://cp"),
+                written("b", "s2", "http://cp")
+            ]
+        );
+        assert_eq!(next.local, BTreeSet::from(["a".to_string()]));
+        assert_eq!(
+            with_listed(
+                &next,
+                "http://cp",
+                &[entry("a", "s1"), entry("b", "s2")],
+                "a"
+            ),
+            None,
+            "an unchanged list writes nothing"
+        );
+        let second = with_listed(
+            &next,
+            "http://cp",
+            &[entry("a", "s1"), entry("b", "s2")],
+            "b",
+        )
+        .expect("b marked too");
+        assert_eq!(
+            second.local,
+            BTreeSet::from(["a".to_string(), "b".to_string()]),
+            "the other cluster's controller keeps the first mark"
+        );
+    }
+
+    #[test]
+    fn another_writers_entries_are_kept_and_own_stale_ones_dropped() {
+        let mut peer = written("p", "sp", "https://other-site");
+        peer.extra.insert("replica_of".into(), "a".into());
+        let stored = Contents {
+            clusters: vec![
+                written("a", "s1", "http://cp"),
+                written("gone", "sg", "http://cp"),
+                entry("hand", "sh"),
+                peer.clone(),
+                // Another writer's entry for a cluster this control plane lists too.
+                written("shared", "theirs", "https://other-site"),
+            ],
+            local: BTreeSet::from(["gone".to_string(), "p".to_string()]),
+            ..Contents::default()
+        };
+        let next = with_listed(
+            &stored,
+            "http://cp",
+            &[entry("a", "s1"), entry("shared", "ours")],
+            "a",
+        )
+        .expect("changed");
+        let ids: Vec<_> = next
+            .clusters
+            .iter()
+            .map(|e| e.cluster_id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["a", "hand", "p", "shared"]);
+        assert_eq!(next.clusters[2], peer);
+        assert_eq!(next.clusters[3].cluster_secret, "theirs");
+        assert_eq!(
+            next.local,
+            BTreeSet::from(["a".to_string(), "p".to_string()]),
+            "the stale entry's mark goes with it, the peer's stays"
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_writer_is_taken_over_when_listed() {
+        let mut legacy = entry("a", "old");
+        legacy.extra.insert("replica_of".into(), "b".into());
+        let stored = Contents {
+            clusters: vec![legacy],
+            ..Contents::default()
+        };
+        let next = with_listed(&stored, "http://cp", &[entry("a", "new")], "a").expect("changed");
+        assert_eq!(next.clusters[0].cluster_secret, "new");
+        assert_eq!(next.clusters[0].writer(), Some("http://cp"));
+        assert_eq!(next.clusters[0].extra["replica_of"], "b");
     }
 }

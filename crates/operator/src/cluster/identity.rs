@@ -98,19 +98,36 @@ pub async fn write(ctx: &Context, cluster: &StorageCluster, id: &Identity) -> Re
     Ok(())
 }
 
-/// Adds (or refreshes) the cluster's entry in the CSI driver's Secret.
+/// Writes every cluster the control plane lists into the CSI driver's Secret, marks `id`'s
+/// cluster the site's own, and drops the entries this control plane wrote for clusters it
+/// no longer lists ([`csi_secret::with_listed`]). `id`'s own entry is written from `id`
+/// even before the list shows it, so the driver can serve the cluster as soon as it exists.
 pub async fn publish_csi_entry(
     ctx: &Context,
     cluster: &StorageCluster,
     id: &Identity,
 ) -> Result<(), Error> {
-    let entry = csi_secret::Entry {
-        cluster_id: id.uuid.to_string(),
-        cluster_endpoint: ctx.control_plane_endpoint()?,
-        cluster_secret: id.secret.clone(),
+    let endpoint = ctx.control_plane_endpoint()?;
+    let entry = |uuid: String, secret: String| csi_secret::Entry {
+        cluster_id: uuid,
+        cluster_endpoint: endpoint.clone(),
+        cluster_secret: secret,
         extra: Default::default(),
     };
-    change_csi_secret(ctx, cluster, |c| csi_secret::with_entry(c, &entry)).await
+    let mut listed: Vec<csi_secret::Entry> = ctx
+        .control_plane()?
+        .list_clusters()
+        .await?
+        .into_iter()
+        .filter(|c| c.id != id.uuid)
+        .map(|c| entry(c.id.to_string(), c.secret.expose().to_string()))
+        .collect();
+    listed.push(entry(id.uuid.to_string(), id.secret.clone()));
+    let own = id.uuid.to_string();
+    change_csi_secret(ctx, cluster, |c| {
+        csi_secret::with_listed(c, &endpoint, &listed, &own)
+    })
+    .await
 }
 
 /// Applies `change` to the CSI driver's Secret on behalf of `cluster`. A stored secret

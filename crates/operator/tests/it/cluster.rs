@@ -503,6 +503,94 @@ async fn writing_the_csi_secret_keeps_other_clusters_and_keys_it_does_not_know()
 }
 
 #[tokio::test]
+async fn the_csi_secret_holds_every_listed_cluster_keeps_foreign_entries_and_drops_stale_own() {
+    let h = harness("csi-secret-every", "").await;
+    // A second cluster of the same control plane, not a StorageCluster of this site.
+    let peer =
+        h.cp.create_cluster(&simplyblock_controlplane::ClusterCreate::new("peer", 10, 4))
+            .await
+            .expect("second cluster");
+    let endpoint = h.ctx.control_plane_endpoint().expect("endpoint");
+    let foreign = json!({
+        "cluster_id": "0b000000-0000-4000-8000-00000000000b",
+        "cluster_endpoint": "https://site-b:8080",
+        "cluster_secret": "site-b-secret",
+        "local": true,
+        csi_secret::WRITER_KEY: "https://site-b:8080"
+    });
+    let stored = json!({"clusters": [
+        foreign,
+        {
+            "cluster_id": "0c000000-0000-4000-8000-00000000000c",
+            "cluster_endpoint": endpoint,
+            "cluster_secret": "removed-outside",
+            csi_secret::WRITER_KEY: endpoint
+        }
+    ]});
+    stored_csi_secret(&h, stored.to_string().as_bytes()).await;
+    h.create("sb").await;
+    let uuid = until("the cluster created", async || created(&h, "sb").await).await;
+
+    let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.ns);
+    let data = secrets
+        .get(csi_secret::NAME)
+        .await
+        .expect("CSI secret")
+        .data
+        .expect("data");
+    let written: Value = serde_json::from_slice(&data[csi_secret::KEY].0).expect("JSON");
+    let mut ids: Vec<&str> = written["clusters"]
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .filter_map(|c| c["cluster_id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    let peer_id = peer.id.to_string();
+    let mut expected = vec!["0b000000-0000-4000-8000-00000000000b", &peer_id, &uuid];
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "the stale own entry dropped: {written}");
+
+    let contents = simplyblock_api::csi_secret::decode(&data[csi_secret::KEY].0).expect("contents");
+    let entry = |id: &str| {
+        contents
+            .clusters
+            .iter()
+            .find(|e| e.cluster_id == id)
+            .expect("entry")
+            .clone()
+    };
+    assert_eq!(
+        written["clusters"]
+            .as_array()
+            .expect("clusters")
+            .iter()
+            .find(|c| c["cluster_id"] == "0b000000-0000-4000-8000-00000000000b"),
+        Some(&foreign),
+        "another operator's entry as it was"
+    );
+    assert_eq!(entry(&peer_id).cluster_secret, peer.secret.expose());
+    assert_eq!(entry(&peer_id).cluster_endpoint, endpoint);
+    assert_eq!(entry(&peer_id).writer(), Some(endpoint.as_str()));
+    assert_eq!(entry(&uuid).writer(), Some(endpoint.as_str()));
+    assert_eq!(
+        contents.local,
+        [
+            "0b000000-0000-4000-8000-00000000000b".to_string(),
+            uuid.clone()
+        ]
+        .into(),
+        "this site's cluster is local, the peer of the same control plane is not"
+    );
+    // The driver reads what the operator wrote, the peer included.
+    let driver = simplyblock_csi::clusters::parse_secret(
+        std::str::from_utf8(&data[csi_secret::KEY].0).expect("utf-8"),
+    )
+    .expect("the driver parses it");
+    assert_eq!(driver.len(), 3);
+}
+
+#[tokio::test]
 async fn an_unreadable_csi_secret_is_left_untouched_and_said_in_an_event() {
     let h = harness("csi-secret-unreadable", "").await;
     let stored = stored_csi_secret(&h, br#"{"clusters": [{"cluster_id": "0a00"#).await;
