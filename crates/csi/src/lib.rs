@@ -7,6 +7,7 @@
 //! command building, sysfs and mountinfo parsing, error mapping) lives apart from the
 //! code that runs commands or talks to the control plane, and is unit-tested on its own.
 
+pub mod addons_identity;
 pub mod attach;
 pub mod caps;
 pub mod chain;
@@ -28,12 +29,26 @@ pub mod topology;
 pub use error::{CsiError, Result};
 pub use server::{Driver, Mode, NodeConfig, serve, socket_path};
 
-/// The CSI spec's generated messages, clients and servers (`csi.v1`, spec v1.12.0).
+/// The generated messages, clients and servers: the CSI spec (`csi.v1`, spec v1.12.0) and
+/// the csi-addons identity and replication services.
 pub mod proto {
     pub mod csi {
         pub mod v1 {
             #![allow(clippy::all, clippy::pedantic, missing_docs)]
             tonic::include_proto!("csi.v1");
+        }
+    }
+
+    /// The csi-addons spec's identity and replication services (package names as the
+    /// spec writes them).
+    pub mod csiaddons {
+        pub mod identity {
+            #![allow(clippy::all, clippy::pedantic, missing_docs)]
+            tonic::include_proto!("identity");
+        }
+        pub mod replication {
+            #![allow(clippy::all, clippy::pedantic, missing_docs)]
+            tonic::include_proto!("replication");
         }
     }
 }

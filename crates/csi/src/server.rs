@@ -1,6 +1,6 @@
-//! Assembling the services by mode and serving them on the endpoint socket. Other gRPC
-//! services (the csi-addons Identity and Replication services) join through
-//! [`Driver::routes`]: add them to the builder before [`serve`].
+//! Assembling the services by mode and serving them on the endpoint socket: CSI and the
+//! csi-addons Identity service. Other gRPC services join through [`Driver::routes`]: add
+//! them to the builder before [`serve`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tonic::service::RoutesBuilder;
 
+use crate::addons_identity::AddonsIdentityService;
 use crate::attach::Attacher;
 use crate::clusters::Clusters;
 use crate::controller::ControllerService;
@@ -17,6 +18,7 @@ use crate::node::NodeService;
 use crate::proto::csi::v1::controller_server::ControllerServer;
 use crate::proto::csi::v1::identity_server::IdentityServer;
 use crate::proto::csi::v1::node_server::NodeServer;
+use crate::proto::csiaddons::identity::identity_server::IdentityServer as AddonsIdentityServer;
 
 /// Which services the process serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,6 +61,11 @@ impl Driver {
     pub fn routes(&self) -> Result<RoutesBuilder> {
         let mut b = RoutesBuilder::default();
         b.add_service(IdentityServer::new(IdentityService {
+            name: self.name.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            controller: self.mode.controller(),
+        }));
+        b.add_service(AddonsIdentityServer::new(AddonsIdentityService {
             name: self.name.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             controller: self.mode.controller(),

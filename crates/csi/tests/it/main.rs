@@ -2,6 +2,7 @@
 
 mod binary;
 mod common;
+mod csiaddons;
 mod driver;
 mod sanity;
 mod secret;

@@ -1,0 +1,84 @@
+//! The csi-addons Identity service, served on the driver's socket beside CSI: the
+//! csi-addons sidecar asks it which csi-addons services this process serves.
+
+use tonic::{Request, Response, Status};
+
+use crate::proto::csiaddons::identity as ident;
+use ident::capability::{self, service};
+use ident::identity_server::Identity;
+
+#[derive(Debug, Clone)]
+pub struct AddonsIdentityService {
+    pub name: String,
+    pub version: String,
+    /// Whether this process serves the Controller service.
+    pub controller: bool,
+}
+
+impl AddonsIdentityService {
+    /// The capabilities advertised: only services this process actually serves.
+    pub fn capabilities(&self) -> Vec<ident::Capability> {
+        let mut caps = Vec::new();
+        if self.controller {
+            caps.push(ident::Capability {
+                r#type: Some(capability::Type::Service(capability::Service {
+                    r#type: service::Type::ControllerService as i32,
+                })),
+            });
+        }
+        caps
+    }
+}
+
+type R<T> = std::result::Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl Identity for AddonsIdentityService {
+    async fn get_identity(
+        &self,
+        _r: Request<ident::GetIdentityRequest>,
+    ) -> R<ident::GetIdentityResponse> {
+        Ok(Response::new(ident::GetIdentityResponse {
+            name: self.name.clone(),
+            vendor_version: self.version.clone(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_capabilities(
+        &self,
+        _r: Request<ident::GetCapabilitiesRequest>,
+    ) -> R<ident::GetCapabilitiesResponse> {
+        Ok(Response::new(ident::GetCapabilitiesResponse {
+            capabilities: self.capabilities(),
+        }))
+    }
+
+    async fn probe(&self, _r: Request<ident::ProbeRequest>) -> R<ident::ProbeResponse> {
+        Ok(Response::new(ident::ProbeResponse { ready: Some(true) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(controller: bool) -> AddonsIdentityService {
+        AddonsIdentityService {
+            name: "csi.simplyblock.io".into(),
+            version: "1".into(),
+            controller,
+        }
+    }
+
+    #[test]
+    fn the_controller_service_is_advertised_only_where_it_is_served() {
+        let want = ident::Capability {
+            r#type: Some(capability::Type::Service(capability::Service {
+                r#type: service::Type::ControllerService as i32,
+            })),
+        };
+        assert_eq!(svc(true).capabilities(), vec![want]);
+        assert_eq!(svc(false).capabilities(), vec![]);
+    }
+}
