@@ -1210,6 +1210,70 @@ impl Client {
         .map(|_| ())
     }
 
+    /// Bring the volume up on its replica (`POST …/replication/failover`). `planned` adds
+    /// `?planned=` (a newer control plane): a planned failover needs a finished demote of the
+    /// source, and is refused with 409 while the demote converges and 412 when none was asked.
+    pub async fn failover_volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+        planned: Option<bool>,
+    ) -> Result<()> {
+        let query: Vec<(&str, String)> = planned
+            .map(|p| vec![("planned", p.to_string())])
+            .unwrap_or_default();
+        self.post_empty(
+            &format!("{}failover", Self::repl_path(cluster, pool, volume)),
+            &query,
+        )
+        .await
+    }
+
+    /// Demote the volume (`POST …/replication/demote`, a newer control plane): it stops
+    /// serving and its last writes are sent to the target.
+    pub async fn demote_volume_replication(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<DemoteOutcome> {
+        let path = format!("{}demote", Self::repl_path(cluster, pool, volume));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        Ok(if r.status == 202 {
+            DemoteOutcome::Converging
+        } else {
+            DemoteOutcome::Done
+        })
+    }
+
+    /// The volume's typed replication status (`GET …/replication/status`, a newer control
+    /// plane); a volume without replication answers role `none`.
+    pub async fn volume_replication_status(
+        &self,
+        cluster: Uuid,
+        pool: Uuid,
+        volume: Uuid,
+    ) -> Result<ReplicationStatus> {
+        self.get(&format!("{}status", Self::repl_path(cluster, pool, volume)))
+            .await
+    }
+
+    /// The relationship a volume belongs to, looked up by volume id alone
+    /// (`GET /clusters/{c}/replication/relationships/{lvol_id}`, a newer control plane): the
+    /// one it is the source of, else the one it is the target of. It still answers after the
+    /// source volume was deleted; 404 when the volume has none.
+    pub async fn replication_relationship(
+        &self,
+        cluster: Uuid,
+        lvol: Uuid,
+    ) -> Result<ReplicationRelationship> {
+        self.get(&format!(
+            "/clusters/{cluster}/replication/relationships/{lvol}"
+        ))
+        .await
+    }
+
     pub async fn volume_replication_tasks(
         &self,
         cluster: Uuid,

@@ -1064,6 +1064,45 @@ pub struct ReplicationRelationship {
     pub target_nqn: String,
     pub target_ns_id: u32,
     pub is_source: bool,
+    /// The target volume's pool: sent only by the cluster-scoped lookup
+    /// (`GET /clusters/{c}/replication/relationships/{lvol_id}`) of a newer control plane.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_pool_id: Option<Uuid>,
+    /// The volume serving the chain this relationship belongs to, as the control plane sees
+    /// it: sent only by the cluster-scoped lookup. A chain walk stops where it equals the
+    /// relationship's `target_lvol_id`, or where it is absent (an older control plane).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_lvol_id: Option<Uuid>,
+}
+
+/// `ReplicationStatusDTO`: `GET …/volumes/{v}/replication/status` of a newer control plane.
+/// A volume that never replicated answers role `none`, state `not_replicating`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicationStatus {
+    /// `source`, `secondary` (a replica being written), `failed_over` or `none`.
+    pub role: String,
+    /// `in_sync`, `replicating`, `lagging`, `degraded`, `error` or `not_replicating`.
+    pub state: String,
+    pub last_replicated_at: Option<String>,
+    pub lag_seconds: Option<f64>,
+    pub lag_budget_seconds: Option<f64>,
+    pub outstanding_count: u64,
+    pub outstanding_bytes: u64,
+    pub failing_count: u64,
+    pub max_retry_reached: bool,
+    pub last_cycle_bytes: u64,
+    pub last_cycle_seconds: f64,
+    pub resyncing: bool,
+}
+
+/// What `POST …/replication/demote` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoteOutcome {
+    /// 204: the volume is demoted and its last writes reached the target.
+    Done,
+    /// 202: the final sync is still running; ask again.
+    Converging,
 }
 
 /// `FailoverResultDTO`.

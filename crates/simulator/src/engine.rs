@@ -321,6 +321,17 @@ fn run_job(st: &mut St<'_>, id: &str) {
             finish_job(st, id)
         }
         JobKind::VolumeDelete { volume } => {
+            // A replication source is reaped, not removed: it stays `deleted` (left out of
+            // lists, still readable) so its relationship keeps resolving.
+            if st.t.replications.contains(&volume.to_string()) {
+                if let Some(v) = st.t.volumes.get_mut(&volume.to_string()) {
+                    v.status = VolumeStatus::Deleted;
+                }
+                if let Some(r) = st.t.replications.get_mut(&volume.to_string()) {
+                    r.running = false;
+                }
+                return finish_job(st, id);
+            }
             if let Some(v) = st.t.volumes.remove(&volume.to_string()) {
                 if let Some(snap) = v.cloned_from {
                     if v.delete_snap_on_delete
@@ -593,21 +604,27 @@ fn run_task(st: &mut St<'_>, id: &str) {
             }
         }
         "snapshot_replication" => {
-            if step == 1 {
-                let d = st.sim.timings().replication_ms;
-                return wait(st, id, d, 2);
-            }
             let vid = task
                 .params
                 .get("lvol_id")
                 .and_then(Value::as_str)
                 .and_then(|s| Uuid::parse_str(s).ok())
                 .unwrap_or_default();
+            if step == 1 {
+                // The snapshot is taken now; what is written later waits for the next one.
+                let taken = st.seq();
+                if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
+                    r.snapshot_seq = Some(taken);
+                }
+                let d = st.sim.timings().replication_ms;
+                return wait(st, id, d, 2);
+            }
             match ensure_replica(st, vid) {
                 Ok(_) => {
                     let now = st.now;
                     if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
                         r.last_snapshot_ms = Some(now);
+                        r.replicated_seq = r.snapshot_seq;
                     }
                     done(st, id, "Done")
                 }

@@ -284,6 +284,17 @@ pub struct ReplicationRec {
     pub interval_min: u64,
     pub last_snapshot_ms: Option<i64>,
     pub next_ms: i64,
+    /// Sequence number of the source's demote (a newer control plane's
+    /// `…/replication/demote`); the demote is done once a snapshot taken after it is
+    /// replicated.
+    #[serde(default)]
+    pub demoted_seq: Option<u64>,
+    /// Sequence number of the snapshot the open replication task took.
+    #[serde(default)]
+    pub snapshot_seq: Option<u64>,
+    /// Sequence number of the last snapshot replicated.
+    #[serde(default)]
+    pub replicated_seq: Option<u64>,
 }
 
 /// A synthetic NVMe device of a worker.

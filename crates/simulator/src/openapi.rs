@@ -267,6 +267,84 @@ fn add_newer_routes(doc: &mut Value) {
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.insert(format!("{DEVICE}/fail"), fail);
     }
+    add_newer_replication_routes(doc);
+}
+
+/// The replication routes of a newer control plane (reference §10): a volume's typed
+/// `…/replication/status` (shaped like `GET …/replication/`), its `…/replication/demote`
+/// (shaped like `POST …/replication/failover`), and the cluster-scoped relationship lookup
+/// `/clusters/{c}/replication/relationships/{lvol_id}` (shaped like a target's GET).
+fn add_newer_replication_routes(doc: &mut Value) {
+    const REPL: &str =
+        "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication";
+    const TARGET: &str = "/api/v2/clusters/{cluster_id}/replication/targets/{target_id}/";
+    let paths = &doc["paths"];
+    let mut status = paths[format!("{REPL}/")].clone();
+    let mut demote = paths[format!("{REPL}/failover")].clone();
+    let mut lookup = json!({ "get": paths[TARGET]["get"].clone() });
+    if status.is_null() || demote.is_null() || lookup["get"].is_null() {
+        return;
+    }
+    status["get"]["summary"] = json!("Clusters:Storage Pools:Volumes:Replication:Status");
+    status["get"]["operationId"] = json!("replication_status_get");
+    demote["post"]["summary"] = json!("Clusters:Storage Pools:Volumes:Replication:Demote");
+    demote["post"]["operationId"] = json!("replication_demote_post");
+    lookup["get"]["summary"] = json!("Clusters:Replication:Relationships:Get");
+    lookup["get"]["operationId"] = json!("replication_relationship_get");
+    let ok = "/responses/200/content/application~1json/schema";
+    if let Some(schema) = lookup.pointer_mut(&format!("/get{ok}")) {
+        *schema = paths[format!("{REPL}/")]["get"]
+            .pointer(ok)
+            .cloned()
+            .unwrap_or(Value::Null);
+    }
+    if let Some(schema) = status.pointer_mut(&format!("/get{ok}")) {
+        *schema = status_schema();
+    }
+    if let Some(params) = lookup["get"]["parameters"].as_array_mut() {
+        for p in params {
+            if p["name"] == "target_id" {
+                p["name"] = json!("lvol_id");
+                p["schema"]["title"] = json!("Lvol Id");
+            }
+        }
+    }
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.insert(format!("{REPL}/status"), status);
+        paths.insert(format!("{REPL}/demote"), demote);
+        paths.insert(
+            "/api/v2/clusters/{cluster_id}/replication/relationships/{lvol_id}".into(),
+            lookup,
+        );
+    }
+}
+
+/// `ReplicationStatusDTO` of a newer control plane (reference §10).
+fn status_schema() -> Value {
+    let num_or_null = json!({ "anyOf": [{ "type": "number" }, { "type": "null" }] });
+    json!({
+        "title": "ReplicationStatusDTO",
+        "type": "object",
+        "required": [
+            "role", "state", "last_replicated_at", "lag_seconds", "lag_budget_seconds",
+            "outstanding_count", "outstanding_bytes", "failing_count", "max_retry_reached",
+            "last_cycle_bytes", "last_cycle_seconds", "resyncing"
+        ],
+        "properties": {
+            "role": { "type": "string" },
+            "state": { "type": "string" },
+            "last_replicated_at": { "anyOf": [{ "type": "string" }, { "type": "null" }] },
+            "lag_seconds": num_or_null,
+            "lag_budget_seconds": num_or_null,
+            "outstanding_count": { "type": "integer" },
+            "outstanding_bytes": { "type": "integer" },
+            "failing_count": { "type": "integer" },
+            "max_retry_reached": { "type": "boolean" },
+            "last_cycle_bytes": { "type": "integer" },
+            "last_cycle_seconds": { "type": "number" },
+            "resyncing": { "type": "boolean" }
+        }
+    })
 }
 
 fn percent_decode(s: &str) -> String {

@@ -499,5 +499,57 @@ pub fn relationship(t: &Tables, r: &ReplicationRec, viewer: Uuid) -> Replication
         target_nqn: target.map(|v| v.nqn.clone()).unwrap_or_default(),
         target_ns_id: target.map(|v| v.ns_id).unwrap_or(0),
         is_source: viewer == r.source_lvol,
+        target_pool_id: None,
+        active_lvol_id: None,
     }
+}
+
+/// The relationship as the cluster-scoped lookup answers it: with the target's pool and
+/// the volume serving its chain.
+pub fn relationship_lookup(
+    t: &Tables,
+    r: &ReplicationRec,
+    viewer: Uuid,
+) -> ReplicationRelationship {
+    let mut dto = relationship(t, r, viewer);
+    dto.target_pool_id = r
+        .target_lvol
+        .and_then(|id| t.volumes.get(&id.to_string()))
+        .map(|v| v.pool_id)
+        .or(r.target_pool);
+    dto.active_lvol_id = Some(active_lvol(t, r));
+    dto
+}
+
+/// Whether the target side of a relationship is the one serving: failed over, fed back to
+/// the source, or a finished migration cutover towards the target.
+pub fn target_serves(r: &ReplicationRec) -> bool {
+    r.target_lvol.is_some()
+        && match (r.state, r.direction) {
+            (ReplicationState::FailedOver, _) => true,
+            (ReplicationState::CutoverDone, d) => d == ReplicationDirection::ToTarget,
+            (_, d) => d == ReplicationDirection::ToSource,
+        }
+}
+
+/// The volume serving the chain of relationships `r` belongs to: follow each serving
+/// target into the relationship it is the source of. On a loop the walk stops before
+/// revisiting a relationship and answers the last volume it reached.
+pub fn active_lvol(t: &Tables, r: &ReplicationRec) -> Uuid {
+    let mut seen = std::collections::HashSet::new();
+    let mut cur = r.clone();
+    loop {
+        seen.insert(cur.id);
+        let Some(tv) = r_target(&cur) else {
+            return cur.source_lvol;
+        };
+        match t.replications.get(&tv.to_string()) {
+            Some(next) if !seen.contains(&next.id) => cur = next.clone(),
+            _ => return tv,
+        }
+    }
+}
+
+fn r_target(r: &ReplicationRec) -> Option<Uuid> {
+    target_serves(r).then_some(r.target_lvol).flatten()
 }

@@ -12,6 +12,7 @@ use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
+use crate::store::Tables;
 
 /// A cluster's replication targets and policies, and failing over all they cover.
 pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
@@ -92,6 +93,19 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     .collect();
             Ok(Reply::ok(json!(failover_all(st, &vols))))
         }
+        ("GET", "relationships/{lvol_id}") => {
+            let lvol = req.id("lvol_id");
+            let r =
+                st.t.replications
+                    .get(&lvol.to_string())
+                    .filter(|r| r.cluster_id == c)
+                    .cloned()
+                    .or_else(|| replica_relationship(st.t, lvol).filter(|r| r.target_cluster == c))
+                    .ok_or_else(|| ApiError::not_found("Volume has no replication relationship"))?;
+            Ok(Reply::ok(json!(render::relationship_lookup(
+                st.t, &r, lvol
+            ))))
+        }
         ("GET", "policies/") => Ok(Reply::ok(render::list(
             st.t.policies.values().filter(|p| p.cluster_id == c),
             |p| p.seq,
@@ -163,8 +177,10 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     }
 }
 
-/// One volume's replication relationship: start, stop, trigger, fail over, commit the
-/// cutover, fail back.
+/// One volume's replication relationship: start, stop, trigger, fail over (planned or
+/// not), demote, commit the cutover, fail back, its tasks and its typed status. A volume's
+/// relationship is the one it is the source of, else the one it is the replica of; the
+/// failover of a volume that is both acts on the one it is the replica of.
 pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let rest = req.route_below(
         "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication/",
@@ -173,13 +189,19 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let p = req.id("pool_id");
     let vid = req.id("volume_id");
     let v = volume(st.t, p, vid)?.clone();
-    let rel = st.t.replications.get(&vid.to_string()).cloned();
+    if v.status == VolumeStatus::Deleted {
+        return Err(ApiError::not_found("Volume deleted"));
+    }
+    let own = st.t.replications.get(&vid.to_string()).cloned();
+    let replica_of = replica_relationship(st.t, vid);
+    let rel = own.clone().or_else(|| replica_of.clone());
     let no_rel = || ApiError::not_found("Volume has no replication relationship");
     match (req.method.as_str(), rest) {
         ("GET", "") => {
             let r = rel.ok_or_else(no_rel)?;
             Ok(Reply::ok(json!(render::relationship(st.t, &r, vid))))
         }
+        ("GET", "status") => Ok(Reply::ok(json!(status(st, &v, own, replica_of)))),
         ("POST", "start") => {
             let b: Option<ReplicationStart> = body(st.sim, req)?;
             let b = b.unwrap_or_default();
@@ -219,13 +241,26 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 .interval_min
                 .or(policy.as_ref().map(|p| p.interval_min))
                 .unwrap_or(1);
-            match rel {
+            match own {
                 Some(_) => {
                     if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
                         r.running = true;
                     }
                 }
                 None => {
+                    // A failed-over replica protected back towards its old source's cluster
+                    // reuses that source as its replica while it lives (a resync, not a new
+                    // copy): the two relationships then point at each other.
+                    let old_source = replica_of
+                        .as_ref()
+                        .filter(|r| r.cluster_id == target_cluster)
+                        .and_then(|r| st.t.volumes.get(&r.source_lvol.to_string()))
+                        .filter(|x| x.status != VolumeStatus::Deleted)
+                        .map(|x| (x.id, x.pool_id));
+                    let (target_lvol, target_pool) = match old_source {
+                        Some((id, pool)) => (Some(id), Some(pool)),
+                        None => (None, target_pool),
+                    };
                     let id = st.uuid();
                     let seq = st.seq();
                     let now = st.now;
@@ -236,7 +271,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                             seq,
                             cluster_id: c,
                             source_lvol: vid,
-                            target_lvol: None,
+                            target_lvol,
                             target_cluster,
                             target_pool,
                             mode,
@@ -246,6 +281,9 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                             interval_min: interval,
                             last_snapshot_ms: None,
                             next_ms: now,
+                            demoted_seq: None,
+                            snapshot_seq: None,
+                            replicated_seq: None,
                         },
                     );
                 }
@@ -257,40 +295,67 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             Ok(Reply::empty(204))
         }
         ("POST", "stop") => {
-            if rel.is_none() {
+            let Some(r) = rel else {
                 return Err(ApiError::Http(
                     500,
                     "Failed to stop volume snapshot replication".into(),
                 ));
-            }
-            if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
+            };
+            if let Some(r) = st.t.replications.get_mut(&r.source_lvol.to_string()) {
                 r.running = false;
             }
             Ok(Reply::empty(204))
         }
         ("POST", "trigger") => {
-            if rel.is_none() {
+            let Some(r) = rel else {
                 return Err(ApiError::Http(
                     500,
                     "Failed to trigger volume snapshot replication".into(),
                 ));
-            }
-            queue_replication(st, c, vid);
+            };
+            queue_replication(st, r.cluster_id, r.source_lvol);
+            st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("POST", "failover") => match failover(st, vid) {
-            Ok(_) => Ok(Reply::empty(204)),
-            Err(e) => Err(ApiError::Http(500, e)),
-        },
+        ("POST", "failover") => {
+            let r = replica_of.or(own).ok_or_else(no_rel)?;
+            if req.q("planned").is_some()
+                && req.q_bool("planned")?
+                && r.state != ReplicationState::FailedOver
+            {
+                let Some(demoted) = r.demoted_seq else {
+                    return Err(ApiError::Http(
+                        412,
+                        format!(
+                            "No demote was requested for source volume {}; demote it first, \
+                             or fail over unplanned",
+                            r.source_lvol
+                        ),
+                    ));
+                };
+                if r.replicated_seq.is_none_or(|at| at < demoted) {
+                    return Err(ApiError::conflict(format!(
+                        "The demote of source volume {} is still converging; retry when it is done",
+                        r.source_lvol
+                    )));
+                }
+            }
+            match failover(st, r.source_lvol) {
+                Ok(_) => Ok(Reply::empty(204)),
+                Err(e) => Err(ApiError::Http(500, e)),
+            }
+        }
+        ("POST", "demote") => demote(st, vid, own, replica_of),
         ("POST", "commit") => {
             let r = rel.ok_or_else(no_rel)?;
+            let key = r.source_lvol;
             if let Some(t) = st.t.tasks.values().find(|t| {
                 t.function_name == "replication_final"
-                    && t.params.get("lvol_id") == Some(&json!(vid))
+                    && t.params.get("lvol_id") == Some(&json!(key))
                     && t.status != TaskStatus::Done
             }) {
                 return Ok(Reply::empty(202)
-                    .with_location(format!("/api/v2/clusters/{c}/tasks/{}/", t.id)));
+                    .with_location(format!("/api/v2/clusters/{}/tasks/{}/", r.cluster_id, t.id)));
             }
             if r.target_lvol.is_none() {
                 return Err(ApiError::Http(
@@ -299,34 +364,179 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 ));
             }
             let mut params = Map::new();
-            params.insert("lvol_id".into(), json!(vid));
-            let task = st.task(c, "replication_final", Some(v.node_id), None, params, 8);
-            if let Some(x) = st.t.replications.get_mut(&vid.to_string()) {
+            params.insert("lvol_id".into(), json!(key));
+            let node =
+                st.t.volumes
+                    .get(&key.to_string())
+                    .map_or(v.node_id, |x| x.node_id);
+            let task = st.task(
+                r.cluster_id,
+                "replication_final",
+                Some(node),
+                None,
+                params,
+                8,
+            );
+            if let Some(x) = st.t.replications.get_mut(&key.to_string()) {
                 x.state = ReplicationState::CutoverPending;
             }
-            Ok(Reply::empty(202).with_location(format!("/api/v2/clusters/{c}/tasks/{task}/")))
+            Ok(Reply::empty(202)
+                .with_location(format!("/api/v2/clusters/{}/tasks/{task}/", r.cluster_id)))
         }
         ("POST", "failback") => {
-            let _b: Failback = body(st.sim, req)?;
-            rel.ok_or_else(no_rel)?;
-            if let Some(x) = st.t.replications.get_mut(&vid.to_string()) {
+            let b: Failback = body(st.sim, req)?;
+            let r = replica_of.or(own).ok_or_else(no_rel)?;
+            if let Some(sc) = b.source_cluster_id
+                && sc != r.cluster_id
+            {
+                return Err(ApiError::bad_request(format!(
+                    "Cluster {sc} is not the source cluster {} of this relationship",
+                    r.cluster_id
+                )));
+            }
+            if let Some(x) = st.t.replications.get_mut(&r.source_lvol.to_string()) {
                 x.direction = ReplicationDirection::ToSource;
                 x.state = ReplicationState::Replicating;
                 x.running = true;
             }
+            st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("GET", "tasks") => Ok(Reply::ok(render::list(
-            st.t.tasks.values().filter(|t| {
-                matches!(
-                    t.function_name.as_str(),
-                    "snapshot_replication" | "replication_final"
-                ) && t.params.get("lvol_id") == Some(&json!(vid))
-            }),
-            |t| t.seq,
-            render::task,
-        ))),
+        ("GET", "tasks") => {
+            let key = rel.map_or(vid, |r| r.source_lvol);
+            Ok(Reply::ok(render::list(
+                st.t.tasks.values().filter(|t| {
+                    matches!(
+                        t.function_name.as_str(),
+                        "snapshot_replication" | "replication_final"
+                    ) && t.params.get("lvol_id") == Some(&json!(key))
+                }),
+                |t| t.seq,
+                render::task,
+            )))
+        }
         _ => Err(ApiError::opaque("unsupported volume replication route")),
+    }
+}
+
+/// The relationship whose replica `v` is (the newest, should there be several).
+fn replica_relationship(t: &Tables, v: Uuid) -> Option<ReplicationRec> {
+    t.replications
+        .values()
+        .filter(|r| r.target_lvol == Some(v))
+        .max_by_key(|r| r.seq)
+        .cloned()
+}
+
+/// Demote a volume: it stops serving and its last writes go to the target. 204 once a
+/// snapshot taken after the demote was asked is replicated (or the target serves already),
+/// 202 while it converges.
+fn demote(
+    st: &mut St<'_>,
+    vid: Uuid,
+    own: Option<ReplicationRec>,
+    replica_of: Option<ReplicationRec>,
+) -> ApiResult {
+    let Some(r) = own else {
+        return match replica_of {
+            None => Err(ApiError::not_found(
+                "Volume has no replication relationship",
+            )),
+            // A replica that does not serve is demoted already.
+            Some(r) if !render::target_serves(&r) => Ok(Reply::empty(204)),
+            Some(_) => Err(ApiError::bad_request(format!(
+                "Volume {vid} serves its chain and replicates nowhere; start its replication \
+                 before demoting it"
+            ))),
+        };
+    };
+    let demoted = match r.demoted_seq {
+        Some(at) => at,
+        None => {
+            let at = st.seq();
+            if let Some(x) = st.t.replications.get_mut(&vid.to_string()) {
+                x.demoted_seq = Some(at);
+            }
+            at
+        }
+    };
+    if render::target_serves(&r) || r.replicated_seq.is_some_and(|at| at > demoted) {
+        return Ok(Reply::empty(204));
+    }
+    queue_replication(st, r.cluster_id, vid);
+    st.sim.wake.notify_one();
+    Ok(Reply::empty(202))
+}
+
+/// The typed status of a volume's replication as this volume sees it.
+fn status(
+    st: &St<'_>,
+    v: &VolumeRec,
+    own: Option<ReplicationRec>,
+    replica_of: Option<ReplicationRec>,
+) -> ReplicationStatus {
+    let (r, role) = match (own, replica_of) {
+        (Some(r), _) => {
+            let role = if render::target_serves(&r) {
+                "secondary"
+            } else {
+                "source"
+            };
+            (r, role)
+        }
+        (None, Some(r)) => {
+            let role = match (render::target_serves(&r), r.state) {
+                (true, ReplicationState::FailedOver) => "failed_over",
+                (true, _) => "source",
+                (false, _) => "secondary",
+            };
+            (r, role)
+        }
+        (None, None) => {
+            return ReplicationStatus {
+                role: "none".into(),
+                state: "not_replicating".into(),
+                ..Default::default()
+            };
+        }
+    };
+    let lag = r
+        .last_snapshot_ms
+        .map(|at| (st.now - at).max(0) as f64 / 1000.0);
+    let budget = (2 * r.interval_min.max(1) * 60) as f64;
+    let state = match lag {
+        _ if !r.running => "not_replicating",
+        None => "replicating",
+        Some(l) if l <= budget => "in_sync",
+        Some(_) => "lagging",
+    };
+    let outstanding =
+        st.t.tasks
+            .values()
+            .filter(|t| {
+                t.function_name == "snapshot_replication"
+                    && t.params.get("lvol_id") == Some(&json!(r.source_lvol))
+                    && t.status != TaskStatus::Done
+            })
+            .count() as u64;
+    let replicated = r.last_snapshot_ms.is_some();
+    ReplicationStatus {
+        role: role.into(),
+        state: state.into(),
+        last_replicated_at: r.last_snapshot_ms.map(render::iso_time),
+        lag_seconds: lag,
+        lag_budget_seconds: Some(budget),
+        outstanding_count: outstanding,
+        outstanding_bytes: outstanding * v.size,
+        failing_count: 0,
+        max_retry_reached: false,
+        last_cycle_bytes: if replicated { v.size } else { 0 },
+        last_cycle_seconds: if replicated {
+            st.sim.timings().replication_ms as f64 / 1000.0
+        } else {
+            0.0
+        },
+        resyncing: r.running && r.direction == ReplicationDirection::ToSource,
     }
 }
 

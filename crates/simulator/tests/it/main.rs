@@ -10,4 +10,5 @@ mod kill9;
 mod labels_kube;
 mod stream;
 mod tls;
+mod two_sites;
 mod volume_files;

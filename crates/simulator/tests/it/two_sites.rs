@@ -1,0 +1,569 @@
+//! Two sites in one sbsim: two clusters replicating to each other, every replication verb
+//! through the control-plane client, a 12-move chain alternating sites and a looping pair.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::json;
+use simplyblock_controlplane::*;
+
+use crate::common::*;
+
+/// One site: its cluster, its pool, and its replication target towards the other site.
+#[derive(Clone, Copy)]
+struct Site {
+    cluster: Uuid,
+    pool: Uuid,
+    target: Uuid,
+}
+
+struct Sites {
+    env: Env,
+    a: Site,
+    b: Site,
+}
+
+impl Sites {
+    fn other(&self, cluster: Uuid) -> Site {
+        if cluster == self.a.cluster {
+            self.b
+        } else {
+            self.a
+        }
+    }
+
+    fn site(&self, cluster: Uuid) -> Site {
+        if cluster == self.a.cluster {
+            self.a
+        } else {
+            self.b
+        }
+    }
+}
+
+/// Site A on workers w1, w2 and site B on w3, w4, each with a pool and a target towards
+/// the other.
+async fn two_sites() -> Sites {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(dir.path(), &fleet_yaml(4, 4));
+    let env = start_with(dir, cfg).await;
+    let c = &env.client;
+    let a = active_cluster(c, "site-a", 2).await;
+    let b = c
+        .create_cluster(&ClusterCreate::new("site-b", 10, 4))
+        .await
+        .expect("create site B");
+    for w in ["w3", "w4"] {
+        c.add_storage_node(b.id, &StorageNodeAdd::new(snode_address(w), "eth0"))
+            .await
+            .expect("add a node to site B");
+    }
+    eventually("site B nodes online", Duration::from_secs(10), || async {
+        let n = c.list_storage_nodes(b.id).await.ok()?;
+        (n.len() == 2 && n.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+    c.activate_cluster(b.id).await.expect("activate site B");
+    eventually("site B active", Duration::from_secs(10), || async {
+        (c.get_cluster(b.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+    let b = b.id;
+    let mut pools = Vec::new();
+    for (cluster, name) in [(a, "pool-a"), (b, "pool-b")] {
+        let p = c
+            .create_pool(
+                cluster,
+                &PoolCreate {
+                    name: name.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("pool");
+        pools.push(p.id);
+    }
+    let mut targets = Vec::new();
+    for (from, to, pool) in [(a, b, pools[1]), (b, a, pools[0])] {
+        let t = c
+            .create_replication_target(
+                from,
+                &ReplicationTargetCreate {
+                    target_name: format!("to-{to}"),
+                    target_cluster_id: to,
+                    target_pool_id: Some(pool),
+                    timeout_sec: None,
+                },
+            )
+            .await
+            .expect("target");
+        targets.push(t.id);
+    }
+    Sites {
+        env,
+        a: Site {
+            cluster: a,
+            pool: pools[0],
+            target: targets[0],
+        },
+        b: Site {
+            cluster: b,
+            pool: pools[1],
+            target: targets[1],
+        },
+    }
+}
+
+/// Start replicating `vol` of `site` towards the other site, trigger a snapshot and wait
+/// for the replica; returns it.
+async fn protect(s: &Sites, site: Site, vol: Uuid) -> Uuid {
+    let c = &s.env.client;
+    let other = s.other(site.cluster);
+    c.start_volume_replication(
+        site.cluster,
+        site.pool,
+        vol,
+        &ReplicationStart {
+            replication_cluster_id: Some(other.cluster),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("start replication");
+    c.volume_replication_action(site.cluster, site.pool, vol, "trigger")
+        .await
+        .expect("trigger");
+    eventually("the replica exists", Duration::from_secs(10), || async {
+        let r = c
+            .volume_replication(site.cluster, site.pool, vol)
+            .await
+            .ok()?;
+        r.target_lvol_id.filter(|_| r.is_source)
+    })
+    .await
+}
+
+/// Freeze (0) or run (1000×) the sim clock.
+async fn clock_scale(s: &Sites, scale: f64) {
+    let r = reqwest::Client::new()
+        .put(format!("{}/_sim/clock", s.env.server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "scale": scale }))
+        .send()
+        .await
+        .expect("set the clock");
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+async fn advance(s: &Sites, seconds: f64) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/_sim/clock/advance", s.env.server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "seconds": seconds }))
+        .send()
+        .await
+        .expect("advance the clock");
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+/// The chain walk of the CSI driver's rules: from `(cluster, lvol)` follow each
+/// relationship the volume is the source of to its own target, stopping where the
+/// relationship's active volume is its target (or absent), at a volume that is no source,
+/// or at a volume without a relationship. A revisited volume is a loop.
+async fn walk(c: &Client, cluster: Uuid, lvol: Uuid) -> Result<Vec<(Uuid, Uuid)>, String> {
+    let mut h = (cluster, lvol);
+    let mut hops = vec![h];
+    let mut visited = HashSet::new();
+    for _ in 0..256 {
+        if !visited.insert(h.1) {
+            return Err(format!("replication chain of {lvol} loops at {}", h.1));
+        }
+        let rel = match c.replication_relationship(h.0, h.1).await {
+            Ok(r) => r,
+            Err(e) if e.status() == Some(404) => return Ok(hops),
+            Err(e) => return Err(e.to_string()),
+        };
+        if !rel.is_source {
+            return Ok(hops);
+        }
+        let (Some(tc), Some(tv)) = (rel.target_cluster_id, rel.target_lvol_id) else {
+            return Err(format!("relationship {} has no target", rel.replication_id));
+        };
+        assert!(rel.target_pool_id.is_some(), "the lookup names the pool");
+        h = (tc, tv);
+        hops.push(h);
+        if rel.active_lvol_id.is_none_or(|a| a == tv) {
+            return Ok(hops);
+        }
+    }
+    Err(format!("replication chain of {lvol} did not converge"))
+}
+
+/// Policies and targets between the sites; starting replication makes the relationship
+/// and the replica on the other site, and the policy's schedule keeps snapshotting.
+#[tokio::test]
+async fn replication_between_two_sites_follows_the_policy_schedule() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let policy = c
+        .create_replication_policy(
+            s.a.cluster,
+            &ReplicationPolicyCreate {
+                policy_name: "every-minute".into(),
+                target_id: s.a.target,
+                interval_min: 1,
+                mode: None,
+                keep_replicated: None,
+            },
+        )
+        .await
+        .expect("policy");
+    assert_eq!(
+        c.list_replication_policies(s.a.cluster)
+            .await
+            .expect("policies")
+            .iter()
+            .map(|p| p.id)
+            .collect::<Vec<_>>(),
+        vec![policy.id]
+    );
+    let targets = c
+        .list_replication_targets(s.b.cluster)
+        .await
+        .expect("targets");
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0].target_cluster_id, s.a.cluster);
+    let vol = c
+        .create_volume(
+            s.a.cluster,
+            s.a.pool,
+            &VolumeCreate::new("app", 1_000_000_000),
+        )
+        .await
+        .expect("volume");
+    c.update_volume(
+        s.a.cluster,
+        s.a.pool,
+        vol,
+        &VolumeUpdate {
+            replication_policy_id: Some(Some(policy.id)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("attach the policy");
+    c.start_volume_replication(s.a.cluster, s.a.pool, vol, &ReplicationStart::default())
+        .await
+        .expect("start");
+    // No trigger: the schedule alone snapshots, once per interval of sim time.
+    let rel = eventually(
+        "two scheduled snapshots",
+        Duration::from_secs(20),
+        || async {
+            let tasks = c
+                .volume_replication_tasks(s.a.cluster, s.a.pool, vol)
+                .await
+                .ok()?;
+            let done = tasks
+                .iter()
+                .filter(|t| {
+                    t.function_name == "snapshot_replication" && t.status == TaskStatus::Done
+                })
+                .count();
+            let r = c
+                .volume_replication(s.a.cluster, s.a.pool, vol)
+                .await
+                .ok()?;
+            (done >= 2).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(rel.state, ReplicationState::Replicating);
+    assert_eq!(rel.direction, ReplicationDirection::ToTarget);
+    assert_eq!(rel.source_cluster_id, Some(s.a.cluster));
+    assert_eq!(rel.target_cluster_id, Some(s.b.cluster));
+    assert!(rel.is_source);
+    let replica = rel.target_lvol_id.expect("replica");
+    let on_b = c
+        .list_volumes(s.b.cluster, s.b.pool)
+        .await
+        .expect("B volumes");
+    assert!(
+        on_b.iter().any(|v| v.id == replica),
+        "the replica lives on site B"
+    );
+    // Seen from the replica, the relationship is the same one, not as its source.
+    let from_b = c
+        .volume_replication(s.b.cluster, s.b.pool, replica)
+        .await
+        .expect("relationship from B");
+    assert_eq!(from_b.replication_id, rel.replication_id);
+    assert!(!from_b.is_source);
+    let st = c
+        .volume_replication_status(s.a.cluster, s.a.pool, vol)
+        .await
+        .expect("status");
+    assert_eq!(st.role, "source");
+    assert!(st.last_replicated_at.is_some());
+    assert!(st.lag_budget_seconds.is_some());
+}
+
+/// Demote, planned and unplanned failover, failback, the typed status, and the reaping of
+/// the old primary whose relationship still resolves.
+#[tokio::test]
+async fn demote_failover_failback_and_reaping_across_sites() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let vol = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("db", 1_000_000_000))
+        .await
+        .expect("volume");
+    let none = c
+        .volume_replication_status(a.cluster, a.pool, vol)
+        .await
+        .expect("status without replication");
+    assert_eq!(
+        (none.role.as_str(), none.state.as_str()),
+        ("none", "not_replicating")
+    );
+    assert_eq!(none.last_replicated_at, None);
+    let lookup = c.replication_relationship(a.cluster, vol).await;
+    assert_eq!(lookup.err().and_then(|e| e.status()), Some(404));
+
+    let replica = protect(&s, a, vol).await;
+    clock_scale(&s, 0.0).await;
+    // A planned failover needs a demote first.
+    let e = c
+        .failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect_err("planned failover without a demote");
+    assert_eq!(e.status(), Some(412), "{e}");
+    // The demote converges on the sim clock: 202 until its final snapshot is across.
+    assert_eq!(
+        c.demote_volume_replication(a.cluster, a.pool, vol)
+            .await
+            .expect("demote"),
+        DemoteOutcome::Converging
+    );
+    let e = c
+        .failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect_err("planned failover while the demote converges");
+    assert_eq!(e.status(), Some(409), "{e}");
+    eventually("the demote is done", Duration::from_secs(10), || async {
+        advance(&s, 5.0).await;
+        (c.demote_volume_replication(a.cluster, a.pool, vol)
+            .await
+            .ok()?
+            == DemoteOutcome::Done)
+            .then_some(())
+    })
+    .await;
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect("planned failover");
+    let rel = c
+        .volume_replication(a.cluster, a.pool, vol)
+        .await
+        .expect("relationship");
+    assert_eq!(rel.state, ReplicationState::FailedOver);
+    // Failing over again is idempotent.
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect("failover again");
+    let on_b = c
+        .volume_replication_status(b.cluster, b.pool, replica)
+        .await
+        .expect("replica status");
+    assert_eq!(on_b.role, "failed_over");
+    let on_a = c
+        .volume_replication_status(a.cluster, a.pool, vol)
+        .await
+        .expect("old primary status");
+    assert_eq!(on_a.role, "secondary");
+    let looked = c
+        .replication_relationship(b.cluster, replica)
+        .await
+        .expect("lookup from the replica");
+    assert!(!looked.is_source);
+    assert_eq!(looked.active_lvol_id, Some(replica));
+    assert_eq!(looked.target_pool_id, Some(b.pool));
+
+    // Failback: the replica sends its writes back to the source.
+    let e = c
+        .failback_volume_replication(
+            b.cluster,
+            b.pool,
+            replica,
+            &Failback {
+                source_cluster_id: Some(b.cluster),
+            },
+        )
+        .await
+        .expect_err("failback naming the wrong source cluster");
+    assert_eq!(e.status(), Some(400), "{e}");
+    c.failback_volume_replication(
+        b.cluster,
+        b.pool,
+        replica,
+        &Failback {
+            source_cluster_id: Some(a.cluster),
+        },
+    )
+    .await
+    .expect("failback");
+    let rel = c
+        .volume_replication(b.cluster, b.pool, replica)
+        .await
+        .expect("relationship");
+    assert_eq!(rel.direction, ReplicationDirection::ToSource);
+    assert_eq!(rel.state, ReplicationState::Replicating);
+    assert!(
+        c.volume_replication_status(b.cluster, b.pool, replica)
+            .await
+            .expect("status")
+            .resyncing
+    );
+
+    // An unplanned failover needs no demote.
+    clock_scale(&s, 1000.0).await;
+    let other = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("logs", 1_000_000_000))
+        .await
+        .expect("second volume");
+    let other_replica = protect(&s, a, other).await;
+    c.failover_volume_replication(b.cluster, b.pool, other_replica, Some(false))
+        .await
+        .expect("unplanned failover");
+    assert_eq!(
+        c.volume_replication(a.cluster, a.pool, other)
+            .await
+            .expect("relationship")
+            .state,
+        ReplicationState::FailedOver
+    );
+
+    // Reaping the old primary: soft-deleted, out of lists, readable, and its relationship
+    // still resolves by id.
+    c.delete_volume(a.cluster, a.pool, other)
+        .await
+        .expect("reap");
+    let gone = eventually(
+        "the old primary is reaped",
+        Duration::from_secs(10),
+        || async {
+            let v = c.get_volume(a.cluster, a.pool, other).await.ok()?;
+            (v.status == VolumeStatus::Deleted).then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(gone.id, other);
+    let listed = c.list_volumes(a.cluster, a.pool).await.expect("A volumes");
+    assert!(listed.iter().all(|v| v.id != other));
+    let e = c
+        .delete_volume(a.cluster, a.pool, other)
+        .await
+        .expect_err("deleting a reaped volume");
+    assert_eq!(e.status(), Some(404));
+    assert!(e.to_string().contains("Volume deleted"), "{e}");
+    let looked = c
+        .replication_relationship(a.cluster, other)
+        .await
+        .expect("lookup after the source is reaped");
+    assert!(looked.is_source);
+    assert_eq!(looked.target_lvol_id, Some(other_replica));
+    assert_eq!(looked.active_lvol_id, Some(other_replica));
+    assert_eq!(looked.target_pool_id, Some(b.pool));
+}
+
+/// Fail over and back 12 times, each move re-protecting the new primary towards the other
+/// site after reaping the old one: the chain is walkable from every member to the active
+/// end.
+#[tokio::test]
+async fn a_twelve_move_chain_alternating_sites_walks_to_its_active_end() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let first = c
+        .create_volume(
+            s.a.cluster,
+            s.a.pool,
+            &VolumeCreate::new("chain", 1_000_000_000),
+        )
+        .await
+        .expect("volume");
+    let mut members = vec![(s.a.cluster, first)];
+    for _ in 0..12 {
+        let (cluster, vol) = *members.last().expect("member");
+        let here = s.site(cluster);
+        let there = s.other(cluster);
+        let replica = protect(&s, here, vol).await;
+        c.failover_volume_replication(there.cluster, there.pool, replica, Some(false))
+            .await
+            .expect("failover");
+        c.delete_volume(here.cluster, here.pool, vol)
+            .await
+            .expect("reap the old primary");
+        eventually(
+            "the old primary is reaped",
+            Duration::from_secs(10),
+            || async {
+                let v = c.get_volume(here.cluster, here.pool, vol).await.ok()?;
+                (v.status == VolumeStatus::Deleted).then_some(())
+            },
+        )
+        .await;
+        members.push((there.cluster, replica));
+    }
+    let end = *members.last().expect("end");
+    assert_eq!(end.0, s.a.cluster, "12 moves end on the site they began");
+    for (i, (cluster, vol)) in members.iter().enumerate() {
+        let hops = walk(c, *cluster, *vol).await.expect("walk");
+        assert_eq!(hops.last(), Some(&end), "from member {i}");
+        assert_eq!(hops, members[i..].to_vec(), "from member {i}");
+    }
+    for pair in members.windows(2) {
+        assert_ne!(pair[0].0, pair[1].0, "each move changes site");
+    }
+}
+
+/// A failed-over replica protected back towards its old source reuses it: two
+/// relationships pointing at each other, which the chain walk detects from either member.
+#[tokio::test]
+async fn a_looping_pair_is_detected_by_the_chain_walk() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let vol = c
+        .create_volume(
+            s.a.cluster,
+            s.a.pool,
+            &VolumeCreate::new("pair", 1_000_000_000),
+        )
+        .await
+        .expect("volume");
+    let replica = protect(&s, s.a, vol).await;
+    c.failover_volume_replication(s.b.cluster, s.b.pool, replica, None)
+        .await
+        .expect("failover to B");
+    // Protect B's primary back towards A while A's old primary lives: it is the replica.
+    let back = protect(&s, s.b, replica).await;
+    assert_eq!(back, vol);
+    c.failover_volume_replication(s.a.cluster, s.a.pool, vol, None)
+        .await
+        .expect("failover back to A");
+    let ab = c
+        .replication_relationship(s.a.cluster, vol)
+        .await
+        .expect("A's relationship");
+    let ba = c
+        .replication_relationship(s.b.cluster, replica)
+        .await
+        .expect("B's relationship");
+    assert!(ab.is_source && ba.is_source);
+    assert_eq!(ab.target_lvol_id, Some(replica));
+    assert_eq!(ba.target_lvol_id, Some(vol));
+    for (cluster, start) in [(s.a.cluster, vol), (s.b.cluster, replica)] {
+        let e = walk(c, cluster, start).await.expect_err("a loop");
+        assert!(e.contains("loops at"), "{e}");
+    }
+}
