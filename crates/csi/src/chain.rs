@@ -78,8 +78,8 @@ pub struct Chain {
 /// Walk the chain from `start`.
 ///
 /// Fails when a lookup fails (other than "no relationship"), when a source record names no
-/// target, when the chain returns to a member it already visited, and when it is longer
-/// than [`MAX_CHAIN_HOPS`].
+/// target, when the chain returns to a member it already visited, and when it has more
+/// than [`MAX_CHAIN_HOPS`] members.
 pub async fn resolve<S: RelationshipSource>(source: &S, start: &VolumeHandle) -> Result<Chain> {
     let mut hops = vec![start.clone()];
     let mut visited: HashSet<(Uuid, Uuid)> = HashSet::new();
@@ -111,12 +111,15 @@ pub async fn resolve<S: RelationshipSource>(source: &S, start: &VolumeHandle) ->
             Some(active) => active == target.volume,
         };
         hops.push(target);
+        if hops.len() > MAX_CHAIN_HOPS {
+            break;
+        }
         if end {
             return Ok(Chain { hops, known });
         }
     }
     Err(CsiError::Internal(format!(
-        "the replication chain of volume {start} did not end within {MAX_CHAIN_HOPS} hops; \
+        "the replication chain of volume {start} did not end within {MAX_CHAIN_HOPS} members; \
          the control plane's replication relationships need repair"
     )))
 }
@@ -359,10 +362,20 @@ mod tests {
         let t = alternating(MAX_CHAIN_HOPS + 10, true, None);
         let err = block_on(resolve(&t, &member(0, 0))).expect_err("the walk fails");
         assert!(
-            err.to_string().contains("did not end within 256 hops"),
+            err.to_string().contains("did not end within 256 members"),
             "{err}"
         );
         assert_eq!(*t.lookups.lock().expect("lookups"), MAX_CHAIN_HOPS);
+    }
+
+    #[test]
+    fn a_chain_of_exactly_the_bound_resolves_and_one_more_does_not() {
+        let t = alternating(MAX_CHAIN_HOPS - 1, true, None);
+        let chain = block_on(resolve(&t, &member(0, 0))).expect("the walk succeeds");
+        assert_eq!(chain.hops().len(), MAX_CHAIN_HOPS);
+        let t = alternating(MAX_CHAIN_HOPS, true, None);
+        let err = block_on(resolve(&t, &member(0, 0))).expect_err("the walk fails");
+        assert!(err.to_string().contains("did not end"), "{err}");
     }
 
     #[test]
