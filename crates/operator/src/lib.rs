@@ -13,6 +13,7 @@ pub mod crash;
 pub mod csi_secret;
 pub mod deployment;
 pub mod device;
+pub mod dr;
 pub mod driver;
 pub mod events;
 pub mod kit;

@@ -12,6 +12,7 @@ mod devices;
 mod discovery;
 mod driver;
 mod events;
+mod hub;
 mod leader;
 mod lock;
 mod maintenance;
