@@ -24,6 +24,7 @@ pub mod node;
 pub mod ops;
 pub mod pool;
 pub mod serving;
+pub mod site;
 pub mod streams;
 pub mod volume_ops;
 pub mod webhooks;
