@@ -181,6 +181,29 @@ fn is_not_found(err: &CsiError) -> bool {
     }
 }
 
+/// The relationships as the control planes in the CSI secret answer them: each member is
+/// looked up on its own cluster, so a cluster missing from the secret fails the walk
+/// (UNAVAILABLE) rather than ending it.
+impl RelationshipSource for crate::clusters::Clusters {
+    async fn relationship(&self, member: &VolumeHandle) -> Result<Option<Link>> {
+        let client = self.client(member.cluster)?;
+        match client
+            .replication_relationship(member.cluster, member.volume)
+            .await
+        {
+            Ok(r) => Ok(Some(Link::from_parts(
+                r.is_source,
+                r.target_cluster_id,
+                r.target_pool_id,
+                r.target_lvol_id,
+                r.active_lvol_id,
+            ))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
