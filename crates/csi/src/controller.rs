@@ -37,6 +37,54 @@ impl ControllerService {
             names: KeyLocks::default(),
         }
     }
+
+    /// The members of `h`'s replication chain that a delete of `h` retires: every member
+    /// after `h` except the active end, which serves the volume now and is never deleted.
+    /// The walk is best effort: a chain that cannot be walked leaves its replicas, and the
+    /// volume itself is still deleted.
+    async fn retired_replicas(&self, h: &VolumeHandle) -> Vec<VolumeHandle> {
+        match crate::chain::resolve(self.clusters.as_ref(), h).await {
+            Ok(chain) => {
+                let hops = chain.hops();
+                hops.get(1..hops.len().saturating_sub(1))
+                    .unwrap_or_default()
+                    .to_vec()
+            }
+            Err(e) => {
+                tracing::warn!(volume = %h, error = %e, "the volume's replication chain could not be walked; its retired replicas, if any, are left in place");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Deletes one retired replica; gone already is done, and a failure is logged, since
+    /// the volume the user deleted is gone either way.
+    async fn delete_retired(&self, member: &VolumeHandle) {
+        let deleted = match (
+            self.clusters.client(member.cluster),
+            self.clusters.pool_id(member.cluster, &member.pool).await,
+        ) {
+            (Ok(client), Ok(pool)) => client
+                .delete_volume(member.cluster, pool, member.volume)
+                .await
+                .or_else(|e| {
+                    if e.is_not_found() {
+                        Ok(())
+                    } else {
+                        Err(e.into())
+                    }
+                }),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        match deleted {
+            Ok(()) => {
+                tracing::info!(replica = %member, "deleted a retired replica of a deleted volume")
+            }
+            Err(e) => {
+                tracing::warn!(replica = %member, error = %e, "a retired replica of a deleted volume could not be deleted; delete it on its cluster")
+            }
+        }
+    }
 }
 
 fn segments(v: &[csi::Topology]) -> Vec<BTreeMap<String, String>> {
@@ -613,11 +661,17 @@ impl Controller for ControllerService {
             Err(CsiError::NotFound(_)) => return Ok(Response::new(csi::DeleteVolumeResponse {})),
             Err(e) => return Err(e.into()),
         };
+        // Walked first: a failed-over volume's retired replicas are found from its handle.
+        let retired = self.retired_replicas(&h).await;
         match client.delete_volume(h.cluster, pool, h.volume).await {
-            Ok(()) => Ok(Response::new(csi::DeleteVolumeResponse {})),
-            Err(e) if e.is_not_found() => Ok(Response::new(csi::DeleteVolumeResponse {})),
-            Err(e) => Err(CsiError::from(e).into()),
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(CsiError::from(e).into()),
         }
+        for member in retired {
+            self.delete_retired(&member).await;
+        }
+        Ok(Response::new(csi::DeleteVolumeResponse {}))
     }
 
     async fn controller_publish_volume(

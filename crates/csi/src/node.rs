@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::attach::{Attacher, Target};
 use crate::caps::{self, Access};
+use crate::chain;
 use crate::clusters::Clusters;
 use crate::error::{CsiError, Result};
 use crate::fs::{self, Probe};
@@ -128,6 +129,14 @@ impl NodeService {
     /// Fresh connection info from the control plane (always asked: pools with allowed
     /// hosts and failed-over volumes change it).
     async fn target(&self, h: &VolumeHandle, volume_id: &str) -> Result<Target> {
+        // A volume that failed over is served by the active end of its replication chain;
+        // the demoted members must not be attached. The relationships outlive a reaped
+        // member, so the handle of the original PersistentVolume still leads there.
+        let chain = chain::resolve(self.clusters.as_ref(), h).await?;
+        let h = chain.active_end();
+        if chain.hops().len() > 1 {
+            tracing::info!(volume = %volume_id, serving = %h, "the volume failed over; attaching the active end of its replication chain");
+        }
         let client = self.clusters.client(h.cluster)?;
         let pool = self.clusters.pool_id(h.cluster, &h.pool).await?;
         let paths = match client
@@ -206,8 +215,8 @@ impl NodeService {
         }
         let mut rec = old.clone().unwrap_or(StageRecord {
             volume_id: req.volume_id.clone(),
-            cluster: h.cluster,
-            volume: h.volume,
+            cluster: target.cluster,
+            volume: target.volume,
             nqn: target.nqn.clone(),
             ns_id: target.ns_id,
             staging_path: staging.clone(),
@@ -217,6 +226,8 @@ impl NodeService {
             fs_type: None,
             mount_flags: vec![],
         });
+        rec.cluster = target.cluster;
+        rec.volume = target.volume;
         rec.nqn = target.nqn.clone();
         rec.ns_id = target.ns_id;
         // Written before the attach, so an unstage after a crash knows what to detach.
