@@ -17,6 +17,7 @@
 pub mod assets;
 pub mod certmanager;
 pub mod chart;
+pub mod ocm;
 pub mod process;
 pub mod standin;
 pub mod wait;

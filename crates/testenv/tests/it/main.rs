@@ -2,4 +2,5 @@
 
 mod certmanager;
 mod lifecycle;
+mod ocm;
 mod standin;
