@@ -3,3 +3,4 @@
 
 pub mod bubble;
 pub mod hub;
+pub mod site_deployment;
