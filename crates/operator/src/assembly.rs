@@ -303,5 +303,6 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(pool::ops::run(ctx.clone())),
         Box::pin(crate::volume_ops::run(ctx.clone(), operator_image.clone())),
         Box::pin(driver::controller::run(ctx.clone(), operator_image)),
+        Box::pin(crate::dr::run(ctx.clone())),
     ]
 }

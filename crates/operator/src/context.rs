@@ -37,6 +37,9 @@ pub struct Context {
     /// The control plane's event streams: the informer the controllers read through, and
     /// what wakes them ([`crate::streams`]).
     pub streams: Arc<crate::streams::Streams>,
+    /// The first wait before discovery is asked again whether this API server is an OCM
+    /// hub ([`crate::dr::hub::FIRST_RETRY`]); tests shorten it.
+    pub hub_first_retry: Duration,
 }
 
 /// The namespaces the operator serves: one, or all.
@@ -161,6 +164,7 @@ impl Context {
             scope: Scope::all(),
             shutdown: Shutdown::new(),
             streams: Arc::default(),
+            hub_first_retry: crate::dr::hub::FIRST_RETRY,
         }
     }
 
@@ -186,6 +190,13 @@ impl Context {
     /// a factor that is not a positive number keeps the declared deadlines.
     pub fn with_step_deadline_scale(mut self, factor: f64) -> Context {
         self.step_deadline_scale = factor;
+        self
+    }
+
+    /// Ask whether this is an OCM hub again after `first` at the start (see
+    /// [`Context::hub_first_retry`]).
+    pub fn with_hub_first_retry(mut self, first: Duration) -> Context {
+        self.hub_first_retry = first;
         self
     }
 

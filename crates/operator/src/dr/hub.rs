@@ -31,8 +31,13 @@ pub async fn serves_manifestworks(client: &kube::Client) -> Result<bool, kube::E
 
 /// The wait after `previous`: 60 s first, doubling, at most 10 min.
 pub fn next_retry(previous: Option<Duration>) -> Duration {
+    next_retry_from(FIRST_RETRY, previous)
+}
+
+/// The wait after `previous` when the first is `first`: doubling, at most 10 min.
+pub fn next_retry_from(first: Duration, previous: Option<Duration>) -> Duration {
     match previous {
-        None => FIRST_RETRY,
+        None => first.min(LONGEST_RETRY),
         Some(wait) => (wait * 2).min(LONGEST_RETRY),
     }
 }
@@ -42,17 +47,34 @@ pub fn next_retry(previous: Option<Duration>) -> Duration {
 /// failed check is logged and the polling goes on, so a hub installed after the operator
 /// started gets its controllers without a restart.
 pub async fn until_hub(client: &kube::Client, shutdown: &Shutdown) -> bool {
+    until_hub_polling(client, shutdown, FIRST_RETRY, |_| {}).await
+}
+
+/// [`until_hub`] whose first wait is `first`; `checked` is told each answer (`None` for a
+/// failed check).
+pub async fn until_hub_polling(
+    client: &kube::Client,
+    shutdown: &Shutdown,
+    first: Duration,
+    mut checked: impl FnMut(Option<bool>),
+) -> bool {
     let mut wait = None;
     loop {
         match serves_manifestworks(client).await {
-            Ok(true) => return true,
-            Ok(false) => {}
-            Err(e) => tracing::warn!(
-                error = %e,
-                "asking the API server whether it serves OCM ManifestWorks failed; asking again later"
-            ),
+            Ok(true) => {
+                checked(Some(true));
+                return true;
+            }
+            Ok(false) => checked(Some(false)),
+            Err(e) => {
+                checked(None);
+                tracing::warn!(
+                    error = %e,
+                    "asking the API server whether it serves OCM ManifestWorks failed; asking again later"
+                );
+            }
         }
-        let next = next_retry(wait);
+        let next = next_retry_from(first, wait);
         wait = Some(next);
         tokio::select! {
             _ = tokio::time::sleep(next) => {}
@@ -75,5 +97,17 @@ mod tests {
             wait = Some(next);
         }
         assert_eq!(waits, [60, 120, 240, 480, 600, 600]);
+    }
+
+    #[test]
+    fn a_shorter_first_wait_doubles_to_the_same_cap() {
+        let mut waits = Vec::new();
+        let mut wait = None;
+        for _ in 0..12 {
+            let next = next_retry_from(Duration::from_secs(1), wait);
+            waits.push(next.as_secs());
+            wait = Some(next);
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600]);
     }
 }

@@ -4,7 +4,7 @@
 
 use simplyblock_operator::context::Shutdown;
 use simplyblock_operator::dr::hub::{
-    MANIFESTWORKS, WORK_GROUP_VERSION, serves_manifestworks, until_hub,
+    MANIFESTWORKS, WORK_GROUP_VERSION, serves_manifestworks, until_hub_polling,
 };
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::minimal_crd;
@@ -58,8 +58,15 @@ async fn only_a_server_of_manifestworks_is_a_hub() {
     )])
     .await
     .expect("the hub's CRD installs");
+    // Discovery may lag the CRD by a moment: the poll starts short here.
     assert!(
-        until_hub(&client, &Shutdown::new()).await,
+        until_hub_polling(
+            &client,
+            &Shutdown::new(),
+            std::time::Duration::from_millis(50),
+            |_| {}
+        )
+        .await,
         "the wait ends once ManifestWorks are served"
     );
     assert!(
@@ -67,4 +74,65 @@ async fn only_a_server_of_manifestworks_is_a_hub() {
             .await
             .expect("discovery answers")
     );
+}
+
+/// The operator's hub task on an API server that becomes a hub while it runs: it keeps
+/// asking and starts nothing while only AppliedManifestWork is served, and starts the
+/// hub's controllers, without a restart, once the ManifestWork CRD is installed.
+#[tokio::test]
+async fn the_hub_controllers_start_once_manifestworks_are_served() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use simplyblock_operator::context::Context;
+    use simplyblock_testenv::ocm;
+
+    use crate::support::{cp_client, until};
+
+    let env = TestEnv::start().await.expect("an API server of its own");
+    let client = env.client().await.expect("a client");
+    env.install_crds(&ocm::managed_cluster_crds())
+        .await
+        .expect("the managed cluster's CRD installs");
+    let shutdown = Shutdown::new();
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            cp_client("http://127.0.0.1:9"),
+            "http://127.0.0.1:9".into(),
+            "simplyblock-system".into(),
+        )
+        .with_shutdown(shutdown.clone())
+        .with_hub_first_retry(Duration::from_millis(50)),
+    );
+    let metrics = ctx.metrics.clone();
+    let task = tokio::spawn(simplyblock_operator::dr::run(ctx));
+
+    let checks = |result: &str| {
+        metrics
+            .sample("simplyblock_hub_checks_total", &[("result", result)])
+            .unwrap_or(0.0)
+    };
+    until("discovery asked twice on a managed cluster", async || {
+        (checks("not_hub") >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        metrics.sample("simplyblock_hub_controllers_running", &[]),
+        None,
+        "a managed cluster runs no hub controller"
+    );
+    assert_eq!(checks("hub"), 0.0);
+
+    env.install_crds(&ocm::hub_crds())
+        .await
+        .expect("the hub's CRDs install");
+    until("the hub's controllers running", async || {
+        (metrics.sample("simplyblock_hub_controllers_running", &[]) == Some(1.0)).then_some(())
+    })
+    .await;
+    assert_eq!(checks("hub"), 1.0, "the polling ends once the hub is seen");
+
+    shutdown.fire();
+    task.await.expect("the hub task ends with the operator");
 }
