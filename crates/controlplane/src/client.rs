@@ -1274,6 +1274,28 @@ impl Client {
         .await
     }
 
+    /// The newest snapshot the relationship of `lvol` replicated, on the receiving side
+    /// (`GET /clusters/{c}/replication/relationships/{lvol}/latest-snapshot`, a newer control
+    /// plane): the recovery point a DR drill clones. `lvol` is the source volume (asked on
+    /// its cluster) or the replica (asked on the target cluster); `None` when nothing was
+    /// replicated yet (404).
+    pub async fn latest_replicated_snapshot(
+        &self,
+        cluster: Uuid,
+        lvol: Uuid,
+    ) -> Result<Option<ReplicatedSnapshot>> {
+        match self
+            .get(&format!(
+                "/clusters/{cluster}/replication/relationships/{lvol}/latest-snapshot"
+            ))
+            .await
+        {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub async fn volume_replication_tasks(
         &self,
         cluster: Uuid,

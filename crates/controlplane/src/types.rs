@@ -1075,6 +1075,25 @@ pub struct ReplicationRelationship {
     pub active_lvol_id: Option<Uuid>,
 }
 
+/// `ReplicatedSnapshotDTO`: the newest snapshot a relationship's cycles landed on the
+/// receiving side (`GET /clusters/{c}/replication/relationships/{lvol}/latest-snapshot`, a
+/// newer control plane). It lives on `cluster_id`/`pool_id` as a snapshot of `lvol_id`
+/// (the replica), so a clone of it is made there.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicatedSnapshot {
+    pub snapshot_id: Uuid,
+    pub cluster_id: Uuid,
+    pub pool_id: Uuid,
+    /// The volume it is a snapshot of, on the receiving side.
+    pub lvol_id: Uuid,
+    /// The volume whose data it carries.
+    pub source_lvol_id: Uuid,
+    /// Bytes.
+    pub size: u64,
+    pub created_at: Option<String>,
+}
+
 /// `ReplicationStatusDTO`: `GET …/volumes/{v}/replication/status` of a newer control plane.
 /// A volume that never replicated answers role `none`, state `not_replicating`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

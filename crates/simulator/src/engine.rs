@@ -616,11 +616,13 @@ fn run_task(st: &mut St<'_>, id: &str) {
                 if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
                     r.snapshot_seq = Some(taken);
                 }
+                crate::replicated::take(st, vid);
                 let d = st.sim.timings().replication_ms;
                 return wait(st, id, d, 2);
             }
             match ensure_replica(st, vid) {
                 Ok(_) => {
+                    crate::replicated::land(st, vid);
                     let now = st.now;
                     if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
                         r.last_snapshot_ms = Some(now);

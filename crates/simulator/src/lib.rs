@@ -17,6 +17,7 @@ pub mod labels;
 pub mod model;
 pub mod openapi;
 pub mod render;
+pub mod replicated;
 pub mod reply;
 pub mod rng;
 pub mod routes;

@@ -295,6 +295,13 @@ pub struct ReplicationRec {
     /// Sequence number of the last snapshot replicated.
     #[serde(default)]
     pub replicated_seq: Option<u64>,
+    /// The id the open cycle's snapshot will have once it lands (its data is staged
+    /// under that id as soon as it is taken).
+    #[serde(default)]
+    pub pending_snapshot: Option<Uuid>,
+    /// The snapshots the cycles landed on the receiving side, oldest first.
+    #[serde(default)]
+    pub replicated_snapshots: Vec<Uuid>,
 }
 
 /// A synthetic NVMe device of a worker.

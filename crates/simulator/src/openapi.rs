@@ -309,7 +309,18 @@ fn add_newer_replication_routes(doc: &mut Value) {
             }
         }
     }
+    let mut latest = lookup.clone();
+    latest["get"]["summary"] = json!("Clusters:Replication:Relationships:Latest Snapshot");
+    latest["get"]["operationId"] = json!("replication_relationship_latest_snapshot_get");
+    if let Some(schema) = latest.pointer_mut(&format!("/get{ok}")) {
+        *schema = replicated_snapshot_schema();
+    }
     if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.insert(
+            "/api/v2/clusters/{cluster_id}/replication/relationships/{lvol_id}/latest-snapshot"
+                .into(),
+            latest,
+        );
         paths.insert(format!("{REPL}/status"), status);
         paths.insert(format!("{REPL}/demote"), demote);
         paths.insert(
@@ -317,6 +328,29 @@ fn add_newer_replication_routes(doc: &mut Value) {
             lookup,
         );
     }
+}
+
+/// `ReplicatedSnapshotDTO` of a newer control plane: a relationship's latest snapshot on
+/// the receiving side.
+fn replicated_snapshot_schema() -> Value {
+    let uuid = json!({ "type": "string", "format": "uuid" });
+    json!({
+        "title": "ReplicatedSnapshotDTO",
+        "type": "object",
+        "required": [
+            "snapshot_id", "cluster_id", "pool_id", "lvol_id", "source_lvol_id", "size",
+            "created_at"
+        ],
+        "properties": {
+            "snapshot_id": uuid,
+            "cluster_id": uuid,
+            "pool_id": uuid,
+            "lvol_id": uuid,
+            "source_lvol_id": uuid,
+            "size": { "type": "integer" },
+            "created_at": { "anyOf": [{ "type": "string" }, { "type": "null" }] }
+        }
+    })
 }
 
 /// `ReplicationStatusDTO` of a newer control plane (reference §10).

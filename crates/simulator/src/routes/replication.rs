@@ -95,16 +95,29 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         ("GET", "relationships/{lvol_id}") => {
             let lvol = req.id("lvol_id");
-            let r =
-                st.t.replications
-                    .get(&lvol.to_string())
-                    .filter(|r| r.cluster_id == c)
-                    .cloned()
-                    .or_else(|| replica_relationship(st.t, lvol).filter(|r| r.target_cluster == c))
-                    .ok_or_else(|| ApiError::not_found("Volume has no replication relationship"))?;
+            let r = lookup(st.t, c, lvol)?;
             Ok(Reply::ok(json!(render::relationship_lookup(
                 st.t, &r, lvol
             ))))
+        }
+        ("GET", "relationships/{lvol_id}/latest-snapshot") => {
+            let r = lookup(st.t, c, req.id("lvol_id"))?;
+            let s = crate::replicated::latest(st.t, &r).ok_or_else(|| {
+                ApiError::not_found("No snapshot of this relationship was replicated yet")
+            })?;
+            Ok(Reply::ok(json!(ReplicatedSnapshot {
+                snapshot_id: s.id,
+                cluster_id: s.cluster_id,
+                pool_id: s.pool_id,
+                lvol_id: s.volume_id,
+                source_lvol_id: if s.volume_id == r.source_lvol {
+                    r.target_lvol.unwrap_or(r.source_lvol)
+                } else {
+                    r.source_lvol
+                },
+                size: s.size,
+                created_at: Some(render::iso_time(s.created_ms)),
+            })))
         }
         ("GET", "policies/") => Ok(Reply::ok(render::list(
             st.t.policies.values().filter(|p| p.cluster_id == c),
@@ -180,7 +193,8 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
 /// One volume's replication relationship: start, stop, trigger, fail over (planned or
 /// not), demote, commit the cutover, fail back, its tasks and its typed status. A volume's
 /// relationship is the one it is the source of, else the one it is the replica of; the
-/// failover of a volume that is both acts on the one it is the replica of.
+/// failover of a volume that is both acts on the one it is the replica of, unless that one
+/// failed over already and the volume, serving, is the source of a newer one.
 pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let rest = req.route_below(
         "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication/",
@@ -284,6 +298,8 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                             demoted_seq: None,
                             snapshot_seq: None,
                             replicated_seq: None,
+                            pending_snapshot: None,
+                            replicated_snapshots: Vec::new(),
                         },
                     );
                 }
@@ -318,7 +334,12 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             Ok(Reply::empty(204))
         }
         ("POST", "failover") => {
-            let r = replica_of.or(own).ok_or_else(no_rel)?;
+            // A replica that already serves and was protected again moves on: its own
+            // relationship is the one to fail over (a failback to the other site).
+            let r = match (replica_of, own) {
+                (Some(of), Some(own)) if of.state == ReplicationState::FailedOver => own,
+                (of, own) => of.or(own).ok_or_else(no_rel)?,
+            };
             if req.q("planned").is_some()
                 && req.q_bool("planned")?
                 && r.state != ReplicationState::FailedOver
@@ -417,6 +438,18 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         _ => Err(ApiError::opaque("unsupported volume replication route")),
     }
+}
+
+/// The relationship a volume belongs to as cluster `c` sees it: the one it is the source
+/// of there, else the one it is the replica of there. It resolves after the source is
+/// reaped.
+fn lookup(t: &Tables, c: Uuid, lvol: Uuid) -> Result<ReplicationRec, ApiError> {
+    t.replications
+        .get(&lvol.to_string())
+        .filter(|r| r.cluster_id == c)
+        .cloned()
+        .or_else(|| replica_relationship(t, lvol).filter(|r| r.target_cluster == c))
+        .ok_or_else(|| ApiError::not_found("Volume has no replication relationship"))
 }
 
 /// The relationship whose replica `v` is (the newest, should there be several).

@@ -44,8 +44,17 @@ impl Sites {
 /// Site A on workers w1, w2 and site B on w3, w4, each with a pool and a target towards
 /// the other.
 async fn two_sites() -> Sites {
+    two_sites_with(false).await.0
+}
+
+/// [`two_sites`], with volume data kept as files in the returned directory when `files`.
+async fn two_sites_with(files: bool) -> (Sites, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = config(dir.path(), &fleet_yaml(4, 4));
+    let data = dir.path().join("volumes");
+    let mut cfg = config(dir.path(), &fleet_yaml(4, 4));
+    if files {
+        cfg.volume_files = Some(data.clone());
+    }
     let env = start_with(dir, cfg).await;
     let c = &env.client;
     let a = active_cluster(c, "site-a", 2).await;
@@ -99,7 +108,7 @@ async fn two_sites() -> Sites {
             .expect("target");
         targets.push(t.id);
     }
-    Sites {
+    let sites = Sites {
         env,
         a: Site {
             cluster: a,
@@ -111,7 +120,8 @@ async fn two_sites() -> Sites {
             pool: pools[1],
             target: targets[1],
         },
-    }
+    };
+    (sites, data)
 }
 
 /// Start replicating `vol` of `site` towards the other site, trigger a snapshot and wait
@@ -566,4 +576,220 @@ async fn a_looping_pair_is_detected_by_the_chain_walk() {
         let e = walk(c, cluster, start).await.expect_err("a loop");
         assert!(e.contains("loops at"), "{e}");
     }
+}
+
+/// With the sim clock frozen, run `vol`'s open replication cycles to their end, so the
+/// next one starts only when asked.
+async fn quiesce(s: &Sites, site: Site, vol: Uuid) {
+    let c = &s.env.client;
+    clock_scale(s, 0.0).await;
+    eventually(
+        "no open replication cycle",
+        Duration::from_secs(10),
+        || async {
+            advance(s, 5.0).await;
+            let tasks = c
+                .volume_replication_tasks(site.cluster, site.pool, vol)
+                .await
+                .ok()?;
+            tasks
+                .iter()
+                .all(|t| t.status == TaskStatus::Done)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Trigger one more cycle of `vol`'s relationship and wait (advancing the sim clock) until
+/// a snapshot newer than `than` landed; returns it.
+async fn next_cycle(s: &Sites, site: Site, vol: Uuid, than: Option<Uuid>) -> ReplicatedSnapshot {
+    let c = &s.env.client;
+    c.volume_replication_action(site.cluster, site.pool, vol, "trigger")
+        .await
+        .expect("trigger");
+    eventually(
+        "a newer replicated snapshot",
+        Duration::from_secs(10),
+        || async {
+            advance(s, 5.0).await;
+            c.latest_replicated_snapshot(site.cluster, vol)
+                .await
+                .ok()
+                .flatten()
+                .filter(|l| Some(l.snapshot_id) != than)
+        },
+    )
+    .await
+}
+
+/// The latest replicated snapshot lives on the target as a snapshot of the replica, is
+/// found from either side of the relationship, clones there, and rolls over as cycles
+/// come, keeping the policy's count (a cloned one lingers in deletion).
+#[tokio::test]
+async fn the_latest_replicated_snapshot_is_on_the_target_and_clones_there() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let vol = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("rp", 1_000_000_000))
+        .await
+        .expect("volume");
+    assert_eq!(
+        c.latest_replicated_snapshot(a.cluster, vol)
+            .await
+            .expect("no relationship yet"),
+        None
+    );
+    let replica = protect(&s, a, vol).await;
+    quiesce(&s, a, vol).await;
+    let first = c
+        .latest_replicated_snapshot(a.cluster, vol)
+        .await
+        .expect("latest")
+        .expect("a snapshot landed with the replica");
+    assert_eq!(
+        (
+            first.cluster_id,
+            first.pool_id,
+            first.lvol_id,
+            first.source_lvol_id
+        ),
+        (b.cluster, b.pool, replica, vol)
+    );
+    assert!(first.created_at.is_some());
+    assert_eq!(
+        c.latest_replicated_snapshot(b.cluster, replica)
+            .await
+            .expect("from the target"),
+        Some(first.clone())
+    );
+    assert_eq!(
+        c.latest_replicated_snapshot(a.cluster, replica)
+            .await
+            .expect("the replica is not site A's"),
+        None
+    );
+    let snap = c
+        .get_snapshot(b.cluster, b.pool, first.snapshot_id)
+        .await
+        .expect("a snapshot of site B");
+    assert_eq!(snap.status, SnapshotStatus::Online);
+    let drill = c
+        .create_volume_from_snapshot(
+            b.cluster,
+            b.pool,
+            &VolumeClone {
+                name: "drill".into(),
+                snapshot_id: Some(first.snapshot_id),
+                size: first.size,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("clone the recovery point on site B");
+    assert!(
+        c.list_volumes(b.cluster, b.pool)
+            .await
+            .expect("B volumes")
+            .iter()
+            .any(|v| v.id == drill)
+    );
+    // Three more cycles: the default keeps three, so the first goes, softly (it has a clone).
+    let mut last = first.snapshot_id;
+    for _ in 0..3 {
+        last = next_cycle(&s, a, vol, Some(last)).await.snapshot_id;
+    }
+    let snaps = c
+        .list_snapshots(b.cluster, b.pool)
+        .await
+        .expect("B snapshots");
+    let online: Vec<Uuid> = snaps
+        .iter()
+        .filter(|x| x.status == SnapshotStatus::Online)
+        .map(|x| x.id)
+        .collect();
+    assert_eq!(online.len(), 3, "{snaps:?}");
+    assert!(online.contains(&last) && !online.contains(&first.snapshot_id));
+    assert_eq!(
+        c.get_snapshot(b.cluster, b.pool, first.snapshot_id)
+            .await
+            .expect("the cloned snapshot lingers")
+            .status,
+        SnapshotStatus::InDeletion
+    );
+}
+
+fn write_at(files: &std::path::Path, vol: Uuid, offset: u64, data: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(files.join(format!("{vol}.img")))
+        .expect("open the volume file");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.write_all(data).expect("write");
+}
+
+fn read_at(files: &std::path::Path, id: Uuid, offset: u64, len: usize) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(files.join(format!("{id}.img"))).expect("open the file");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    let mut buf = vec![0; len];
+    f.read_exact(&mut buf).expect("read");
+    buf
+}
+
+/// With volume files, each cycle carries the source's data to the replica and its landed
+/// snapshot: after a failover the replica reads what was written before the last cycle,
+/// and a failback carries the replica's writes back to the source.
+#[tokio::test]
+async fn replication_cycles_carry_the_data_across_sites() {
+    let (s, files) = two_sites_with(true).await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let vol = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("data", 1 << 30))
+        .await
+        .expect("volume");
+    write_at(&files, vol, 4096, b"first words");
+    let replica = protect(&s, a, vol).await;
+    quiesce(&s, a, vol).await;
+    assert_eq!(read_at(&files, replica, 4096, 11), b"first words");
+    let first = c
+        .latest_replicated_snapshot(a.cluster, vol)
+        .await
+        .expect("latest")
+        .expect("landed");
+    write_at(&files, vol, 8 << 20, b"second words");
+    let second = next_cycle(&s, a, vol, Some(first.snapshot_id)).await;
+    assert_eq!(read_at(&files, replica, 8 << 20, 12), b"second words");
+    assert_eq!(
+        read_at(&files, second.snapshot_id, 8 << 20, 12),
+        b"second words"
+    );
+    // The earlier snapshot keeps the data of its own cycle.
+    assert_eq!(read_at(&files, first.snapshot_id, 8 << 20, 12), [0; 12]);
+
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(false))
+        .await
+        .expect("failover to B");
+    assert_eq!(read_at(&files, replica, 4096, 11), b"first words");
+    assert_eq!(read_at(&files, replica, 8 << 20, 12), b"second words");
+
+    // B serves and writes; failing back carries that to A's volume.
+    write_at(&files, replica, 16 << 20, b"written on B");
+    c.failback_volume_replication(
+        b.cluster,
+        b.pool,
+        replica,
+        &Failback {
+            source_cluster_id: Some(a.cluster),
+        },
+    )
+    .await
+    .expect("failback");
+    let back = next_cycle(&s, a, vol, Some(second.snapshot_id)).await;
+    assert_eq!((back.cluster_id, back.lvol_id), (a.cluster, vol));
+    assert_eq!(back.source_lvol_id, replica);
+    assert_eq!(read_at(&files, vol, 16 << 20, 12), b"written on B");
 }

@@ -1,0 +1,125 @@
+//! What a replication cycle carries: the snapshot it takes of the sending volume, which
+//! lands on the receiving side as a snapshot of the replica, and (with `--volume-files`)
+//! the data itself. The sending volume is the source while the relationship points at
+//! its target, and the replica once it is failed back (`direction = to_source`).
+
+use uuid::Uuid;
+
+use crate::model::*;
+use crate::sim::St;
+use crate::store::Tables;
+use simplyblock_controlplane::types::{ReplicationDirection, SnapshotStatus, VolumeStatus};
+
+/// How many landed snapshots a relationship keeps when its policy does not say.
+const KEEP_DEFAULT: usize = 3;
+
+/// `(sending, receiving)` volume of a relationship, as its direction says.
+fn ends(r: &ReplicationRec) -> (Option<Uuid>, Option<Uuid>) {
+    match r.direction {
+        ReplicationDirection::ToSource => (r.target_lvol, Some(r.source_lvol)),
+        _ => (Some(r.source_lvol), r.target_lvol),
+    }
+}
+
+/// The cycle takes its snapshot now: reserve the id it lands under and stage the sending
+/// volume's data there, so what is written afterwards waits for the next cycle.
+pub fn take(st: &mut St<'_>, key: Uuid) {
+    let Some(r) = st.t.replications.get(&key.to_string()).cloned() else {
+        return;
+    };
+    let id = st.uuid();
+    if let Some(x) = st.t.replications.get_mut(&key.to_string()) {
+        x.pending_snapshot = Some(id);
+    }
+    let sending = ends(&r)
+        .0
+        .and_then(|v| st.t.volumes.get(&v.to_string()))
+        .map(|v| (v.id, v.size));
+    if let (Some(dir), Some((v, size))) = (&st.sim.config.volume_files, sending) {
+        crate::volfiles::copy(dir, v, id, size);
+    }
+}
+
+/// The cycle's snapshot arrives: it becomes a snapshot of the receiving volume on that
+/// volume's cluster and pool, the receiving volume takes its data, and the oldest landed
+/// snapshots beyond the policy's `keep_replicated` go.
+pub fn land(st: &mut St<'_>, key: Uuid) {
+    let Some(r) = st.t.replications.get(&key.to_string()).cloned() else {
+        return;
+    };
+    let Some(id) = r.pending_snapshot else {
+        return;
+    };
+    let Some(recv) = ends(&r)
+        .1
+        .and_then(|v| st.t.volumes.get(&v.to_string()))
+        .cloned()
+    else {
+        return;
+    };
+    let seq = st.seq();
+    st.t.snapshots.insert(
+        id.to_string(),
+        SnapshotRec {
+            id,
+            seq,
+            cluster_id: recv.cluster_id,
+            pool_id: recv.pool_id,
+            volume_id: recv.id,
+            name: format!("{}-replicated-{seq}", recv.name),
+            size: recv.size,
+            used_size: 0,
+            status: SnapshotStatus::Online,
+            created_ms: st.now,
+            soft_deleted: false,
+        },
+    );
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::copy(dir, id, recv.id, recv.size);
+    }
+    let keep =
+        st.t.volumes
+            .get(&r.source_lvol.to_string())
+            .and_then(|v| v.replication_policy)
+            .and_then(|p| st.t.policies.get(&p.to_string()))
+            .map_or(KEEP_DEFAULT, |p| (p.keep_replicated as usize).max(1));
+    let mut landed = r.replicated_snapshots.clone();
+    landed.push(id);
+    let cut = landed.len().saturating_sub(keep);
+    let gone: Vec<Uuid> = landed.drain(..cut).collect();
+    if let Some(x) = st.t.replications.get_mut(&key.to_string()) {
+        x.pending_snapshot = None;
+        x.replicated_snapshots = landed;
+    }
+    for s in gone {
+        drop_snapshot(st, s);
+    }
+}
+
+/// Delete a landed snapshot, softly while a clone still refers to it.
+fn drop_snapshot(st: &mut St<'_>, s: Uuid) {
+    let cloned =
+        st.t.volumes
+            .values()
+            .any(|v| v.cloned_from == Some(s) && v.status != VolumeStatus::Deleted);
+    if cloned {
+        if let Some(x) = st.t.snapshots.get_mut(&s.to_string()) {
+            x.soft_deleted = true;
+            x.status = SnapshotStatus::InDeletion;
+        }
+        return;
+    }
+    st.t.snapshots.remove(&s.to_string());
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::remove(dir, s);
+    }
+}
+
+/// The newest landed snapshot of a relationship that is still there.
+pub fn latest<'t>(t: &'t Tables, r: &ReplicationRec) -> Option<&'t SnapshotRec> {
+    r.replicated_snapshots
+        .iter()
+        .rev()
+        .filter_map(|s| t.snapshots.get(&s.to_string()))
+        .find(|s| !s.soft_deleted)
+}
