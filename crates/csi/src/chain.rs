@@ -191,8 +191,10 @@ impl RelationshipSource for crate::clusters::Clusters {
             .replication_relationship(member.cluster, member.volume)
             .await
         {
+            // A source whose first snapshot has not reached its target yet has no
+            // replica: it is still the end of its chain.
             Ok(r) => Ok(Some(Link::from_parts(
-                r.is_source,
+                r.is_source && r.target_lvol_id.is_some(),
                 r.target_cluster_id,
                 r.target_pool_id,
                 r.target_lvol_id,
