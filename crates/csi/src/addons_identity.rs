@@ -4,19 +4,21 @@
 use tonic::{Request, Response, Status};
 
 use crate::proto::csiaddons::identity as ident;
-use ident::capability::{self, service};
+use ident::capability::{self, service, volume_replication};
 use ident::identity_server::Identity;
 
 #[derive(Debug, Clone)]
 pub struct AddonsIdentityService {
     pub name: String,
     pub version: String,
-    /// Whether this process serves the Controller service.
+    /// Whether this process serves the Controller service (and with it Replication).
     pub controller: bool,
 }
 
 impl AddonsIdentityService {
-    /// The capabilities advertised: only services this process actually serves.
+    /// The capabilities advertised: only services this process actually serves. The
+    /// controller mode serves volume replication, including the destination lookup Ramen
+    /// needs to restore a group.
     pub fn capabilities(&self) -> Vec<ident::Capability> {
         let mut caps = Vec::new();
         if self.controller {
@@ -25,6 +27,16 @@ impl AddonsIdentityService {
                     r#type: service::Type::ControllerService as i32,
                 })),
             });
+            for t in [
+                volume_replication::Type::VolumeReplication,
+                volume_replication::Type::GetReplicationDestinationInfo,
+            ] {
+                caps.push(ident::Capability {
+                    r#type: Some(capability::Type::VolumeReplication(
+                        capability::VolumeReplication { r#type: t as i32 },
+                    )),
+                });
+            }
         }
         caps
     }
@@ -72,13 +84,25 @@ mod tests {
     }
 
     #[test]
-    fn the_controller_service_is_advertised_only_where_it_is_served() {
-        let want = ident::Capability {
+    fn controller_and_replication_are_advertised_only_where_they_are_served() {
+        let controller = ident::Capability {
             r#type: Some(capability::Type::Service(capability::Service {
                 r#type: service::Type::ControllerService as i32,
             })),
         };
-        assert_eq!(svc(true).capabilities(), vec![want]);
+        let replication = |t: volume_replication::Type| ident::Capability {
+            r#type: Some(capability::Type::VolumeReplication(
+                capability::VolumeReplication { r#type: t as i32 },
+            )),
+        };
+        assert_eq!(
+            svc(true).capabilities(),
+            vec![
+                controller,
+                replication(volume_replication::Type::VolumeReplication),
+                replication(volume_replication::Type::GetReplicationDestinationInfo),
+            ]
+        );
         assert_eq!(svc(false).capabilities(), vec![]);
     }
 }

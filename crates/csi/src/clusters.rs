@@ -83,6 +83,8 @@ pub struct Clusters {
 #[derive(Debug, Default)]
 struct Served {
     clients: BTreeMap<Uuid, Arc<Client>>,
+    /// The clusters the secret marks as this site's own.
+    local: Vec<Uuid>,
 }
 
 /// Where the served list comes from, when it comes from files.
@@ -142,7 +144,12 @@ impl Served {
             cfg.timeout = Duration::from_secs(60);
             let client = Client::new(cfg)?;
             out.clients.insert(e.cluster_id, Arc::new(client));
+            if e.local {
+                out.local.push(e.cluster_id);
+            }
         }
+        out.local.sort();
+        out.local.dedup();
         Ok(out)
     }
 }
@@ -263,6 +270,12 @@ impl Clusters {
 
     pub fn ids(&self) -> Vec<Uuid> {
         self.current().clients.keys().copied().collect()
+    }
+
+    /// The clusters the secret marks as this site's own, sorted; empty when the operator
+    /// that wrote the secret marks none.
+    pub fn local_ids(&self) -> Vec<Uuid> {
+        self.current().local.clone()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -388,6 +401,8 @@ mod tests {
         let data = csi_secret::secret_data(&written);
         let text = String::from_utf8(data[csi_secret::KEY].0.clone()).expect("utf-8");
         let read = parse_secret(&text).expect("the driver reads it");
+        let served = Clusters::new(&read, None).expect("clients");
+        assert_eq!(served.local_ids(), vec![Uuid::parse_str(b).expect("b")]);
         assert_eq!(
             read,
             vec![

@@ -23,6 +23,7 @@ pub mod mkfs_options;
 pub mod node;
 pub mod params;
 pub mod record;
+pub mod replication;
 pub mod replication_params;
 pub mod server;
 pub mod topology;

@@ -1,6 +1,7 @@
-//! Assembling the services by mode and serving them on the endpoint socket: CSI and the
-//! csi-addons Identity service. Other gRPC services join through [`Driver::routes`]: add
-//! them to the builder before [`serve`].
+//! Assembling the services by mode and serving them on the endpoint socket: CSI, the
+//! csi-addons Identity service and, in the controller mode, the csi-addons Replication
+//! service. Other gRPC services join through [`Driver::routes`]: add them to the builder
+//! before [`serve`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +20,8 @@ use crate::proto::csi::v1::controller_server::ControllerServer;
 use crate::proto::csi::v1::identity_server::IdentityServer;
 use crate::proto::csi::v1::node_server::NodeServer;
 use crate::proto::csiaddons::identity::identity_server::IdentityServer as AddonsIdentityServer;
+use crate::proto::csiaddons::replication::controller_server::ControllerServer as ReplicationServer;
+use crate::replication::ReplicationService;
 
 /// Which services the process serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,6 +75,9 @@ impl Driver {
         }));
         if self.mode.controller() {
             b.add_service(ControllerServer::new(ControllerService::new(
+                self.clusters.clone(),
+            )));
+            b.add_service(ReplicationServer::new(ReplicationService::new(
                 self.clusters.clone(),
             )));
         }

@@ -34,7 +34,19 @@ async fn one_site_the_addons_identity_answers_beside_csi() {
             },
         )),
     };
-    assert_eq!(caps.capabilities, vec![controller]);
+    let replication = |t: ident::capability::volume_replication::Type| ident::Capability {
+        r#type: Some(ident::capability::Type::VolumeReplication(
+            ident::capability::VolumeReplication { r#type: t as i32 },
+        )),
+    };
+    assert_eq!(
+        caps.capabilities,
+        vec![
+            controller,
+            replication(ident::capability::volume_replication::Type::VolumeReplication),
+            replication(ident::capability::volume_replication::Type::GetReplicationDestinationInfo),
+        ]
+    );
 
     let probe = id
         .probe(ident::ProbeRequest {})

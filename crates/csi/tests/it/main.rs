@@ -4,5 +4,7 @@ mod binary;
 mod common;
 mod csiaddons;
 mod driver;
+mod replication;
 mod sanity;
 mod secret;
+mod sites;

@@ -1,0 +1,421 @@
+//! The csi-addons Replication service end to end: the csi-addons client on the driver's
+//! socket, one sbsim serving two sites, each site's driver with a CSI secret that lists
+//! both clusters and marks its own `local`. The handle every call names is the original
+//! PersistentVolume's, as Ramen restores it on either site; the driver walks the chain.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use simplyblock_controlplane::{ReplicationDirection, ReplicationPolicyCreate, Uuid};
+use simplyblock_csi::proto::csiaddons::replication as repl;
+use simplyblock_csi::replication_params::{METHOD, POLICY_ID, SITE};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::common::*;
+use crate::sites::*;
+use repl::controller_client::ControllerClient;
+use repl::replication_source::{Type, VolumeGroupSource, VolumeSource};
+
+type Repl = ControllerClient<Channel>;
+
+fn source(handle: &str) -> Option<repl::ReplicationSource> {
+    Some(repl::ReplicationSource {
+        r#type: Some(Type::Volume(VolumeSource {
+            volume_id: handle.into(),
+        })),
+    })
+}
+
+fn class(kv: &[(&str, &str)]) -> HashMap<String, String> {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn enable(c: &mut Repl, h: &str, params: HashMap<String, String>) -> Result<(), Status> {
+    c.enable_volume_replication(repl::EnableVolumeReplicationRequest {
+        parameters: params,
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn disable(c: &mut Repl, h: &str, params: HashMap<String, String>) -> Result<(), Status> {
+    c.disable_volume_replication(repl::DisableVolumeReplicationRequest {
+        parameters: params,
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn promote(c: &mut Repl, h: &str, force: bool) -> Result<(), Status> {
+    c.promote_volume(repl::PromoteVolumeRequest {
+        force,
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn demote(c: &mut Repl, h: &str) -> Result<(), Status> {
+    c.demote_volume(repl::DemoteVolumeRequest {
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn resync(c: &mut Repl, h: &str) -> Result<bool, Status> {
+    c.resync_volume(repl::ResyncVolumeRequest {
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().ready)
+}
+
+async fn info(c: &mut Repl, h: &str) -> Result<repl::GetVolumeReplicationInfoResponse, Status> {
+    c.get_volume_replication_info(repl::GetVolumeReplicationInfoRequest {
+        replication_source: source(h),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, Status>) -> (Code, String) {
+    let s = r.expect_err("the call is refused");
+    (s.code(), s.message().to_string())
+}
+
+async fn policy(s: &TwoSites, site: &Site, name: &str) -> Uuid {
+    s.client
+        .create_replication_policy(
+            site.cluster,
+            &ReplicationPolicyCreate {
+                policy_name: name.into(),
+                target_id: site.target,
+                interval_min: 1,
+                mode: None,
+                keep_replicated: None,
+            },
+        )
+        .await
+        .expect("policy")
+        .id
+}
+
+/// A site's driver and its csi-addons client.
+struct Driver {
+    proc: DriverProc,
+    repl: Repl,
+    _dir: tempfile::TempDir,
+}
+
+async fn driver(s: &TwoSites, local: Uuid) -> Driver {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = s.driver(dir.path(), local).await;
+    let repl = Repl::new(proc.channel().await);
+    Driver {
+        proc,
+        repl,
+        _dir: dir,
+    }
+}
+
+/// Enable on A, the status from either site, a planned move to B (demote on A first, with
+/// the 409 and 412 refusals on the way), the resync back, and Disable with its explicit
+/// null.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_moves_a_volume_between_two_sites() {
+    let s = two_sites().await;
+    let c = &s.client;
+    let mut a = driver(&s, s.a.cluster).await;
+    let mut b = driver(&s, s.b.cluster).await;
+    let pol = policy(&s, &s.a, "every-minute").await;
+    let vol = s.volume(&s.a, "app").await;
+    let h = s.handle(&s.a, vol);
+    let class_a = class(&[(POLICY_ID, &pol.to_string())]);
+
+    let never = info(&mut a.repl, &h).await.expect("info before enable");
+    assert_eq!(never.last_sync_time, None, "a volume that never replicated");
+
+    enable(&mut a.repl, &h, class_a.clone())
+        .await
+        .expect("enable");
+    enable(&mut a.repl, &h, class_a.clone())
+        .await
+        .expect("enable again");
+    let e = c
+        .delete_replication_policy(s.a.cluster, pol)
+        .await
+        .expect_err("the policy is attached");
+    assert_eq!(e.status(), Some(400), "{e}");
+    // Enable started the relationship towards the policy's target: B.
+    let rel = c
+        .volume_replication(s.a.cluster, s.a.pool, vol)
+        .await
+        .expect("a relationship");
+    assert!(rel.is_source);
+    assert_eq!(rel.target_cluster_id, Some(s.b.cluster));
+    s.replica(&s.a, vol).await;
+
+    // Info reads the active end (B's replica, still being written) from either site.
+    for d in [&mut a, &mut b] {
+        let i = eventually("a last sync time", Duration::from_secs(20), || {
+            let mut r = d.repl.clone();
+            let h = h.clone();
+            async move {
+                info(&mut r, &h)
+                    .await
+                    .ok()
+                    .filter(|i| i.last_sync_time.is_some())
+            }
+        })
+        .await;
+        assert!(i.last_sync_bytes > 0, "{i:?}");
+        assert!(i.status_message.starts_with("role secondary"), "{i:?}");
+    }
+    let dest = a
+        .repl
+        .get_replication_destination_info(repl::GetReplicationDestinationInfoRequest {
+            replication_source: source(&h),
+            ..Default::default()
+        })
+        .await
+        .expect("destination")
+        .into_inner();
+    assert_eq!(
+        dest.replication_destination,
+        Some(repl::ReplicationDestination {
+            r#type: Some(repl::replication_destination::Type::Volume(
+                repl::replication_destination::VolumeDestination {
+                    volume_id: h.clone()
+                }
+            ))
+        })
+    );
+
+    // A planned promote needs a finished demote of the source.
+    s.freeze();
+    let (code_, msg) = code(promote(&mut b.repl, &h, false).await);
+    assert_eq!(code_, Code::FailedPrecondition, "{msg}");
+    let (code_, msg) = code(demote(&mut a.repl, &h).await);
+    assert_eq!(code_, Code::Aborted, "{msg}");
+    assert!(msg.contains("still converging"), "{msg}");
+    let (code_, msg) = code(promote(&mut b.repl, &h, false).await);
+    assert_eq!(
+        code_,
+        Code::Aborted,
+        "a converging demote is worth a retry: {msg}"
+    );
+    eventually("the demote is done", Duration::from_secs(20), || {
+        let mut r = a.repl.clone();
+        let h = h.clone();
+        s.advance(5.0);
+        async move { demote(&mut r, &h).await.ok() }
+    })
+    .await;
+    promote(&mut b.repl, &h, false)
+        .await
+        .expect("planned promote");
+    promote(&mut b.repl, &h, false)
+        .await
+        .expect("promote again");
+    let i = info(&mut b.repl, &h).await.expect("info after promote");
+    assert!(i.status_message.starts_with("role failed_over"), "{i:?}");
+    // The failover target's class carries no policy: Enable there attaches nothing.
+    enable(&mut b.repl, &h, class(&[]))
+        .await
+        .expect("enable without a policy");
+
+    // Resync from A: B's writes flow back to A, within the lag budget.
+    let ready = resync(&mut a.repl, &h).await.expect("resync");
+    assert!(ready);
+    let rel = c
+        .volume_replication(s.a.cluster, s.a.pool, vol)
+        .await
+        .expect("relationship");
+    assert_eq!(rel.direction, ReplicationDirection::ToSource);
+
+    // Disable detaches the policy with an explicit null; a second Disable meets the
+    // control plane's 404 on a known chain member, which is done.
+    disable(&mut a.repl, &h, class_a.clone())
+        .await
+        .expect("disable");
+    c.delete_replication_policy(s.a.cluster, pol)
+        .await
+        .expect("the policy is detached");
+    disable(&mut a.repl, &h, class_a)
+        .await
+        .expect("disable again");
+    a.proc.stop().await;
+    b.proc.stop().await;
+}
+
+/// An old primary reaped after an unplanned failover: Demote and Disable on it are done,
+/// Info follows the chain to the replica; on a volume that never replicated, Disable is
+/// NOT_FOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reaped_member_of_a_known_chain_is_done() {
+    let s = two_sites().await;
+    let mut a = driver(&s, s.a.cluster).await;
+    let mut b = driver(&s, s.b.cluster).await;
+    let vol = s.volume(&s.a, "db").await;
+    let h = s.handle(&s.a, vol);
+    s.protect(&s.a, vol).await;
+    promote(&mut b.repl, &h, true)
+        .await
+        .expect("unplanned promote");
+    s.reap(&s.a, vol).await;
+
+    demote(&mut a.repl, &h)
+        .await
+        .expect("demote a reaped member");
+    disable(&mut a.repl, &h, class(&[]))
+        .await
+        .expect("disable a reaped member");
+    let i = info(&mut a.repl, &h).await.expect("info");
+    assert!(i.status_message.starts_with("role failed_over"), "{i:?}");
+
+    let lone = s.volume(&s.a, "lone").await;
+    let (code_, msg) = code(disable(&mut a.repl, &s.handle(&s.a, lone), class(&[])).await);
+    assert_eq!(code_, Code::NotFound, "{msg}");
+    a.proc.stop().await;
+    b.proc.stop().await;
+}
+
+/// Four moves alternating sites, each through the drivers with the first member's handle:
+/// Enable on the site serving the volume (its local member), Promote on the other (the
+/// active end), then the old primary is reaped. The chain is walked from every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_move_chain_is_walked_from_the_driver() {
+    let s = two_sites().await;
+    let c = &s.client;
+    let mut a = driver(&s, s.a.cluster).await;
+    let mut b = driver(&s, s.b.cluster).await;
+    let pols = [
+        policy(&s, &s.a, "a-to-b").await,
+        policy(&s, &s.b, "b-to-a").await,
+    ];
+    let first = s.volume(&s.a, "chain").await;
+    let h = s.handle(&s.a, first);
+    let mut members = vec![(s.a.clone(), first)];
+    for k in 0..4 {
+        let (here, vol) = members.last().expect("member").clone();
+        let there = s.other(here.cluster).clone();
+        let (local, remote, pol) = if k % 2 == 0 {
+            (&mut a, &mut b, pols[0])
+        } else {
+            (&mut b, &mut a, pols[1])
+        };
+        enable(&mut local.repl, &h, class(&[(POLICY_ID, &pol.to_string())]))
+            .await
+            .expect("enable on the serving site");
+        let rel = c
+            .replication_relationship(here.cluster, vol)
+            .await
+            .expect("the serving member replicates");
+        assert!(
+            rel.is_source,
+            "move {k}: enable acted on the serving member"
+        );
+        let replica = s.replica(&here, vol).await;
+        promote(&mut remote.repl, &h, true)
+            .await
+            .expect("promote on the other site");
+        s.reap(&here, vol).await;
+        members.push((there, replica));
+    }
+    let (end_site, end) = members.last().expect("end").clone();
+    assert_eq!(
+        end_site.cluster, s.a.cluster,
+        "four moves end where they began"
+    );
+    for (site, vol) in &members {
+        let from = s.handle(site, *vol);
+        let i = info(&mut a.repl, &from).await.expect("info");
+        assert!(i.status_message.starts_with("role failed_over"), "{i:?}");
+    }
+    // Enable through the first handle reaches the end on A and protects it towards B.
+    enable(&mut a.repl, &h, class(&[(POLICY_ID, &pols[0].to_string())]))
+        .await
+        .expect("enable at the end");
+    let rel = c
+        .replication_relationship(s.a.cluster, end)
+        .await
+        .expect("the end replicates");
+    assert!(rel.is_source);
+    assert_eq!(rel.target_cluster_id, Some(s.b.cluster));
+    a.proc.stop().await;
+    b.proc.stop().await;
+}
+
+/// What the driver refuses before any call, and what it does not serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_the_sidecar_can_act_on() {
+    let s = two_sites().await;
+    let mut a = driver(&s, s.a.cluster).await;
+    let vol = s.volume(&s.a, "v").await;
+    let h = s.handle(&s.a, vol);
+
+    let (code_, msg) = code(info(&mut a.repl, "pvc-1234").await);
+    assert_eq!(code_, Code::InvalidArgument, "{msg}");
+    let unknown = format!("{}:{}:{}", Uuid::from_u128(9), s.a.pool, vol);
+    let (code_, msg) = code(info(&mut a.repl, &unknown).await);
+    assert_eq!(code_, Code::Unavailable, "{msg}");
+    assert!(msg.contains("not in the CSI secret"), "{msg}");
+    let missing = s.handle(&s.a, Uuid::from_u128(7));
+    let (code_, msg) = code(info(&mut a.repl, &missing).await);
+    assert_eq!(code_, Code::NotFound, "{msg}");
+
+    for params in [
+        class(&[(METHOD, "semi")]),
+        class(&[(METHOD, "sync")]),
+        class(&[(METHOD, "sync"), (SITE, "-x")]),
+        class(&[(POLICY_ID, "gold")]),
+    ] {
+        let (code_, msg) = code(enable(&mut a.repl, &h, params.clone()).await);
+        assert_eq!(code_, Code::InvalidArgument, "{params:?}: {msg}");
+    }
+    // The sync method: Enable and Disable are successes without a call.
+    let sync = class(&[
+        (METHOD, "sync"),
+        (SITE, "site-a"),
+        (POLICY_ID, &Uuid::from_u128(5).to_string()),
+    ]);
+    enable(&mut a.repl, &h, sync.clone())
+        .await
+        .expect("sync enable");
+    disable(&mut a.repl, &h, sync).await.expect("sync disable");
+    let rel = s.client.replication_relationship(s.a.cluster, vol).await;
+    assert_eq!(
+        rel.err().and_then(|e| e.status()),
+        Some(404),
+        "nothing started"
+    );
+
+    let cg = format!("cg:{}:{}", s.a.cluster, Uuid::from_u128(3));
+    let r = a
+        .repl
+        .clone()
+        .enable_volume_replication(repl::EnableVolumeReplicationRequest {
+            replication_source: Some(repl::ReplicationSource {
+                r#type: Some(Type::Volumegroup(VolumeGroupSource {
+                    volume_group_id: cg,
+                })),
+            }),
+            ..Default::default()
+        })
+        .await;
+    let (code_, msg) = code(r);
+    assert_eq!(code_, Code::Unimplemented, "{msg}");
+    a.proc.stop().await;
+}
