@@ -15,6 +15,7 @@
 pub mod bubble;
 pub mod hub;
 pub mod site_deployment;
+pub mod test_failover;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,8 +26,11 @@ use crate::context::Context;
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The controllers that run only on a hub, one line each.
-fn hub_controllers(_ctx: &Arc<Context>) -> Vec<Task> {
-    vec![]
+fn hub_controllers(ctx: &Arc<Context>) -> Vec<Task> {
+    vec![
+        Box::pin(test_failover::run(ctx.clone())),
+        Box::pin(site_deployment::run(ctx.clone())),
+    ]
 }
 
 /// Waits until this API server is an OCM hub, then runs the hub's controllers until the
