@@ -1296,6 +1296,221 @@ impl Client {
         }
     }
 
+    // ---- consistency groups (a newer control plane) -----------------------------------
+
+    fn group_path(cluster: Uuid, group: Uuid) -> String {
+        format!("/clusters/{cluster}/consistency-groups/{group}/")
+    }
+
+    /// The cluster's consistency groups, those named `name` when given.
+    pub async fn list_consistency_groups(
+        &self,
+        cluster: Uuid,
+        name: Option<&str>,
+    ) -> Result<Vec<ConsistencyGroup>> {
+        let path = format!("/clusters/{cluster}/consistency-groups/");
+        let query: Vec<(&str, String)> = name
+            .map(|n| vec![("name", n.to_string())])
+            .unwrap_or_default();
+        let r = self.call(Method::GET, &path, &query, None).await?;
+        decode(&Method::GET, &path, &r)
+    }
+
+    /// The group named `name` in the cluster, if any.
+    pub async fn find_consistency_group(
+        &self,
+        cluster: Uuid,
+        name: &str,
+    ) -> Result<Option<ConsistencyGroup>> {
+        Ok(self
+            .list_consistency_groups(cluster, Some(name))
+            .await?
+            .into_iter()
+            .find(|g| g.name == name))
+    }
+
+    /// Every member the group had, open ones with `removed_seq == 0`.
+    pub async fn consistency_group_members(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<Vec<ConsistencyGroupMember>> {
+        self.get(&format!("{}members", Self::group_path(cluster, group)))
+            .await
+    }
+
+    /// Take a volume out of its group (one way: it does not rejoin).
+    pub async fn remove_consistency_group_member(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        lvol: Uuid,
+    ) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("{}members/{lvol}", Self::group_path(cluster, group)),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Snapshot every open member at once: one generation, numbered `group_seq`.
+    pub async fn create_group_snapshot(&self, cluster: Uuid, group: Uuid) -> Result<GroupSnapshot> {
+        let path = format!("{}snapshots", Self::group_path(cluster, group));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    pub async fn list_group_snapshots(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<Vec<GroupSnapshot>> {
+        self.get(&format!("{}snapshots", Self::group_path(cluster, group)))
+            .await
+    }
+
+    pub async fn get_group_snapshot(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        group_seq: u64,
+    ) -> Result<GroupSnapshot> {
+        self.get(&format!(
+            "{}snapshots/{group_seq}",
+            Self::group_path(cluster, group)
+        ))
+        .await
+    }
+
+    /// Delete a group snapshot (each member's snapshot; softly while cloned).
+    pub async fn delete_group_snapshot(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        group_seq: u64,
+    ) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &format!("{}snapshots/{group_seq}", Self::group_path(cluster, group)),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Attach a replication policy to the group (every member replicates with it, one
+    /// generation at a time), or detach it with `None` (an explicit `null`). Attaching
+    /// another policy while one is attached is refused with 412.
+    pub async fn set_group_replication(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        policy: Option<Uuid>,
+    ) -> Result<()> {
+        self.send(
+            Method::PUT,
+            &format!("{}replication", Self::group_path(cluster, group)),
+            &[],
+            Some(&GroupReplicationUpdate {
+                replication_policy_id: policy,
+            }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Fail every member over to its replica; one result per member.
+    pub async fn failover_group_replication(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<Vec<FailoverResult>> {
+        let path = format!("{}replication/failover", Self::group_path(cluster, group));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        decode(&Method::POST, &path, &r)
+    }
+
+    /// Demote every member: done (204) once each member's last writes reached its target,
+    /// converging (202) before.
+    pub async fn demote_group_replication(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<DemoteOutcome> {
+        let path = format!("{}replication/demote", Self::group_path(cluster, group));
+        let r = self.send::<()>(Method::POST, &path, &[], None).await?;
+        Ok(if r.status == 202 {
+            DemoteOutcome::Converging
+        } else {
+            DemoteOutcome::Done
+        })
+    }
+
+    /// Point every member's replication back at its source cluster.
+    pub async fn failback_group_replication(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        params: &Failback,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &format!("{}replication/failback", Self::group_path(cluster, group)),
+            &[],
+            Some(params),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The group's replication status: its members' taken together.
+    pub async fn group_replication_status(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<ReplicationStatus> {
+        self.get(&format!(
+            "{}replication/status",
+            Self::group_path(cluster, group)
+        ))
+        .await
+    }
+
+    /// The group a handle names and the group serving now (after failovers, possibly on
+    /// another cluster).
+    pub async fn resolve_consistency_group(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+    ) -> Result<GroupResolution> {
+        self.get(&format!("{}resolution", Self::group_path(cluster, group)))
+            .await
+    }
+
+    /// The newest generation of the group replicating with `policy` that reached the
+    /// target for every member; `None` when there is no such group or nothing replicated
+    /// yet (404). A 400 means generations exist but none is complete yet.
+    pub async fn latest_replicated_generation(
+        &self,
+        cluster: Uuid,
+        policy: Uuid,
+    ) -> Result<Option<LatestGeneration>> {
+        match self
+            .get(&format!(
+                "/clusters/{cluster}/replication/policies/{policy}/latest-generation"
+            ))
+            .await
+        {
+            Ok(g) => Ok(Some(g)),
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub async fn volume_replication_tasks(
         &self,
         cluster: Uuid,

@@ -746,6 +746,10 @@ pub struct VolumeCreate {
     pub replication_policy: Option<String>,
     #[serde(default)]
     pub encrypt: bool,
+    /// The consistency group to join (a newer control plane): created with its first
+    /// member and pinned to that member's node; at most 20 members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistency_group: Option<String>,
 }
 
 impl VolumeCreate {
@@ -1029,6 +1033,11 @@ pub struct ReplicationPolicy {
     pub mode: ReplicationMode,
     pub keep_replicated: u32,
     pub status: ActiveStatus,
+    /// Whether a consistency group replicates with this policy (a newer control plane),
+    /// and that group's placement: the policy DTO does not name the group.
+    pub consistency_group: bool,
+    pub group_lvs_name: Option<String>,
+    pub group_node_id: Option<Uuid>,
 }
 
 /// `ReplicationStartParams`.
@@ -1143,4 +1152,91 @@ pub struct ManagementNode {
     pub status: String,
     pub hostname: String,
     pub ip: String,
+}
+
+/// A consistency group (`GET /clusters/{c}/consistency-groups/`, a newer control plane):
+/// volumes snapshotted and replicated as one, all on one node and lvstore.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsistencyGroup {
+    pub id: Uuid,
+    pub cluster_id: Uuid,
+    pub name: String,
+    /// Open members only.
+    pub member_count: u32,
+    pub lvs_name: String,
+    pub node_id: Uuid,
+    pub policy_id: Option<Uuid>,
+}
+
+/// One member of a consistency group; `removed_seq` is 0 while it is a member.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsistencyGroupMember {
+    pub lvol_id: Uuid,
+    pub added_seq: u64,
+    pub removed_seq: u64,
+}
+
+impl ConsistencyGroupMember {
+    pub fn is_open(&self) -> bool {
+        self.removed_seq == 0
+    }
+}
+
+/// One member's snapshot in a group snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupSnapshotMember {
+    pub lvol_id: Uuid,
+    pub snapshot_id: Uuid,
+}
+
+/// A group snapshot: one generation of every open member, taken together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupSnapshot {
+    pub group_seq: u64,
+    pub members: Vec<GroupSnapshotMember>,
+    pub created_at: Option<String>,
+}
+
+/// `PUT …/consistency-groups/{g}/replication`: attach a policy, or detach with `None`
+/// (sent as an explicit `null`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupReplicationUpdate {
+    pub replication_policy_id: Option<Uuid>,
+}
+
+/// The group a handle names and the group serving now, after failovers
+/// (`GET …/consistency-groups/{g}/resolution`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupResolution {
+    pub named: ConsistencyGroup,
+    pub active: ConsistencyGroup,
+}
+
+/// One member's replicated snapshot in a generation, on the target.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GenerationMember {
+    pub snapshot_id: Uuid,
+    pub cluster_id: Uuid,
+    pub pool_id: Uuid,
+    /// The replica the snapshot is of.
+    pub lvol_id: Uuid,
+    /// The group member whose data it carries.
+    pub source_lvol_id: Uuid,
+    pub size: u64,
+    pub group_seq: u64,
+}
+
+/// `GET …/replication/policies/{id}/latest-generation`: the newest generation that reached
+/// the target for every member.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LatestGeneration {
+    pub group_seq: u64,
+    pub members: Vec<GenerationMember>,
 }

@@ -64,6 +64,7 @@ pub fn step(st: &mut St<'_>) -> Option<i64> {
         }
         progressed |= advance_migrations(st);
         progressed |= schedule_replication(st);
+        progressed |= crate::routes::schedule_groups(st);
         if !progressed {
             break;
         }
@@ -622,7 +623,8 @@ fn run_task(st: &mut St<'_>, id: &str) {
             }
             match ensure_replica(st, vid) {
                 Ok(_) => {
-                    crate::replicated::land(st, vid);
+                    let group_seq = task.params.get("group_seq").and_then(Value::as_u64);
+                    crate::replicated::land(st, vid, group_seq);
                     let now = st.now;
                     if let Some(r) = st.t.replications.get_mut(&vid.to_string()) {
                         r.last_snapshot_ms = Some(now);
@@ -984,7 +986,7 @@ fn schedule_replication(st: &mut St<'_>) -> bool {
     let due: Vec<ReplicationRec> =
         st.t.replications
             .values()
-            .filter(|r| r.running && r.next_ms <= st.now)
+            .filter(|r| r.running && r.group.is_none() && r.next_ms <= st.now)
             .cloned()
             .collect();
     let progressed = !due.is_empty();

@@ -718,10 +718,10 @@ fn api_entry(
     if !allowed {
         return with_route(err(ApiError::Http(401, "Invalid token".into())));
     }
-    // Path ids are typed UUID, except the NQN-like ones.
+    // Path ids are typed UUID, except the NQN-like ones and a group snapshot's number.
     let mut ids = HashMap::new();
     for (k, v) in &ids_raw {
-        if matches!(k.as_str(), "nqn" | "host_nqn" | "nic_id") {
+        if matches!(k.as_str(), "nqn" | "host_nqn" | "nic_id" | "group_seq") {
             continue;
         }
         match Uuid::parse_str(v) {

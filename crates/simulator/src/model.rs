@@ -302,6 +302,56 @@ pub struct ReplicationRec {
     /// The snapshots the cycles landed on the receiving side, oldest first.
     #[serde(default)]
     pub replicated_snapshots: Vec<Uuid>,
+    /// The consistency group whose schedule drives this relationship's cycles (then it
+    /// has none of its own).
+    #[serde(default)]
+    pub group: Option<Uuid>,
+}
+
+/// A consistency group: volumes of one node snapshotted and replicated together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupRec {
+    pub id: Uuid,
+    pub seq: u64,
+    pub cluster_id: Uuid,
+    pub name: String,
+    pub node_id: Uuid,
+    pub lvs_name: String,
+    pub members: Vec<GroupMember>,
+    pub policy_id: Option<Uuid>,
+    /// Numbers group snapshots and replication generations alike.
+    pub group_seq: u64,
+    pub snapshots: Vec<GroupSnapRec>,
+    pub generations: Vec<GenerationRec>,
+    /// When the next replication generation is due (sim ms).
+    pub next_ms: i64,
+    /// The group serving in this group's stead since a failover.
+    pub active: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupMember {
+    pub lvol_id: Uuid,
+    pub added_seq: u64,
+    /// 0 while a member.
+    pub removed_seq: u64,
+}
+
+/// A group snapshot: `(member, snapshot)` pairs taken together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupSnapRec {
+    pub group_seq: u64,
+    pub members: Vec<(Uuid, Uuid)>,
+    pub created_ms: i64,
+}
+
+/// A replication generation: the members whose cycles it started, and the
+/// `(member, landed snapshot)` pairs so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GenerationRec {
+    pub group_seq: u64,
+    pub expected: Vec<Uuid>,
+    pub landed: Vec<(Uuid, Uuid)>,
 }
 
 /// A synthetic NVMe device of a worker.

@@ -268,6 +268,309 @@ fn add_newer_routes(doc: &mut Value) {
         paths.insert(format!("{DEVICE}/fail"), fail);
     }
     add_newer_replication_routes(doc);
+    add_group_routes(doc);
+}
+
+/// An operation of a newer control plane's route: path parameters (UUIDs unless named
+/// `group_seq`), optional query parameters, an optional JSON body, and its success answer
+/// (`None`: no body).
+fn operation(
+    summary: &str,
+    path: &[&str],
+    query: &[(&str, Value)],
+    body: Option<Value>,
+    ok: (u16, Option<Value>),
+) -> Value {
+    let mut params: Vec<Value> = path
+        .iter()
+        .map(|p| {
+            let schema = if *p == "group_seq" {
+                json!({ "type": "integer", "title": "Group Seq" })
+            } else {
+                json!({ "type": "string", "format": "uuid" })
+            };
+            json!({ "name": p, "in": "path", "required": true, "schema": schema })
+        })
+        .collect();
+    params.extend(query.iter().map(
+        |(q, schema)| json!({ "name": q, "in": "query", "required": false, "schema": schema }),
+    ));
+    let mut responses = json!({
+        "422": {
+            "description": "Validation Error",
+            "content": { "application/json": { "schema": {
+                "$ref": "#/components/schemas/HTTPValidationError"
+            } } }
+        }
+    });
+    responses[ok.0.to_string()] = match ok.1 {
+        Some(schema) => json!({
+            "description": "Successful Response",
+            "content": { "application/json": { "schema": schema } }
+        }),
+        None => json!({ "description": "Successful Response" }),
+    };
+    let mut op = json!({
+        "tags": ["consistency-groups"],
+        "summary": summary,
+        "operationId": summary.to_ascii_lowercase().replace([':', ' ', '-'], "_"),
+        "security": [{ "HTTPBearer": [] }],
+        "parameters": params,
+        "responses": responses,
+    });
+    if let Some(b) = body {
+        op["requestBody"] = json!({
+            "required": true,
+            "content": { "application/json": { "schema": b } }
+        });
+    }
+    op
+}
+
+/// Consistency groups of a newer control plane (reference §10, inv-csi-dr §3.5): the
+/// group routes, the policy's `latest-generation`, and `consistency_group` at volume create.
+fn add_group_routes(doc: &mut Value) {
+    const CG: &str = "/api/v2/clusters/{cluster_id}/consistency-groups";
+    let uuid = json!({ "type": "string", "format": "uuid" });
+    let uuid_or_null =
+        json!({ "anyOf": [{ "type": "string", "format": "uuid" }, { "type": "null" }] });
+    let str_or_null = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }] });
+    let group = json!({
+        "title": "ConsistencyGroupDTO",
+        "type": "object",
+        "required": ["id", "cluster_id", "name", "member_count", "lvs_name", "node_id", "policy_id"],
+        "properties": {
+            "id": uuid, "cluster_id": uuid, "name": { "type": "string" },
+            "member_count": { "type": "integer" }, "lvs_name": { "type": "string" },
+            "node_id": uuid, "policy_id": uuid_or_null
+        }
+    });
+    let member = json!({
+        "type": "object",
+        "required": ["lvol_id", "added_seq", "removed_seq"],
+        "properties": {
+            "lvol_id": uuid, "added_seq": { "type": "integer" }, "removed_seq": { "type": "integer" }
+        }
+    });
+    let snapshot = json!({
+        "title": "GroupSnapshotDTO",
+        "type": "object",
+        "required": ["group_seq", "members"],
+        "properties": {
+            "group_seq": { "type": "integer" },
+            "members": { "type": "array", "items": {
+                "type": "object",
+                "required": ["lvol_id", "snapshot_id"],
+                "properties": { "lvol_id": uuid, "snapshot_id": uuid }
+            } },
+            "created_at": str_or_null
+        }
+    });
+    let failover =
+        json!({ "type": "array", "items": { "$ref": "#/components/schemas/FailoverResultDTO" } });
+    let generation = json!({
+        "title": "LatestGenerationDTO",
+        "type": "object",
+        "required": ["group_seq", "members"],
+        "properties": {
+            "group_seq": { "type": "integer" },
+            "members": { "type": "array", "items": {
+                "type": "object",
+                "required": ["snapshot_id", "cluster_id", "pool_id", "lvol_id", "size", "group_seq"],
+                "properties": {
+                    "snapshot_id": uuid, "cluster_id": uuid, "pool_id": uuid, "lvol_id": uuid,
+                    "source_lvol_id": uuid, "size": { "type": "integer" },
+                    "group_seq": { "type": "integer" }
+                }
+            } }
+        }
+    });
+    let g = ["cluster_id", "group_id"];
+    let routes: Vec<(String, &str, Value)> = vec![
+        (
+            format!("{CG}/"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:List",
+                &["cluster_id"],
+                &[("name", str_or_null.clone())],
+                None,
+                (
+                    200,
+                    Some(json!({ "type": "array", "items": group.clone() })),
+                ),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/members"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:Members",
+                &g,
+                &[],
+                None,
+                (200, Some(json!({ "type": "array", "items": member }))),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/members/{{lvol_id}}"),
+            "delete",
+            operation(
+                "Clusters:Consistency Groups:Members:Remove",
+                &["cluster_id", "group_id", "lvol_id"],
+                &[],
+                None,
+                (204, None),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/snapshots"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:Snapshots:List",
+                &g,
+                &[],
+                None,
+                (
+                    200,
+                    Some(json!({ "type": "array", "items": snapshot.clone() })),
+                ),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/snapshots"),
+            "post",
+            operation(
+                "Clusters:Consistency Groups:Snapshots:Create",
+                &g,
+                &[],
+                None,
+                (201, Some(snapshot.clone())),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/snapshots/{{group_seq}}"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:Snapshots:Detail",
+                &["cluster_id", "group_id", "group_seq"],
+                &[],
+                None,
+                (200, Some(snapshot)),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/snapshots/{{group_seq}}"),
+            "delete",
+            operation(
+                "Clusters:Consistency Groups:Snapshots:Delete",
+                &["cluster_id", "group_id", "group_seq"],
+                &[],
+                None,
+                (204, None),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/replication"),
+            "put",
+            operation(
+                "Clusters:Consistency Groups:Replication:Update",
+                &g,
+                &[],
+                Some(json!({
+                    "type": "object",
+                    "required": ["replication_policy_id"],
+                    "properties": { "replication_policy_id": uuid_or_null }
+                })),
+                (204, None),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/replication/failover"),
+            "post",
+            operation(
+                "Clusters:Consistency Groups:Replication:Failover",
+                &g,
+                &[],
+                None,
+                (200, Some(failover)),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/replication/demote"),
+            "post",
+            operation(
+                "Clusters:Consistency Groups:Replication:Demote",
+                &g,
+                &[],
+                None,
+                (204, None),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/replication/failback"),
+            "post",
+            operation(
+                "Clusters:Consistency Groups:Replication:Failback",
+                &g,
+                &[],
+                Some(json!({ "$ref": "#/components/schemas/FailbackParams" })),
+                (204, None),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/replication/status"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:Replication:Status",
+                &g,
+                &[],
+                None,
+                (200, Some(status_schema())),
+            ),
+        ),
+        (
+            format!("{CG}/{{group_id}}/resolution"),
+            "get",
+            operation(
+                "Clusters:Consistency Groups:Resolution",
+                &g,
+                &[],
+                None,
+                (
+                    200,
+                    Some(json!({
+                        "title": "GroupResolutionDTO",
+                        "type": "object",
+                        "required": ["named", "active"],
+                        "properties": { "named": group.clone(), "active": group }
+                    })),
+                ),
+            ),
+        ),
+        (
+            "/api/v2/clusters/{cluster_id}/replication/policies/{policy_id}/latest-generation"
+                .into(),
+            "get",
+            operation(
+                "Clusters:Replication:Policies:Latest Generation",
+                &["cluster_id", "policy_id"],
+                &[],
+                None,
+                (200, Some(generation)),
+            ),
+        ),
+    ];
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for (path, method, op) in routes {
+            let entry = paths.entry(path).or_insert_with(|| json!({}));
+            entry[method] = op;
+        }
+    }
+    // The demote answers 202 while a member converges.
+    let demote = format!("{CG}/{{group_id}}/replication/demote");
+    doc["paths"][&demote]["post"]["responses"]["202"] = json!({ "description": "Accepted" });
+    doc["components"]["schemas"]["_CreateParams"]["properties"]["consistency_group"] = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }], "title": "Consistency Group" });
 }
 
 /// The replication routes of a newer control plane (reference §10): a volume's typed

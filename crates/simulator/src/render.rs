@@ -472,8 +472,16 @@ pub fn target(r: &TargetRec) -> ReplicationTarget {
     }
 }
 
-pub fn policy(r: &PolicyRec) -> ReplicationPolicy {
+pub fn policy(t: &Tables, r: &PolicyRec) -> ReplicationPolicy {
+    let group = t
+        .groups
+        .values()
+        .filter(|g| g.policy_id == Some(r.id))
+        .min_by_key(|g| g.seq);
     ReplicationPolicy {
+        consistency_group: group.is_some(),
+        group_lvs_name: group.map(|g| g.lvs_name.clone()),
+        group_node_id: group.map(|g| g.node_id),
         id: r.id,
         cluster_id: r.cluster_id,
         policy_name: r.policy_name.clone(),

@@ -42,8 +42,9 @@ pub fn take(st: &mut St<'_>, key: Uuid) {
 
 /// The cycle's snapshot arrives: it becomes a snapshot of the receiving volume on that
 /// volume's cluster and pool, the receiving volume takes its data, and the oldest landed
-/// snapshots beyond the policy's `keep_replicated` go.
-pub fn land(st: &mut St<'_>, key: Uuid) {
+/// snapshots beyond the policy's `keep_replicated` go. A cycle of a consistency group's
+/// generation `group_seq` records its snapshot there.
+pub fn land(st: &mut St<'_>, key: Uuid, group_seq: Option<u64>) {
     let Some(r) = st.t.replications.get(&key.to_string()).cloned() else {
         return;
     };
@@ -91,13 +92,16 @@ pub fn land(st: &mut St<'_>, key: Uuid) {
         x.pending_snapshot = None;
         x.replicated_snapshots = landed;
     }
+    if let (Some(seq), Some(g)) = (group_seq, r.group) {
+        crate::routes::group_landed(st, g, seq, r.source_lvol, id);
+    }
     for s in gone {
         drop_snapshot(st, s);
     }
 }
 
 /// Delete a landed snapshot, softly while a clone still refers to it.
-fn drop_snapshot(st: &mut St<'_>, s: Uuid) {
+pub fn drop_snapshot(st: &mut St<'_>, s: Uuid) {
     let cloned =
         st.t.volumes
             .values()

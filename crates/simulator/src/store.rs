@@ -234,6 +234,7 @@ tables!(
     policies: PolicyRec,
     replications: ReplicationRec,
     workers: WorkerRec,
+    groups: GroupRec,
 );
 
 /// The database handle.

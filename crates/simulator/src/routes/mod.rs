@@ -6,6 +6,7 @@
 mod backup;
 mod cluster;
 mod device;
+mod group;
 mod lookup;
 mod management;
 mod migration;
@@ -19,6 +20,7 @@ mod task;
 mod volume;
 mod volume_create;
 
+pub use group::{landed as group_landed, schedule as schedule_groups};
 pub use request::ApiReq;
 
 use crate::reply::ApiResult;
@@ -56,6 +58,7 @@ const RESOURCES: &[(&str, Handler)] = &[
     ),
     ("/clusters/{cluster_id}/storage-nodes/", node::handle),
     ("/clusters/{cluster_id}/tasks/", task::handle),
+    ("/clusters/{cluster_id}/consistency-groups/", group::handle),
     ("/clusters/{cluster_id}/backups/", backup::handle),
     (
         "/clusters/{cluster_id}/subsystems/{nqn}/migrations/",

@@ -122,7 +122,7 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         ("GET", "policies/") => Ok(Reply::ok(render::list(
             st.t.policies.values().filter(|p| p.cluster_id == c),
             |p| p.seq,
-            render::policy,
+            |p| render::policy(st.t, p),
         ))),
         ("POST", "policies/") => {
             let format = req.format("full")?;
@@ -152,14 +152,14 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 keep_replicated: p.keep_replicated.unwrap_or(3),
                 status: ActiveStatus::Active,
             };
-            let dto = json!(render::policy(&rec));
+            let dto = json!(render::policy(st.t, &rec));
             st.t.policies.insert(id.to_string(), rec);
             let location = format!("/api/v2/clusters/{c}/replication/policies/{id}/");
             Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
         ("GET", "policies/{policy_id}/") => {
             let p = policy_of(st, req.id("policy_id"))?;
-            Ok(Reply::ok(json!(render::policy(&p))))
+            Ok(Reply::ok(json!(render::policy(st.t, &p))))
         }
         ("DELETE", "policies/{policy_id}/") => {
             let p = policy_of(st, req.id("policy_id"))?;
@@ -175,6 +175,10 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             st.t.policies.remove(&p.id.to_string());
             Ok(Reply::empty(204))
+        }
+        ("GET", "policies/{policy_id}/latest-generation") => {
+            let p = policy_of(st, req.id("policy_id"))?;
+            super::group::latest_generation(st.t, c, p.id)
         }
         ("POST", "policies/{policy_id}/failover") => {
             let p = policy_of(st, req.id("policy_id"))?;
@@ -300,6 +304,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                             replicated_seq: None,
                             pending_snapshot: None,
                             replicated_snapshots: Vec::new(),
+                            group: None,
                         },
                     );
                 }
@@ -453,7 +458,7 @@ fn lookup(t: &Tables, c: Uuid, lvol: Uuid) -> Result<ReplicationRec, ApiError> {
 }
 
 /// The relationship whose replica `v` is (the newest, should there be several).
-fn replica_relationship(t: &Tables, v: Uuid) -> Option<ReplicationRec> {
+pub(super) fn replica_relationship(t: &Tables, v: Uuid) -> Option<ReplicationRec> {
     t.replications
         .values()
         .filter(|r| r.target_lvol == Some(v))
@@ -464,7 +469,7 @@ fn replica_relationship(t: &Tables, v: Uuid) -> Option<ReplicationRec> {
 /// Demote a volume: it stops serving and its last writes go to the target. 204 once a
 /// snapshot taken after the demote was asked is replicated (or the target serves already),
 /// 202 while it converges.
-fn demote(
+pub(super) fn demote(
     st: &mut St<'_>,
     vid: Uuid,
     own: Option<ReplicationRec>,
@@ -502,7 +507,7 @@ fn demote(
 }
 
 /// The typed status of a volume's replication as this volume sees it.
-fn status(
+pub(super) fn status(
     st: &St<'_>,
     v: &VolumeRec,
     own: Option<ReplicationRec>,
@@ -573,7 +578,7 @@ fn status(
     }
 }
 
-fn failover_all(st: &mut St<'_>, vols: &[Uuid]) -> Vec<FailoverResult> {
+pub(super) fn failover_all(st: &mut St<'_>, vols: &[Uuid]) -> Vec<FailoverResult> {
     vols.iter()
         .map(|v| match failover(st, *v) {
             Ok((tv, already)) => FailoverResult {

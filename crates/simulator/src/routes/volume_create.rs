@@ -241,8 +241,22 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
             ndcs + npcs
         )));
     }
-    let primary = match &v.host_id {
-        Some(h) => {
+    let pinned = match &v.consistency_group {
+        Some(name) => super::group::pinned_node(st.t, c, name)?,
+        None => None,
+    };
+    let primary = match (&v.host_id, pinned) {
+        // A consistency group's members share its node and lvstore.
+        (_, Some(node)) => {
+            if !candidates.contains(&node) {
+                return Err(ApiError::opaque(format!(
+                    "Consistency group {} is on node {node}, which is not online",
+                    v.consistency_group.as_deref().unwrap_or_default()
+                )));
+            }
+            node
+        }
+        (Some(h), None) => {
             st.t.nodes
                 .values()
                 .find(|n| {
@@ -253,7 +267,7 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
                 .map(|n| n.id)
                 .ok_or_else(|| ApiError::opaque(format!("host {h} is not an online node")))?
         }
-        None => candidates[0],
+        (None, None) => candidates[0],
     };
     let ha = match v.ha_type {
         Some(h) => h == HaType::Ha,
@@ -328,6 +342,9 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         crate::volfiles::create(dir, id, rec.size);
     }
     st.t.volumes.insert(id.to_string(), rec);
+    if let Some(name) = &v.consistency_group {
+        super::group::join(st, c, name, id, primary);
+    }
     Ok(id)
 }
 

@@ -793,3 +793,354 @@ async fn replication_cycles_carry_the_data_across_sites() {
     assert_eq!(back.source_lvol_id, replica);
     assert_eq!(read_at(&files, vol, 16 << 20, 12), b"written on B");
 }
+
+/// Volumes created with `consistency_group` join one group pinned to the first member's
+/// node (20 at most); group snapshots take every open member as one numbered generation;
+/// a removed member stays listed with its `removed_seq`.
+#[tokio::test]
+async fn consistency_groups_pin_their_members_and_snapshot_them_together() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let a = s.a;
+    let in_group = |name: &str| VolumeCreate {
+        consistency_group: Some("db".into()),
+        ..VolumeCreate::new(name, 1_000_000_000)
+    };
+    let v1 = c
+        .create_volume(a.cluster, a.pool, &in_group("db-0"))
+        .await
+        .expect("first member");
+    let v2 = c
+        .create_volume(a.cluster, a.pool, &in_group("db-1"))
+        .await
+        .expect("second member");
+    c.create_volume(
+        a.cluster,
+        a.pool,
+        &VolumeCreate::new("loner", 1_000_000_000),
+    )
+    .await
+    .expect("a volume of no group");
+    let g = c
+        .find_consistency_group(a.cluster, "db")
+        .await
+        .expect("groups")
+        .expect("the group exists");
+    assert_eq!(g.member_count, 2);
+    assert_eq!(g.cluster_id, a.cluster);
+    let node_of = |v| async move {
+        c.get_volume(a.cluster, a.pool, v)
+            .await
+            .expect("volume")
+            .storage_node_id
+    };
+    assert_eq!(node_of(v1).await, g.node_id);
+    assert_eq!(node_of(v2).await, g.node_id);
+    assert_eq!(
+        c.list_consistency_groups(a.cluster, None)
+            .await
+            .expect("all groups")
+            .len(),
+        1
+    );
+    assert!(
+        c.find_consistency_group(s.b.cluster, "db")
+            .await
+            .expect("B's groups")
+            .is_none()
+    );
+
+    let snap = c
+        .create_group_snapshot(a.cluster, g.id)
+        .await
+        .expect("group snapshot");
+    assert_eq!(snap.group_seq, 1);
+    let taken: Vec<Uuid> = snap.members.iter().map(|m| m.lvol_id).collect();
+    assert_eq!(taken, vec![v1, v2]);
+    for m in &snap.members {
+        let x = c
+            .get_snapshot(a.cluster, a.pool, m.snapshot_id)
+            .await
+            .expect("a member's snapshot");
+        assert_eq!(x.status, SnapshotStatus::Online);
+    }
+    assert_eq!(
+        c.get_group_snapshot(a.cluster, g.id, 1)
+            .await
+            .expect("by number"),
+        snap
+    );
+
+    c.remove_consistency_group_member(a.cluster, g.id, v2)
+        .await
+        .expect("remove a member");
+    let e = c
+        .remove_consistency_group_member(a.cluster, g.id, v2)
+        .await
+        .expect_err("removed already");
+    assert_eq!(e.status(), Some(404), "{e}");
+    let members = c
+        .consistency_group_members(a.cluster, g.id)
+        .await
+        .expect("members");
+    assert_eq!(members.len(), 2);
+    assert!(members[0].is_open() && members[0].lvol_id == v1);
+    assert!(!members[1].is_open() && members[1].lvol_id == v2);
+    let second = c
+        .create_group_snapshot(a.cluster, g.id)
+        .await
+        .expect("second group snapshot");
+    assert_eq!(second.group_seq, 2);
+    assert_eq!(second.members.len(), 1);
+
+    c.delete_group_snapshot(a.cluster, g.id, 1)
+        .await
+        .expect("delete a group snapshot");
+    for seq in [1, 7] {
+        let e = c
+            .get_group_snapshot(a.cluster, g.id, seq)
+            .await
+            .expect_err("no such group snapshot");
+        assert_eq!(e.status(), Some(404), "{e}");
+    }
+    let e = c
+        .get_snapshot(a.cluster, a.pool, snap.members[0].snapshot_id)
+        .await
+        .expect_err("the member snapshot went with it");
+    assert_eq!(e.status(), Some(404), "{e}");
+    assert_eq!(
+        c.list_group_snapshots(a.cluster, g.id)
+            .await
+            .expect("group snapshots")
+            .iter()
+            .map(|x| x.group_seq)
+            .collect::<Vec<_>>(),
+        vec![2]
+    );
+
+    // The cap: 20 open members (v1 and 19 more), the 21st is refused.
+    for i in 2..21 {
+        c.create_volume(a.cluster, a.pool, &in_group(&format!("db-{i}")))
+            .await
+            .expect("a member below the cap");
+    }
+    let e = c
+        .create_volume(a.cluster, a.pool, &in_group("db-21"))
+        .await
+        .expect_err("a full group");
+    assert_eq!(e.status(), Some(500), "{e}");
+    let resolved = c
+        .resolve_consistency_group(a.cluster, g.id)
+        .await
+        .expect("resolution");
+    assert_eq!(resolved.named.id, g.id);
+    assert_eq!(resolved.active.id, g.id);
+    assert_eq!(resolved.named.member_count, 20);
+}
+
+/// A group replicates with one policy, one generation at a time: the policy's latest
+/// generation has every member's snapshot on the target; the group fails over as one,
+/// the group of its replicas on the target serving in its stead, and fails back.
+#[tokio::test]
+async fn a_consistency_group_replicates_fails_over_and_back_as_one() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let policy = |name: &str| ReplicationPolicyCreate {
+        policy_name: name.into(),
+        target_id: a.target,
+        interval_min: 1,
+        mode: None,
+        keep_replicated: None,
+    };
+    let p = c
+        .create_replication_policy(a.cluster, &policy("group"))
+        .await
+        .expect("policy");
+    let other = c
+        .create_replication_policy(a.cluster, &policy("other"))
+        .await
+        .expect("another policy");
+    let mut vols = Vec::new();
+    for i in 0..2 {
+        let v = c
+            .create_volume(
+                a.cluster,
+                a.pool,
+                &VolumeCreate {
+                    consistency_group: Some("app".into()),
+                    ..VolumeCreate::new(format!("app-{i}"), 1_000_000_000)
+                },
+            )
+            .await
+            .expect("member");
+        vols.push(v);
+    }
+    let g = c
+        .find_consistency_group(a.cluster, "app")
+        .await
+        .expect("groups")
+        .expect("group");
+    assert_eq!(
+        c.latest_replicated_generation(a.cluster, p.id)
+            .await
+            .expect("no group replicates yet"),
+        None
+    );
+    c.set_group_replication(a.cluster, g.id, Some(p.id))
+        .await
+        .expect("attach the policy");
+    c.set_group_replication(a.cluster, g.id, Some(p.id))
+        .await
+        .expect("attaching it again");
+    let e = c
+        .set_group_replication(a.cluster, g.id, Some(other.id))
+        .await
+        .expect_err("another policy");
+    assert_eq!(e.status(), Some(412), "{e}");
+    let listed = c
+        .list_replication_policies(a.cluster)
+        .await
+        .expect("policies");
+    let mine = listed.iter().find(|x| x.id == p.id).expect("the policy");
+    assert!(mine.consistency_group);
+    assert_eq!(mine.group_lvs_name.as_deref(), Some(g.lvs_name.as_str()));
+    assert_eq!(mine.group_node_id, Some(g.node_id));
+    assert!(
+        !listed
+            .iter()
+            .find(|x| x.id == other.id)
+            .expect("other")
+            .consistency_group
+    );
+
+    let generation = eventually("a complete generation", Duration::from_secs(10), || async {
+        c.latest_replicated_generation(a.cluster, p.id)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let mut sources: Vec<Uuid> = generation
+        .members
+        .iter()
+        .map(|m| m.source_lvol_id)
+        .collect();
+    sources.sort();
+    let mut expected = vols.clone();
+    expected.sort();
+    assert_eq!(sources, expected);
+    for m in &generation.members {
+        assert_eq!((m.cluster_id, m.pool_id), (b.cluster, b.pool));
+        assert_eq!(m.group_seq, generation.group_seq);
+        let snap = c
+            .get_snapshot(b.cluster, b.pool, m.snapshot_id)
+            .await
+            .expect("the member's snapshot on B");
+        assert_eq!(snap.status, SnapshotStatus::Online);
+    }
+    assert_eq!(
+        c.group_replication_status(a.cluster, g.id)
+            .await
+            .expect("status")
+            .role,
+        "source"
+    );
+    eventually("the group is demoted", Duration::from_secs(10), || async {
+        (c.demote_group_replication(a.cluster, g.id).await.ok()? == DemoteOutcome::Done)
+            .then_some(())
+    })
+    .await;
+
+    let results = c
+        .failover_group_replication(a.cluster, g.id)
+        .await
+        .expect("group failover");
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.status == FailoverStatus::FailedOver),
+        "{results:?}"
+    );
+    let again = c
+        .failover_group_replication(a.cluster, g.id)
+        .await
+        .expect("failover again");
+    assert!(again.iter().all(|r| r.status == FailoverStatus::Skipped));
+    let on_b = c
+        .find_consistency_group(b.cluster, "app")
+        .await
+        .expect("B's groups")
+        .expect("the replicas' group on B");
+    assert_eq!(on_b.member_count, 2);
+    let resolved = c
+        .resolve_consistency_group(a.cluster, g.id)
+        .await
+        .expect("resolution");
+    assert_eq!(resolved.named.id, g.id);
+    assert_eq!(
+        (resolved.active.id, resolved.active.cluster_id),
+        (on_b.id, b.cluster)
+    );
+    assert_eq!(
+        c.resolve_consistency_group(b.cluster, on_b.id)
+            .await
+            .expect("B resolves to itself")
+            .active
+            .id,
+        on_b.id
+    );
+    assert_eq!(
+        c.group_replication_status(b.cluster, on_b.id)
+            .await
+            .expect("B status")
+            .role,
+        "failed_over"
+    );
+    assert_eq!(
+        c.group_replication_status(a.cluster, g.id)
+            .await
+            .expect("A status")
+            .role,
+        "secondary"
+    );
+
+    let e = c
+        .failback_group_replication(
+            b.cluster,
+            on_b.id,
+            &Failback {
+                source_cluster_id: Some(b.cluster),
+            },
+        )
+        .await
+        .expect_err("the wrong source cluster");
+    assert_eq!(e.status(), Some(400), "{e}");
+    c.failback_group_replication(
+        b.cluster,
+        on_b.id,
+        &Failback {
+            source_cluster_id: Some(a.cluster),
+        },
+    )
+    .await
+    .expect("failback");
+    assert!(
+        c.group_replication_status(b.cluster, on_b.id)
+            .await
+            .expect("status")
+            .resyncing
+    );
+
+    c.set_group_replication(a.cluster, g.id, None)
+        .await
+        .expect("detach");
+    assert_eq!(
+        c.list_consistency_groups(a.cluster, Some("app"))
+            .await
+            .expect("groups")[0]
+            .policy_id,
+        None
+    );
+}
