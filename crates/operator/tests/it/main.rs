@@ -27,4 +27,5 @@ mod rolling_refresh;
 mod streams;
 mod support;
 mod tenancy;
+mod test_failover;
 mod webhooks;
