@@ -21,8 +21,8 @@ use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::ocm;
 
 use crate::support::{
-    PATIENCE, Sbsim, call_log, operator_kube_on, own_api_server, raised, sbsim, until,
-    until_explained,
+    PATIENCE, Sbsim, call_log, operator_kube_on, own_api_server, raised, sbsim_tls, tls_cp_client,
+    until, until_explained,
 };
 
 /// One site: its control-plane cluster and pool, and its secret.
@@ -109,7 +109,7 @@ async fn hub() -> Drill {
             .expect("managed cluster");
     }
     let agent = ocm::work_agent(kube.clone());
-    let sim = sbsim("", 4).await;
+    let (sim, ca_pem) = sbsim_tls("", 4).await;
     let a = site(&sim.cp, "site-a", &["w1", "w2"]).await;
     let b = site(&sim.cp, "site-b", &["w3", "w4"]).await;
     sim.cp
@@ -139,9 +139,10 @@ async fn hub() -> Drill {
     }
     let shutdown = Shutdown::new();
     let ctx = Arc::new(
+        // A token sbsim refuses: every call the drill makes must carry a site's own secret.
         Context::new(
             operator_kube_on(&env, NS).await,
-            sim.cp.clone(),
+            tls_cp_client(sim.server.addr, &ca_pem, "not-a-token"),
             sim.endpoint.clone(),
             NS.into(),
         )
