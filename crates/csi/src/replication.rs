@@ -15,7 +15,8 @@
 //!
 //! A 404 from Disable or Demote on a member of a known chain is a reaped old primary and
 //! counts as done. The sync method (`replication.storage.simplyblock.io/method=sync`) makes
-//! Enable, Disable and Resync successes without a call.
+//! Enable, Disable and Resync successes without a call. A `cg:` handle takes the group
+//! path ([`group`]).
 
 use std::sync::Arc;
 
@@ -30,9 +31,12 @@ use crate::error::{CsiError, Result};
 use crate::handle::VolumeHandle;
 use crate::locks::KeyLocks;
 use crate::proto::csiaddons::replication as repl;
-use crate::replication_params::{Method, ReplicationParams};
+use crate::replication_params::{Method, POLICY_ID, ReplicationParams};
 use repl::controller_server::Controller;
 use repl::get_volume_replication_info_response::Status as Health;
+
+#[path = "replication_group.rs"]
+pub mod group;
 
 /// The prefix of a consistency-group handle: `cg:{clusterUUID}:{groupUUID}`.
 pub const GROUP_PREFIX: &str = "cg:";
@@ -147,8 +151,9 @@ impl ReplicationService {
     /// Attach the class's policy to the local member, and start replicating it when it is
     /// not yet the source of a relationship (attaching alone only names the schedule; the
     /// start follows the policy's target).
+    ///
     /// A member the control plane does not know is a failover target whose volume Promote
-    /// creates: nothing to do.
+    /// creates: nothing to do. A 404 while the member exists names the policy instead.
     pub async fn enable_volume(&self, h: &VolumeHandle, p: &ReplicationParams) -> Result<()> {
         let Some(policy) = p.policy else {
             return Ok(());
@@ -169,8 +174,19 @@ impl ReplicationService {
         {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {
-                tracing::info!(volume = %m, "enable: the member does not exist yet; nothing to attach");
-                return Ok(());
+                return match client.get_volume(m.cluster, pool, m.volume).await {
+                    Ok(_) => Err(CsiError::InvalidArgument(format!(
+                        "cluster {} refused replication policy {policy} for volume {m}: {}; set \
+                         the replication class's {POLICY_ID} to a policy of that cluster",
+                        m.cluster,
+                        e.message()
+                    ))),
+                    Err(gone) if gone.is_not_found() => {
+                        tracing::info!(volume = %m, "enable: the member does not exist yet; nothing to attach");
+                        Ok(())
+                    }
+                    Err(other) => Err(other.into()),
+                };
             }
             Err(e) => return Err(e.into()),
         }
@@ -377,11 +393,6 @@ pub fn info(st: &ReplicationStatus) -> repl::GetVolumeReplicationInfoResponse {
     }
 }
 
-/// The consistency-group path is not served yet.
-fn group_unserved(g: &GroupHandle) -> CsiError {
-    CsiError::Unimplemented(format!("replication of consistency group {g}"))
-}
-
 type R<T> = std::result::Result<Response<T>, Status>;
 
 #[tonic::async_trait]
@@ -396,7 +407,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         match &subject {
             Subject::Volume(h) => self.enable_volume(h, &params).await?,
-            Subject::Group(g) => return Err(group_unserved(g).into()),
+            Subject::Group(g) => self.enable_group(g, &params).await?,
         }
         Ok(Response::new(repl::EnableVolumeReplicationResponse {}))
     }
@@ -411,7 +422,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         match &subject {
             Subject::Volume(h) => self.disable_volume(h, &params).await?,
-            Subject::Group(g) => return Err(group_unserved(g).into()),
+            Subject::Group(g) => self.disable_group(g, &params).await?,
         }
         Ok(Response::new(repl::DisableVolumeReplicationResponse {}))
     }
@@ -426,7 +437,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         match &subject {
             Subject::Volume(h) => self.promote_volume(h, &params, r.force).await?,
-            Subject::Group(g) => return Err(group_unserved(g).into()),
+            Subject::Group(g) => self.promote_group(g, &params).await?,
         }
         Ok(Response::new(repl::PromoteVolumeResponse {}))
     }
@@ -441,7 +452,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         match &subject {
             Subject::Volume(h) => self.demote_volume(h, &params).await?,
-            Subject::Group(g) => return Err(group_unserved(g).into()),
+            Subject::Group(g) => self.demote_group(g, &params).await?,
         }
         Ok(Response::new(repl::DemoteVolumeResponse {}))
     }
@@ -456,7 +467,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         let ready = match &subject {
             Subject::Volume(h) => self.resync_volume(h, &params).await?,
-            Subject::Group(g) => return Err(group_unserved(g).into()),
+            Subject::Group(g) => self.resync_group(g, &params).await?,
         };
         Ok(Response::new(repl::ResyncVolumeResponse { ready }))
     }
@@ -468,7 +479,7 @@ impl Controller for ReplicationService {
         let r = r.into_inner();
         match Subject::of(r.replication_source.as_ref())? {
             Subject::Volume(h) => Ok(Response::new(self.volume_info(&h).await?)),
-            Subject::Group(g) => Err(group_unserved(&g).into()),
+            Subject::Group(g) => Ok(Response::new(self.group_info(&g).await?)),
         }
     }
 
@@ -488,7 +499,9 @@ impl Controller for ReplicationService {
                     })),
                 }),
             })),
-            Subject::Group(g) => Err(group_unserved(&g).into()),
+            Subject::Group(g) => Ok(Response::new(repl::GetReplicationDestinationInfoResponse {
+                replication_destination: Some(self.group_destination(&g).await?),
+            })),
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use simplyblock_controlplane::{ReplicationDirection, ReplicationPolicyCreate, Uuid};
+use simplyblock_controlplane::{ReplicationDirection, ReplicationPolicyCreate, Uuid, VolumeCreate};
 use simplyblock_csi::proto::csiaddons::replication as repl;
 use simplyblock_csi::replication_params::{METHOD, POLICY_ID, SITE};
 use tonic::transport::Channel;
@@ -23,6 +23,14 @@ fn source(handle: &str) -> Option<repl::ReplicationSource> {
     Some(repl::ReplicationSource {
         r#type: Some(Type::Volume(VolumeSource {
             volume_id: handle.into(),
+        })),
+    })
+}
+
+fn group_source(handle: &str) -> Option<repl::ReplicationSource> {
+    Some(repl::ReplicationSource {
+        r#type: Some(Type::Volumegroup(VolumeGroupSource {
+            volume_group_id: handle.into(),
         })),
     })
 }
@@ -385,6 +393,17 @@ async fn refusals_the_sidecar_can_act_on() {
         let (code_, msg) = code(enable(&mut a.repl, &h, params.clone()).await);
         assert_eq!(code_, Code::InvalidArgument, "{params:?}: {msg}");
     }
+    // A policy the volume's cluster does not have.
+    let (code_, msg) = code(
+        enable(
+            &mut a.repl,
+            &h,
+            class(&[(POLICY_ID, &Uuid::from_u128(5).to_string())]),
+        )
+        .await,
+    );
+    assert_eq!(code_, Code::InvalidArgument, "{msg}");
+    assert!(msg.contains("replicationPolicyID"), "{msg}");
     // The sync method: Enable and Disable are successes without a call.
     let sync = class(&[
         (METHOD, "sync"),
@@ -402,20 +421,195 @@ async fn refusals_the_sidecar_can_act_on() {
         "nothing started"
     );
 
+    // A group the control plane does not know.
     let cg = format!("cg:{}:{}", s.a.cluster, Uuid::from_u128(3));
     let r = a
         .repl
         .clone()
-        .enable_volume_replication(repl::EnableVolumeReplicationRequest {
-            replication_source: Some(repl::ReplicationSource {
-                r#type: Some(Type::Volumegroup(VolumeGroupSource {
-                    volume_group_id: cg,
-                })),
-            }),
+        .get_volume_replication_info(repl::GetVolumeReplicationInfoRequest {
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await;
+    let (code_, msg) = code(r);
+    assert_eq!(code_, Code::NotFound, "{msg}");
+    // The sync method's promote and demote are not served yet.
+    let sync = class(&[(METHOD, "sync"), (SITE, "site-a")]);
+    let r = a
+        .repl
+        .clone()
+        .demote_volume(repl::DemoteVolumeRequest {
+            parameters: sync,
+            replication_source: source(&h),
             ..Default::default()
         })
         .await;
     let (code_, msg) = code(r);
     assert_eq!(code_, Code::Unimplemented, "{msg}");
     a.proc.stop().await;
+}
+
+/// A consistency group of two volumes moves to B and back as one: Enable attaches the
+/// policy to the group, Info and Resync follow it to the group serving on B after the
+/// promote, Disable detaches this site's group, and the destination names every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistency_group_moves_as_one() {
+    let s = two_sites().await;
+    let c = &s.client;
+    let mut a = driver(&s, s.a.cluster).await;
+    let mut b = driver(&s, s.b.cluster).await;
+    let pol = policy(&s, &s.a, "group-every-minute").await;
+    let mut vols = Vec::new();
+    for name in ["orders-db", "orders-log"] {
+        let v = c
+            .create_volume(
+                s.a.cluster,
+                s.a.pool,
+                &VolumeCreate {
+                    consistency_group: Some("orders".into()),
+                    ..VolumeCreate::new(name, 1_000_000_000)
+                },
+            )
+            .await
+            .expect("member");
+        vols.push(v);
+    }
+    let g = c
+        .find_consistency_group(s.a.cluster, "orders")
+        .await
+        .expect("groups")
+        .expect("the group");
+    let cg = format!("cg:{}:{}", s.a.cluster, g.id);
+    let class_a = class(&[(POLICY_ID, &pol.to_string())]);
+
+    let mut enable_g = a.repl.clone();
+    enable_g
+        .enable_volume_replication(repl::EnableVolumeReplicationRequest {
+            parameters: class_a.clone(),
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await
+        .expect("enable the group");
+    let e = c
+        .delete_replication_policy(s.a.cluster, pol)
+        .await
+        .expect_err("the policy is attached");
+    assert_eq!(e.status(), Some(400), "{e}");
+    let group_info = |r: &Repl| {
+        let mut r = r.clone();
+        let cg = cg.clone();
+        async move {
+            r.get_volume_replication_info(repl::GetVolumeReplicationInfoRequest {
+                replication_source: group_source(&cg),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
+        }
+    };
+    let i = eventually(
+        "every member replicated",
+        Duration::from_secs(20),
+        || async {
+            group_info(&a.repl)
+                .await
+                .ok()
+                .filter(|i| i.last_sync_time.is_some())
+        },
+    )
+    .await;
+    assert!(i.status_message.starts_with("role source"), "{i:?}");
+
+    let dest = a
+        .repl
+        .get_replication_destination_info(repl::GetReplicationDestinationInfoRequest {
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await
+        .expect("destination")
+        .into_inner();
+    let handles: HashMap<String, String> = vols
+        .iter()
+        .map(|v| (s.handle(&s.a, *v), s.handle(&s.a, *v)))
+        .collect();
+    assert_eq!(
+        dest.replication_destination,
+        Some(repl::ReplicationDestination {
+            r#type: Some(repl::replication_destination::Type::Volumegroup(
+                repl::replication_destination::VolumeGroupDestination {
+                    volume_group_id: cg.clone(),
+                    volume_ids: handles,
+                }
+            ))
+        })
+    );
+
+    // Demote on A until its last writes are across, then promote on B.
+    s.freeze();
+    eventually("the group demote is done", Duration::from_secs(20), || {
+        let mut r = a.repl.clone();
+        let cg = cg.clone();
+        s.advance(5.0);
+        async move {
+            r.demote_volume(repl::DemoteVolumeRequest {
+                replication_source: group_source(&cg),
+                ..Default::default()
+            })
+            .await
+            .ok()
+        }
+    })
+    .await;
+    b.repl
+        .promote_volume(repl::PromoteVolumeRequest {
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await
+        .expect("promote the group");
+    let i = group_info(&b.repl).await.expect("info after promote");
+    assert!(i.status_message.starts_with("role failed_over"), "{i:?}");
+    let on_b = c
+        .find_consistency_group(s.b.cluster, "orders")
+        .await
+        .expect("groups")
+        .expect("the group serves on B");
+    assert_eq!(on_b.member_count, 2);
+
+    // Resync from A: the serving group on B sends its writes back to A.
+    let ready = a
+        .repl
+        .resync_volume(repl::ResyncVolumeRequest {
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await
+        .expect("resync the group")
+        .into_inner()
+        .ready;
+    assert!(ready);
+    for v in &vols {
+        let rel = c
+            .volume_replication(s.a.cluster, s.a.pool, *v)
+            .await
+            .expect("relationship");
+        assert_eq!(rel.direction, ReplicationDirection::ToSource);
+    }
+
+    // Disable on A detaches A's own group (not the one serving on B).
+    a.repl
+        .disable_volume_replication(repl::DisableVolumeReplicationRequest {
+            parameters: class_a,
+            replication_source: group_source(&cg),
+            ..Default::default()
+        })
+        .await
+        .expect("disable the group");
+    c.delete_replication_policy(s.a.cluster, pol)
+        .await
+        .expect("the policy is detached");
+    a.proc.stop().await;
+    b.proc.stop().await;
 }
