@@ -471,6 +471,10 @@ pub struct StorageNodeAdd {
     pub failure_domain: Option<i64>,
     #[serde(default)]
     pub expand: bool,
+    /// The site the node stands in, for synchronous replication between the sites of one
+    /// cluster (a newer control plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
 }
 
 impl StorageNodeAdd {
@@ -498,6 +502,7 @@ impl StorageNodeAdd {
             format_4k: false,
             spdk_proxy_image: None,
             spdk_sys_mem: None,
+            site: None,
             failure_domain: None,
             expand: false,
         }
@@ -1239,4 +1244,21 @@ pub struct GenerationMember {
 pub struct LatestGeneration {
     pub group_seq: u64,
     pub members: Vec<GenerationMember>,
+}
+
+/// What a synchronous promote answers (`POST …/replication/failover?site=`, 200): the
+/// volume and how to reach it on the promoted site.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SyncPromoteResult {
+    pub lvol_id: Uuid,
+    /// One `nvme connect` argument line per path.
+    pub connection_strings: Vec<String>,
+}
+
+/// What a synchronous group promote answers: one entry per member.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SyncGroupPromoteResult {
+    pub members: Vec<SyncPromoteResult>,
 }

@@ -846,6 +846,11 @@ fn create_nodes(st: &mut St<'_>, c: &ClusterRec, w: &WorkerRec, task: &TaskRec) 
                 auto_restart_disabled: false,
                 lvstore: false,
                 seq_in_cluster: existing + socket,
+                site: p
+                    .get("site")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
             },
         );
         ids.push(id);

@@ -72,6 +72,9 @@ pub struct NodeRec {
     pub auto_restart_disabled: bool,
     pub lvstore: bool,
     pub seq_in_cluster: u32,
+    /// The site the node stands in (synchronous replication); empty when none was given.
+    #[serde(default)]
+    pub site: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -191,6 +194,9 @@ pub struct VolumeRec {
     pub replication_policy: Option<Uuid>,
     pub do_replicate: bool,
     pub created_ms: i64,
+    /// Demoted on its site by a synchronous demote: it serves nowhere until promoted.
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

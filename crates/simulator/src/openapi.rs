@@ -567,6 +567,7 @@ fn add_group_routes(doc: &mut Value) {
             entry[method] = op;
         }
     }
+    add_sync_answers(doc);
     // The demote answers 202 while a member converges.
     let demote = format!("{CG}/{{group_id}}/replication/demote");
     doc["paths"][&demote]["post"]["responses"]["202"] = json!({ "description": "Accepted" });
@@ -654,6 +655,79 @@ fn replicated_snapshot_schema() -> Value {
             "created_at": { "anyOf": [{ "type": "string" }, { "type": "null" }] }
         }
     })
+}
+
+/// The synchronous forms of the volume and group demote and failover (reference §10):
+/// `?site=` (and `?planned=` on failover), 200 with the promoted volume's connection lines
+/// (per member for a group), and the refusals 400 (unknown site), 409 (retry) and 412
+/// (peer offline) in the `{"detail": {"message": …}}` envelope.
+fn add_sync_answers(doc: &mut Value) {
+    const VOL: &str =
+        "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication";
+    const GROUP: &str = "/api/v2/clusters/{cluster_id}/consistency-groups/{group_id}/replication";
+    let promoted = json!({
+        "type": "object",
+        "required": ["lvol_id", "connection_strings"],
+        "properties": {
+            "lvol_id": { "type": "string", "format": "uuid" },
+            "connection_strings": { "type": "array", "items": { "type": "string" } }
+        }
+    });
+    let refusal = json!({
+        "description": "Refused",
+        "content": { "application/json": { "schema": {
+            "type": "object",
+            "required": ["detail"],
+            "properties": { "detail": {
+                "type": "object",
+                "required": ["message"],
+                "properties": { "message": { "type": "string" } }
+            } }
+        } } }
+    });
+    let query = |name: &str, schema: Value| json!({ "name": name, "in": "query", "required": false, "schema": schema });
+    let str_or_null = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }] });
+    let bool_or_null = json!({ "anyOf": [{ "type": "boolean" }, { "type": "null" }] });
+    for (base, ok) in [
+        (VOL, promoted.clone()),
+        (
+            GROUP,
+            json!({
+                "type": "object",
+                "required": ["members"],
+                "properties": { "members": { "type": "array", "items": promoted.clone() } }
+            }),
+        ),
+    ] {
+        for verb in ["failover", "demote"] {
+            let op = &mut doc["paths"][format!("{base}/{verb}")]["post"];
+            if op.is_null() {
+                continue;
+            }
+            let mut extra = vec![query("site", str_or_null.clone())];
+            if verb == "failover" {
+                extra.push(query("planned", bool_or_null.clone()));
+            }
+            if let Some(params) = op["parameters"].as_array_mut() {
+                let known: Vec<Value> = params.iter().map(|p| p["name"].clone()).collect();
+                params.extend(extra.into_iter().filter(|p| !known.contains(&p["name"])));
+            }
+            for code in ["400", "409", "412"] {
+                op["responses"][code] = refusal.clone();
+            }
+            if verb == "failover" {
+                // A group's asynchronous failover answers 200 too, with its results.
+                let schema = match op.pointer("/responses/200/content/application~1json/schema") {
+                    Some(async_answer) => json!({ "anyOf": [async_answer, ok] }),
+                    None => ok.clone(),
+                };
+                op["responses"]["200"] = json!({
+                    "description": "Served on the site",
+                    "content": { "application/json": { "schema": schema } }
+                });
+            }
+        }
+    }
 }
 
 /// `ReplicationStatusDTO` of a newer control plane (reference §10).

@@ -253,6 +253,15 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             let b: GroupReplicationUpdate = body(st.sim, req)?;
             attach(st, g, b.replication_policy_id)
         }
+        ("POST", "{group_id}/replication/failover") if req.q("site").is_some() => {
+            let planned = req.q_bool("planned")?;
+            let vols = members(st.t, &g);
+            super::sync::failover_group(st, &vols, req.q("site"), planned)
+        }
+        ("POST", "{group_id}/replication/demote") if req.q("site").is_some() => {
+            let vols = members(st.t, &g);
+            super::sync::demote_group(st, &vols, req.q("site"))
+        }
         ("POST", "{group_id}/replication/failover") => {
             let results = failover(st, &g);
             Ok(Reply::ok(json!(results)))

@@ -16,6 +16,7 @@ mod replication;
 mod request;
 mod snapshot;
 pub mod snode;
+mod sync;
 mod task;
 mod volume;
 mod volume_create;

@@ -338,6 +338,13 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
+        ("POST", "failover") if req.q("site").is_some() => {
+            let planned = req.q_bool("planned")?;
+            super::sync::failover(st, vid, req.q("site"), planned)
+        }
+        ("POST", "demote") if req.q("site").is_some() => {
+            super::sync::demote(st, vid, req.q("site"))
+        }
         ("POST", "failover") => {
             // A replica that already serves and was protected again moves on: its own
             // relationship is the one to fail over (a failback to the other site).

@@ -337,6 +337,7 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         replication_policy: None,
         do_replicate: v.do_replicate,
         created_ms: st.now,
+        fenced: false,
     };
     if let Some(dir) = &st.sim.config.volume_files {
         crate::volfiles::create(dir, id, rec.size);
@@ -412,6 +413,7 @@ pub fn clone_from_snapshot(
         replication_policy: None,
         do_replicate: false,
         created_ms: st.now,
+        fenced: false,
     };
     if let Some(dir) = &st.sim.config.volume_files {
         crate::volfiles::copy(dir, s.id, id, size);

@@ -9,6 +9,7 @@ mod informer;
 mod kill9;
 mod labels_kube;
 mod stream;
+mod sync_sites;
 mod tls;
 mod two_sites;
 mod volume_files;

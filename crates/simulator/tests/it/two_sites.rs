@@ -748,7 +748,7 @@ async fn replication_cycles_carry_the_data_across_sites() {
     let c = &s.env.client;
     let (a, b) = (s.a, s.b);
     let vol = c
-        .create_volume(a.cluster, a.pool, &VolumeCreate::new("data", 1 << 30))
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("data", 200_000_000))
         .await
         .expect("volume");
     write_at(&files, vol, 4096, b"first words");
