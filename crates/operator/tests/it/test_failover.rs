@@ -86,14 +86,17 @@ async fn site(cp: &Client, name: &str, workers: &[&str]) -> Site {
 
 /// The hub: an API server of its own with the OCM CRDs, both sites as managed clusters
 /// served by the work agent; sbsim with sites A (w1, w2) and B (w3, w4) replicating A to
-/// B; and the operator's hub controllers running as the chart's account.
+/// B. No operator runs until a test starts one.
 struct Drill {
-    _env: TestEnv,
+    env: TestEnv,
     kube: kube::Client,
     sim: Sbsim,
+    ca_pem: String,
     a: Site,
     b: Site,
     shutdown: Shutdown,
+    token_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
     _agent: simplyblock_testenv::standin::StandIn,
 }
 
@@ -137,27 +140,39 @@ async fn hub() -> Drill {
             .await
             .expect("cluster secret");
     }
-    let shutdown = Shutdown::new();
-    let ctx = Arc::new(
-        // A token sbsim refuses: every call the drill makes must carry a site's own secret.
-        Context::new(
-            operator_kube_on(&env, NS).await,
-            tls_cp_client(sim.server.addr, &ca_pem, "not-a-token"),
-            sim.endpoint.clone(),
-            NS.into(),
-        )
-        .with_shutdown(shutdown.clone())
-        .with_hub_first_retry(Duration::from_millis(100)),
-    );
-    tokio::spawn(simplyblock_operator::dr::run(ctx));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, crate::support::TOKEN).expect("token");
     Drill {
-        _env: env,
+        env,
         kube,
         sim,
+        ca_pem,
         a,
         b,
-        shutdown,
+        shutdown: Shutdown::new(),
+        token_file,
+        _dir: dir,
         _agent: agent,
+    }
+}
+
+impl Drill {
+    /// The operator's hub controllers in this process, as the chart's account.
+    async fn start_operator(&self) {
+        let ctx = Arc::new(
+            // A token sbsim refuses: every call the drill makes must carry a site's own
+            // secret.
+            Context::new(
+                operator_kube_on(&self.env, NS).await,
+                tls_cp_client(self.sim.server.addr, &self.ca_pem, "not-a-token"),
+                self.sim.endpoint.clone(),
+                NS.into(),
+            )
+            .with_shutdown(self.shutdown.clone())
+            .with_hub_first_retry(Duration::from_millis(100)),
+        );
+        tokio::spawn(simplyblock_operator::dr::run(ctx));
     }
 }
 
@@ -284,6 +299,7 @@ async fn phase(drills: &Api<TestFailover>, name: &str, want: FailoverPhase) -> T
 #[tokio::test]
 async fn a_drill_clones_the_replicated_point_into_a_bubble_and_leaves_the_source_alone() {
     let d = hub().await;
+    d.start_operator().await;
     let (volume, point) = protected_claim(&d).await;
     let from = call_log(&d.sim.cp).await.len();
 
@@ -497,4 +513,83 @@ async fn a_drill_clones_the_replicated_point_into_a_bubble_and_leaves_the_source
         .expect("the source volume stays");
     let writes = writes_since(&d.sim.cp, from).await;
     assert!(writes.iter().all(|w| !w.contains(&on_a)), "{writes:?}");
+}
+
+/// The operator process killed right after it made the clone, before any pass saw it: the
+/// restarted operator finds the clone by its name and makes no second one.
+#[tokio::test]
+async fn a_drill_killed_right_after_its_clone_makes_no_second_clone() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let d = hub().await;
+    crate::support::managed_control_plane(&d.kube, NS, &d.ca_pem).await;
+    protected_claim(&d).await;
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(&PostParams::default(), &drill_object("killed"))
+        .await
+        .expect("the drill is created");
+
+    let point = simplyblock_operator::dr::test_failover::clone_point();
+    let mut child = crate::support::operator_command(&d.env, d.sim.server.addr, &d.token_file, NS)
+        .arg("--metrics-addr=127.0.0.1:0")
+        .env(simplyblock_operator::crash::ENV, &point)
+        .spawn()
+        .expect("the operator starts");
+    let status = until(&format!("the operator aborted at {point}"), async || {
+        child.try_wait().expect("the operator process")
+    })
+    .await;
+    assert_eq!(status.signal(), Some(crate::crash::SIGABRT), "{status}");
+
+    let name = object_name(NS, "killed", "clone");
+    let named = async || -> Vec<Uuid> {
+        d.sim
+            .cp
+            .list_volumes(d.b.cluster, d.b.pool)
+            .await
+            .expect("site B's volumes")
+            .into_iter()
+            .filter(|v| v.name == name)
+            .map(|v| v.id)
+            .collect()
+    };
+    let made = named().await;
+    assert_eq!(made.len(), 1, "the clone was made before the kill");
+    let killed = drills.get("killed").await.expect("the drill");
+    let status = killed.status.expect("status");
+    assert_eq!(status.step.state.as_deref(), Some("Cloning"));
+    assert!(
+        status.clones.iter().all(|c| c.clone_id.is_none()),
+        "the clone is not on record"
+    );
+
+    d.start_operator().await;
+    let ready = phase(&drills, "killed", FailoverPhase::Ready).await;
+    assert_eq!(named().await, made, "no second clone");
+    let recorded = ready.status.expect("status").clones[0]
+        .clone_id
+        .clone()
+        .expect("the clone on record");
+    assert!(recorded.ends_with(&made[0].to_string()), "{recorded}");
+    let volumes = format!(
+        "/api/v2/clusters/{}/storage-pools/{}/volumes/",
+        d.b.cluster, d.b.pool
+    );
+    let clone_calls = call_log(&d.sim.cp)
+        .await
+        .into_iter()
+        .filter(|c| c["method"] == "POST" && c["path"] == volumes.as_str())
+        .count();
+    assert_eq!(clone_calls, 1, "one clone call on site B in all");
+
+    drills
+        .delete("killed", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    until("the drill gone", async || {
+        drills.get_opt("killed").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(named().await.is_empty(), "the clone is deleted");
 }

@@ -95,6 +95,12 @@ pub async fn run(ctx: Arc<Context>) {
     .await
 }
 
+/// The kill point right after a clone is made, before a pass has seen it
+/// ([`crate::crash`]).
+pub fn clone_point() -> String {
+    crate::crash::ops_point("TestFailover", "Drill", FailoverStep::Cloning.name())
+}
+
 fn drill_of(o: &DynamicObject) -> Option<ObjectRef<TestFailover>> {
     let (ns, name) = o.annotations().get(DRILL_ANNOTATION)?.split_once('/')?;
     Some(ObjectRef::new(name).within(ns))
@@ -539,7 +545,10 @@ async fn execute(drill: &TestFailover, ctx: &Context, call: Call) -> Result<(), 
                 .create_volume_from_snapshot(cluster, pool, &request)
                 .await
             {
-                Ok(_) => Ok(()),
+                Ok(_) => {
+                    crate::crash::point(&clone_point());
+                    Ok(())
+                }
                 Err(e) if e.status() == Some(409) => Ok(()),
                 Err(e) => Err(e.into()),
             }
