@@ -15,7 +15,8 @@
 //!
 //! A 404 from Disable or Demote on a member of a known chain is a reaped old primary and
 //! counts as done. The sync method (`replication.storage.simplyblock.io/method=sync`) makes
-//! Enable, Disable and Resync successes without a call. A `cg:` handle takes the group
+//! Enable, Disable and Resync successes without a call, and Demote and Promote act on the
+//! handle's own volume for the class's site. A `cg:` handle takes the group
 //! path ([`group`]).
 
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use crate::error::{CsiError, Result};
 use crate::handle::VolumeHandle;
 use crate::locks::KeyLocks;
 use crate::proto::csiaddons::replication as repl;
-use crate::replication_params::{Method, POLICY_ID, ReplicationParams};
+use crate::replication_params::{Method, POLICY_ID, ReplicationParams, sync_route_error};
 use repl::controller_server::Controller;
 use repl::get_volume_replication_info_response::Status as Health;
 
@@ -239,7 +240,7 @@ impl ReplicationService {
     /// final sync converges (the sidecar asks again).
     pub async fn demote_volume(&self, h: &VolumeHandle, p: &ReplicationParams) -> Result<()> {
         if let Method::Sync { site } = &p.method {
-            return Err(sync_unserved("demote", site));
+            return self.sync_demote(h, site).await;
         }
         let chain = self.chain(h).await?;
         let m = self.local_member(&chain);
@@ -268,7 +269,7 @@ impl ReplicationService {
         force: bool,
     ) -> Result<()> {
         if let Method::Sync { site } = &p.method {
-            return Err(sync_unserved("promote", site));
+            return self.sync_promote(h, site, force).await;
         }
         let chain = self.chain(h).await?;
         let end = chain.active_end().clone();
@@ -286,6 +287,30 @@ impl ReplicationService {
                 e => e.into(),
             })?;
         tracing::info!(volume = %end, planned = !force, "promote: failed over");
+        Ok(())
+    }
+
+    /// Fence the volume on the class's site (the one this driver's site serves): done also
+    /// where it is not served. A synchronously replicated volume is one volume of one
+    /// cluster, so there is no chain to walk.
+    async fn sync_demote(&self, h: &VolumeHandle, site: &str) -> Result<()> {
+        let (client, pool) = self.at(h).await?;
+        client
+            .sync_demote_volume(h.cluster, pool, h.volume, site)
+            .await
+            .map_err(sync_route_error)
+    }
+
+    /// Serve the volume on the class's site; planned unless forced. A 409 (in progress, or
+    /// the serving site not demoted yet) is worth a retry, a 412 (the serving site is
+    /// offline) is the one refusal the sidecar escalates into a forced promote.
+    async fn sync_promote(&self, h: &VolumeHandle, site: &str, force: bool) -> Result<()> {
+        let (client, pool) = self.at(h).await?;
+        let r = client
+            .sync_promote_volume(h.cluster, pool, h.volume, site, !force)
+            .await
+            .map_err(sync_route_error)?;
+        tracing::info!(volume = %h, site, planned = !force, paths = r.connection_strings.len(), "promote: served on the site");
         Ok(())
     }
 
@@ -337,12 +362,6 @@ fn reaped(chain: &Chain, err: CsiError, member: &VolumeHandle, verb: &str) -> Re
         return Ok(());
     }
     Err(err)
-}
-
-fn sync_unserved(verb: &str, site: &str) -> CsiError {
-    CsiError::Unimplemented(format!(
-        "the sync replication method's {verb} (site {site})"
-    ))
 }
 
 /// Resync is ready when the lag is unknown or within its budget.
@@ -437,7 +456,7 @@ impl Controller for ReplicationService {
         let _g = self.locks.lock(&subject.key()).await;
         match &subject {
             Subject::Volume(h) => self.promote_volume(h, &params, r.force).await?,
-            Subject::Group(g) => self.promote_group(g, &params).await?,
+            Subject::Group(g) => self.promote_group(g, &params, r.force).await?,
         }
         Ok(Response::new(repl::PromoteVolumeResponse {}))
     }

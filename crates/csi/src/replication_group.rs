@@ -6,18 +6,19 @@
 //! group; Disable and Demote on this site's: the serving group if it is local, else the
 //! named one if that is local, else the serving one. Promote is not resolved: the
 //! control plane's group failover decides between nothing to do, a failback and a
-//! failover. When the resolution fails, the handle is used as it is.
+//! failover. When the resolution fails, the handle is used as it is. The sync method's
+//! demote and promote act on the named group for the class's site.
 
 use std::collections::{BTreeMap, HashMap};
 
 use simplyblock_controlplane::{DemoteOutcome, Failback, FailoverStatus};
 use uuid::Uuid;
 
-use super::{GroupHandle, ReplicationService, info, ready, sync_unserved};
+use super::{GroupHandle, ReplicationService, info, ready};
 use crate::error::{CsiError, Result};
 use crate::handle::{PoolRef, VolumeHandle};
 use crate::proto::csiaddons::replication as repl;
-use crate::replication_params::{Method, ReplicationParams};
+use crate::replication_params::{Method, ReplicationParams, sync_route_error};
 
 /// One group on one cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +164,11 @@ impl ReplicationService {
 
     pub async fn demote_group(&self, g: &GroupHandle, p: &ReplicationParams) -> Result<()> {
         if let Method::Sync { site } = &p.method {
-            return Err(sync_unserved("group demote", site));
+            let client = self.clusters.client(g.cluster)?;
+            return client
+                .sync_demote_group(g.cluster, g.group, site)
+                .await
+                .map_err(sync_route_error);
         }
         let r = self.resolve_group(g).await;
         let at = self.local_group(&r);
@@ -181,9 +186,20 @@ impl ReplicationService {
 
     /// Fail the group over as the handle names it; a member that could not fail over makes
     /// the call worth a retry.
-    pub async fn promote_group(&self, g: &GroupHandle, p: &ReplicationParams) -> Result<()> {
+    pub async fn promote_group(
+        &self,
+        g: &GroupHandle,
+        p: &ReplicationParams,
+        force: bool,
+    ) -> Result<()> {
         if let Method::Sync { site } = &p.method {
-            return Err(sync_unserved("group promote", site));
+            let client = self.clusters.client(g.cluster)?;
+            let r = client
+                .sync_promote_group(g.cluster, g.group, site, !force)
+                .await
+                .map_err(sync_route_error)?;
+            tracing::info!(group = %g, site, members = r.members.len(), "promote: the group is served on the site");
+            return Ok(());
         }
         let client = self.clusters.client(g.cluster)?;
         let results = client

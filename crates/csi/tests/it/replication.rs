@@ -433,19 +433,6 @@ async fn refusals_the_sidecar_can_act_on() {
         .await;
     let (code_, msg) = code(r);
     assert_eq!(code_, Code::NotFound, "{msg}");
-    // The sync method's promote and demote are not served yet.
-    let sync = class(&[(METHOD, "sync"), (SITE, "site-a")]);
-    let r = a
-        .repl
-        .clone()
-        .demote_volume(repl::DemoteVolumeRequest {
-            parameters: sync,
-            replication_source: source(&h),
-            ..Default::default()
-        })
-        .await;
-    let (code_, msg) = code(r);
-    assert_eq!(code_, Code::Unimplemented, "{msg}");
     a.proc.stop().await;
 }
 
@@ -612,4 +599,123 @@ async fn a_consistency_group_moves_as_one() {
         .expect("the policy is detached");
     a.proc.stop().await;
     b.proc.stop().await;
+}
+
+async fn demote_in(
+    c: &mut Repl,
+    src: Option<repl::ReplicationSource>,
+    params: HashMap<String, String>,
+) -> Result<(), Status> {
+    c.demote_volume(repl::DemoteVolumeRequest {
+        parameters: params,
+        replication_source: src,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+async fn promote_in(
+    c: &mut Repl,
+    src: Option<repl::ReplicationSource>,
+    params: HashMap<String, String>,
+    force: bool,
+) -> Result<(), Status> {
+    c.promote_volume(repl::PromoteVolumeRequest {
+        force,
+        parameters: params,
+        replication_source: src,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+/// The sync method on one cluster stretched over two sites, for a volume and for a group:
+/// Enable, Disable and Resync are successes without a call; Demote and Promote name the
+/// class's site, with the sync routes' codes (409 UNAVAILABLE, 400 INVALID_ARGUMENT, 412
+/// FAILED_PRECONDITION until forced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sync_method_moves_volumes_between_the_sites_of_one_cluster() {
+    let s = stretched().await;
+    let c = &s.client;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = s.driver(dir.path()).await;
+    let mut r = Repl::new(d.channel().await);
+    let sync = |site: &str| class(&[(METHOD, "sync"), (SITE, site)]);
+    let vol = s.volume("mirrored", None).await;
+    let h = format!("{}:{}:{vol}", s.cluster, s.pool);
+
+    enable(&mut r, &h, sync("east")).await.expect("sync enable");
+    disable(&mut r, &h, sync("east"))
+        .await
+        .expect("sync disable");
+    let ready = r
+        .resync_volume(repl::ResyncVolumeRequest {
+            parameters: sync("east"),
+            replication_source: source(&h),
+            ..Default::default()
+        })
+        .await
+        .expect("sync resync")
+        .into_inner()
+        .ready;
+    assert!(ready);
+
+    let (code_, msg) = code(promote_in(&mut r, source(&h), sync("west"), false).await);
+    assert_eq!(code_, Code::Unavailable, "east is not demoted yet: {msg}");
+    let (code_, msg) = code(demote_in(&mut r, source(&h), sync("north")).await);
+    assert_eq!(code_, Code::InvalidArgument, "{msg}");
+    demote_in(&mut r, source(&h), sync("east"))
+        .await
+        .expect("demote on east");
+    promote_in(&mut r, source(&h), sync("west"), false)
+        .await
+        .expect("planned promote on west");
+    let on = s.serving_node(vol).await;
+    assert!(s.west.contains(&on), "served on {on}, not on west");
+    info(&mut r, &h)
+        .await
+        .expect("info through the status route");
+
+    // A group moves as one.
+    let mut members = Vec::new();
+    for name in ["pair-0", "pair-1"] {
+        members.push(s.volume(name, Some("pair")).await);
+    }
+    let g = c
+        .find_consistency_group(s.cluster, "pair")
+        .await
+        .expect("groups")
+        .expect("the group");
+    let cg = group_source(&format!("cg:{}:{}", s.cluster, g.id));
+    let (code_, msg) = code(promote_in(&mut r, cg.clone(), sync("west"), false).await);
+    assert_eq!(code_, Code::Unavailable, "{msg}");
+    demote_in(&mut r, cg.clone(), sync("east"))
+        .await
+        .expect("demote the group on east");
+    promote_in(&mut r, cg.clone(), sync("west"), false)
+        .await
+        .expect("promote the group on west");
+    for m in members {
+        let on = s.serving_node(m).await;
+        assert!(
+            s.west.contains(&on),
+            "member {m} served on {on}, not on west"
+        );
+    }
+
+    // West goes away: a planned promote on east is refused as a precondition (the one
+    // refusal the sidecar escalates), a forced one takes over.
+    c.suspend_storage_node(s.cluster, on, false)
+        .await
+        .expect("suspend west's serving node");
+    let (code_, msg) = code(promote_in(&mut r, source(&h), sync("east"), false).await);
+    assert_eq!(code_, Code::FailedPrecondition, "{msg}");
+    promote_in(&mut r, source(&h), sync("east"), true)
+        .await
+        .expect("forced promote on east");
+    let on = s.serving_node(vol).await;
+    assert!(s.east.contains(&on), "served on {on}, not on east");
+    d.stop().await;
 }

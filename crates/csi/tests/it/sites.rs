@@ -33,7 +33,8 @@ pub struct TwoSites {
     pub dir: tempfile::TempDir,
 }
 
-pub async fn two_sites() -> TwoSites {
+/// sbsim with four enrolled workers w1..w4 and volume files.
+async fn four_workers(seed: u64) -> (Server, Client, PathBuf, tempfile::TempDir) {
     simplyblock_simulator::install_crypto_provider();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut fleet = String::from("workers:\n");
@@ -49,7 +50,7 @@ pub async fn two_sites() -> TwoSites {
         tokens: vec![TOKEN.into()],
         time_scale: 1000.0,
         fleet: Some(fleet_path),
-        seed: 11,
+        seed,
         volume_files: Some(files.clone()),
         ..SimConfig::new(dir.path().join("state"))
     };
@@ -57,6 +58,15 @@ pub async fn two_sites() -> TwoSites {
         .await
         .expect("sbsim");
     let client = client_for(&server.url);
+    (server, client, files, dir)
+}
+
+fn address(worker: &str) -> String {
+    format!("{worker}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000")
+}
+
+pub async fn two_sites() -> TwoSites {
+    let (server, client, files, dir) = four_workers(11).await;
     let mut sites = Vec::new();
     for (name, workers) in [("site-a", ["w1", "w2"]), ("site-b", ["w3", "w4"])] {
         sites.push(site(&client, name, workers).await);
@@ -77,21 +87,135 @@ pub async fn two_sites() -> TwoSites {
     s
 }
 
+/// One cluster stretched over two sites for synchronous replication: `east` on w1, w2
+/// and `west` on w3, w4.
+pub struct Stretched {
+    pub server: Server,
+    pub client: Client,
+    pub cluster: Uuid,
+    pub secret: String,
+    pub pool: Uuid,
+    pub east: Vec<Uuid>,
+    pub west: Vec<Uuid>,
+    pub files: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn stretched() -> Stretched {
+    let (server, client, files, dir) = four_workers(13).await;
+    let c = &client;
+    let cluster = c
+        .create_cluster(&ClusterCreate::new("stretched", 10, 4))
+        .await
+        .expect("cluster");
+    let mut sites = Vec::new();
+    for (site, workers) in [("east", ["w1", "w2"]), ("west", ["w3", "w4"])] {
+        for w in workers {
+            c.add_storage_node(
+                cluster.id,
+                &StorageNodeAdd {
+                    site: Some(site.into()),
+                    ..StorageNodeAdd::new(address(w), "eth0")
+                },
+            )
+            .await
+            .expect("node add");
+        }
+        let before: Vec<Uuid> = sites.iter().flatten().copied().collect();
+        let nodes = eventually(
+            "the site's nodes online",
+            Duration::from_secs(30),
+            || async {
+                let nodes = c.list_storage_nodes(cluster.id).await.ok()?;
+                let new: Vec<Uuid> = nodes
+                    .iter()
+                    .filter(|n| !before.contains(&n.id) && n.status == NodeStatus::Online)
+                    .map(|n| n.id)
+                    .collect();
+                (new.len() == 2).then_some(new)
+            },
+        )
+        .await;
+        sites.push(nodes);
+    }
+    c.activate_cluster(cluster.id).await.expect("activate");
+    eventually("cluster active", Duration::from_secs(30), || async {
+        (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+    let pool = c
+        .create_pool(
+            cluster.id,
+            &PoolCreate {
+                name: "stretched-pool".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool");
+    let west = sites.pop().expect("west");
+    let east = sites.pop().expect("east");
+    Stretched {
+        cluster: cluster.id,
+        secret: cluster.secret.expose().to_owned(),
+        pool: pool.id,
+        east,
+        west,
+        server,
+        client,
+        files,
+        dir,
+    }
+}
+
+impl Stretched {
+    /// A driver whose secret lists the one cluster, local to it.
+    pub async fn driver(&self, dir: &Path) -> DriverProc {
+        let entry = ClusterEntry {
+            cluster_id: self.cluster,
+            cluster_endpoint: self.server.url.clone(),
+            cluster_secret: self.secret.clone(),
+            local: true,
+        };
+        DriverProc::start(dir, &[entry], &self.files, Default::default()).await
+    }
+
+    /// A mirrored volume served on east's first node; `group` makes it a member.
+    pub async fn volume(&self, name: &str, group: Option<&str>) -> Uuid {
+        self.client
+            .create_volume(
+                self.cluster,
+                self.pool,
+                &VolumeCreate {
+                    host_id: Some(self.east[0].to_string()),
+                    consistency_group: group.map(str::to_string),
+                    ndcs: 1,
+                    npcs: 1,
+                    ..VolumeCreate::new(name, 1_000_000_000)
+                },
+            )
+            .await
+            .expect("volume")
+    }
+
+    pub async fn serving_node(&self, volume: Uuid) -> Uuid {
+        self.client
+            .get_volume(self.cluster, self.pool, volume)
+            .await
+            .expect("volume")
+            .storage_node_id
+    }
+}
+
 async fn site(c: &Client, name: &str, workers: [&str; 2]) -> Site {
     let cluster = c
         .create_cluster(&ClusterCreate::new(name, 10, 4))
         .await
         .expect("cluster");
     for w in workers {
-        c.add_storage_node(
-            cluster.id,
-            &StorageNodeAdd::new(
-                format!("{w}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                "eth0",
-            ),
-        )
-        .await
-        .expect("node add");
+        c.add_storage_node(cluster.id, &StorageNodeAdd::new(address(w), "eth0"))
+            .await
+            .expect("node add");
     }
     eventually("nodes online", Duration::from_secs(30), || async {
         let n = c.list_storage_nodes(cluster.id).await.ok()?;
