@@ -538,6 +538,9 @@ pub(super) fn status(
             (r, role)
         }
         (None, None) => {
+            if let Some(s) = super::sync::status(st.t, v, st.now) {
+                return s;
+            }
             return ReplicationStatus {
                 role: "none".into(),
                 state: "not_replicating".into(),

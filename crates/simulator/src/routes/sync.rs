@@ -230,3 +230,34 @@ pub fn failover_group(
     }
     Ok(Reply::ok(json!(SyncGroupPromoteResult { members: out })))
 }
+
+/// The typed status of a volume of a cluster whose nodes stand in two sites or more,
+/// as synchronous replication sees it: `source` where it is served, `secondary` while
+/// fenced; `in_sync` (no lag) while another site has an online node, `degraded` while
+/// none does. `None` for a cluster of one site.
+pub fn status(t: &Tables, v: &VolumeRec, now: i64) -> Option<ReplicationStatus> {
+    let sites: std::collections::BTreeSet<&str> = t
+        .nodes
+        .values()
+        .filter(|n| n.cluster_id == v.cluster_id && !n.site.is_empty())
+        .map(|n| n.site.as_str())
+        .collect();
+    if sites.len() < 2 {
+        return None;
+    }
+    let serving = site_of(t, v.node_id).unwrap_or_default();
+    let mirrored = t.nodes.values().any(|n| {
+        n.cluster_id == v.cluster_id
+            && n.status == NodeStatus::Online
+            && !n.site.is_empty()
+            && n.site != serving
+    });
+    Some(ReplicationStatus {
+        role: if v.fenced { "secondary" } else { "source" }.into(),
+        state: if mirrored { "in_sync" } else { "degraded" }.into(),
+        last_replicated_at: mirrored.then(|| render::iso_time(now)),
+        lag_seconds: mirrored.then_some(0.0),
+        lag_budget_seconds: Some(0.0),
+        ..Default::default()
+    })
+}

@@ -91,6 +91,12 @@ async fn sync_demote_and_promote_move_a_volume_between_sites() {
             .storage_node_id
     };
     assert_eq!(serving().await, east[0]);
+    let st = c
+        .volume_replication_status(cluster, pool, vol)
+        .await
+        .expect("status");
+    assert_eq!((st.role.as_str(), st.state.as_str()), ("source", "in_sync"));
+    assert_eq!(st.lag_seconds, Some(0.0));
 
     let e = c
         .sync_demote_volume(cluster, pool, vol, "north")
@@ -115,6 +121,13 @@ async fn sync_demote_and_promote_move_a_volume_between_sites() {
             .await
             .expect("demote on its site, twice");
     }
+    assert_eq!(
+        c.volume_replication_status(cluster, pool, vol)
+            .await
+            .expect("status")
+            .role,
+        "secondary"
+    );
     let promoted = c
         .sync_promote_volume(cluster, pool, vol, "west", true)
         .await
@@ -144,6 +157,32 @@ async fn sync_demote_and_promote_move_a_volume_between_sites() {
         .await
         .expect("forced promote");
     assert!(east.contains(&serving().await));
+    // West still has an online node: the mirror holds.
+    assert_eq!(
+        c.volume_replication_status(cluster, pool, vol)
+            .await
+            .expect("status")
+            .state,
+        "in_sync"
+    );
+    let other_west: Vec<Uuid> = west.iter().copied().filter(|n| *n != now).collect();
+    for n in other_west {
+        c.suspend_storage_node(cluster, n, false)
+            .await
+            .expect("suspend the rest of west");
+    }
+    assert_eq!(
+        c.volume_replication_status(cluster, pool, vol)
+            .await
+            .expect("status")
+            .state,
+        "degraded"
+    );
+    let e = c
+        .sync_demote_volume(cluster, pool, vol, "east")
+        .await
+        .expect_err("no site to take over");
+    assert_eq!(e.status(), Some(409), "{e}");
     let e = c
         .sync_demote_volume(cluster, pool, vol, "")
         .await
