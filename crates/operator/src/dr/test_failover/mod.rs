@@ -37,6 +37,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use simplyblock_api::StorageCluster;
 use simplyblock_api::test_failover::{
     FailoverPhase, FailoverScope, FailoverStage, FailoverStep, GRAPHS, TEST_FAILOVER_FINALIZER,
     TEST_ID_LABEL, TestFailover, TestFailoverStatus,
@@ -45,7 +46,7 @@ use simplyblock_controlplane::{Uuid, VolumeClone};
 use simplyblock_csi::handle::PoolRef;
 use simplyblock_statemachine::{MultiGraph, State};
 
-use self::plan::{Call, Decision, Observation, View};
+use self::plan::{Call, Decision, GenerationSeen, GroupSource, Observation, View};
 use super::bubble;
 use super::site_deployment::{managed_cluster_view_resource, manifest_work_resource};
 use crate::context::{Context, requeue};
@@ -377,11 +378,7 @@ async fn observe(
     Ok(match step {
         FailoverStep::ResolvingSource => {
             if drill.spec.scope == FailoverScope::Group {
-                // Refused by the plan; nothing to read.
-                Observation::Source {
-                    claim: View::Absent,
-                    volume: View::Absent,
-                }
+                Observation::Group(observe_group(drill, ctx).await?)
             } else {
                 let claim = read_view(ctx, drill, "src-pvc").await?;
                 let volume = match claim {
@@ -390,6 +387,9 @@ async fn observe(
                 };
                 Observation::Source { claim, volume }
             }
+        }
+        FailoverStep::ResolvingPoint if drill.spec.scope == FailoverScope::Group => {
+            Observation::Generation(observe_generation(drill, ctx).await?)
         }
         FailoverStep::ResolvingPoint => {
             let Some((cluster, pool, volume)) = status
@@ -461,6 +461,112 @@ async fn observe(
         }
         FailoverStep::Releasing => Observation::Replicated(None),
     })
+}
+
+/// The source cluster's control-plane id: `spec.sourceCluster` itself when it is one,
+/// else the id of the one StorageCluster of that name the operator serves.
+async fn source_cluster_id(ctx: &Context, drill: &TestFailover) -> Result<Option<Uuid>, Error> {
+    if let Ok(id) = drill.spec.source_cluster.parse::<Uuid>() {
+        return Ok(Some(id));
+    }
+    let clusters = ctx
+        .scope
+        .api::<StorageCluster>(&ctx.kube)
+        .list(&ListParams::default())
+        .await?;
+    let mut ids: Vec<Uuid> = clusters
+        .iter()
+        .filter(|c| c.name_any() == drill.spec.source_cluster)
+        .filter_map(|c| c.status.as_ref()?.uuid.as_deref()?.parse().ok())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    Ok(match ids.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    })
+}
+
+/// The group, its open members' volumes, and the views of the first member's claim.
+async fn observe_group(drill: &TestFailover, ctx: &Context) -> Result<GroupSource, Error> {
+    let mut seen = GroupSource {
+        cluster: source_cluster_id(ctx, drill).await?,
+        group: None,
+        members: Vec::new(),
+        claim: View::Absent,
+        volume: View::Absent,
+    };
+    let Some(cluster) = seen.cluster else {
+        return Ok(seen);
+    };
+    let cp = control_plane(ctx, drill, &drill.spec.source_cluster).await?;
+    seen.group = cp
+        .find_consistency_group(cluster, &drill.spec.source_ref)
+        .await?;
+    let Some(group) = &seen.group else {
+        return Ok(seen);
+    };
+    let mut members: Vec<Uuid> = cp
+        .consistency_group_members(cluster, group.id)
+        .await?
+        .into_iter()
+        .filter(|m| m.is_open())
+        .map(|m| m.lvol_id)
+        .collect();
+    members.sort();
+    let mut volumes = BTreeMap::new();
+    for pool in cp.list_pools(cluster).await? {
+        for volume in cp.list_volumes(cluster, pool.id).await? {
+            volumes.insert(volume.id, volume);
+        }
+    }
+    seen.members = members
+        .into_iter()
+        .map(|id| (id, volumes.remove(&id)))
+        .collect();
+    let first_claim = seen
+        .members
+        .first()
+        .and_then(|(_, v)| v.as_ref())
+        .is_some_and(|v| !v.pvc_name.is_empty());
+    if first_claim && drill.spec.source_namespace.is_some() {
+        seen.claim = read_view(ctx, drill, "src-pvc").await?;
+        if matches!(seen.claim, View::Seen(_)) {
+            seen.volume = read_view(ctx, drill, "src-pv").await?;
+        }
+    }
+    Ok(seen)
+}
+
+/// The latest generation of the group's replication policy.
+async fn observe_generation(drill: &TestFailover, ctx: &Context) -> Result<GenerationSeen, Error> {
+    let Some(cluster) = source_cluster_id(ctx, drill).await? else {
+        return Ok(GenerationSeen::Unavailable(format!(
+            "cluster {} no longer names one StorageCluster with a control-plane id on this hub",
+            drill.spec.source_cluster
+        )));
+    };
+    let cp = control_plane(ctx, drill, &drill.spec.source_cluster).await?;
+    let Some(group) = cp
+        .find_consistency_group(cluster, &drill.spec.source_ref)
+        .await?
+    else {
+        return Ok(GenerationSeen::Unavailable(format!(
+            "consistency group {} is gone from control-plane cluster {cluster}",
+            drill.spec.source_ref
+        )));
+    };
+    let Some(policy) = group.policy_id else {
+        return Ok(GenerationSeen::Unavailable(format!(
+            "consistency group {} has no replication policy, so it has no replicated generation to drill; attach one and wait for a generation to land",
+            group.name
+        )));
+    };
+    match cp.latest_replicated_generation(cluster, policy).await {
+        Ok(latest) => Ok(GenerationSeen::Latest(latest)),
+        Err(e) if e.status() == Some(400) => Ok(GenerationSeen::Incomplete),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// How many claims the work's status feedback reports Bound.

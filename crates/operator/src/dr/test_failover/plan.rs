@@ -10,7 +10,9 @@ use simplyblock_api::keys::CSI_DRIVER_NAME;
 use simplyblock_api::test_failover::{
     CloneStatus, FailoverPhase, FailoverReport, FailoverScope, FailoverStep, TestFailover,
 };
-use simplyblock_controlplane::{ReplicatedSnapshot, Snapshot, Uuid, Volume};
+use simplyblock_controlplane::{
+    ConsistencyGroup, LatestGeneration, ReplicatedSnapshot, Snapshot, Uuid, Volume,
+};
 use simplyblock_csi::handle::{PoolRef, VolumeHandle};
 
 use crate::dr::bubble;
@@ -33,6 +35,10 @@ pub enum View {
 pub enum Observation {
     /// ResolvingSource of a Volume drill: the views of the source claim and its volume.
     Source { claim: View, volume: View },
+    /// ResolvingSource of a Group drill.
+    Group(GroupSource),
+    /// ResolvingPoint of a Group drill: the latest generation of the group's policy.
+    Generation(GenerationSeen),
     /// ResolvingPoint onto another cluster: the relationship's latest replicated snapshot
     /// (`None`: nothing replicated yet).
     Replicated(Option<ReplicatedSnapshot>),
@@ -50,6 +56,32 @@ pub enum Observation {
         bound: Option<usize>,
         source_volume: View,
     },
+}
+
+/// What the control plane and the source cluster say of a consistency group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupSource {
+    /// The source cluster's control-plane id; `None` when the hub cannot tell it.
+    pub cluster: Option<Uuid>,
+    /// The group of that name, if any.
+    pub group: Option<ConsistencyGroup>,
+    /// The open members' volumes found so far, by member id.
+    pub members: Vec<(Uuid, Option<Volume>)>,
+    /// The views of the first member's claim and its volume (Absent when the member names
+    /// no claim or the drill no namespace).
+    pub claim: View,
+    pub volume: View,
+}
+
+/// A group's latest replicated generation, as far as it could be read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GenerationSeen {
+    /// The group or its policy is missing (why).
+    Unavailable(String),
+    /// Generations exist, none complete on the target yet.
+    Incomplete,
+    /// Nothing replicated yet, or the newest complete generation.
+    Latest(Option<LatestGeneration>),
 }
 
 /// One side effect.
@@ -155,6 +187,10 @@ pub fn plan(
         (FailoverStep::ResolvingSource, Observation::Source { claim, volume }) => {
             resolve_source(drill, claim, volume)
         }
+        (FailoverStep::ResolvingSource, Observation::Group(group)) => resolve_group(drill, group),
+        (FailoverStep::ResolvingPoint, Observation::Generation(seen)) => {
+            resolve_generation(drill, &status.clones, seen)
+        }
         (FailoverStep::ResolvingPoint, seen) => resolve_point(drill, &status.clones, seen),
         (FailoverStep::Cloning, Observation::Clones(found)) => clone(drill, &status.clones, found),
         (
@@ -181,11 +217,6 @@ fn view_wait(what: &str, cluster: &str, view: &View) -> Decision {
 
 fn resolve_source(drill: &TestFailover, claim: &View, volume: &View) -> Decision {
     let spec = &drill.spec;
-    if spec.scope == FailoverScope::Group {
-        return fail(
-            "scope Group is not served by this operator: it cannot list a consistency group's members through the control plane; drill each member's claim with scope Volume",
-        );
-    }
     let namespace = spec.source_namespace.clone().unwrap_or_default();
     let what = format!("claim {namespace}/{}", spec.source_ref);
     let claim = match claim {
@@ -284,6 +315,9 @@ fn resolve_point(drill: &TestFailover, clones: &[CloneStatus], seen: &Observatio
     else {
         return fail("internal: the source handle recorded is not cluster:pool:volume");
     };
+    if spec.scope == FailoverScope::Group {
+        return fail("internal: a Group drill's point was not read from its generation");
+    }
     if !in_place(drill) && spec.recovery_point.is_some() {
         return fail(format!(
             "recoveryPoint pins a snapshot on the source cluster {}, which a drill onto cluster {} cannot clone; leave recoveryPoint out to use the latest replicated snapshot, or drill in place",
@@ -354,6 +388,236 @@ fn resolve_point(drill: &TestFailover, clones: &[CloneStatus], seen: &Observatio
         other => Decision::Wait(format!(
             "internal: ResolvingPoint was given {other:?}; deciding again"
         )),
+    }
+}
+
+/// What every member of a group shares, read from one member's volume: its filesystem
+/// type, its attributes without the source's identity, its mode.
+fn shared_class(
+    pv: &Value,
+) -> (
+    Option<String>,
+    Option<BTreeMap<String, String>>,
+    Option<String>,
+) {
+    let csi = &pv["spec"]["csi"];
+    let attributes: BTreeMap<String, String> =
+        serde_json::from_value(csi["volumeAttributes"].clone()).unwrap_or_default();
+    let context = bubble::strip_volume_context(&attributes);
+    (
+        csi["fsType"].as_str().map(str::to_owned),
+        (!context.is_empty()).then_some(context),
+        Some(
+            pv["spec"]["volumeMode"]
+                .as_str()
+                .unwrap_or("Filesystem")
+                .to_owned(),
+        ),
+    )
+}
+
+fn resolve_group(drill: &TestFailover, seen: &GroupSource) -> Decision {
+    let spec = &drill.spec;
+    let Some(cluster) = seen.cluster else {
+        return fail(format!(
+            "cluster {} is neither a control-plane cluster id nor the name of one StorageCluster with an id on this hub; name the source cluster so the group can be looked up",
+            spec.source_cluster
+        ));
+    };
+    let Some(group) = &seen.group else {
+        return fail(format!(
+            "control-plane cluster {cluster} ({}) has no consistency group named {}",
+            spec.source_cluster, spec.source_ref
+        ));
+    };
+    if seen.members.is_empty() {
+        return fail(format!("consistency group {} has no members", group.name));
+    }
+    let found = seen.members.iter().filter(|(_, v)| v.is_some()).count();
+    if found < seen.members.len() {
+        return Decision::Wait(format!(
+            "found the volumes of {found} of the {} members of consistency group {}",
+            seen.members.len(),
+            group.name
+        ));
+    }
+    let members: Vec<&Volume> = seen
+        .members
+        .iter()
+        .filter_map(|(_, v)| v.as_ref())
+        .collect();
+    // The first member's claim gives the class every member shares, when it names one.
+    let first = members[0];
+    let mut shared = (None, None, None);
+    if let (false, Some(namespace)) = (first.pvc_name.is_empty(), &spec.source_namespace) {
+        let what = format!("claim {namespace}/{}", first.pvc_name);
+        let claim = match &seen.claim {
+            View::Absent => {
+                return Decision::Call(Call::View {
+                    suffix: "src-pvc",
+                    resource: "persistentvolumeclaims",
+                    name: first.pvc_name.clone(),
+                    namespace: Some(namespace.clone()),
+                });
+            }
+            View::Seen(claim) => claim,
+            other => return view_wait(&what, &spec.source_cluster, other),
+        };
+        let Some(pv_name) = claim["spec"]["volumeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+        else {
+            return fail(format!(
+                "{what} of group member {} is not bound to a PersistentVolume",
+                first.id
+            ));
+        };
+        match &seen.volume {
+            View::Absent => {
+                return Decision::Call(Call::View {
+                    suffix: "src-pv",
+                    resource: "persistentvolumes",
+                    name: pv_name.to_owned(),
+                    namespace: None,
+                });
+            }
+            View::Seen(pv) => shared = shared_class(pv),
+            other => {
+                return view_wait(
+                    &format!("PersistentVolume {pv_name}"),
+                    &spec.source_cluster,
+                    other,
+                );
+            }
+        }
+    }
+    let (fs_type, context, mode) = shared;
+    let clones = members
+        .iter()
+        .map(|v| {
+            let pool = v.pool_uuid.clone();
+            CloneStatus {
+                source_ref: v.id.to_string(),
+                source_handle: Some(format!("{cluster}:{pool}:{}", v.id)),
+                pvc_name: Some(if v.pvc_name.is_empty() {
+                    bubble::member_object_name(
+                        drill.metadata.namespace.as_deref().unwrap_or_default(),
+                        drill.metadata.name.as_deref().unwrap_or_default(),
+                        &v.id.to_string(),
+                        "pvc",
+                    )
+                } else {
+                    v.pvc_name.clone()
+                }),
+                size_bytes: i64::try_from(v.size).ok().filter(|s| *s > 0),
+                source_fs_type: fs_type.clone(),
+                source_volume_context: context.clone(),
+                source_volume_mode: mode.clone(),
+                ..CloneStatus::default()
+            }
+        })
+        .collect::<Vec<_>>();
+    Decision::Advance {
+        to: FailoverStep::ResolvingPoint,
+        message: format!(
+            "resolved the {} members of consistency group {}; resolving the recovery point",
+            clones.len(),
+            group.name
+        ),
+        event: (
+            "SourceResolved",
+            format!(
+                "resolved consistency group {} ({} members) on cluster {}",
+                group.name,
+                clones.len(),
+                spec.source_cluster
+            ),
+        ),
+        clones,
+        report: None,
+    }
+}
+
+fn resolve_generation(
+    drill: &TestFailover,
+    clones: &[CloneStatus],
+    seen: &GenerationSeen,
+) -> Decision {
+    let spec = &drill.spec;
+    if in_place(drill) {
+        return fail(
+            "a Group drill clones the group's latest replicated generation where it landed, so its bubble cluster must be the group's replication target, not its own cluster",
+        );
+    }
+    if let Some(pinned) = &spec.recovery_point {
+        return fail(format!(
+            "recoveryPoint {pinned} pins one snapshot, but a Group drill clones a whole generation of the group; leave recoveryPoint out"
+        ));
+    }
+    let generation = match seen {
+        GenerationSeen::Unavailable(why) => return fail(why.clone()),
+        GenerationSeen::Incomplete => {
+            return Decision::Wait(format!(
+                "no generation of consistency group {} is complete on the target yet",
+                spec.source_ref
+            ));
+        }
+        GenerationSeen::Latest(None) => {
+            return fail(format!(
+                "consistency group {} has no replicated generation yet: attach a replication policy to it and wait for a generation to land before drilling",
+                spec.source_ref
+            ));
+        }
+        GenerationSeen::Latest(Some(g)) => g,
+    };
+    if generation.members.len() != clones.len() {
+        return fail(format!(
+            "generation {} has {} members but the group has {}: its membership changed during the drill",
+            generation.group_seq,
+            generation.members.len(),
+            clones.len()
+        ));
+    }
+    let mut placed = Vec::with_capacity(clones.len());
+    for slot in clones {
+        let Some(member) = generation
+            .members
+            .iter()
+            .find(|m| m.source_lvol_id.to_string() == slot.source_ref)
+        else {
+            return fail(format!(
+                "generation {} has no snapshot of member {}: the group's membership changed during the drill",
+                generation.group_seq, slot.source_ref
+            ));
+        };
+        let mut slot = slot.clone();
+        slot.snapshot_id = Some(format!(
+            "{}:{}:{}",
+            member.cluster_id, member.pool_id, member.snapshot_id
+        ));
+        slot.snapshot_taken = false;
+        if member.size > 0 {
+            slot.size_bytes = i64::try_from(member.size).ok();
+        }
+        placed.push(slot);
+    }
+    let point = format!("generation {}", generation.group_seq);
+    Decision::Advance {
+        to: FailoverStep::Cloning,
+        clones: placed,
+        report: Some(FailoverReport {
+            bubble_cluster: Some(spec.bubble_cluster.clone()),
+            recovery_point: Some(point.clone()),
+            ..FailoverReport::default()
+        }),
+        message: format!(
+            "resolved the group-consistent {point}; cloning its {} members",
+            clones.len()
+        ),
+        event: (
+            "RecoveryPointResolved",
+            format!("{point} of consistency group {}", spec.source_ref),
+        ),
     }
 }
 

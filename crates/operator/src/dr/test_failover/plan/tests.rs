@@ -132,17 +132,196 @@ fn a_source_that_is_no_bound_simplyblock_volume_fails_the_drill() {
         Decision::Fail { message, .. } if message.contains("ebs.csi.aws.com")));
 }
 
-#[test]
-fn scope_group_is_refused_in_words() {
-    let mut d = drill("site-b", TestFailoverStatus::default());
+fn group_drill(status: TestFailoverStatus) -> TestFailover {
+    let mut d = drill("site-b", status);
     d.spec.scope = FailoverScope::Group;
-    let seen = Observation::Source {
-        claim: View::Absent,
-        volume: View::Absent,
+    d.spec.source_ref = "app".into();
+    d
+}
+
+fn member(id: &str, pvc: &str) -> Volume {
+    Volume {
+        id: uuid(id),
+        pool_uuid: POOL_A.into(),
+        pvc_name: pvc.into(),
+        size: 1 << 30,
+        ..Volume::default()
+    }
+}
+
+const M1: &str = "aaaaaaaa-0000-0000-0000-000000000001";
+const M2: &str = "aaaaaaaa-0000-0000-0000-000000000002";
+
+#[test]
+fn a_group_resolves_to_one_slot_per_member_with_the_first_members_class() {
+    let d = group_drill(TestFailoverStatus::default());
+    let step = FailoverStep::ResolvingSource;
+    let group = ConsistencyGroup {
+        id: uuid("bbbbbbbb-0000-0000-0000-000000000001"),
+        name: "app".into(),
+        ..ConsistencyGroup::default()
+    };
+    let seen = |cluster, group: Option<ConsistencyGroup>, members, claim, volume| {
+        Observation::Group(GroupSource {
+            cluster,
+            group,
+            members,
+            claim,
+            volume,
+        })
+    };
+    let both = || {
+        vec![
+            (uuid(M1), Some(member(M1, "app-0"))),
+            (uuid(M2), Some(member(M2, ""))),
+        ]
     };
     assert!(matches!(
-        plan(&d, FailoverStep::ResolvingSource, &seen, now()),
-        Decision::Fail { reason: DRILL_FAILED, message } if message.contains("scope Volume")
+        plan(&d, step, &seen(None, None, vec![], View::Absent, View::Absent), now()),
+        Decision::Fail { message, .. } if message.contains("StorageCluster")
+    ));
+    assert!(matches!(
+        plan(&d, step, &seen(Some(uuid(CLUSTER_A)), None, vec![], View::Absent, View::Absent), now()),
+        Decision::Fail { message, .. } if message.contains("no consistency group named app")
+    ));
+    assert!(matches!(
+        plan(&d, step, &seen(Some(uuid(CLUSTER_A)), Some(group.clone()),
+            vec![(uuid(M1), Some(member(M1, "app-0"))), (uuid(M2), None)], View::Absent, View::Absent), now()),
+        Decision::Wait(m) if m.contains("1 of the 2 members")
+    ));
+    assert_eq!(
+        plan(
+            &d,
+            step,
+            &seen(
+                Some(uuid(CLUSTER_A)),
+                Some(group.clone()),
+                both(),
+                View::Absent,
+                View::Absent
+            ),
+            now()
+        ),
+        Decision::Call(Call::View {
+            suffix: "src-pvc",
+            resource: "persistentvolumeclaims",
+            name: "app-0".into(),
+            namespace: Some("apps".into()),
+        })
+    );
+    let Decision::Advance { to, clones, .. } = plan(
+        &d,
+        step,
+        &seen(
+            Some(uuid(CLUSTER_A)),
+            Some(group),
+            both(),
+            View::Seen(claim()),
+            View::Seen(volume(&source_handle())),
+        ),
+        now(),
+    ) else {
+        panic!("the group resolves");
+    };
+    assert_eq!(to, FailoverStep::ResolvingPoint);
+    assert_eq!(clones.len(), 2);
+    assert_eq!(clones[0].source_ref, M1);
+    assert_eq!(
+        clones[0].source_handle.as_deref(),
+        Some(format!("{CLUSTER_A}:{POOL_A}:{M1}").as_str())
+    );
+    assert_eq!(clones[0].pvc_name.as_deref(), Some("app-0"));
+    assert!(
+        clones[1]
+            .pvc_name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("tfo-") && n.contains("-pvc-")),
+        "a member without a claim gets a claim name of the drill's: {:?}",
+        clones[1].pvc_name
+    );
+    for slot in &clones {
+        assert_eq!(slot.source_fs_type.as_deref(), Some("xfs"));
+        assert_eq!(slot.source_volume_mode.as_deref(), Some("Block"));
+        assert_eq!(slot.size_bytes, Some(1 << 30));
+    }
+}
+
+#[test]
+fn a_group_clones_each_member_from_its_snapshot_of_one_generation() {
+    let slot = |m: &str| CloneStatus {
+        source_ref: m.into(),
+        source_handle: Some(format!("{CLUSTER_A}:{POOL_A}:{m}")),
+        ..CloneStatus::default()
+    };
+    let d = group_drill(TestFailoverStatus {
+        clones: vec![slot(M1), slot(M2)],
+        ..TestFailoverStatus::default()
+    });
+    let step = FailoverStep::ResolvingPoint;
+    let snap = |m: &str, s: &str| simplyblock_controlplane::GenerationMember {
+        snapshot_id: uuid(s),
+        cluster_id: uuid("55555555-5555-5555-5555-555555555555"),
+        pool_id: uuid("66666666-6666-6666-6666-666666666666"),
+        source_lvol_id: uuid(m),
+        group_seq: 3,
+        ..Default::default()
+    };
+    // The generation lists its members in another order than the slots.
+    let generation = LatestGeneration {
+        group_seq: 3,
+        members: vec![
+            snap(M2, "cccccccc-0000-0000-0000-000000000002"),
+            snap(M1, "cccccccc-0000-0000-0000-000000000001"),
+        ],
+    };
+    let Decision::Advance { clones, report, .. } = plan(
+        &d,
+        step,
+        &Observation::Generation(GenerationSeen::Latest(Some(generation.clone()))),
+        now(),
+    ) else {
+        panic!("the generation is the point");
+    };
+    assert!(
+        clones[0]
+            .snapshot_id
+            .as_deref()
+            .is_some_and(|s| s.ends_with("cccccccc-0000-0000-0000-000000000001"))
+    );
+    assert!(
+        clones[1]
+            .snapshot_id
+            .as_deref()
+            .is_some_and(|s| s.ends_with("cccccccc-0000-0000-0000-000000000002"))
+    );
+    assert_eq!(
+        report.and_then(|r| r.recovery_point).as_deref(),
+        Some("generation 3")
+    );
+    assert!(matches!(
+        plan(
+            &d,
+            step,
+            &Observation::Generation(GenerationSeen::Incomplete),
+            now()
+        ),
+        Decision::Wait(_)
+    ));
+    assert!(matches!(
+        plan(&d, step, &Observation::Generation(GenerationSeen::Latest(None)), now()),
+        Decision::Fail { message, .. } if message.contains("no replicated generation")
+    ));
+    let mut shrunk = generation;
+    shrunk.members.pop();
+    assert!(matches!(
+        plan(&d, step, &Observation::Generation(GenerationSeen::Latest(Some(shrunk))), now()),
+        Decision::Fail { message, .. } if message.contains("membership changed")
+    ));
+    let mut in_place = d.clone();
+    in_place.spec.bubble_cluster = "site-a".into();
+    assert!(matches!(
+        plan(&in_place, step, &Observation::Generation(GenerationSeen::Incomplete), now()),
+        Decision::Fail { message, .. } if message.contains("replication target")
     ));
 }
 
