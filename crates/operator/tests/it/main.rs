@@ -24,6 +24,7 @@ mod provisioning;
 mod pvops;
 mod rbac;
 mod rolling_refresh;
+mod site_deployment;
 mod streams;
 mod support;
 mod tenancy;
