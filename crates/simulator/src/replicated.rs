@@ -51,11 +51,19 @@ pub fn land(st: &mut St<'_>, key: Uuid, group_seq: Option<u64>) {
     let Some(id) = r.pending_snapshot else {
         return;
     };
+    // A reaped receiving volume takes nothing: its relationship only still resolves.
     let Some(recv) = ends(&r)
         .1
         .and_then(|v| st.t.volumes.get(&v.to_string()))
+        .filter(|v| v.status != VolumeStatus::Deleted)
         .cloned()
     else {
+        if let Some(x) = st.t.replications.get_mut(&key.to_string()) {
+            x.pending_snapshot = None;
+        }
+        if let (Some(dir), Some(id)) = (&st.sim.config.volume_files, r.pending_snapshot) {
+            crate::volfiles::remove(dir, id);
+        }
         return;
     };
     let seq = st.seq();
