@@ -10,6 +10,7 @@
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
 mod day_two;
+mod disaster_recovery;
 mod table;
 mod volume;
 
@@ -87,6 +88,14 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     env.install_crds(&simplyblock_testenv::certmanager::crds())
         .await?;
+    // This API server is also the hub of Open Cluster Management, with both sites of the
+    // disaster-recovery act as its managed clusters; the work agent plays their OCM agents.
+    env.install_crds(&simplyblock_testenv::ocm::hub_crds())
+        .await?;
+    for site in disaster_recovery::SITES {
+        simplyblock_testenv::ocm::add_managed_cluster(&client, site).await?;
+    }
+    let ocm_agent = simplyblock_testenv::ocm::work_agent(client.clone());
     let apply = PatchParams::apply("simplyblock-demo").force();
     let ns: Namespace = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}
@@ -127,6 +136,8 @@ async fn main() -> anyhow::Result<()> {
             "  - hostname: {w}\n    addresses: [{address}]\n    profile: {PROFILE}\n"
         ));
     }
+    // Site B's hosts, for the disaster-recovery act: they belong to the other site.
+    fleet.push_str(&disaster_recovery::site_b_fleet());
     let sim_dir = env.dir().join("sbsim");
     std::fs::create_dir_all(&sim_dir)?;
     std::fs::write(sim_dir.join("fleet.yaml"), fleet)?;
@@ -482,6 +493,7 @@ async fn main() -> anyhow::Result<()> {
         Ok(Err(e)) => outcome.and(Err(e.into())),
         Err(e) => outcome.and(Err(e.into())),
     };
+    drop(ocm_agent);
     drop(sim);
     drop(env);
     outcome
@@ -707,6 +719,17 @@ async fn day_one(
         );
     }
     day_two::run(client, control_plane, &served, &file, &greeting).await?;
+    disaster_recovery::run(
+        client,
+        &node_plugin,
+        control_plane,
+        &mut served,
+        &file,
+        &greeting,
+        csi_dir,
+        volume_files,
+    )
+    .await?;
     Ok(served)
 }
 

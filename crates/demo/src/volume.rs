@@ -35,8 +35,7 @@ pub struct Served {
     pub target: PathBuf,
     staging: PathBuf,
     node: NodeClient<Channel>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    driver: Option<Running>,
 }
 
 fn capability(fs_type: &str) -> csi::VolumeCapability {
@@ -87,23 +86,38 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
         .await?)
 }
 
-/// Starts the driver under `dir` and creates `name` (1 GiB) from `class`; stages and
-/// publishes it when this machine can attach volumes. The driver runs on this machine,
-/// outside the cluster: it reaches the control plane at `control_plane` rather than at
-/// the in-cluster endpoint the CSI secret names. The node plugin reads its Node through
-/// `node_plugin` (its own ServiceAccount); the CSI secret, which the kubelet would mount,
-/// is read through `kube`.
+/// A CSI driver serving on a socket in this process, as one site's driver pods would.
+pub struct Running {
+    pub channel: Channel,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops serving and waits for the server to end.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+/// Starts the driver (controller and node) under `dir`, with the cluster list of the CSI
+/// secret as it is now. `local` names the site's own cluster when it is not the one the
+/// secret marks (a second site's driver reads its own site's secret).
 #[allow(clippy::too_many_arguments)]
-pub async fn serve(
+pub async fn start(
     kube: &kube::Client,
     node_plugin: &kube::Client,
     namespace: &str,
-    class: &str,
-    name: &str,
     dir: &Path,
     volume_files: &Path,
     control_plane: &str,
-) -> anyhow::Result<Served> {
+    local: Option<simplyblock_controlplane::Uuid>,
+) -> anyhow::Result<Running> {
     let secret = Api::<Secret>::namespaced(kube.clone(), namespace)
         .get(csi_secret::NAME)
         .await?;
@@ -116,6 +130,9 @@ pub async fn serve(
     let mut entries = parse_secret(&text)?;
     for entry in &mut entries {
         entry.cluster_endpoint = control_plane.to_owned();
+        if let Some(site) = local {
+            entry.local = entry.cluster_id == site;
+        }
     }
     let clusters = Arc::new(Clusters::new(&entries, None)?);
     let facts = simplyblock_csi::topology::read_node(node_plugin.clone(), NODE).await?;
@@ -151,6 +168,41 @@ pub async fn serve(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let channel = connect(&socket).await?;
+    Ok(Running {
+        channel,
+        stop: Some(tx),
+        task: Some(task),
+    })
+}
+
+/// Starts the driver under `dir` and creates `name` (1 GiB) from `class`; stages and
+/// publishes it when this machine can attach volumes. The driver runs on this machine,
+/// outside the cluster: it reaches the control plane at `control_plane` rather than at
+/// the in-cluster endpoint the CSI secret names. The node plugin reads its Node through
+/// `node_plugin` (its own ServiceAccount); the CSI secret, which the kubelet would mount,
+/// is read through `kube`.
+#[allow(clippy::too_many_arguments)]
+pub async fn serve(
+    kube: &kube::Client,
+    node_plugin: &kube::Client,
+    namespace: &str,
+    class: &str,
+    name: &str,
+    dir: &Path,
+    volume_files: &Path,
+    control_plane: &str,
+) -> anyhow::Result<Served> {
+    let running = start(
+        kube,
+        node_plugin,
+        namespace,
+        dir,
+        volume_files,
+        control_plane,
+        None,
+    )
+    .await?;
+    let channel = running.channel.clone();
     let mut controller = ControllerClient::new(channel.clone());
     let node = NodeClient::new(channel);
 
@@ -197,8 +249,7 @@ pub async fn serve(
         target,
         staging,
         node,
-        stop: Some(tx),
-        task: Some(task),
+        driver: Some(running),
     };
     if let Some(why) = cannot_attach() {
         served.note = Some(match served.note.take() {
@@ -207,29 +258,7 @@ pub async fn serve(
         });
         return Ok(served);
     }
-    served
-        .node
-        .node_stage_volume(csi::NodeStageVolumeRequest {
-            volume_id: served.volume.volume_id.clone(),
-            staging_target_path: served.staging.display().to_string(),
-            volume_capability: Some(capability(&served.fs_type)),
-            volume_context: served.volume.volume_context.clone(),
-            ..Default::default()
-        })
-        .await?;
-    // From here on, stop() releases it (unpublish of an unpublished target is a no-op).
-    served.mounted = true;
-    served
-        .node
-        .node_publish_volume(csi::NodePublishVolumeRequest {
-            volume_id: served.volume.volume_id.clone(),
-            staging_target_path: served.staging.display().to_string(),
-            target_path: served.target.display().to_string(),
-            volume_capability: Some(capability(&served.fs_type)),
-            volume_context: served.volume.volume_context.clone(),
-            ..Default::default()
-        })
-        .await?;
+    served.mount().await?;
     Ok(served)
 }
 
@@ -253,34 +282,95 @@ impl Served {
         Ok((bytes.used, bytes.total))
     }
 
-    /// Unpublishes and unstages (nothing stays mounted or attached), then stops the driver.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        let mut result = Ok(());
+    /// Stages and publishes the volume at its target, as the kubelet does for a pod.
+    pub async fn mount(&mut self) -> anyhow::Result<()> {
+        attach(
+            &mut self.node,
+            &self.volume,
+            &self.fs_type,
+            &self.staging,
+            &self.target,
+        )
+        .await?;
+        // From here on, release() undoes it (unpublish of an unpublished target is a no-op).
+        self.mounted = true;
+        Ok(())
+    }
+
+    /// Unpublishes and unstages: the pod is gone, nothing stays mounted or attached.
+    pub async fn unmount(&mut self) -> anyhow::Result<()> {
         if self.mounted {
-            let unpublished = self
-                .node
-                .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-                    volume_id: self.volume.volume_id.clone(),
-                    target_path: self.target.display().to_string(),
-                })
-                .await;
-            let unstaged = self
-                .node
-                .node_unstage_volume(csi::NodeUnstageVolumeRequest {
-                    volume_id: self.volume.volume_id.clone(),
-                    staging_target_path: self.staging.display().to_string(),
-                })
-                .await;
-            if let Err(e) = unpublished.and(unstaged) {
-                result = Err(anyhow::anyhow!("releasing the volume: {e}"));
-            }
+            detach(
+                &mut self.node,
+                &self.volume.volume_id,
+                &self.staging,
+                &self.target,
+            )
+            .await?;
+            self.mounted = false;
         }
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        Ok(())
+    }
+
+    /// Unmounts, then stops the driver.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let result = self.unmount().await;
+        if let Some(driver) = self.driver.take() {
+            driver.stop().await;
         }
         result
     }
+}
+
+/// Stages `volume` at `staging` and publishes it at `target` through `node`.
+pub async fn attach(
+    node: &mut NodeClient<Channel>,
+    volume: &csi::Volume,
+    fs_type: &str,
+    staging: &Path,
+    target: &Path,
+) -> anyhow::Result<()> {
+    node.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(capability(fs_type)),
+        volume_context: volume.volume_context.clone(),
+        ..Default::default()
+    })
+    .await?;
+    node.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability(fs_type)),
+        volume_context: volume.volume_context.clone(),
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
+/// Unpublishes `target` and unstages `staging`.
+pub async fn detach(
+    node: &mut NodeClient<Channel>,
+    volume_id: &str,
+    staging: &Path,
+    target: &Path,
+) -> anyhow::Result<()> {
+    let unpublished = node
+        .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+            volume_id: volume_id.into(),
+            target_path: target.display().to_string(),
+        })
+        .await;
+    let unstaged = node
+        .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+            volume_id: volume_id.into(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await;
+    unpublished
+        .and(unstaged)
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("releasing volume {volume_id}: {e}"))
 }

@@ -169,5 +169,63 @@ fn the_demo_discovers_deploys_and_ends_online() {
             stdout.contains("still reads: written by the simplyblock demo into volume "),
             "{stdout}"
         );
+        // The disaster-recovery act: site B reads the replica of what site A wrote, and
+        // site A reads back what site B wrote after the failback.
+        assert!(
+            stdout.contains(" (site B)\nwritten by the simplyblock demo into volume "),
+            "site B's read:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("written on site B after the failover\n")
+                && stdout
+                    .contains(" (site A, after the failback)\nwritten by the simplyblock demo"),
+            "site A's read after the failback:\n{stdout}"
+        );
+        assert!(
+            stdout
+                .contains(" (the bubble on site B)\nwritten by the simplyblock demo into volume "),
+            "the drill's clone read in its bubble:\n{stdout}"
+        );
     }
+    // Disaster recovery: both sites in the CSI secret, replication, a planned failover
+    // and a failback through the csi-addons verbs.
+    assert!(
+        lines.iter().any(|l| l.starts_with("the CSI secret lists ")
+            && l.matches(", ").count() == 1
+            && l.contains(" (local)")),
+        "the CSI secret's clusters:\n{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("replicating to site B: last sync 20")),
+        "replication to B:\n{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" on site A is FailedOver; its replica ")),
+        "the failover:\n{stdout}"
+    );
+    // The drill: Ready with a recovery point on site B, no write to site A, torn down.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("the drill's recovery point: snapshot ")
+                && l.ends_with("invariants held: true")),
+        "the drill's report:\n{stdout}"
+    );
+    assert!(
+        lines.contains(&"site A received no write from the drill, and serves on")
+            && lines
+                .iter()
+                .any(|l| l.starts_with("the drill is deleted: ")),
+        "the drill's isolation and teardown:\n{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("replicating back to site A: last sync 20")),
+        "replication back to A:\n{stdout}"
+    );
 }
