@@ -1,22 +1,25 @@
 //! A TestFailover drill end to end on a hub whose API server also plays both sites (the
 //! OCM stand-in's work agent), with one sbsim serving both sites' clusters: a volume of
 //! site A replicates to site B, and the drill clones B's latest recovery point into a
-//! bubble on B without a single write against A, then takes it all away when deleted.
+//! bubble on B without a single write against A, then takes it all away when deleted. A
+//! consistency group of site A replicating to B is drilled the same way, every member
+//! from one generation.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
+use simplyblock_api::StorageCluster;
 use simplyblock_api::test_failover::{FailoverPhase, TEST_FAILOVER_FINALIZER, TestFailover};
 use simplyblock_controlplane::{
-    Client, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, ReplicationStart,
-    ReplicationTargetCreate, StorageNodeAdd, Uuid, VolumeCreate,
+    Client, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, ReplicationPolicyCreate,
+    ReplicationStart, ReplicationTargetCreate, StorageNodeAdd, Uuid, VolumeCreate,
 };
 use simplyblock_operator::context::{Context, Shutdown};
-use simplyblock_operator::dr::bubble::object_name;
+use simplyblock_operator::dr::bubble::{member_object_name, object_name};
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::ocm;
 
@@ -94,6 +97,8 @@ struct Drill {
     ca_pem: String,
     a: Site,
     b: Site,
+    /// Site A's replication target, site B.
+    target: Uuid,
     shutdown: Shutdown,
     token_file: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -115,7 +120,8 @@ async fn hub() -> Drill {
     let (sim, ca_pem) = sbsim_tls("", 4).await;
     let a = site(&sim.cp, "site-a", &["w1", "w2"]).await;
     let b = site(&sim.cp, "site-b", &["w3", "w4"]).await;
-    sim.cp
+    let target = sim
+        .cp
         .create_replication_target(
             a.cluster,
             &ReplicationTargetCreate {
@@ -126,7 +132,8 @@ async fn hub() -> Drill {
             },
         )
         .await
-        .expect("replication target");
+        .expect("replication target")
+        .id;
     // Each site's secret, as the hub's administrator stores them beside the drills.
     let secrets: Api<Secret> = Api::namespaced(kube.clone(), NS);
     for (name, site) in [("site-a", &a), ("site-b", &b)] {
@@ -150,6 +157,7 @@ async fn hub() -> Drill {
         ca_pem,
         a,
         b,
+        target,
         shutdown: Shutdown::new(),
         token_file,
         _dir: dir,
@@ -219,38 +227,44 @@ async fn protected_claim(d: &Drill) -> (Uuid, simplyblock_controlplane::Replicat
     simplyblock_testenv::create_namespace(&d.kube, APPS)
         .await
         .expect("namespace");
+    hold(d, "data", "tfo-source-pv", volume).await;
+    (volume, point)
+}
+
+/// The claim `claim` in APPS bound to the PersistentVolume `pv` of site A's `volume`, as
+/// the CSI driver leaves them: xfs on a block device.
+async fn hold(d: &Drill, claim: &str, pv: &str, volume: Uuid) {
     let handle = format!("{}:{}:{volume}", d.a.cluster, d.a.pool);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": "tfo-source-pv"},
+    let object: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": pv},
         "spec": {
             "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
             "storageClassName": "simplyblock", "volumeMode": "Block",
             "persistentVolumeReclaimPolicy": "Delete",
-            "claimRef": {"namespace": APPS, "name": "data"},
+            "claimRef": {"namespace": APPS, "name": claim},
             "csi": {"driver": "csi.simplyblock.io", "volumeHandle": handle, "fsType": "xfs",
                     "volumeAttributes": {"uuid": volume.to_string(), "nqn": "nqn.source",
                                          "targetType": "tcp",
-                                         "csi.storage.k8s.io/pvc/name": "data"}},
+                                         "csi.storage.k8s.io/pvc/name": claim}},
         },
     }))
     .expect("pv");
     Api::<PersistentVolume>::all(d.kube.clone())
-        .create(&PostParams::default(), &pv)
+        .create(&PostParams::default(), &object)
         .await
         .expect("source pv");
     let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "data"},
+        "metadata": {"name": claim},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "simplyblock",
                  "volumeMode": "Block", "resources": {"requests": {"storage": "1Gi"}},
-                 "volumeName": "tfo-source-pv"},
+                 "volumeName": pv},
     }))
     .expect("pvc");
     Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), APPS)
         .create(&PostParams::default(), &pvc)
         .await
         .expect("source pvc");
-    ocm::bind(&d.kube, APPS, "data").await.expect("bound");
-    (volume, point)
+    ocm::bind(&d.kube, APPS, claim).await.expect("bound");
 }
 
 fn drill_object(name: &str) -> TestFailover {
@@ -592,4 +606,369 @@ async fn a_drill_killed_right_after_its_clone_makes_no_second_clone() {
     })
     .await;
     assert!(named().await.is_empty(), "the clone is deleted");
+}
+
+/// The consistency group the group drills clone.
+const GROUP: &str = "app";
+
+/// Two volumes of site A in the consistency group [`GROUP`], each held by a claim in APPS,
+/// replicating to site B under one policy; returns the members (by id) with their claims
+/// and the policy, once a generation of the group has landed on B.
+async fn protected_group(d: &Drill) -> (Vec<(Uuid, &'static str)>, Uuid) {
+    let cp = &d.sim.cp;
+    let policy = cp
+        .create_replication_policy(
+            d.a.cluster,
+            &ReplicationPolicyCreate {
+                policy_name: "app-to-site-b".into(),
+                target_id: d.target,
+                interval_min: 1,
+                mode: None,
+                keep_replicated: None,
+            },
+        )
+        .await
+        .expect("policy")
+        .id;
+    simplyblock_testenv::create_namespace(&d.kube, APPS)
+        .await
+        .expect("namespace");
+    let mut members = Vec::new();
+    for (name, claim) in [("app-db", "db"), ("app-log", "log")] {
+        let volume = cp
+            .create_volume(
+                d.a.cluster,
+                d.a.pool,
+                &VolumeCreate {
+                    consistency_group: Some(GROUP.into()),
+                    pvc_name: Some(claim.into()),
+                    ..VolumeCreate::new(name, 1 << 30)
+                },
+            )
+            .await
+            .expect("member");
+        hold(d, claim, &format!("tfo-{claim}-pv"), volume).await;
+        members.push((volume, claim));
+    }
+    members.sort();
+    let group = cp
+        .find_consistency_group(d.a.cluster, GROUP)
+        .await
+        .expect("groups")
+        .expect("the group");
+    cp.set_group_replication(d.a.cluster, group.id, Some(policy))
+        .await
+        .expect("attach the policy");
+    until("a generation of the group on site B", async || {
+        cp.latest_replicated_generation(d.a.cluster, policy)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    (members, policy)
+}
+
+/// The hub's StorageCluster `name` of site A: what names a source cluster's control-plane
+/// id to a Group drill.
+async fn storage_cluster(d: &Drill, name: &str, id: Uuid) {
+    let clusters: Api<StorageCluster> = Api::namespaced(d.kube.clone(), NS);
+    let cluster: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+        "metadata": {"name": name},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
+                 "stripe": {"dataChunks": 1, "parityChunks": 1}},
+    }))
+    .expect("cluster");
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("the StorageCluster");
+    clusters
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"uuid": id.to_string()}})),
+        )
+        .await
+        .expect("its control-plane id");
+}
+
+fn group_drill(name: &str, group: &str, source_cluster: &str) -> TestFailover {
+    serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "TestFailover",
+        "metadata": {"name": name},
+        "spec": {"scope": "Group", "sourceCluster": source_cluster, "sourceNamespace": APPS,
+                 "sourceRef": group, "bubbleCluster": "site-b",
+                 "bubbleNamespace": "tfo-group-bubble"},
+    }))
+    .expect("drill")
+}
+
+/// A Group drill clones every member of the group from one replicated generation into a
+/// bubble on site B, reading site A only, and takes it all away when deleted.
+#[tokio::test]
+async fn a_group_drill_clones_every_member_from_one_generation_and_leaves_the_source_alone() {
+    let d = hub().await;
+    d.start_operator().await;
+    let (members, policy) = protected_group(&d).await;
+    storage_cluster(&d, "site-a", d.a.cluster).await;
+    // Sim time stands still from here: no further generation lands, so the latest one is
+    // the one the drill must resolve.
+    d.sim.server.sim.clock.set_scale(0.0);
+    let generation = d
+        .sim
+        .cp
+        .latest_replicated_generation(d.a.cluster, policy)
+        .await
+        .expect("the latest generation")
+        .expect("a generation landed");
+    assert_eq!(generation.members.len(), 2);
+    let from = call_log(&d.sim.cp).await.len();
+
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(
+            &PostParams::default(),
+            &group_drill("group-rehearsal", GROUP, "site-a"),
+        )
+        .await
+        .expect("the drill is created");
+    let ready = phase(&drills, "group-rehearsal", FailoverPhase::Ready).await;
+    let status = ready.status.clone().expect("status");
+    let report = status.report.clone().expect("a report");
+    assert_eq!(
+        report.recovery_point,
+        Some(format!("generation {}", generation.group_seq))
+    );
+    assert_eq!(report.bubble_cluster.as_deref(), Some("site-b"));
+    assert_eq!(report.invariants_held, Some(true));
+
+    // One slot per member, each cloned on site B from that member's snapshot of the same
+    // generation.
+    assert_eq!(status.clones.len(), members.len(), "{:?}", status.clones);
+    let pvs = Api::<PersistentVolume>::all(d.kube.clone());
+    let bubble_claims =
+        Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), "tfo-group-bubble");
+    let mut clones = Vec::new();
+    for (member, claim) in &members {
+        let slot = status
+            .clones
+            .iter()
+            .find(|s| s.source_ref == member.to_string())
+            .unwrap_or_else(|| panic!("a slot for member {member}: {:?}", status.clones));
+        assert_eq!(
+            slot.source_handle.as_deref(),
+            Some(format!("{}:{}:{member}", d.a.cluster, d.a.pool).as_str())
+        );
+        assert_eq!(slot.pvc_name.as_deref(), Some(*claim));
+        assert_eq!(slot.source_fs_type.as_deref(), Some("xfs"));
+        assert_eq!(slot.source_volume_mode.as_deref(), Some("Block"));
+        assert!(!slot.snapshot_taken);
+        let landed = generation
+            .members
+            .iter()
+            .find(|m| m.source_lvol_id == *member)
+            .expect("the generation holds the member");
+        assert_eq!(landed.group_seq, generation.group_seq);
+        assert_eq!((landed.cluster_id, landed.pool_id), (d.b.cluster, d.b.pool));
+        assert_eq!(
+            slot.snapshot_id.as_deref(),
+            Some(format!("{}:{}:{}", d.b.cluster, d.b.pool, landed.snapshot_id).as_str()),
+            "member {member} is cloned from its snapshot of generation {}",
+            generation.group_seq
+        );
+        let clone_handle = slot.clone_id.clone().expect("the clone");
+        let clone_id: Uuid = clone_handle
+            .rsplit(':')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .expect("a uuid");
+        let clone = d
+            .sim
+            .cp
+            .get_volume(d.b.cluster, d.b.pool, clone_id)
+            .await
+            .expect("the clone is a volume of site B");
+        assert_eq!(
+            clone.name,
+            member_object_name(NS, "group-rehearsal", &member.to_string(), "clone")
+        );
+        assert!(
+            clone
+                .cloned_from
+                .as_deref()
+                .is_some_and(|from| from.contains(&landed.snapshot_id.to_string())),
+            "the clone of {member} is of its snapshot {}: {:?}",
+            landed.snapshot_id,
+            clone.cloned_from
+        );
+
+        // In the bubble: the member's claim, bound to a static volume of the clone that
+        // carries the members' filesystem type and mode.
+        let pv_name = member_object_name(NS, "group-rehearsal", &member.to_string(), "pv");
+        let pv = pvs.get(&pv_name).await.expect("the bubble's volume");
+        let spec = pv.spec.clone().expect("spec");
+        let csi = spec.csi.clone().expect("csi");
+        assert_eq!(csi.volume_handle, clone_handle);
+        assert_eq!(csi.fs_type.as_deref(), Some("xfs"));
+        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+        let bound = bubble_claims.get(claim).await.expect("the bubble's claim");
+        assert_eq!(bound.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+        let claim_spec = bound.spec.expect("spec");
+        assert_eq!(claim_spec.volume_name.as_deref(), Some(pv_name.as_str()));
+        assert_eq!(claim_spec.volume_mode.as_deref(), Some("Block"));
+        clones.push((clone_id, pv_name));
+    }
+    for reason in [
+        "DrillStarted",
+        "SourceResolved",
+        "RecoveryPointResolved",
+        "CloneBuilt",
+        "BubbleReady",
+    ] {
+        raised(&d.kube, NS, Some("group-rehearsal"), reason).await;
+    }
+
+    // Site A saw reads only; site B one clone per member.
+    let writes = writes_since(&d.sim.cp, from).await;
+    let on_a = format!("/api/v2/clusters/{}/", d.a.cluster);
+    assert!(
+        writes.iter().all(|w| !w.contains(&on_a)),
+        "the drill wrote to site A: {writes:?}"
+    );
+    assert_eq!(
+        writes
+            .iter()
+            .filter(|w| w.starts_with("POST") && w.contains(&format!("/clusters/{}/", d.b.cluster)))
+            .count(),
+        members.len(),
+        "one clone per member on site B: {writes:?}"
+    );
+
+    // Time runs again for the teardown, which takes the bubble, the clones and the views.
+    d.sim.server.sim.clock.set_scale(1000.0);
+    drills
+        .delete("group-rehearsal", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    until("the drill gone", async || {
+        drills
+            .get_opt("group-rehearsal")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let left = d
+        .sim
+        .cp
+        .list_volumes(d.b.cluster, d.b.pool)
+        .await
+        .expect("site B's volumes");
+    for (clone_id, pv_name) in &clones {
+        assert!(
+            left.iter().all(|v| v.id != *clone_id),
+            "clone {clone_id} is deleted"
+        );
+        assert!(
+            pvs.get_opt(pv_name).await.expect("readable").is_none(),
+            "{pv_name} is gone"
+        );
+    }
+    let works: Api<DynamicObject> =
+        Api::namespaced_with(d.kube.clone(), "site-b", &ocm::manifest_work_resource());
+    assert!(
+        works
+            .list(&Default::default())
+            .await
+            .expect("works")
+            .items
+            .is_empty()
+    );
+    let views: Api<DynamicObject> = Api::namespaced_with(
+        d.kube.clone(),
+        "site-a",
+        &ocm::managed_cluster_view_resource(),
+    );
+    assert!(
+        views
+            .list(&Default::default())
+            .await
+            .expect("views")
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<Namespace>::all(d.kube.clone())
+            .get_opt("tfo-group-bubble")
+            .await
+            .expect("readable")
+            .is_none()
+    );
+    // The group is where it was, every member on site A.
+    let open: Vec<Uuid> = {
+        let group = d
+            .sim
+            .cp
+            .find_consistency_group(d.a.cluster, GROUP)
+            .await
+            .expect("groups")
+            .expect("the group stays");
+        let mut ids: Vec<Uuid> = d
+            .sim
+            .cp
+            .consistency_group_members(d.a.cluster, group.id)
+            .await
+            .expect("members")
+            .into_iter()
+            .filter(|m| m.is_open())
+            .map(|m| m.lvol_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(open, members.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    let writes = writes_since(&d.sim.cp, from).await;
+    assert!(writes.iter().all(|w| !w.contains(&on_a)), "{writes:?}");
+}
+
+/// A Group drill naming a group its source cluster does not have fails, saying which.
+#[tokio::test]
+async fn a_group_drill_of_a_group_that_does_not_exist_fails_naming_it() {
+    let d = hub().await;
+    d.start_operator().await;
+    // The source cluster by its control-plane id, whose secret is stored under that id.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": format!("simplyblock-cluster-{}", d.a.cluster)},
+        "stringData": {"secret": d.a.secret},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(d.kube.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the secret under the id");
+    let from = call_log(&d.sim.cp).await.len();
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(
+            &PostParams::default(),
+            &group_drill("no-group", "billing", &d.a.cluster.to_string()),
+        )
+        .await
+        .expect("the drill is created");
+    let failed = phase(&drills, "no-group", FailoverPhase::Failed).await;
+    let message = failed.status.and_then(|s| s.message).expect("a message");
+    assert!(
+        message.contains("no consistency group named billing")
+            && message.contains(&d.a.cluster.to_string()),
+        "{message}"
+    );
+    raised(&d.kube, NS, Some("no-group"), "DrillFailed").await;
+    let writes = writes_since(&d.sim.cp, from).await;
+    assert!(
+        writes.is_empty(),
+        "a failed drill wrote nothing: {writes:?}"
+    );
 }
