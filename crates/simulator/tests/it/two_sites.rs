@@ -1144,3 +1144,217 @@ async fn a_consistency_group_replicates_fails_over_and_back_as_one() {
         None
     );
 }
+
+/// The names of the files under the volume-files directory.
+fn files_in(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .expect("the volume files")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// Delete `vol`, a replication source, and wait (advancing the sim clock) until it is
+/// reaped.
+async fn reap(s: &Sites, site: Site, vol: Uuid) {
+    let c = &s.env.client;
+    c.delete_volume(site.cluster, site.pool, vol)
+        .await
+        .expect("delete the old primary");
+    eventually(
+        "the old primary is reaped",
+        Duration::from_secs(10),
+        || async {
+            advance(s, 5.0).await;
+            let v = c.get_volume(site.cluster, site.pool, vol).await.ok()?;
+            (v.status == VolumeStatus::Deleted).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A reaped volume on the receiving side of a relationship that still resolves takes no
+/// more replicated snapshots: the failed-over replica feeds its writes back to its source,
+/// the source is reaped, and a triggered cycle finishes without landing a snapshot there,
+/// without keeping one pending and without leaving its staged data behind as a file.
+#[tokio::test]
+async fn a_reaped_receiving_volume_takes_no_more_replicated_snapshots() {
+    let (s, files) = two_sites_with(true).await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let vol = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("fed", 200_000_000))
+        .await
+        .expect("volume");
+    let replica = protect(&s, a, vol).await;
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(false))
+        .await
+        .expect("failover to B");
+    c.failback_volume_replication(
+        b.cluster,
+        b.pool,
+        replica,
+        &Failback {
+            source_cluster_id: Some(a.cluster),
+        },
+    )
+    .await
+    .expect("failback: B sends, A receives");
+    quiesce(&s, a, vol).await;
+    // While A lives, a cycle lands on it: the negative below is about the reaping alone.
+    let before = c
+        .latest_replicated_snapshot(b.cluster, replica)
+        .await
+        .expect("latest")
+        .map(|l| l.snapshot_id);
+    write_at(&files, replica, 8 << 20, b"written on B");
+    let landed = next_cycle(&s, b, replica, before).await;
+    assert_eq!((landed.cluster_id, landed.lvol_id), (a.cluster, vol));
+    assert_eq!(read_at(&files, vol, 8 << 20, 12), b"written on B");
+
+    reap(&s, a, vol).await;
+    let a_snapshots = c
+        .list_snapshots(a.cluster, a.pool)
+        .await
+        .expect("A snapshots");
+    let files_before = files_in(&files);
+    let cycles = c
+        .volume_replication_tasks(b.cluster, b.pool, replica)
+        .await
+        .expect("tasks")
+        .len();
+    write_at(&files, replica, 16 << 20, b"after the reap");
+    c.volume_replication_action(b.cluster, b.pool, replica, "trigger")
+        .await
+        .expect("trigger a cycle towards the reaped source");
+    eventually(
+        "the triggered cycle is done",
+        Duration::from_secs(10),
+        || async {
+            advance(&s, 5.0).await;
+            let tasks = c
+                .volume_replication_tasks(b.cluster, b.pool, replica)
+                .await
+                .ok()?;
+            (tasks.len() == cycles + 1 && tasks.iter().all(|t| t.status == TaskStatus::Done))
+                .then_some(())
+        },
+    )
+    .await;
+
+    assert_eq!(
+        c.latest_replicated_snapshot(b.cluster, replica)
+            .await
+            .expect("latest")
+            .map(|l| l.snapshot_id),
+        Some(landed.snapshot_id),
+        "nothing newer landed"
+    );
+    assert_eq!(
+        c.list_snapshots(a.cluster, a.pool)
+            .await
+            .expect("A snapshots"),
+        a_snapshots,
+        "no snapshot of the reaped source"
+    );
+    assert_eq!(read_at(&files, vol, 16 << 20, 14), [0; 14]);
+    let pending = s.env.server.sim.read(|t, _| {
+        t.replications
+            .get(&vol.to_string())
+            .map(|r| r.pending_snapshot)
+    });
+    assert_eq!(
+        pending,
+        Some(None),
+        "the relationship keeps no pending snapshot"
+    );
+    assert_eq!(
+        files_in(&files),
+        files_before,
+        "no staged data is left behind"
+    );
+}
+
+/// A replica that failed over and was protected again, its old source reaped (so towards
+/// a new replica on the old site), is the last hop of the chain; failing it over acts on
+/// its own relationship, not on the one it is the replica of: a planned failover needs its
+/// own demote, and then its new replica serves at the end of the chain.
+#[tokio::test]
+async fn failing_over_a_reprotected_replica_acts_on_its_own_relationship() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let (a, b) = (s.a, s.b);
+    let vol = c
+        .create_volume(a.cluster, a.pool, &VolumeCreate::new("home", 1_000_000_000))
+        .await
+        .expect("volume");
+    let replica = protect(&s, a, vol).await;
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(false))
+        .await
+        .expect("failover to B");
+    reap(&s, a, vol).await;
+    let back = protect(&s, b, replica).await;
+    assert_ne!(back, vol, "a reaped source is not reused as the replica");
+    assert_eq!(
+        walk(c, a.cluster, vol).await,
+        Ok(vec![(a.cluster, vol), (b.cluster, replica)]),
+        "B serves while it replicates back: it is the chain's last hop"
+    );
+
+    clock_scale(&s, 0.0).await;
+    let e = c
+        .failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect_err("a planned failover before B is demoted");
+    assert_eq!(e.status(), Some(412), "{e}");
+    assert!(
+        e.to_string().contains(&replica.to_string()),
+        "the demote asked for is B's: {e}"
+    );
+    eventually("B's demote is done", Duration::from_secs(10), || async {
+        advance(&s, 5.0).await;
+        (c.demote_volume_replication(b.cluster, b.pool, replica)
+            .await
+            .ok()?
+            == DemoteOutcome::Done)
+            .then_some(())
+    })
+    .await;
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect("planned failback to A");
+
+    let own = c
+        .volume_replication(b.cluster, b.pool, replica)
+        .await
+        .expect("B's relationship");
+    assert!(own.is_source);
+    assert_eq!(own.target_lvol_id, Some(back));
+    assert_eq!(own.state, ReplicationState::FailedOver);
+    let first = c
+        .replication_relationship(a.cluster, vol)
+        .await
+        .expect("the first relationship still resolves");
+    assert_eq!(first.state, ReplicationState::FailedOver);
+    assert_eq!(first.active_lvol_id, Some(back));
+    let chain = vec![(a.cluster, vol), (b.cluster, replica), (a.cluster, back)];
+    assert_eq!(walk(c, a.cluster, vol).await, Ok(chain.clone()));
+    assert_eq!(walk(c, b.cluster, replica).await, Ok(chain[1..].to_vec()));
+    let role = |cluster, pool, v| async move {
+        c.volume_replication_status(cluster, pool, v)
+            .await
+            .expect("status")
+            .role
+    };
+    assert_eq!(role(a.cluster, a.pool, back).await, "failed_over");
+    assert_eq!(role(b.cluster, b.pool, replica).await, "secondary");
+    // Again is done, and moves nothing.
+    c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
+        .await
+        .expect("failing over again");
+    assert_eq!(walk(c, a.cluster, vol).await, Ok(chain));
+}
