@@ -4,9 +4,14 @@
 //! PersistentVolume's, as Ramen restores it on either site; the driver walks the chain.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
-use simplyblock_controlplane::{ReplicationDirection, ReplicationPolicyCreate, Uuid, VolumeCreate};
+use simplyblock_controlplane::{
+    ReplicationDirection, ReplicationPolicyCreate, Uuid, VolumeCreate, VolumeStatus,
+};
+use simplyblock_csi::proto::csi::v1 as csi;
+use simplyblock_csi::proto::csi::v1::node_client::NodeClient;
 use simplyblock_csi::proto::csiaddons::replication as repl;
 use simplyblock_csi::replication_params::{METHOD, POLICY_ID, SITE};
 use tonic::transport::Channel;
@@ -718,4 +723,266 @@ async fn the_sync_method_moves_volumes_between_the_sites_of_one_cluster() {
     let on = s.serving_node(vol).await;
     assert!(s.east.contains(&on), "served on {on}, not on east");
     d.stop().await;
+}
+
+fn ext4() -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// NodeStage and NodePublish of `h` on a site's node, as the kubelet mounts a pod's volume.
+async fn mount(node: &mut NodeClient<Channel>, h: &str, staging: &Path, target: &Path) {
+    node.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: h.into(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(ext4()),
+        ..Default::default()
+    })
+    .await
+    .expect("stage");
+    node.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: h.into(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(ext4()),
+        ..Default::default()
+    })
+    .await
+    .expect("publish");
+}
+
+/// NodeUnpublish and NodeUnstage of `h`: the pod stops, its writes are on the volume.
+async fn unmount(node: &mut NodeClient<Channel>, h: &str, staging: &Path, target: &Path) {
+    node.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: h.into(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    node.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: h.into(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+}
+
+/// Which volume the node staged for `h`: the record's, and the file behind its device.
+fn staged(d: &Driver, h: &str) -> ((Uuid, Uuid), std::path::PathBuf) {
+    let rec = simplyblock_csi::record::load(&d.proc.state_dir, h)
+        .expect("record")
+        .expect("staged");
+    let dev = rec.device.expect("attached");
+    let name = dev.file_name().expect("a device name").to_string_lossy();
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+        .expect("a loop device");
+    (
+        (rec.cluster, rec.volume),
+        std::path::PathBuf::from(backing.trim()),
+    )
+}
+
+/// Retry a verb the sidecar retries (ABORTED: the demote still converges) until it is done.
+async fn until_done<F, Fut>(what: &str, mut call: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), Status>>,
+{
+    eventually(what, Duration::from_secs(30), || {
+        let r = call();
+        async move {
+            match r.await {
+                Ok(()) => Some(()),
+                Err(e) if e.code() == Code::Aborted => None,
+                Err(e) => panic!("{what}: {e:?}"),
+            }
+        }
+    })
+    .await
+}
+
+/// A volume's status; `None` once it is removed.
+async fn status_of(s: &TwoSites, site: &Site, vol: Uuid) -> Option<VolumeStatus> {
+    match s.client.get_volume(site.cluster, site.pool, vol).await {
+        Ok(v) => Some(v.status),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => panic!("volume {vol}: {e}"),
+    }
+}
+
+/// The planned move to B and back to A as Ramen drives it, every call naming the original
+/// PersistentVolume's handle: each site's node stages the active end of the chain (B's
+/// replica, then A's new replica) and reads what the other site wrote; DeleteVolume of the
+/// handle reaps the demoted volume it names and the retired replicas, never the one
+/// serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_fails_over_and_back_and_every_stage_reads_the_active_end() {
+    let s = two_sites().await;
+    let c = &s.client;
+    let mnt = tempfile::tempdir().expect("tempdir");
+    // Declared after the directories, so it unmounts before they are removed.
+    let _cleanup = Cleanup {
+        dir: mnt.path().to_path_buf(),
+        files: s.files.clone(),
+    };
+    let mut a = driver(&s, s.a.cluster).await;
+    let mut b = driver(&s, s.b.cluster).await;
+    let (_, mut ctl_a, mut node_a) = a.proc.clients().await;
+    let (_, mut ctl_b, mut node_b) = b.proc.clients().await;
+    let class_a = class(&[(POLICY_ID, &policy(&s, &s.a, "a-to-b").await.to_string())]);
+    let class_b = class(&[(POLICY_ID, &policy(&s, &s.b, "b-to-a").await.to_string())]);
+    let vol = s.volume(&s.a, "app").await;
+    let h = s.handle(&s.a, vol);
+    let (staging_a, target_a) = (mnt.path().join("a-staging"), mnt.path().join("a-target"));
+    let (staging_b, target_b) = (mnt.path().join("b-staging"), mnt.path().join("b-target"));
+    let file_of = |v: Uuid| s.files.join(format!("{v}.img"));
+
+    // A serves and writes.
+    mount(&mut node_a, &h, &staging_a, &target_a).await;
+    assert_eq!(staged(&a, &h), ((s.a.cluster, vol), file_of(vol)));
+    std::fs::write(target_a.join("data.txt"), "written on A\n").expect("write on A");
+
+    enable(&mut a.repl, &h, class_a.clone())
+        .await
+        .expect("enable on A");
+    eventually("a replicated cycle", Duration::from_secs(20), || {
+        let mut r = a.repl.clone();
+        let h = h.clone();
+        async move {
+            info(&mut r, &h)
+                .await
+                .ok()
+                .filter(|i| i.last_sync_time.is_some())
+        }
+    })
+    .await;
+    let replica = c
+        .volume_replication(s.a.cluster, s.a.pool, vol)
+        .await
+        .expect("A's relationship")
+        .target_lvol_id
+        .expect("B's replica");
+
+    // Failover: the pod on A stops, A is demoted (its last writes go across), B promoted.
+    unmount(&mut node_a, &h, &staging_a, &target_a).await;
+    until_done("demote on A", || {
+        let mut r = a.repl.clone();
+        let h = h.clone();
+        async move { demote(&mut r, &h).await }
+    })
+    .await;
+    until_done("promote on B", || {
+        let mut r = b.repl.clone();
+        let h = h.clone();
+        async move { promote(&mut r, &h, false).await }
+    })
+    .await;
+    mount(&mut node_b, &h, &staging_b, &target_b).await;
+    assert_eq!(
+        staged(&b, &h),
+        ((s.b.cluster, replica), file_of(replica)),
+        "B's node stages B's replica for the handle of A's volume"
+    );
+    let on_b = target_b.join("data.txt");
+    assert_eq!(
+        std::fs::read_to_string(&on_b).expect("read on B"),
+        "written on A\n"
+    );
+    std::fs::write(&on_b, "written on A\nwritten on B\n").expect("write on B");
+
+    // A's copy of the application goes: DeleteVolume on A reaps the demoted volume the
+    // handle names, and leaves the replica that serves.
+    ctl_a
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: h.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete on A");
+    eventually(
+        "A's demoted volume is reaped",
+        Duration::from_secs(20),
+        || async { (status_of(&s, &s.a, vol).await == Some(VolumeStatus::Deleted)).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        status_of(&s, &s.b, replica).await,
+        Some(VolumeStatus::Online)
+    );
+
+    // Failback: re-protect B towards A (a new replica, the old volume is reaped), the pod
+    // on B stops, B is demoted, A promoted.
+    enable(&mut b.repl, &h, class_b.clone())
+        .await
+        .expect("enable on B");
+    let back = s.replica(&s.b, replica).await;
+    assert_ne!(back, vol, "the reaped volume is not reused");
+    let rel = c
+        .volume_replication(s.b.cluster, s.b.pool, replica)
+        .await
+        .expect("B's relationship");
+    assert!(rel.is_source);
+    assert_eq!(rel.target_cluster_id, Some(s.a.cluster));
+    unmount(&mut node_b, &h, &staging_b, &target_b).await;
+    until_done("demote on B", || {
+        let mut r = b.repl.clone();
+        let h = h.clone();
+        async move { demote(&mut r, &h).await }
+    })
+    .await;
+    until_done("promote on A", || {
+        let mut r = a.repl.clone();
+        let h = h.clone();
+        async move { promote(&mut r, &h, false).await }
+    })
+    .await;
+    let i = info(&mut a.repl, &h)
+        .await
+        .expect("info after the failback");
+    assert!(i.status_message.starts_with("role failed_over"), "{i:?}");
+    mount(&mut node_a, &h, &staging_a, &target_a).await;
+    assert_eq!(
+        staged(&a, &h),
+        ((s.a.cluster, back), file_of(back)),
+        "A's node stages A's new replica for the same handle"
+    );
+    assert_eq!(
+        std::fs::read_to_string(target_a.join("data.txt")).expect("read on A"),
+        "written on A\nwritten on B\n"
+    );
+
+    // B's copy of the application goes: DeleteVolume on B reaps B's demoted replica, a
+    // retired member of the chain, and leaves A's new replica serving.
+    ctl_b
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: h.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete on B");
+    eventually(
+        "B's demoted replica is reaped",
+        Duration::from_secs(20),
+        || async {
+            (status_of(&s, &s.b, replica).await == Some(VolumeStatus::Deleted)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(status_of(&s, &s.a, back).await, Some(VolumeStatus::Online));
+    assert_eq!(
+        std::fs::read_to_string(target_a.join("data.txt")).expect("read on A"),
+        "written on A\nwritten on B\n"
+    );
+    unmount(&mut node_a, &h, &staging_a, &target_a).await;
+    a.proc.stop().await;
+    b.proc.stop().await;
 }
