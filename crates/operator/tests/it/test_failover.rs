@@ -934,12 +934,8 @@ async fn a_group_drill_clones_every_member_from_one_generation_and_leaves_the_so
     assert!(writes.iter().all(|w| !w.contains(&on_a)), "{writes:?}");
 }
 
-/// A Group drill naming a group its source cluster does not have fails, saying which.
-#[tokio::test]
-async fn a_group_drill_of_a_group_that_does_not_exist_fails_naming_it() {
-    let d = hub().await;
-    d.start_operator().await;
-    // The source cluster by its control-plane id, whose secret is stored under that id.
+/// Site A's secret stored under its control-plane id, for drills that name site A by it.
+async fn secret_under_id(d: &Drill) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": format!("simplyblock-cluster-{}", d.a.cluster)},
         "stringData": {"secret": d.a.secret},
@@ -949,6 +945,14 @@ async fn a_group_drill_of_a_group_that_does_not_exist_fails_naming_it() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("the secret under the id");
+}
+
+/// A Group drill naming a group its source cluster does not have fails, saying which.
+#[tokio::test]
+async fn a_group_drill_of_a_group_that_does_not_exist_fails_naming_it() {
+    let d = hub().await;
+    d.start_operator().await;
+    secret_under_id(&d).await;
     let from = call_log(&d.sim.cp).await.len();
     let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
     drills
@@ -970,5 +974,42 @@ async fn a_group_drill_of_a_group_that_does_not_exist_fails_naming_it() {
     assert!(
         writes.is_empty(),
         "a failed drill wrote nothing: {writes:?}"
+    );
+}
+
+/// Claims are read through the source's ManagedCluster, which a control-plane id does not
+/// name: a Group drill with both fails at once, saying how to name the source instead.
+#[tokio::test]
+async fn a_group_drill_by_cluster_id_with_a_source_namespace_fails_at_once() {
+    let d = hub().await;
+    d.start_operator().await;
+    protected_group(&d).await;
+    secret_under_id(&d).await;
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(
+            &PostParams::default(),
+            &group_drill("by-id", GROUP, &d.a.cluster.to_string()),
+        )
+        .await
+        .expect("the drill is created");
+    let failed = phase(&drills, "by-id", FailoverPhase::Failed).await;
+    let message = failed.status.and_then(|s| s.message).expect("a message");
+    assert!(
+        message.contains("sourceNamespace") && message.contains("ManagedCluster"),
+        "{message}"
+    );
+    let views: Api<DynamicObject> = Api::namespaced_with(
+        d.kube.clone(),
+        "site-a",
+        &ocm::managed_cluster_view_resource(),
+    );
+    assert!(
+        views
+            .list(&Default::default())
+            .await
+            .expect("views")
+            .items
+            .is_empty()
     );
 }

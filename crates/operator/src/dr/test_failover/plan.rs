@@ -450,6 +450,14 @@ fn resolve_group(drill: &TestFailover, seen: &GroupSource) -> Decision {
     let first = members[0];
     let mut shared = (None, None, None);
     if let (false, Some(namespace)) = (first.pvc_name.is_empty(), &spec.source_namespace) {
+        // Views live in the ManagedCluster's namespace on the hub: a control-plane id names
+        // none, and a view there would never be answered.
+        if spec.source_cluster.parse::<Uuid>().is_ok() {
+            return fail(format!(
+                "sourceCluster {} is a control-plane cluster id, not a ManagedCluster, so the claims of consistency group {} in sourceNamespace {namespace} cannot be read; name the source by its ManagedCluster (with a StorageCluster of that name and its id on this hub), or leave sourceNamespace out to drill the group without its claims",
+                spec.source_cluster, group.name
+            ));
+        }
         let what = format!("claim {namespace}/{}", first.pvc_name);
         let claim = match &seen.claim {
             View::Absent => {

@@ -209,6 +209,33 @@ fn a_group_resolves_to_one_slot_per_member_with_the_first_members_class() {
             namespace: Some("apps".into()),
         })
     );
+    let mut by_id = d.clone();
+    by_id.spec.source_cluster = CLUSTER_A.into();
+    assert!(matches!(
+        plan(&by_id, step, &seen(Some(uuid(CLUSTER_A)), Some(group.clone()), both(),
+            View::Absent, View::Absent), now()),
+        Decision::Fail { message, .. }
+            if message.contains("not a ManagedCluster") && message.contains("sourceNamespace apps")
+    ));
+    by_id.spec.source_namespace = None;
+    assert!(
+        matches!(
+            plan(
+                &by_id,
+                step,
+                &seen(
+                    Some(uuid(CLUSTER_A)),
+                    Some(group.clone()),
+                    both(),
+                    View::Absent,
+                    View::Absent
+                ),
+                now()
+            ),
+            Decision::Advance { .. }
+        ),
+        "without sourceNamespace a group named by id resolves without its claims"
+    );
     let Decision::Advance { to, clones, .. } = plan(
         &d,
         step,
