@@ -31,6 +31,7 @@ pub mod storage_pool;
 pub mod storage_pool_ops;
 pub mod storage_site_deployment;
 pub mod test_failover;
+pub mod v1alpha1;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -1,0 +1,16 @@
+//! The `storage.simplyblock.io/v1alpha1` shapes, as the Go operator stored them.
+//!
+//! Every fleet that ran the Go operator holds its objects at v1alpha1. These types describe
+//! those objects exactly (field names, types, enums and defaults of the shipped CRDs), so the
+//! CRDs can serve v1alpha1 beside the v1alpha2 hub while an installation is moved over, and
+//! the conversion can be tested against every shape v1alpha1 can say. Nothing in the operator
+//! reads or writes them: it speaks v1alpha2 only.
+
+pub mod storage_pool;
+
+pub use storage_pool::StoragePool;
+
+/// The version these types are served at.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of a v1alpha1 object.
+pub const API_VERSION: &str = "storage.simplyblock.io/v1alpha1";

@@ -1,0 +1,8 @@
+//! The converting kinds and their rules.
+
+mod storage_pool;
+
+use crate::Kind;
+
+/// Every kind served at both versions.
+pub static ALL: &[Kind] = &[storage_pool::KIND];
