@@ -14,3 +14,12 @@ pub use storage_pool::StoragePool;
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of a v1alpha1 object.
 pub const API_VERSION: &str = "storage.simplyblock.io/v1alpha1";
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The v1alpha1 CRD of every converting kind: each is served beside the hub's version of
+/// the same CRD.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![StoragePool::crd()]
+}
