@@ -55,7 +55,8 @@ pub use test_failover::TestFailover;
 
 pub use keys::{API_VERSION, GROUP, VERSION};
 
-/// Every CustomResourceDefinition of the API, in a stable order.
+/// Every CustomResourceDefinition of the API, in a stable order. A kind the Go operator
+/// stored at v1alpha1 serves that version too ([`served_with_v1alpha1`]).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         StorageCluster::crd(),
@@ -75,6 +76,63 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         StorageSiteDeployment::crd(),
         TestFailover::crd(),
     ]
+    .into_iter()
+    .map(served_with_v1alpha1)
+    .collect()
+}
+
+/// The Service the operator's webhooks are reached at, in the namespace the chart installs
+/// to; the operator rewrites a CRD's conversion to where it actually serves.
+pub const WEBHOOK_SERVICE: &str = "simplyblock-operator-webhook";
+/// The namespace a CRD's conversion names until the operator rewrites it.
+pub const DEFAULT_NAMESPACE: &str = "simplyblock";
+/// The path of the conversion webhook.
+pub const CONVERSION_PATH: &str = "/convert";
+
+/// `hub` with the v1alpha1 version of the same kind beside it, if there is one: both
+/// served, the hub stored, converted by the operator's webhook.
+pub fn served_with_v1alpha1(hub: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceConversion, ServiceReference, WebhookClientConfig, WebhookConversion,
+    };
+    let Some(spoke) = v1alpha1::crds()
+        .into_iter()
+        .find(|c| c.metadata.name == hub.metadata.name)
+    else {
+        return hub;
+    };
+    let mut versions = spoke.spec.versions;
+    versions.extend(hub.spec.versions.iter().cloned());
+    for version in &mut versions {
+        version.served = true;
+        version.storage = version.name == VERSION;
+    }
+    let mut crd = hub;
+    crd.spec.versions = versions;
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(WebhookConversion {
+            conversion_review_versions: vec!["v1".into()],
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    name: WEBHOOK_SERVICE.into(),
+                    namespace: DEFAULT_NAMESPACE.into(),
+                    path: Some(CONVERSION_PATH.into()),
+                    port: Some(443),
+                }),
+                ..WebhookClientConfig::default()
+            }),
+        }),
+    });
+    crd
+}
+
+/// The names of the CRDs served at v1alpha1 as well.
+pub fn converting_crd_names() -> Vec<String> {
+    v1alpha1::crds()
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
 }
 
 /// A CRD as the YAML checked in under `deploy/charts/simplyblock-operator/crds/`.

@@ -150,6 +150,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Serving before registering: the bootstrap's create passes through these webhooks.
     let mut background = vec![tokio::spawn(server.run())];
     webhooks::register(&client, &endpoint, &certs.ca_bundle()).await?;
+    webhooks::conversion::register(&client, &endpoint, &certs.ca_bundle()).await?;
     tracing::info!(listen = %config.webhook_listen, ?endpoint, "serving the admission webhooks");
     background.push(tokio::spawn(certs.clone().rotate_forever()));
     background.push(tokio::spawn(webhooks::ca::keep_fresh(

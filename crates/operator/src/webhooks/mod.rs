@@ -10,6 +10,7 @@
 pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
+pub mod conversion;
 pub mod deployment;
 pub mod device_ops;
 pub mod node_ops;
@@ -113,6 +114,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
         .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
+        .route(conversion::PATH, post(conversion::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }

@@ -5,6 +5,7 @@ mod cluster;
 mod cluster_ops;
 mod controlplane;
 mod controlplane_ops;
+mod conversion;
 mod crash;
 mod crash_day2;
 mod deployment;
