@@ -302,6 +302,11 @@ pub async fn run(
     let mut on_a = Replication::new(site_a.channel.clone());
     let mut on_b = Replication::new(site_b.channel.clone());
 
+    // A recovery point is crash-consistent: it holds what reached the volume. The
+    // application flushes its file, as one that cares for its data does.
+    if served.mounted {
+        std::fs::File::open(file)?.sync_all()?;
+    }
     step("protecting the volume: EnableVolumeReplication on site A with A's policy");
     on_a.enable_volume_replication(repl::EnableVolumeReplicationRequest {
         parameters: params(a.policy),
