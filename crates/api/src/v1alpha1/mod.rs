@@ -6,8 +6,10 @@
 //! the conversion can be tested against every shape v1alpha1 can say. Nothing in the operator
 //! reads or writes them: it speaks v1alpha2 only.
 
+pub mod storage_cluster;
 pub mod storage_pool;
 
+pub use storage_cluster::StorageCluster;
 pub use storage_pool::StoragePool;
 
 /// The version these types are served at.

@@ -1,8 +1,9 @@
 //! The converting kinds and their rules.
 
+mod storage_cluster;
 mod storage_pool;
 
 use crate::Kind;
 
 /// Every kind served at both versions.
-pub static ALL: &[Kind] = &[storage_pool::KIND];
+pub static ALL: &[Kind] = &[storage_pool::KIND, storage_cluster::KIND];
