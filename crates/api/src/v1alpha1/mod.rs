@@ -7,9 +7,11 @@
 //! reads or writes them: it speaks v1alpha2 only.
 
 pub mod storage_cluster;
+pub mod storage_node;
 pub mod storage_pool;
 
 pub use storage_cluster::StorageCluster;
+pub use storage_node::StorageNode;
 pub use storage_pool::StoragePool;
 
 /// The version these types are served at.

@@ -1,9 +1,14 @@
 //! The converting kinds and their rules.
 
 mod storage_cluster;
+mod storage_node;
 mod storage_pool;
 
 use crate::Kind;
 
 /// Every kind served at both versions.
-pub static ALL: &[Kind] = &[storage_pool::KIND, storage_cluster::KIND];
+pub static ALL: &[Kind] = &[
+    storage_pool::KIND,
+    storage_cluster::KIND,
+    storage_node::KIND,
+];
