@@ -7,10 +7,12 @@
 //! reads or writes them: it speaks v1alpha2 only.
 
 pub mod storage_cluster;
+pub mod storage_cluster_ops;
 pub mod storage_node;
 pub mod storage_pool;
 
 pub use storage_cluster::StorageCluster;
+pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
 pub use storage_pool::StoragePool;
 

@@ -1,6 +1,7 @@
 //! The converting kinds and their rules.
 
 mod storage_cluster;
+mod storage_cluster_ops;
 mod storage_node;
 mod storage_pool;
 
@@ -11,4 +12,5 @@ pub static ALL: &[Kind] = &[
     storage_pool::KIND,
     storage_cluster::KIND,
     storage_node::KIND,
+    storage_cluster_ops::KIND,
 ];
