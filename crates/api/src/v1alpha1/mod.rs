@@ -6,11 +6,13 @@
 //! the conversion can be tested against every shape v1alpha1 can say. Nothing in the operator
 //! reads or writes them: it speaks v1alpha2 only.
 
+pub mod control_plane;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
 pub mod storage_pool;
 
+pub use control_plane::ControlPlane;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;

@@ -1,5 +1,6 @@
 //! The converting kinds and their rules.
 
+mod control_plane;
 mod storage_cluster;
 mod storage_cluster_ops;
 mod storage_node;
@@ -13,4 +14,5 @@ pub static ALL: &[Kind] = &[
     storage_cluster::KIND,
     storage_node::KIND,
     storage_cluster_ops::KIND,
+    control_plane::KIND,
 ];
