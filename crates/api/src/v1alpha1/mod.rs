@@ -10,12 +10,14 @@ pub mod control_plane;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
+pub mod storage_node_ops;
 pub mod storage_pool;
 
 pub use control_plane::ControlPlane;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
+pub use storage_node_ops::StorageNodeOps;
 pub use storage_pool::StoragePool;
 
 /// The version these types are served at.

@@ -4,6 +4,7 @@ mod control_plane;
 mod storage_cluster;
 mod storage_cluster_ops;
 mod storage_node;
+mod storage_node_ops;
 mod storage_pool;
 
 use crate::Kind;
@@ -15,4 +16,5 @@ pub static ALL: &[Kind] = &[
     storage_node::KIND,
     storage_cluster_ops::KIND,
     control_plane::KIND,
+    storage_node_ops::KIND,
 ];
