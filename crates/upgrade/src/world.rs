@@ -1,0 +1,288 @@
+//! What one read of the cluster found: the only input of planning.
+//!
+//! [`observe`] does the reading; everything else in the crate is a pure function of the
+//! [`World`] it returns, so a plan can be computed (and tested) without an API server.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+/// The group every simplyblock kind lives in.
+pub const GROUP: &str = simplyblock_api::GROUP;
+/// The version the Go operator stored.
+pub const V1ALPHA1: &str = "v1alpha1";
+/// The hub version.
+pub const V1ALPHA2: &str = "v1alpha2";
+
+/// One CRD of the group, as far as the steps care.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Crd {
+    pub kind: String,
+    pub plural: String,
+    /// `(version, served, storage)` for every declared version.
+    pub versions: Vec<(String, bool, bool)>,
+    /// `status.storedVersions`.
+    pub stored_versions: Vec<String>,
+    /// `spec.conversion.strategy` (`None` or `Webhook`).
+    pub conversion: String,
+    /// Whether the conversion webhook's client config carries a CA bundle.
+    pub conversion_ca_bundle: bool,
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl Crd {
+    /// Whether `version` is served.
+    pub fn serves(&self, version: &str) -> bool {
+        self.versions
+            .iter()
+            .any(|(v, served, _)| v == version && *served)
+    }
+    /// The version objects are stored at.
+    pub fn storage(&self) -> Option<&str> {
+        self.versions
+            .iter()
+            .find(|(_, _, storage)| *storage)
+            .map(|(v, _, _)| v.as_str())
+    }
+}
+
+/// What one read of the cluster found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct World {
+    /// The namespace the simplyblock objects live in.
+    pub namespace: String,
+    /// Every CRD of the group.
+    pub crds: Vec<Crd>,
+    /// Every object of the group in the namespace, read at v1alpha1 from each CRD that
+    /// serves it, as JSON with `apiVersion` and `kind`.
+    pub objects: Vec<Value>,
+    /// Objects of the kinds only v1alpha2 has (ClusterDeploymentConfig, StorageBackupPolicy,
+    /// PersistentVolumeOps, StorageBackupOps), read at v1alpha2.
+    pub hub_objects: Vec<Value>,
+    /// The namespace's DaemonSets, Services, ServiceAccounts, ConfigMaps and Secrets,
+    /// metadata only (`kind` and `metadata`): the workload a StorageNodeSet owned.
+    pub workload: Vec<Value>,
+    /// Kubernetes objects the moved annotation keys appear on: PersistentVolumes (with
+    /// `spec.csi`), PersistentVolumeClaims of every namespace and Nodes; `kind`, `metadata`
+    /// and, for volumes, `spec.csi`.
+    pub kubernetes: Vec<Value>,
+}
+
+/// The kind of an object.
+pub fn kind(object: &Value) -> &str {
+    object.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The name of an object.
+pub fn name(object: &Value) -> &str {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// A string at `pointer`, empty when absent.
+pub fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `Kind/name`, how objects are named to a person.
+pub fn display(object: &Value) -> String {
+    format!("{}/{}", kind(object), name(object))
+}
+
+impl World {
+    /// The group's CRD of `kind`.
+    pub fn crd(&self, kind: &str) -> Option<&Crd> {
+        self.crds.iter().find(|c| c.kind == kind)
+    }
+    /// The v1alpha1 objects of `kind`.
+    pub fn of_kind<'a>(&'a self, kind_: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects.iter().filter(move |o| kind(o) == kind_)
+    }
+    /// The v1alpha1 object `kind/name`.
+    pub fn find(&self, kind_: &str, name_: &str) -> Option<&Value> {
+        self.objects
+            .iter()
+            .find(|o| kind(o) == kind_ && name(o) == name_)
+    }
+    /// Whether a v1alpha2-only object `kind/name` exists.
+    pub fn hub_has(&self, kind_: &str, name_: &str) -> bool {
+        self.hub_objects
+            .iter()
+            .any(|o| kind(o) == kind_ && name(o) == name_)
+    }
+    /// Every object read, of every kind, for checks that look at metadata.
+    pub fn everything(&self) -> impl Iterator<Item = &Value> {
+        self.objects
+            .iter()
+            .chain(&self.hub_objects)
+            .chain(&self.workload)
+            .chain(&self.kubernetes)
+    }
+}
+
+fn not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// Lists every object of one kind of the group at `version` in `namespace`, as JSON; a kind
+/// whose CRD does not serve that version lists nothing.
+async fn list_group(
+    client: &kube::Client,
+    namespace: &str,
+    crd: &Crd,
+    version: &str,
+) -> anyhow::Result<Vec<Value>> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, version, &crd.kind),
+        &crd.plural,
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .map(|mut o| {
+                o.types = Some(kube::core::TypeMeta {
+                    api_version: format!("{GROUP}/{version}"),
+                    kind: crd.kind.clone(),
+                });
+                Ok(serde_json::to_value(o)?)
+            })
+            .collect(),
+        Err(e) if not_found(&e) => Ok(Vec::new()),
+        Err(e) => Err(anyhow::anyhow!("listing {} at {version}: {e}", crd.plural)),
+    }
+}
+
+/// `kind` and `metadata` of a typed object (and `spec.csi` of a volume).
+fn meta_of<K: serde::Serialize>(kind: &str, object: &K) -> anyhow::Result<Value> {
+    let full = serde_json::to_value(object)?;
+    let mut out = serde_json::json!({
+        "kind": kind,
+        "metadata": full.get("metadata").cloned().unwrap_or(Value::Null),
+    });
+    if let Some(csi) = full.pointer("/spec/csi") {
+        out["spec"] = serde_json::json!({ "csi": csi });
+    }
+    Ok(out)
+}
+
+async fn list_typed<K>(api: Api<K>, kind: &str) -> anyhow::Result<Vec<Value>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let items = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("listing {kind}s: {e}"))?;
+    items.items.iter().map(|o| meta_of(kind, o)).collect()
+}
+
+fn crd_of(crd: &CustomResourceDefinition) -> Crd {
+    let webhook = crd.spec.conversion.as_ref();
+    Crd {
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+        versions: crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.clone(), v.served, v.storage))
+            .collect(),
+        stored_versions: crd
+            .status
+            .as_ref()
+            .and_then(|s| s.stored_versions.clone())
+            .unwrap_or_default(),
+        conversion: webhook
+            .map(|c| c.strategy.clone())
+            .unwrap_or_else(|| "None".into()),
+        conversion_ca_bundle: webhook
+            .and_then(|c| c.webhook.as_ref())
+            .and_then(|w| w.client_config.as_ref())
+            .and_then(|c| c.ca_bundle.as_ref())
+            .is_some_and(|b| !b.0.is_empty()),
+        annotations: crd.metadata.annotations.clone().unwrap_or_default(),
+    }
+}
+
+/// Reads what the steps and checks look at. Reads only.
+pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<World> {
+    let crds: Vec<Crd> = Api::<CustomResourceDefinition>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("listing CustomResourceDefinitions: {e}"))?
+        .items
+        .iter()
+        .filter(|c| c.spec.group == GROUP)
+        .map(crd_of)
+        .collect();
+    let mut world = World {
+        namespace: namespace.to_owned(),
+        ..World::default()
+    };
+    for crd in &crds {
+        if crd.serves(V1ALPHA1) {
+            world
+                .objects
+                .extend(list_group(client, namespace, crd, V1ALPHA1).await?);
+        } else if crd.serves(V1ALPHA2) {
+            world
+                .hub_objects
+                .extend(list_group(client, namespace, crd, V1ALPHA2).await?);
+        }
+    }
+    world.crds = crds;
+    let ns = |c: &kube::Client| c.clone();
+    world.workload.extend(
+        list_typed(
+            Api::<DaemonSet>::namespaced(ns(client), namespace),
+            "DaemonSet",
+        )
+        .await?,
+    );
+    world
+        .workload
+        .extend(list_typed(Api::<Service>::namespaced(ns(client), namespace), "Service").await?);
+    world.workload.extend(
+        list_typed(
+            Api::<ServiceAccount>::namespaced(ns(client), namespace),
+            "ServiceAccount",
+        )
+        .await?,
+    );
+    world.workload.extend(
+        list_typed(
+            Api::<ConfigMap>::namespaced(ns(client), namespace),
+            "ConfigMap",
+        )
+        .await?,
+    );
+    world
+        .workload
+        .extend(list_typed(Api::<Secret>::namespaced(ns(client), namespace), "Secret").await?);
+    world
+        .kubernetes
+        .extend(list_typed(Api::<PersistentVolume>::all(ns(client)), "PersistentVolume").await?);
+    world.kubernetes.extend(
+        list_typed(
+            Api::<PersistentVolumeClaim>::all(ns(client)),
+            "PersistentVolumeClaim",
+        )
+        .await?,
+    );
+    world
+        .kubernetes
+        .extend(list_typed(Api::<Node>::all(ns(client)), "Node").await?);
+    Ok(world)
+}
