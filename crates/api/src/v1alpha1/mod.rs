@@ -11,6 +11,7 @@ pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
 pub mod storage_node_ops;
+pub mod storage_node_set;
 pub mod storage_pool;
 
 pub use control_plane::ControlPlane;
