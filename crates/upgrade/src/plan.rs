@@ -297,7 +297,17 @@ impl fmt::Display for Plan {
                 } else {
                     format!(" [{}]", step.phase)
                 };
-                writeln!(f, "  {:>2}. {:<34} {state}{phase}", n + 1, step.id)?;
+                let planned_only = if step.implemented || step.state == State::Done {
+                    ""
+                } else {
+                    "  (not implemented in this release: planned only)"
+                };
+                writeln!(
+                    f,
+                    "  {:>2}. {:<34} {state}{phase}{planned_only}",
+                    n + 1,
+                    step.id
+                )?;
                 if !step.requires.is_empty() {
                     writeln!(f, "        after: {}", step.requires.join(", "))?;
                 }
@@ -311,12 +321,6 @@ impl fmt::Display for Plan {
                         } else {
                             writeln!(f, "        {} {}: {}", a.verb, a.object, a.detail)?;
                         }
-                    }
-                    if !step.implemented {
-                        writeln!(
-                            f,
-                            "        (not implemented in this release: planned only, nothing is carried out)"
-                        )?;
                     }
                 }
                 if let State::Blocked(refusals) = &step.state {

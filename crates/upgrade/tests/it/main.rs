@@ -1,0 +1,4 @@
+//! simplyblock-upgrade against a real kube-apiserver and etcd holding an installation as the
+//! Go operator left it.
+
+mod preflight;

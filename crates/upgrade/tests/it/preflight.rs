@@ -1,0 +1,333 @@
+//! Preflight of a fleet the Go operator left behind: the CRDs as it installed them (each
+//! converting kind served and stored at v1alpha1 only, plus the StorageNodeSet), a cluster,
+//! a node set with its nodes, a pool, and two cluster operations, one finished and one still
+//! running. Preflight refuses while the operation runs and names it; once the operation is
+//! terminal it passes and prints the plan.
+
+use std::process::Output;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use simplyblock_testenv::TestEnv;
+use simplyblock_upgrade::plan::State;
+use simplyblock_upgrade::preflight::{EXIT_BLOCKED, EXIT_READY};
+use simplyblock_upgrade::{Options, Report, Stage};
+
+const NS: &str = "simplyblock";
+const CLUSTER_UUID: &str = "6f3c2a1e-9b4d-4c8e-a2f1-0d9e8c7b6a50";
+const RUNNING_OPS: &str = "prod-rolling-restart";
+const FINISHED_OPS: &str = "prod-activate";
+
+/// `crd` as the Go operator installed it: its v1alpha1 version alone, served and stored,
+/// no conversion.
+fn as_go_installed(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    crd.spec.versions.retain(|v| v.name == "v1alpha1");
+    for v in &mut crd.spec.versions {
+        v.served = true;
+        v.storage = true;
+    }
+    crd.spec.conversion = None;
+    crd
+}
+
+/// Every v1alpha1 CRD the Go operator installed that this workspace describes: the
+/// converting kinds' and the retired StorageNodeSet's.
+fn go_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds: Vec<CustomResourceDefinition> = simplyblock_conversion::kinds()
+        .iter()
+        .map(|k| (k.kind.v1alpha1)())
+        .chain(simplyblock_api::v1alpha1::crds())
+        .chain([simplyblock_api::v1alpha1::storage_node_set::StorageNodeSet::crd()])
+        .map(as_go_installed)
+        .collect();
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    crds.dedup_by(|a, b| a.metadata.name == b.metadata.name);
+    crds
+}
+
+fn v1alpha1(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", kind),
+        plural,
+    );
+    Api::namespaced_with(client.clone(), NS, &resource)
+}
+
+/// Creates `object` (a v1alpha1 object of `kind`) and writes its status as the Go operator
+/// did, through the status subresource; returns it as created.
+async fn create(client: &kube::Client, kind: &str, plural: &str, object: Value) -> DynamicObject {
+    let api = v1alpha1(client, kind, plural);
+    let status = object.get("status").cloned();
+    let mut object: DynamicObject = serde_json::from_value(object).expect("object");
+    object.data.as_object_mut().map(|d| d.remove("status"));
+    let name = object.metadata.name.clone().expect("name");
+    let created = api
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind}/{name}: {e}"));
+    if let Some(status) = status {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("status of {kind}/{name}: {e}"));
+    }
+    created
+}
+
+fn meta(kind: &str, name: &str) -> Value {
+    json!({"apiVersion": "storage.simplyblock.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": NS}})
+}
+
+fn with(mut base: Value, extra: Value) -> Value {
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            if k == "metadata" {
+                if let (Some(m), Some(extra)) = (
+                    b.get_mut("metadata").and_then(Value::as_object_mut),
+                    v.as_object(),
+                ) {
+                    m.extend(extra.clone());
+                }
+            } else {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    base
+}
+
+/// A fleet as the Go operator left it.
+async fn go_fleet(client: &kube::Client) {
+    create(
+        client,
+        "StorageCluster",
+        "storageclusters",
+        with(
+            meta("StorageCluster", "prod"),
+            json!({
+                "spec": {"maxSubsystemCount": 10, "vcpuCount": 8, "maxHugePagesSize": "4Gi",
+                         "fabricType": "tcp", "enableNodeAffinity": true},
+                "status": {"uuid": CLUSTER_UUID, "status": "active", "configured": true},
+            }),
+        ),
+    )
+    .await;
+    let set = create(
+        client,
+        "StorageNodeSet",
+        "storagenodesets",
+        with(
+            meta("StorageNodeSet", "prod-nodes"),
+            json!({
+                "spec": {"clusterName": "prod", "workerNodes": ["worker-1", "worker-2"],
+                         "mgmtIfname": "eth0", "spdkSystemMemory": "4G"},
+                "status": {"totalNodes": 2, "onlineNodes": 2},
+            }),
+        ),
+    )
+    .await;
+    let owner = json!([{
+        "apiVersion": "storage.simplyblock.io/v1alpha1", "kind": "StorageNodeSet",
+        "name": "prod-nodes", "uid": set.metadata.uid.expect("uid"),
+        "controller": true, "blockOwnerDeletion": true,
+    }]);
+    for (i, worker) in ["worker-1", "worker-2"].into_iter().enumerate() {
+        create(
+            client,
+            "StorageNode",
+            "storagenodes",
+            with(
+                meta("StorageNode", &format!("prod-nodes-{worker}-0")),
+                json!({
+                    "metadata": {
+                        "ownerReferences": owner,
+                        "labels": {"storage.simplyblock.io/storagenodeset": "prod-nodes",
+                                   "storage.simplyblock.io/worker": worker},
+                    },
+                    "spec": {"storageNodeSetRef": "prod-nodes", "workerNode": worker,
+                             "socketId": "0", "nodeIndex": 0, "socketIndex": i},
+                    "status": {"uuid": format!("0c1d2e3f-0000-4000-8000-00000000000{i}"),
+                               "status": "online", "health": true, "hostname": worker,
+                               "resources": {"cpu": 8, "memory": "32Gi", "devices": "4/4"}},
+                }),
+            ),
+        )
+        .await;
+    }
+    create(
+        client,
+        "StoragePool",
+        "storagepools",
+        with(
+            meta("StoragePool", "gold"),
+            json!({
+                "spec": {"clusterName": "prod", "capacityLimit": "10Ti", "dhchap": true},
+                "status": {"uuid": "a1b2c3d4-0000-4000-8000-000000000001", "status": "active"},
+            }),
+        ),
+    )
+    .await;
+    create(
+        client,
+        "StorageClusterOps",
+        "storageclusterops",
+        with(
+            meta("StorageClusterOps", FINISHED_OPS),
+            json!({
+                "spec": {"clusterRef": "prod", "action": "activate"},
+                "status": {"phase": "Succeeded", "triggered": true, "message": "activated"},
+            }),
+        ),
+    )
+    .await;
+    create(
+        client,
+        "StorageClusterOps",
+        "storageclusterops",
+        with(
+            meta("StorageClusterOps", RUNNING_OPS),
+            json!({
+                "spec": {"clusterRef": "prod", "action": "node-rolling-restart"},
+                "status": {"phase": "Running", "triggered": true,
+                           "nodeRollingRestartStatus": {"pendingNodes": ["prod-nodes-worker-2-0"],
+                                                        "processedNodes": ["prod-nodes-worker-1-0"]}},
+            }),
+        ),
+    )
+    .await;
+}
+
+/// The binary's preflight against `env`.
+async fn preflight_binary(env: &TestEnv) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
+        .args(["preflight", "--namespace", NS])
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .await
+        .expect("simplyblock-upgrade runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn step_state<'a>(report: &'a Report, stage: Stage, id: &str) -> &'a State {
+    &report
+        .plan
+        .stage(stage)
+        .and_then(|s| s.steps.iter().find(|p| p.id == id))
+        .unwrap_or_else(|| panic!("step {id} in the plan"))
+        .state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_terminal() {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&go_crds())
+        .await
+        .expect("the Go operator's CRDs");
+    let client = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&client, NS)
+        .await
+        .expect("namespace");
+    go_fleet(&client).await;
+
+    // While the rolling restart runs: refused, naming it and only it.
+    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
+        .await
+        .expect("preflight reads the cluster");
+    assert_eq!(report.exit_code(), EXIT_BLOCKED, "{report}");
+    let refused: Vec<(&str, &str)> = report
+        .refusals
+        .iter()
+        .map(|r| (r.check, r.object.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [(
+            "in-flight-operation",
+            format!("StorageClusterOps/{RUNNING_OPS}").as_str()
+        )],
+        "{report}"
+    );
+    assert!(matches!(
+        step_state(&report, Stage::Upgrade, "upgrade-operator"),
+        State::Blocked(_)
+    ));
+    assert!(matches!(
+        step_state(&report, Stage::Migrate, "reparent-storage-nodes"),
+        State::Blocked(_)
+    ));
+    let output = preflight_binary(&env).await;
+    let text = stdout(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_BLOCKED),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains(&format!("StorageClusterOps/{RUNNING_OPS}")),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&format!("StorageClusterOps/{FINISHED_OPS}")),
+        "{text}"
+    );
+
+    // The Go operator finishes the restart.
+    v1alpha1(&client, "StorageClusterOps", "storageclusterops")
+        .patch_status(
+            RUNNING_OPS,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("the operation finishes");
+
+    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
+        .await
+        .expect("preflight reads the cluster");
+    assert_eq!(report.exit_code(), EXIT_READY, "{report}");
+    assert_eq!(
+        step_state(&report, Stage::Migrate, "reparent-storage-nodes"),
+        &State::Pending
+    );
+    let output = preflight_binary(&env).await;
+    let text = stdout(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_READY),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "Checks: no problems found.",
+        "deploy-conversion-webhook",
+        "rewrite-storage-version",
+        "update StorageNode/prod-nodes-worker-1-0: ownerReferences: StorageNodeSet/prod-nodes → StorageCluster/prod (controller)",
+        "delete StorageNodeSet/prod-nodes",
+        "create ClusterDeploymentConfig/prod: nodeSets[] from StorageNodeSet prod-nodes",
+        "annotate StorageNode/prod-nodes-worker-2-0: storage.simplyblock.io/conversion-spec.config.sizing = {\"minHugePagesSize\":\"4Gi\",\"vcpuCount\":8}",
+        "not implemented in this release",
+        "Verdict: nothing blocks the upgrade",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    // Preflight only reads: the nodes still name their set.
+    let node = v1alpha1(&client, "StorageNode", "storagenodes")
+        .get("prod-nodes-worker-1-0")
+        .await
+        .expect("node");
+    assert_eq!(
+        node.metadata.owner_references.expect("owners")[0].kind,
+        "StorageNodeSet"
+    );
+}
