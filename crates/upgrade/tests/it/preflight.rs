@@ -205,8 +205,14 @@ async fn go_fleet(client: &kube::Client) {
 
 /// The binary's preflight against `env`.
 async fn preflight_binary(env: &TestEnv) -> Output {
+    upgrade_binary(env, &["preflight"]).await
+}
+
+/// The binary run with `args` and `--namespace` against `env`.
+async fn upgrade_binary(env: &TestEnv, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
-        .args(["preflight", "--namespace", NS])
+        .args(args)
+        .args(["--namespace", NS])
         .env("KUBECONFIG", env.kubeconfig_path())
         .env_remove("POD_NAMESPACE")
         .output()
@@ -216,6 +222,10 @@ async fn preflight_binary(env: &TestEnv) -> Output {
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn step_state<'a>(report: &'a Report, stage: Stage, id: &str) -> &'a State {
@@ -282,6 +292,22 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
         "{text}"
     );
 
+    // The upgrade stage is refused as a whole, naming the blocked step and the operation.
+    let refused = upgrade_binary(&env, &["upgrade"]).await;
+    assert_eq!(
+        refused.status.code(),
+        Some(EXIT_BLOCKED),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        stderr(&refused).contains(&format!(
+            "upgrade-operator: [in-flight-operation] StorageClusterOps/{RUNNING_OPS}"
+        )),
+        "{}",
+        stderr(&refused)
+    );
+
     // The Go operator finishes the restart.
     v1alpha1(&client, "StorageClusterOps", "storageclusterops")
         .patch_status(
@@ -321,7 +347,23 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
-    // Preflight only reads: the nodes still name their set.
+    // Admitted now, the upgrade stops at its first step, which this release cannot carry out.
+    let upgrade = upgrade_binary(&env, &["upgrade"]).await;
+    assert_eq!(upgrade.status.code(), Some(1), "{}", stderr(&upgrade));
+    assert!(
+        stderr(&upgrade).contains("deploy-conversion-webhook: not implemented in this release"),
+        "{}",
+        stderr(&upgrade)
+    );
+    let unconfirmed = upgrade_binary(&env, &["migrate"]).await;
+    assert_eq!(unconfirmed.status.code(), Some(1));
+    assert!(
+        stderr(&unconfirmed).contains("--confirm"),
+        "{}",
+        stderr(&unconfirmed)
+    );
+
+    // Nothing above wrote: the nodes still name their set.
     let node = v1alpha1(&client, "StorageNode", "storagenodes")
         .get("prod-nodes-worker-1-0")
         .await
@@ -329,5 +371,165 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
     assert_eq!(
         node.metadata.owner_references.expect("owners")[0].kind,
         "StorageNodeSet"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_names_every_problem_at_once() {
+    let env = TestEnv::start().await.expect("API server");
+    env.install_crds(&go_crds())
+        .await
+        .expect("the Go operator's CRDs");
+    let client = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&client, NS)
+        .await
+        .expect("namespace");
+    create(
+        &client,
+        "StorageCluster",
+        "storageclusters",
+        with(
+            meta("StorageCluster", "prod"),
+            json!({"spec": {"maxSubsystemCount": 10, "vcpuCount": 8},
+                   "status": {"uuid": CLUSTER_UUID}}),
+        ),
+    )
+    .await;
+    // The set is draining worker-2, whose node is offline, through a removal not yet started.
+    create(
+        &client,
+        "StorageNodeSet",
+        "storagenodesets",
+        with(
+            meta("StorageNodeSet", "prod-nodes"),
+            json!({"spec": {"clusterName": "prod", "workerNodes": ["worker-1", "worker-2"]},
+                   "status": {"drainCoordination": [{"hostname": "worker-2", "phase": "draining",
+                                                     "startedAt": "2026-01-02T03:04:05Z"}]}}),
+        ),
+    )
+    .await;
+    for (worker, status) in [("worker-1", "online"), ("worker-2", "offline")] {
+        create(
+            &client,
+            "StorageNode",
+            "storagenodes",
+            with(
+                meta("StorageNode", &format!("prod-nodes-{worker}-0")),
+                json!({"spec": {"storageNodeSetRef": "prod-nodes", "workerNode": worker},
+                       "status": {"status": status}}),
+            ),
+        )
+        .await;
+    }
+    create(
+        &client,
+        "StorageNodeOps",
+        "storagenodeops",
+        with(
+            meta("StorageNodeOps", "remove-worker-2"),
+            json!({"spec": {"storageNodeRef": "prod-nodes-worker-2-0", "action": "remove"}}),
+        ),
+    )
+    .await;
+    let long_pool = "p".repeat(64);
+    create(
+        &client,
+        "StoragePool",
+        "storagepools",
+        with(
+            meta("StoragePool", &long_pool),
+            json!({"spec": {"clusterName": "prod"}}),
+        ),
+    )
+    .await;
+    // A claim carrying a QoS key in both spellings with different values, and a volume whose
+    // legacy handle names a pool that does not exist.
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data", "annotations": {
+            "simplyblock.io/qos-rw-iops": "1000", "storage.simplyblock.io/qos-rw-iops": "2000"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .expect("claim");
+    Api::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("claim created");
+    let volume: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-legacy"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "csi": {"driver": simplyblock_api::keys::CSI_DRIVER_NAME,
+                         "volumeHandle": format!("{CLUSTER_UUID}:retired-pool:0a0b0c0d-0000-4000-8000-000000000001")}},
+    }))
+    .expect("volume");
+    Api::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+        .expect("volume created");
+
+    // Sorted by check, as `found` sorts.
+    let every_problem = [
+        (
+            "in-flight-operation",
+            "StorageNodeOps/remove-worker-2".to_owned(),
+        ),
+        (
+            "key-spelling-conflict",
+            "PersistentVolumeClaim/data".to_owned(),
+        ),
+        (
+            "legacy-handle-unresolvable",
+            "PersistentVolume/pv-legacy".to_owned(),
+        ),
+        ("name-too-long", format!("StoragePool/{long_pool}")),
+        ("node-set-drain", "StorageNodeSet/prod-nodes".to_owned()),
+        (
+            "storage-node-offline",
+            "StorageNode/prod-nodes-worker-2-0".to_owned(),
+        ),
+    ];
+    let found = |report: &Report| -> Vec<(&'static str, String)> {
+        let mut found: Vec<(&'static str, String)> = report
+            .refusals
+            .iter()
+            .map(|r| (r.check, r.object.clone()))
+            .collect();
+        found.sort();
+        found
+    };
+    let expected = |acknowledged: bool| -> Vec<(&'static str, String)> {
+        every_problem
+            .iter()
+            .filter(|(check, _)| !(acknowledged && *check == "storage-node-offline"))
+            .cloned()
+            .collect()
+    };
+
+    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
+        .await
+        .expect("preflight reads the cluster");
+    assert_eq!(found(&report), expected(false), "{report}");
+    assert_eq!(report.exit_code(), EXIT_BLOCKED);
+
+    // Acknowledged, the offline node no longer refuses; everything else still does.
+    let output = upgrade_binary(&env, &["preflight", "--acknowledge-offline-nodes"]).await;
+    let text = stdout(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(EXIT_BLOCKED),
+        "{text}{}",
+        stderr(&output)
+    );
+    for (check, object) in expected(true) {
+        assert!(
+            text.contains(&format!("[{check}] {object}")),
+            "missing {check} {object} in\n{text}"
+        );
+    }
+    assert!(!text.contains("[storage-node-offline]"), "{text}");
+    // Each problem says what to do.
+    assert!(text.contains("do:  let the drain finish"), "{text}");
+    assert!(
+        text.contains("do:  restore StoragePool retired-pool"),
+        "{text}"
     );
 }
