@@ -177,6 +177,24 @@ fn meta_of<K: serde::Serialize>(kind: &str, object: &K) -> anyhow::Result<Value>
     Ok(out)
 }
 
+/// `kind` and `metadata` of every object `api` lists, read as metadata only.
+async fn list_meta<K>(api: Api<K>, kind: &str) -> anyhow::Result<Vec<Value>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let items = api
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("listing {kind}s: {e}"))?;
+    items
+        .items
+        .iter()
+        .map(|o| {
+            Ok(serde_json::json!({"kind": kind, "metadata": serde_json::to_value(&o.metadata)?}))
+        })
+        .collect()
+}
+
 async fn list_typed<K>(api: Api<K>, kind: &str) -> anyhow::Result<Vec<Value>>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
@@ -245,7 +263,7 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
     world.crds = crds;
     let ns = |c: &kube::Client| c.clone();
     world.workload.extend(
-        list_typed(
+        list_meta(
             Api::<DaemonSet>::namespaced(ns(client), namespace),
             "DaemonSet",
         )
@@ -253,16 +271,16 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
     );
     world
         .workload
-        .extend(list_typed(Api::<Service>::namespaced(ns(client), namespace), "Service").await?);
+        .extend(list_meta(Api::<Service>::namespaced(ns(client), namespace), "Service").await?);
     world.workload.extend(
-        list_typed(
+        list_meta(
             Api::<ServiceAccount>::namespaced(ns(client), namespace),
             "ServiceAccount",
         )
         .await?,
     );
     world.workload.extend(
-        list_typed(
+        list_meta(
             Api::<ConfigMap>::namespaced(ns(client), namespace),
             "ConfigMap",
         )
@@ -270,12 +288,13 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
     );
     world
         .workload
-        .extend(list_typed(Api::<Secret>::namespaced(ns(client), namespace), "Secret").await?);
+        .extend(list_meta(Api::<Secret>::namespaced(ns(client), namespace), "Secret").await?);
+    // Volumes in full: their CSI handle is what normalize-volume-handles reads.
     world
         .kubernetes
         .extend(list_typed(Api::<PersistentVolume>::all(ns(client)), "PersistentVolume").await?);
     world.kubernetes.extend(
-        list_typed(
+        list_meta(
             Api::<PersistentVolumeClaim>::all(ns(client)),
             "PersistentVolumeClaim",
         )
@@ -283,6 +302,6 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
     );
     world
         .kubernetes
-        .extend(list_typed(Api::<Node>::all(ns(client)), "Node").await?);
+        .extend(list_meta(Api::<Node>::all(ns(client)), "Node").await?);
     Ok(world)
 }

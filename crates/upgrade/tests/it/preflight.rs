@@ -137,6 +137,16 @@ async fn go_fleet(client: &kube::Client) {
         "name": "prod-nodes", "uid": set.metadata.uid.expect("uid"),
         "controller": true, "blockOwnerDeletion": true,
     }]);
+    // Part of the set's workload.
+    let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "prod-nodes-config", "ownerReferences": owner},
+        "data": {"spdk.json": "{}"},
+    }))
+    .expect("config map");
+    Api::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the set's ConfigMap");
     for (i, worker) in ["worker-1", "worker-2"].into_iter().enumerate() {
         create(
             client,
@@ -340,6 +350,7 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
         "rewrite-storage-version",
         "update StorageNode/prod-nodes-worker-1-0: ownerReferences: StorageNodeSet/prod-nodes → StorageCluster/prod (controller)",
         "delete StorageNodeSet/prod-nodes",
+        "update ConfigMap/prod-nodes-config: ownerReferences: StorageNodeSet/prod-nodes → StorageCluster/prod (controller)",
         "create ClusterDeploymentConfig/prod: nodeSets[] from StorageNodeSet prod-nodes",
         "annotate StorageNode/prod-nodes-worker-2-0: storage.simplyblock.io/conversion-spec.config.sizing = {\"minHugePagesSize\":\"4Gi\",\"vcpuCount\":8}",
         "not implemented in this release",
