@@ -492,6 +492,24 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_whose_stash_contradicts_its_fields_does_not_round_trip_and_is_refused() {
+        // The hub's clusterRef stashed beside a clusterName that says otherwise: going up,
+        // the field wins and the stash is consumed, so the object comes back without it.
+        let pool = json!({"apiVersion": SPOKE, "kind": "StoragePool",
+            "metadata": {"name": "p", "annotations": {
+                "storage.simplyblock.io/conversion-spec.clusterRef": "\"other\""}},
+            "spec": {"clusterName": "prod"}});
+        let refusals = round_trips(&world(vec![pool])).expect_err("not stable");
+        assert_eq!(refusals.len(), 1);
+        assert_eq!(refusals[0].object, "StoragePool/p");
+        assert!(
+            refusals[0].what.contains(".metadata.annotations"),
+            "{}",
+            refusals[0]
+        );
+    }
+
+    #[test]
     fn a_legacy_handle_resolves_through_the_pool_of_its_cluster() {
         let cluster = "c0ffee00-0000-4000-8000-000000000001";
         let mut w = world(vec![
