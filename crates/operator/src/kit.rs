@@ -13,6 +13,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -153,9 +154,29 @@ pub async fn run<K, F, Fut>(
         error_policy(name, &*object, error, &ctx)
     };
     let shutdown = ctx.shutdown.clone();
+    let stopping = ctx.shutdown.clone();
+    // A graceful shutdown lets the passes in flight finish, but kube holds the passes until
+    // the cache has synced and stops feeding the cache once shutdown begins: a controller
+    // stopped before its first sync would wait forever. Nothing has run before that sync,
+    // so such a controller stops at once.
+    let synced = Arc::new(AtomicBool::new(false));
+    let store = controller.store();
+    let marked = synced.clone();
+    let mark_synced = async move {
+        if store.wait_until_ready().await.is_ok() {
+            marked.store(true, Ordering::SeqCst);
+        }
+        std::future::pending::<()>().await
+    };
+    let unsynced_stop = async move {
+        stopping.wait().await;
+        if synced.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await
+        }
+    };
     // A pass held for the control plane goes again as soon as it serves.
     let serving = ctx.link.changes();
-    controller
+    let running = controller
         .reconcile_all_on(serving)
         .graceful_shutdown_on(async move { shutdown.wait().await })
         .run(measured, policy, ctx)
@@ -163,8 +184,14 @@ pub async fn run<K, F, Fut>(
             if let Err(e) = result {
                 tracing::debug!(controller = name, error = %e, "reconcile");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = running => {}
+        () = mark_synced => {}
+        () = unsynced_stop => {
+            tracing::debug!(controller = name, "stopped before its cache synced");
+        }
+    }
 }
 
 /// Records the error's kind and picks the retry: a stale read is decided again at once,

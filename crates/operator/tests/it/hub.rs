@@ -94,6 +94,11 @@ async fn the_hub_controllers_start_once_manifestworks_are_served() {
     env.install_crds(&ocm::managed_cluster_crds())
         .await
         .expect("the managed cluster's CRD installs");
+    // The operator's own CRDs, as every installation has them: a controller whose kind is
+    // not served never syncs its cache, and so never finishes a graceful shutdown.
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("the operator's CRDs install");
     let shutdown = Shutdown::new();
     let ctx = Arc::new(
         Context::new(
@@ -134,5 +139,8 @@ async fn the_hub_controllers_start_once_manifestworks_are_served() {
     assert_eq!(checks("hub"), 1.0, "the polling ends once the hub is seen");
 
     shutdown.fire();
-    task.await.expect("the hub task ends with the operator");
+    tokio::time::timeout(crate::support::PATIENCE, task)
+        .await
+        .expect("the hub's controllers stop when the operator does")
+        .expect("the hub task ends with the operator");
 }
