@@ -32,5 +32,12 @@ use kube::CustomResourceExt;
 /// The v1alpha1 CRD of every converting kind: each is served beside the hub's version of
 /// the same CRD.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![StoragePool::crd()]
+    vec![
+        StorageCluster::crd(),
+        StorageClusterOps::crd(),
+        StorageNode::crd(),
+        StorageNodeOps::crd(),
+        StoragePool::crd(),
+        ControlPlane::crd(),
+    ]
 }

@@ -1,6 +1,7 @@
 //! The conversion webhook on a real API server: the operator (as the chart's account) points
 //! the converting CRDs at itself, an object written at v1alpha1 is stored at v1alpha2 and
-//! reads back at both versions, and what only v1alpha1 says survives a write at v1alpha2.
+//! reads back at both versions, what only v1alpha1 says survives a write at v1alpha2, and a
+//! storage node the Go operator left names its cluster by its owner.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -155,6 +156,38 @@ async fn a_pool_written_at_v1alpha1_reads_back_at_both_versions() {
             .all(|k| !k.starts_with("storage.simplyblock.io/")),
         "no stash is left at the version that says it all: {back_annotations:?}"
     );
+    // A storage node as the Go operator left it, once reparented to its cluster: the hub
+    // names the cluster its controller owner is, and the node set it came from.
+    let node_resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", "StorageNode"),
+        "storagenodes",
+    );
+    let old_node: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha1", "kind": "StorageNode",
+        "metadata": {"name": "worker-1-0", "ownerReferences": [{
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
+            "name": "cluster1", "uid": "2f6d0c9e-0000-4000-8000-000000000001",
+            "controller": true}]},
+        "spec": {"storageNodeSetRef": "set-a", "workerNode": "worker-1", "socketIndex": 0},
+    }))
+    .expect("v1alpha1 node");
+    Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &node_resource)
+        .create(&PostParams::default(), &old_node)
+        .await
+        .expect("node created at v1alpha1");
+    let hub_node_resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha2", "StorageNode"),
+        "storagenodes",
+    );
+    let hub_node = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &hub_node_resource)
+        .get("worker-1-0")
+        .await
+        .expect("node reads at v1alpha2");
+    assert_eq!(hub_node.data["spec"]["clusterRef"], "cluster1");
+    assert_eq!(hub_node.data["spec"]["nodeSet"], "set-a");
+    assert_eq!(hub_node.data["spec"]["workerNode"], "worker-1");
+    assert_eq!(hub_node.data["spec"]["slot"], 0);
+
     assert!(
         metrics
             .render()
