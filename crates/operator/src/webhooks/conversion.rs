@@ -4,8 +4,10 @@
 //! is always a success with one object per object sent.
 //!
 //! [`register`] points each converting CRD's `spec.conversion` at this server and gives it
-//! the CA bundle, at start and whenever the CA changes; a CRD installed without a v1alpha1
-//! version (an older chart) is left alone.
+//! the CA bundle, at start and whenever the CA changes, once objects may be stored at
+//! v1alpha1 (the CRD's `status.storedVersions` lists it: an installation of the Go
+//! operator being moved over). A fresh install stores v1alpha2 only and needs no
+//! conversion; its CRDs, and one installed without a v1alpha1 version, are left alone.
 
 use std::sync::Arc;
 
@@ -142,7 +144,14 @@ pub async fn register(
             tracing::warn!(crd = %name, "installed without v1alpha1, so nothing converts; upgrade the chart's CRDs");
             continue;
         }
-        if registered(&crd, endpoint, ca_bundle) {
+        // A fresh install stores v1alpha2 only, and nothing converts: its CRDs are left as
+        // installed, so no operator start rewrites them.
+        let stored_v1alpha1 = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.stored_versions.as_ref())
+            .is_some_and(|v| v.iter().any(|v| v == simplyblock_api::v1alpha1::VERSION));
+        if !stored_v1alpha1 || registered(&crd, endpoint, ca_bundle) {
             continue;
         }
         api.patch(

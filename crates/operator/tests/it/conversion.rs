@@ -16,7 +16,7 @@ use simplyblock_operator::metrics::Metrics;
 use simplyblock_operator::webhooks::tls::ServingCertificates;
 use simplyblock_operator::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
 
-use crate::support::{operator_kube_on, own_api_server};
+use crate::support::{operator_kube_on, own_api_server_on};
 
 const NS: &str = "conversion";
 
@@ -30,7 +30,25 @@ fn v1alpha1_pools(client: &kube::Client) -> Api<DynamicObject> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_written_at_v1alpha1_reads_back_at_both_versions() {
-    let (env, admin) = own_api_server(NS).await;
+    // An installation of the Go operator: its CRDs stored v1alpha1, then this chart's CRDs
+    // applied over them, so objects may be stored at either version.
+    let env = simplyblock_testenv::TestEnv::start()
+        .await
+        .expect("API server");
+    let go_crds: Vec<CustomResourceDefinition> = simplyblock_api::v1alpha1::crds()
+        .into_iter()
+        .map(|mut crd| {
+            for version in &mut crd.spec.versions {
+                version.served = true;
+                version.storage = true;
+            }
+            crd
+        })
+        .collect();
+    env.install_crds(&go_crds)
+        .await
+        .expect("the Go operator's CRDs");
+    let (env, admin) = own_api_server_on(env, NS).await;
     let operator = operator_kube_on(&env, NS).await;
 
     // The webhook server of this process, registered by the operator's own account.

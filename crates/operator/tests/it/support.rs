@@ -155,7 +155,11 @@ pub async fn api_server() -> &'static TestEnv {
 /// accounts and roles are installed for a release in `ns`, and the operator's kubeconfig
 /// ([`operator_kubeconfig`]) written. The client returned is the admin's.
 pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
-    let env = TestEnv::start().await.expect("API server");
+    own_api_server_on(TestEnv::start().await.expect("API server"), ns).await
+}
+
+/// [`own_api_server`] on an API server the test started (and perhaps prepared) itself.
+pub async fn own_api_server_on(env: TestEnv, ns: &str) -> (TestEnv, kube::Client) {
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
