@@ -31,11 +31,15 @@ async fn only_a_server_of_manifestworks_is_a_hub() {
     )])
     .await
     .expect("the managed cluster's CRD installs");
-    // The group is served now (what a managed cluster looks like) ...
-    let resources = client
-        .list_api_group_resources(WORK_GROUP_VERSION)
-        .await
-        .expect("the work group is served");
+    // The group is served now (what a managed cluster looks like); discovery publishes it
+    // a moment after the CRD is Established ...
+    let resources = crate::support::until("the work group served", async || {
+        client
+            .list_api_group_resources(WORK_GROUP_VERSION)
+            .await
+            .ok()
+    })
+    .await;
     assert!(
         resources
             .resources
