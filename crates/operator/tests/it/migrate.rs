@@ -107,8 +107,12 @@ async fn a_window_waits_pending_until_the_cluster_is_active() {
         .expect("created");
     let why = crate::support::raised(&h.kube, &h.ns, Some("held"), "ClusterNotReady").await;
     assert!(why[0].contains("not active"), "{why:?}");
-    let held = ops.get("held").await.expect("op");
-    assert_eq!(held.status.expect("status").phase, OpsPhase::Pending);
+    // The event is raised in the pass that writes the status: read the status once written.
+    let held = until("the held operation's status", async || {
+        ops.get("held").await.ok()?.status
+    })
+    .await;
+    assert_eq!(held.phase, OpsPhase::Pending);
     let node = nodes.get("sb-gate-0").await.expect("node");
     assert_eq!(
         node.status.and_then(|s| s.active_ops_ref),
