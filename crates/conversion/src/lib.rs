@@ -30,8 +30,6 @@ use serde_json::{Map, Value};
 
 use crate::schema::Node;
 
-/// The prefix of every stash annotation.
-pub const STASH_PREFIX: &str = "storage.simplyblock.io/";
 /// The key prefix of a v1alpha1-only field carried in a hub object.
 pub const UP_STASH: &str = "storage.simplyblock.io/v1alpha1-";
 /// The key prefix of a hub-only field carried in a v1alpha1 object.

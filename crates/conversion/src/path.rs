@@ -92,6 +92,22 @@ pub fn is_empty(value: &Value) -> bool {
     }
 }
 
+/// Drops what says nothing, recursively, so two objects compare by what they say: the
+/// identity conversion keeps.
+pub fn said(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), said(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(said).collect()),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
+use simplyblock_conversion::path::said;
 use simplyblock_conversion::schema::Node;
 use simplyblock_conversion::{Direction, Prepared, kinds, run};
 
@@ -197,21 +198,6 @@ fn object(
             object
         })
         .boxed()
-}
-
-/// Drops what says nothing, recursively, so two objects compare by what they say.
-fn said(value: &Value) -> Value {
-    match value {
-        Value::Object(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|(k, v)| (k.clone(), said(v)))
-                .filter(|(_, v)| !simplyblock_conversion::path::is_empty(v))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(said).collect()),
-        other => other.clone(),
-    }
 }
 
 /// Every path of `value` is one `schema` declares, with its type and enum.

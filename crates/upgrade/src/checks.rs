@@ -2,6 +2,7 @@
 //! wrong, why that stops the upgrade and what to do. Steps refuse by the same checks.
 
 use serde_json::Value;
+use simplyblock_conversion::path::said;
 use simplyblock_conversion::{HUB, SPOKE};
 
 use crate::step::{Options, Refusal};
@@ -219,21 +220,6 @@ pub fn name_lengths(world: &World) -> Result<(), Vec<Refusal>> {
         }
     }
     collect(out)
-}
-
-/// Drops what says nothing, recursively, so two objects compare by what they say.
-pub fn said(value: &Value) -> Value {
-    match value {
-        Value::Object(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|(k, v)| (k.clone(), said(v)))
-                .filter(|(_, v)| !simplyblock_conversion::path::is_empty(v))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(said).collect()),
-        other => other.clone(),
-    }
 }
 
 /// The converting kinds of this release.
