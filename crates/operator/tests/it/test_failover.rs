@@ -295,6 +295,40 @@ async fn writes_since(cp: &Client, from: usize) -> Vec<String> {
         .collect()
 }
 
+/// Waits for every event a drill raises on its way to Ready.
+async fn raised_on_the_way_to_ready(d: &Drill, drill: &str) {
+    for reason in [
+        "DrillStarted",
+        "SourceResolved",
+        "RecoveryPointResolved",
+        "CloneBuilt",
+        "BubbleReady",
+    ] {
+        raised(&d.kube, NS, Some(drill), reason).await;
+    }
+}
+
+/// The writes sbsim received since `from`: none to site A, and `clones` creates on site B.
+/// Returns the prefix of site A's paths, for the checks that follow.
+async fn wrote_only_clones(d: &Drill, from: usize, clones: usize) -> String {
+    let writes = writes_since(&d.sim.cp, from).await;
+    let on_a = format!("/api/v2/clusters/{}/", d.a.cluster);
+    assert!(
+        writes.iter().all(|w| !w.contains(&on_a)),
+        "the drill wrote to site A: {writes:?}"
+    );
+    let on_b = format!("/clusters/{}/", d.b.cluster);
+    assert_eq!(
+        writes
+            .iter()
+            .filter(|w| w.starts_with("POST") && w.contains(&on_b))
+            .count(),
+        clones,
+        "one clone per source volume on site B: {writes:?}"
+    );
+    on_a
+}
+
 async fn phase(drills: &Api<TestFailover>, name: &str, want: FailoverPhase) -> TestFailover {
     let last = std::sync::Mutex::new(None);
     until_explained(
@@ -432,31 +466,10 @@ async fn a_drill_clones_the_replicated_point_into_a_bubble_and_leaves_the_source
         claim.spec.and_then(|s| s.volume_mode).as_deref(),
         Some("Block")
     );
-    for reason in [
-        "DrillStarted",
-        "SourceResolved",
-        "RecoveryPointResolved",
-        "CloneBuilt",
-        "BubbleReady",
-    ] {
-        raised(&d.kube, NS, Some("rehearsal"), reason).await;
-    }
+    raised_on_the_way_to_ready(&d, "rehearsal").await;
 
     // Site A saw reads only: the drill wrote nothing there.
-    let writes = writes_since(&d.sim.cp, from).await;
-    let on_a = format!("/api/v2/clusters/{}/", d.a.cluster);
-    assert!(
-        writes.iter().all(|w| !w.contains(&on_a)),
-        "the drill wrote to site A: {writes:?}"
-    );
-    assert_eq!(
-        writes
-            .iter()
-            .filter(|w| w.starts_with("POST") && w.contains(&format!("/clusters/{}/", d.b.cluster)))
-            .count(),
-        1,
-        "one clone was made on site B: {writes:?}"
-    );
+    let on_a = wrote_only_clones(&d, from, 1).await;
 
     // Deleting the drill takes the bubble, the clone and the views away, then the drill.
     drills
@@ -820,31 +833,10 @@ async fn a_group_drill_clones_every_member_from_one_generation_and_leaves_the_so
         assert_eq!(claim_spec.volume_mode.as_deref(), Some("Block"));
         clones.push((clone_id, pv_name));
     }
-    for reason in [
-        "DrillStarted",
-        "SourceResolved",
-        "RecoveryPointResolved",
-        "CloneBuilt",
-        "BubbleReady",
-    ] {
-        raised(&d.kube, NS, Some("group-rehearsal"), reason).await;
-    }
+    raised_on_the_way_to_ready(&d, "group-rehearsal").await;
 
     // Site A saw reads only; site B one clone per member.
-    let writes = writes_since(&d.sim.cp, from).await;
-    let on_a = format!("/api/v2/clusters/{}/", d.a.cluster);
-    assert!(
-        writes.iter().all(|w| !w.contains(&on_a)),
-        "the drill wrote to site A: {writes:?}"
-    );
-    assert_eq!(
-        writes
-            .iter()
-            .filter(|w| w.starts_with("POST") && w.contains(&format!("/clusters/{}/", d.b.cluster)))
-            .count(),
-        members.len(),
-        "one clone per member on site B: {writes:?}"
-    );
+    let on_a = wrote_only_clones(&d, from, members.len()).await;
 
     // Time runs again for the teardown, which takes the bubble, the clones and the views.
     d.sim.server.sim.clock.set_scale(1000.0);
