@@ -25,7 +25,7 @@ use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::ocm;
 
-use crate::support::{TOKEN, until_explained, until_within};
+use crate::support::{TOKEN, until, until_explained, until_within};
 
 /// The site's namespace: where its operator runs and its draft is written.
 const SITE_NS: &str = "sbsd-site";
@@ -304,17 +304,13 @@ async fn a_site_is_discovered_drafted_approved_and_deployed_and_kept_when_the_re
 
     // On the site: the discovery the work raised, and the draft it wrote with the sizing.
     let ops: Api<OperatorOps> = Api::namespaced(site.kube.clone(), SITE_NS);
-    let run = ops
-        .get(&discovery_name(&drafted))
-        .await
-        .expect("the discovery run on the site");
-    let run_status = run.status.unwrap_or_default();
-    assert_eq!(
-        run_status.phase,
-        OpsPhase::Succeeded,
-        "{:?}",
-        run_status.message
-    );
+    // The run writes the draft before its own status, and the hub may see the draft first.
+    let run_name = discovery_name(&drafted);
+    let run_status = until("the discovery run on the site Succeeded", async || {
+        let status = ops.get(&run_name).await.ok()?.status?;
+        (status.phase == OpsPhase::Succeeded).then_some(status)
+    })
+    .await;
     assert_eq!(run_status.config_ref.as_deref(), Some("site-draft"));
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(site.kube.clone(), SITE_NS);
     let doc = docs.get("site-draft").await.expect("the site's draft");
