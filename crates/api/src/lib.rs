@@ -88,6 +88,9 @@ pub const WEBHOOK_SERVICE: &str = "simplyblock-operator-webhook";
 pub const DEFAULT_NAMESPACE: &str = "simplyblock";
 /// The path of the conversion webhook.
 pub const CONVERSION_PATH: &str = "/convert";
+/// The Lease every replica of the operator competes for; whoever holds it runs the
+/// controllers (the upgrade tool holds it while the Go operator still runs).
+pub const LEADER_LEASE: &str = "simplyblock-operator-leader";
 
 /// `hub` with the v1alpha1 version of the same kind beside it, if there is one: both
 /// served, the hub stored, converted by the operator's webhook.

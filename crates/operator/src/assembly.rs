@@ -48,7 +48,7 @@ pub struct LeaderElection {
 
 impl LeaderElection {
     /// The Lease every replica of the operator competes for.
-    pub const LEASE: &str = "simplyblock-operator-leader";
+    pub const LEASE: &str = simplyblock_api::LEADER_LEASE;
 }
 
 /// Everything [`run`] needs.

@@ -42,7 +42,12 @@ pub async fn review(
 
 fn on_update(object: &DynamicObject, old: &DynamicObject) -> Result<(), String> {
     let new: StorageNode = typed(object)?;
-    let old: StorageNode = typed(old)?;
+    // A node the Go operator left lacks what v1alpha2 requires (its cluster, its sizing)
+    // until the upgrade's migration writes them: no layout is held yet to protect, and the
+    // update that completes it is judged by what it makes.
+    let Ok(old) = typed::<StorageNode>(old) else {
+        return Ok(());
+    };
     let changed = single_writer_changes(&old, &new);
     if changed.is_empty() {
         return Ok(());
@@ -277,5 +282,35 @@ mod tests {
         let mut labels_only = old.clone();
         labels_only.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert!(single_writer_changes(&old, &labels_only).is_empty());
+    }
+
+    fn dynamic(spec: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageNode",
+            "metadata": {"name": "n"}, "spec": spec
+        }))
+        .expect("object")
+    }
+
+    #[test]
+    fn a_node_the_go_operator_left_is_completed_by_the_update_that_sizes_it() {
+        // Without a cluster and a sizing, as the Go operator stored it: the migration's
+        // update names both, which a complete node could not have changed.
+        let left = dynamic(json!({"workerNode": "w1"}));
+        let completed = dynamic(
+            json!({"clusterRef": "sb", "workerNode": "w1", "config": {"sizing": {"vcpuCount": 4}}}),
+        );
+        assert_eq!(on_update(&completed, &left), Ok(()));
+        // Once complete, the sizing is the operator's alone again.
+        let resized = dynamic(
+            json!({"clusterRef": "sb", "workerNode": "w1", "config": {"sizing": {"vcpuCount": 8}}}),
+        );
+        let refused = on_update(&resized, &completed).expect_err("refused");
+        assert!(
+            refused.starts_with("spec.config.sizing is written by the simplyblock operator only"),
+            "{refused}"
+        );
+        // An update that leaves the node incomplete is refused for what it makes.
+        assert!(on_update(&left, &left).is_err());
     }
 }
