@@ -11,13 +11,16 @@
 //! [`checks`], [`plan::plan`] and [`preflight::assess`] are functions of it.
 
 pub mod checks;
+pub mod effects;
 pub mod plan;
 pub mod preflight;
+pub mod record;
+pub mod run;
 pub mod step;
 pub mod steps;
 pub mod world;
 
 pub use plan::{Plan, order, plan};
 pub use preflight::{Report, assess, preflight};
-pub use step::{Action, Options, Refusal, Stage, Step};
-pub use world::{World, observe};
+pub use step::{Action, Context, Helm, Options, Refusal, Stage, Step};
+pub use world::{Target, World, observe};

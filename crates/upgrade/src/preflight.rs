@@ -68,9 +68,11 @@ pub fn assess(world: &World, options: &Options) -> Result<Report, OrderError> {
 pub async fn preflight(
     client: &kube::Client,
     namespace: &str,
+    target: &world::Target,
     options: &Options,
 ) -> anyhow::Result<Report> {
-    let world = world::observe(client, namespace).await?;
+    let mut world = world::observe(client, namespace).await?;
+    world.target = target.clone();
     Ok(assess(&world, options)?)
 }
 
@@ -103,7 +105,7 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
-            "This release plans the steps only: `upgrade` and `migrate` refuse to carry them out (not implemented in this release)."
+            "Run `simplyblock-upgrade upgrade --chart <chart>`, verify the installation, then `simplyblock-upgrade migrate --confirm`. Until `migrate` starts, going back is `helm rollback` of the Go release and deleting this release (its CRDs keep serving v1alpha1)."
         )?;
         writeln!(
             f,

@@ -90,11 +90,33 @@ impl fmt::Display for StepError {
 
 impl std::error::Error for StepError {}
 
+/// What effects work with.
+#[derive(Clone)]
+pub struct Context {
+    pub client: kube::Client,
+    /// The namespace the simplyblock objects and the operator live in.
+    pub namespace: String,
+    pub helm: Helm,
+    /// How long a step waits for its effect to show.
+    pub wait: std::time::Duration,
+}
+
+/// How the chart is installed.
+#[derive(Clone, Debug)]
+pub struct Helm {
+    /// The helm binary.
+    pub binary: String,
+    /// This release's chart; required by the step that installs it.
+    pub chart: Option<String>,
+    /// The release to install it as.
+    pub release: String,
+    /// Values files passed on.
+    pub values: Vec<String>,
+}
+
 /// A change to the cluster: reads `World`, writes through the client.
-pub type Effect = for<'a> fn(
-    &'a kube::Client,
-    &'a World,
-) -> futures::future::BoxFuture<'a, Result<(), StepError>>;
+pub type Effect =
+    for<'a> fn(&'a Context, &'a World) -> futures::future::BoxFuture<'a, Result<(), StepError>>;
 
 /// One step of a stage.
 #[derive(Clone)]
@@ -114,29 +136,32 @@ pub struct Step {
     pub validate: fn(&World, &Options) -> Result<(), Vec<Refusal>>,
     /// The change; `None` when this release cannot carry it out.
     pub apply: Option<Effect>,
-    /// The check after the change; `None` when this release cannot carry it out.
+    /// A check after the change shows (beyond `done`); `None` when `done` is the check.
     pub verify: Option<Effect>,
+    /// Whether completion is recorded rather than read: a check leaves no trace, so the
+    /// run's record says it passed.
+    pub recorded: bool,
 }
 
 impl Step {
     /// Whether this release can carry the step out.
     pub fn implemented(&self) -> bool {
-        self.apply.is_some() && self.verify.is_some()
+        self.apply.is_some()
     }
 
     /// Makes the change.
-    pub async fn apply(&self, client: &kube::Client, world: &World) -> Result<(), StepError> {
+    pub async fn apply(&self, ctx: &Context, world: &World) -> Result<(), StepError> {
         match self.apply {
-            Some(apply) => apply(client, world).await,
+            Some(apply) => apply(ctx, world).await,
             None => Err(StepError::NotImplemented(self.id)),
         }
     }
 
-    /// Checks the change took.
-    pub async fn verify(&self, client: &kube::Client, world: &World) -> Result<(), StepError> {
+    /// Checks the change took, beyond `done`.
+    pub async fn verify(&self, ctx: &Context, world: &World) -> Result<(), StepError> {
         match self.verify {
-            Some(verify) => verify(client, world).await,
-            None => Err(StepError::NotImplemented(self.id)),
+            Some(verify) => verify(ctx, world).await,
+            None => Ok(()),
         }
     }
 }

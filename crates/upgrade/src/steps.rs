@@ -1,13 +1,19 @@
-//! The steps of the upgrade and migrate stages.
-//!
-//! This release declares them (what each would do, whether it is done, whether it may run);
-//! carrying them out is not implemented yet, so every `apply` and `verify` is `None`.
+//! The steps of the upgrade and migrate stages: what each would do, whether it is done,
+//! whether it may run, and (in [`crate::effects`]) the change it makes. A step without an
+//! `apply` is planned only: a run stops there.
 
 use serde_json::Value;
 
-use crate::checks;
 use crate::step::{Action, Options, Refusal, Stage, Step};
-use crate::world::{Crd, GROUP, V1ALPHA1, V1ALPHA2, World, display, kind, name, text};
+use crate::world::{
+    Crd, GROUP, OPERATOR_DEPLOYMENT, V1ALPHA1, V1ALPHA2, World, display, kind, name, text,
+};
+use crate::{checks, effects};
+
+/// Helm's annotation naming a release's object.
+pub const RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// Helm's annotation keeping an object when its release goes.
+pub const KEEP_ANNOTATION: &str = "helm.sh/resource-policy";
 
 /// The annotation the sizing of a StorageNode's cluster is stamped into.
 pub const SIZING_ANNOTATION: &str = "storage.simplyblock.io/conversion-spec.config.sizing";
@@ -50,32 +56,100 @@ fn check(rule: &'static str, detail: &str) -> Vec<Action> {
 
 // ---- upgrade ----
 
-fn deploy_webhook_describe(world: &World) -> Vec<Action> {
+fn hold_describe(world: &World) -> Vec<Action> {
+    vec![action(
+        "hold-controllers",
+        if world.lease.is_some() {
+            "update"
+        } else {
+            "create"
+        },
+        format!("Lease/{}", simplyblock_api::LEADER_LEASE),
+        format!(
+            "held by {} (renewed by every run, {} s a term) until the operator swap: the new operator serves its webhooks but runs no controller while the Go operator runs",
+            effects::HOLDER,
+            effects::HOLD_SECONDS
+        ),
+    )]
+}
+
+fn hold_done(world: &World) -> bool {
+    world
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.current && !l.holder.is_empty())
+}
+
+fn hold_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
+    match &world.lease {
+        Some(l) if l.current && l.holder != effects::HOLDER && !operator_swapped(world) => {
+            Err(vec![Refusal {
+                check: "operator-already-leads",
+                object: format!("Lease/{}", simplyblock_api::LEADER_LEASE),
+                what: format!("held by {:?} while the Go operator still runs", l.holder),
+                why: "two operators would reconcile the same objects".into(),
+                fix: format!(
+                    "scale Deployment/{OPERATOR_DEPLOYMENT} to 0, wait for the Lease to expire, and run again"
+                ),
+            }])
+        }
+        _ => Ok(()),
+    }
+}
+
+/// This release's operator Deployment, installed by its Helm release.
+fn own_operator(world: &World) -> Option<&Value> {
+    world.deployments.iter().find(|d| {
+        name(d) == OPERATOR_DEPLOYMENT
+            && text(
+                d,
+                &format!("/metadata/annotations/{}", pointer_key(RELEASE_ANNOTATION)),
+            ) == world.target.release
+    })
+}
+
+fn pointer_key(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn deploy_describe(world: &World) -> Vec<Action> {
+    vec![action(
+        "deploy-operator",
+        "helm",
+        format!("release {}", world.target.release),
+        format!(
+            "helm upgrade --install {} <chart> --take-ownership --skip-crds --set deployment.profile=empty: the operator's Deployment, Services, accounts and webhooks; it serves {} for {} converting CRD(s)",
+            world.target.release,
+            simplyblock_api::CONVERSION_PATH,
+            converting_crds(world).count()
+        ),
+    )]
+}
+
+fn deploy_done(world: &World) -> bool {
+    own_operator(world).is_some()
+}
+
+fn await_webhook_describe(world: &World) -> Vec<Action> {
     converting_crds(world)
-        .filter(|c| c.conversion != "Webhook")
+        .filter(|c| c.conversion != "Webhook" || !c.conversion_ca_bundle)
         .map(|c| {
             action(
-                "conversion-webhook",
-                "update",
+                "await-conversion-webhook",
+                "await",
                 crd_name(c),
                 format!(
-                    "spec.conversion: strategy {} → Webhook, served by the operator's {} on Service {}",
-                    c.conversion,
-                    simplyblock_api::CONVERSION_PATH,
-                    simplyblock_api::WEBHOOK_SERVICE
+                    "spec.conversion: strategy {} → Webhook with the operator's CA bundle, written by the operator when it starts",
+                    c.conversion
                 ),
             )
         })
         .collect()
 }
 
-fn deploy_webhook_done(world: &World) -> bool {
-    converting_crds(world).all(|c| c.conversion == "Webhook")
-        && converting_crds(world).next().is_some()
-}
-
 fn await_webhook_done(world: &World) -> bool {
-    deploy_webhook_done(world) && converting_crds(world).all(|c| c.conversion_ca_bundle)
+    converting_crds(world).next().is_some()
+        && converting_crds(world).all(|c| c.conversion == "Webhook" && c.conversion_ca_bundle)
 }
 
 fn apply_crds_describe(world: &World) -> Vec<Action> {
@@ -122,29 +196,124 @@ fn apply_crds_done(world: &World) -> bool {
     })
 }
 
+/// Whether `annotations` name `release` (any release but this one's when `release` is
+/// empty).
+fn of_release(world: &World, release: Option<&str>) -> bool {
+    let from = &world.target.from_release;
+    match release {
+        Some(r) if r == world.target.release => false,
+        Some(r) => from.is_empty() || r == from,
+        None => false,
+    }
+}
+
+fn kept(annotations: Option<&str>) -> bool {
+    annotations == Some("keep")
+}
+
+/// The group's CRDs of the old release not yet kept.
+pub fn crds_to_keep(world: &World) -> impl Iterator<Item = &Crd> {
+    world.crds.iter().filter(|c| {
+        of_release(
+            world,
+            c.annotations.get(RELEASE_ANNOTATION).map(String::as_str),
+        ) && !kept(c.annotations.get(KEEP_ANNOTATION).map(String::as_str))
+    })
+}
+
+/// The namespace's objects of the old release not yet kept, its operator excepted.
+pub fn objects_to_keep(world: &World) -> impl Iterator<Item = &Value> {
+    let release = format!("/metadata/annotations/{}", pointer_key(RELEASE_ANNOTATION));
+    let keep = format!("/metadata/annotations/{}", pointer_key(KEEP_ANNOTATION));
+    world.release_objects().filter(move |o| {
+        let r = text(o, &release);
+        of_release(world, (!r.is_empty()).then_some(r))
+            && !kept(Some(text(o, &keep)))
+            && !(kind(o) == "Deployment" && name(o) == world.target.old_operator)
+    })
+}
+
 fn helm_describe(world: &World) -> Vec<Action> {
-    world
-        .crds
-        .iter()
-        .filter(|c| c.annotations.contains_key("meta.helm.sh/release-name"))
-        .filter(|c| c.annotations.get("helm.sh/resource-policy").map(String::as_str) != Some("keep"))
-        .map(|c| {
-            action(
-                "hand-over-helm-release",
-                "annotate",
-                crd_name(c),
-                "helm.sh/resource-policy: keep, so the old release's removal leaves it".into(),
-            )
-        })
-        .chain(check(
-            "hand-over-helm-release",
-            "render the old and the new chart, classify every difference; an unclassified one refuses",
-        ))
+    let detail =
+        || "helm.sh/resource-policy: keep, so uninstalling the old release leaves it".to_owned();
+    crds_to_keep(world)
+        .map(|c| action("hand-over-helm-release", "annotate", crd_name(c), detail()))
+        .chain(
+            objects_to_keep(world)
+                .map(|o| action("hand-over-helm-release", "annotate", display(o), detail())),
+        )
         .collect()
 }
 
-fn upgrade_operator_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
-    checks::in_flight_operations(world)
+fn helm_done(world: &World) -> bool {
+    crds_to_keep(world).next().is_none() && objects_to_keep(world).next().is_none()
+}
+
+/// The Go operator's Deployments still running.
+pub fn old_operators(world: &World) -> impl Iterator<Item = &Value> {
+    world
+        .deployments
+        .iter()
+        .filter(|d| name(d) == world.target.old_operator)
+}
+
+fn operator_swapped(world: &World) -> bool {
+    own_operator(world).is_some()
+        && old_operators(world)
+            .all(|d| d.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0))
+        && world
+            .lease
+            .as_ref()
+            .is_none_or(|l| l.holder != effects::HOLDER || !l.current)
+}
+
+fn swap_describe(world: &World) -> Vec<Action> {
+    old_operators(world)
+        .filter(|d| d.pointer("/spec/replicas").and_then(Value::as_i64) != Some(0))
+        .map(|d| {
+            action(
+                "upgrade-operator",
+                "scale",
+                display(d),
+                "replicas → 0: the Go operator stops".into(),
+            )
+        })
+        .chain(std::iter::once(action(
+            "upgrade-operator",
+            "delete",
+            format!("Lease/{}", simplyblock_api::LEADER_LEASE),
+            "the hold released".into(),
+        )))
+        .chain(std::iter::once(action(
+            "upgrade-operator",
+            "restart",
+            format!("Deployment/{OPERATOR_DEPLOYMENT}"),
+            "its replicas restarted: one leads at once and runs the controllers".into(),
+        )))
+        .collect()
+}
+
+fn swap_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
+    let mut out = checks::in_flight_operations(world)
+        .err()
+        .unwrap_or_default();
+    if old_operators(world).next().is_none() {
+        out.push(Refusal {
+            check: "old-operator-missing",
+            object: format!("Deployment/{}", world.target.old_operator),
+            what: "not found in the namespace".into(),
+            why: "the Go operator must be stopped before this one leads".into(),
+            fix: "name the Go operator's Deployment with --old-operator-deployment".into(),
+        });
+    }
+    if out.is_empty() { Ok(()) } else { Err(out) }
+}
+
+fn await_operator_done(world: &World) -> bool {
+    world
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.current && !l.holder.is_empty() && l.holder != effects::HOLDER)
 }
 
 fn smoke_conversion_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
@@ -154,7 +323,7 @@ fn smoke_conversion_validate(world: &World, _: &Options) -> Result<(), Vec<Refus
 // ---- migrate ----
 
 /// The StorageNodeSet a controller ownerReference of `object` names.
-fn owning_set(object: &Value) -> Option<&str> {
+pub fn owning_set(object: &Value) -> Option<&str> {
     object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
@@ -164,7 +333,7 @@ fn owning_set(object: &Value) -> Option<&str> {
 }
 
 /// The StorageCluster a StorageNode belongs to: its controller owner, else its set's cluster.
-fn node_cluster<'a>(world: &'a World, node: &'a Value) -> Option<&'a str> {
+pub fn node_cluster<'a>(world: &'a World, node: &'a Value) -> Option<&'a str> {
     let owner = node
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -191,7 +360,7 @@ fn reparent_nodes_describe(world: &World) -> Vec<Action> {
                 "reparent",
                 "update",
                 display(n),
-                format!("ownerReferences: StorageNodeSet/{set} → StorageCluster/{cluster} (controller), one atomic update"),
+                format!("ownerReferences: StorageNodeSet/{set} → StorageCluster/{cluster} (controller), with its sizing stamped when missing, one atomic update"),
             ))
         })
         .collect()
@@ -255,7 +424,7 @@ fn workload_done(world: &World) -> bool {
 }
 
 /// The clusters node sets name, with the sets.
-fn sets_by_cluster(world: &World) -> std::collections::BTreeMap<&str, Vec<&str>> {
+pub fn sets_by_cluster(world: &World) -> std::collections::BTreeMap<&str, Vec<&str>> {
     let mut out = std::collections::BTreeMap::<&str, Vec<&str>>::new();
     for set in world.of_kind("StorageNodeSet") {
         out.entry(text(set, "/spec/clusterName"))
@@ -309,7 +478,7 @@ fn retire_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
 }
 
 /// The sizing JSON a node would be stamped with.
-fn sizing(world: &World, node: &Value) -> Option<Value> {
+pub fn sizing(world: &World, node: &Value) -> Option<Value> {
     let cluster = world.find("StorageCluster", node_cluster(world, node)?)?;
     let vcpu = cluster.pointer("/spec/vcpuCount")?.as_i64()?;
     let mut sizing = serde_json::json!({ "vcpuCount": vcpu });
@@ -320,12 +489,12 @@ fn sizing(world: &World, node: &Value) -> Option<Value> {
     Some(sizing)
 }
 
-fn stamped(node: &Value) -> bool {
-    node.pointer("/metadata/annotations")
-        .and_then(|a| a.get(SIZING_ANNOTATION))
-        .and_then(Value::as_str)
-        .and_then(|s| serde_json::from_str::<Value>(s).ok())
-        .is_some_and(|v| v.get("vcpuCount").is_some_and(Value::is_number))
+pub fn stamped(node: &Value) -> bool {
+    // Read as the hub reads it: the stamp may since sit in a stash of the whole config,
+    // written back by a v1alpha2 writer.
+    simplyblock_conversion::convert(node, simplyblock_conversion::HUB)
+        .pointer("/spec/config/sizing/vcpuCount")
+        .is_some_and(Value::is_number)
 }
 
 fn sizing_describe(world: &World) -> Vec<Action> {
@@ -371,6 +540,15 @@ fn sizing_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
 
 /// Old keys on `object` without their new spelling beside them.
 fn unmoved(object: &Value) -> Vec<(String, String)> {
+    unmoved_keys(object)
+        .into_iter()
+        .map(|(_, old, new)| (old, new))
+        .collect()
+}
+
+/// Old keys on `object` without their new spelling beside them, with the map they are in
+/// (`annotations` or `labels`).
+pub fn unmoved_keys(object: &Value) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
     for map in ["annotations", "labels"] {
         let Some(entries) = object
@@ -383,7 +561,7 @@ fn unmoved(object: &Value) -> Vec<(String, String)> {
             if let Some(new) = checks::moved(old)
                 && !entries.contains_key(&new)
             {
-                out.push((old.clone(), new));
+                out.push((map, old.clone(), new));
             }
         }
     }
@@ -477,7 +655,9 @@ fn restores_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
     of_retired_kind(world, "BackupRestore")
 }
 
-fn handles_describe(world: &World) -> Vec<Action> {
+/// Each legacy volume not yet annotated, with the handle it is annotated with (`None` when
+/// its pool is not found).
+pub fn normalized_handles(world: &World) -> Vec<(&Value, Option<String>)> {
     checks::legacy_volumes(world)
         .filter(|(pv, _, _)| {
             text(
@@ -490,21 +670,34 @@ fn handles_describe(world: &World) -> Vec<Action> {
             .is_empty()
         })
         .map(|(pv, cluster, pool)| {
-            let uuid = checks::pool_uuid(world, cluster, pool).unwrap_or("(unresolved)");
             let handle = text(pv, "/spec/csi/volumeHandle");
             let volume = handle.rsplit(':').next().unwrap_or("");
+            let normal = checks::pool_uuid(world, cluster, pool)
+                .map(|uuid| format!("{cluster}:{uuid}:{volume}"));
+            (pv, normal)
+        })
+        .collect()
+}
+
+fn handles_describe(world: &World) -> Vec<Action> {
+    normalized_handles(world)
+        .into_iter()
+        .map(|(pv, handle)| {
             action(
                 "normalize-handles",
                 "annotate",
                 display(pv),
-                format!("{HANDLE_ANNOTATION} = {cluster}:{uuid}:{volume}"),
+                format!(
+                    "{HANDLE_ANNOTATION} = {}",
+                    handle.as_deref().unwrap_or("(pool unresolved)")
+                ),
             )
         })
         .collect()
 }
 
 fn handles_done(world: &World) -> bool {
-    handles_describe(world).is_empty()
+    normalized_handles(world).is_empty()
 }
 
 fn handles_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
@@ -546,7 +739,7 @@ fn rewrite_describe(world: &World) -> Vec<Action> {
         .collect()
 }
 
-fn rewritten(crd: &Crd) -> bool {
+pub fn rewritten(crd: &Crd) -> bool {
     crd.storage() == Some(V1ALPHA2) && crd.stored_versions == [V1ALPHA2]
 }
 
@@ -564,7 +757,10 @@ fn rewrite_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
 }
 
 macro_rules! step {
-    ($id:literal, $stage:ident, $phase:literal, [$($req:literal),*], $describe:expr, $done:expr, $validate:expr) => {
+    ($id:literal, $stage:ident, $phase:literal, [$($req:literal),*], $describe:expr, $done:expr, $validate:expr, $apply:expr) => {
+        step!($id, $stage, $phase, [$($req),*], $describe, $done, $validate, $apply, None, false)
+    };
+    ($id:literal, $stage:ident, $phase:literal, [$($req:literal),*], $describe:expr, $done:expr, $validate:expr, $apply:expr, $verify:expr, $recorded:expr) => {
         Step {
             id: $id,
             stage: Stage::$stage,
@@ -573,8 +769,9 @@ macro_rules! step {
             describe: $describe,
             done: $done,
             validate: $validate,
-            apply: None,
-            verify: None,
+            apply: $apply,
+            verify: $verify,
+            recorded: $recorded,
         }
     };
 }
@@ -583,46 +780,44 @@ macro_rules! step {
 pub fn all() -> Vec<Step> {
     vec![
         step!(
-            "deploy-conversion-webhook",
+            "hold-controllers",
             Upgrade,
             "",
             [],
-            deploy_webhook_describe,
-            deploy_webhook_done,
-            ok
+            hold_describe,
+            hold_done,
+            hold_validate,
+            Some(effects::hold_controllers)
+        ),
+        step!(
+            "deploy-conversion-webhook",
+            Upgrade,
+            "",
+            ["hold-controllers"],
+            deploy_describe,
+            deploy_done,
+            ok,
+            Some(effects::deploy_operator)
         ),
         step!(
             "await-conversion-webhook",
             Upgrade,
             "",
             ["deploy-conversion-webhook"],
-            |_| check(
-                "await-conversion-webhook",
-                "the webhook answers a ConversionReview and every converting CRD carries its CA bundle"
-            ),
+            await_webhook_describe,
             await_webhook_done,
-            ok
-        ),
-        step!(
-            "smoke-test-conversion",
-            Upgrade,
-            "",
-            ["await-conversion-webhook"],
-            |_| check(
-                "smoke-test-conversion",
-                "read one object of each converting kind through v1alpha2 and round-trip it"
-            ),
-            never,
-            smoke_conversion_validate
+            ok,
+            Some(effects::wait_only)
         ),
         step!(
             "apply-crds",
             Upgrade,
             "",
-            ["smoke-test-conversion"],
+            ["await-conversion-webhook"],
             apply_crds_describe,
             apply_crds_done,
-            ok
+            ok,
+            Some(effects::apply_crds)
         ),
         step!(
             "verify-crd-versions",
@@ -631,45 +826,48 @@ pub fn all() -> Vec<Step> {
             ["apply-crds"],
             |_| check(
                 "verify-crd-versions",
-                "every CRD Established and NamesAccepted, converting kinds serving both versions, storage at v1alpha1"
+                "every CRD Established and NamesAccepted, converting kinds serving v1alpha1 and v1alpha2, storage held at v1alpha1"
             ),
             never,
-            ok
+            ok,
+            Some(effects::verify_crd_versions),
+            None,
+            true
         ),
         step!(
-            "retest-conversion",
+            "smoke-test-conversion",
             Upgrade,
             "",
             ["verify-crd-versions"],
             |_| check(
-                "retest-conversion",
-                "the smoke test of the conversion again, through the applied CRDs"
+                "smoke-test-conversion",
+                "every object of each converting kind read through v1alpha2 (the webhook converts it) and through v1alpha1: the same objects, each converting back unchanged"
             ),
             never,
-            smoke_conversion_validate
+            smoke_conversion_validate,
+            Some(effects::smoke_test_conversion),
+            None,
+            true
         ),
         step!(
             "hand-over-helm-release",
             Upgrade,
             "",
-            ["retest-conversion"],
+            ["smoke-test-conversion"],
             helm_describe,
-            never,
-            ok
+            helm_done,
+            ok,
+            Some(effects::hand_over_release)
         ),
         step!(
             "upgrade-operator",
             Upgrade,
             "",
             ["hand-over-helm-release"],
-            |_| vec![action(
-                "upgrade-operator",
-                "update",
-                "Deployment/simplyblock-operator".into(),
-                "this operator's image and chart values, the Go values keys translated".into()
-            )],
-            never,
-            upgrade_operator_validate
+            swap_describe,
+            operator_swapped,
+            swap_validate,
+            Some(effects::swap_operator)
         ),
         step!(
             "await-operator",
@@ -678,10 +876,11 @@ pub fn all() -> Vec<Step> {
             ["upgrade-operator"],
             |_| check(
                 "await-operator",
-                "the operator is ready, has adopted the release's objects, and nothing differs from the capture"
+                "this release's operator takes the Lease and leads"
             ),
-            never,
-            ok
+            await_operator_done,
+            ok,
+            Some(effects::wait_only)
         ),
         step!(
             "smoke-test-operator",
@@ -690,10 +889,13 @@ pub fn all() -> Vec<Step> {
             ["await-operator"],
             |_| check(
                 "smoke-test-operator",
-                "a write at v1alpha2 is accepted and reconciled"
+                "a write at v1alpha2 on every StorageCluster, read back at v1alpha1"
             ),
             never,
-            ok
+            ok,
+            Some(effects::smoke_test_operator),
+            None,
+            true
         ),
         step!(
             "reparent-storage-nodes",
@@ -702,7 +904,8 @@ pub fn all() -> Vec<Step> {
             [],
             reparent_nodes_describe,
             reparent_nodes_done,
-            reparent_nodes_validate
+            reparent_nodes_validate,
+            Some(effects::reparent_nodes)
         ),
         step!(
             "reparent-node-set-workload",
@@ -711,7 +914,8 @@ pub fn all() -> Vec<Step> {
             ["reparent-storage-nodes"],
             workload_describe,
             workload_done,
-            ok
+            ok,
+            Some(effects::reparent_workload)
         ),
         step!(
             "create-cluster-deployment-configs",
@@ -720,7 +924,8 @@ pub fn all() -> Vec<Step> {
             [],
             cdc_describe,
             cdc_done,
-            ok
+            ok,
+            Some(effects::create_deployment_configs)
         ),
         step!(
             "retire-storage-node-sets",
@@ -733,7 +938,8 @@ pub fn all() -> Vec<Step> {
             ],
             retire_describe,
             retire_done,
-            retire_validate
+            retire_validate,
+            Some(effects::retire_node_sets)
         ),
         step!(
             "stamp-storage-node-sizing",
@@ -742,7 +948,8 @@ pub fn all() -> Vec<Step> {
             ["reparent-storage-nodes"],
             sizing_describe,
             sizing_done,
-            sizing_validate
+            sizing_validate,
+            Some(effects::stamp_sizing)
         ),
         step!(
             "rewrite-annotation-keys",
@@ -751,7 +958,8 @@ pub fn all() -> Vec<Step> {
             [],
             keys_describe,
             keys_done,
-            keys_validate
+            keys_validate,
+            Some(effects::rewrite_keys)
         ),
         step!(
             "copy-backup-policies",
@@ -760,7 +968,8 @@ pub fn all() -> Vec<Step> {
             [],
             policies_describe,
             policies_done,
-            ok
+            ok,
+            None
         ),
         step!(
             "absorb-volume-migrations",
@@ -769,7 +978,8 @@ pub fn all() -> Vec<Step> {
             [],
             migrations_describe,
             migrations_done,
-            migrations_validate
+            migrations_validate,
+            None
         ),
         step!(
             "absorb-backup-restores",
@@ -778,7 +988,8 @@ pub fn all() -> Vec<Step> {
             [],
             restores_describe,
             restores_done,
-            restores_validate
+            restores_validate,
+            None
         ),
         step!(
             "normalize-volume-handles",
@@ -787,7 +998,8 @@ pub fn all() -> Vec<Step> {
             [],
             handles_describe,
             handles_done,
-            handles_validate
+            handles_validate,
+            Some(effects::normalize_handles)
         ),
         step!(
             "delete-backup-imports",
@@ -796,7 +1008,8 @@ pub fn all() -> Vec<Step> {
             ["copy-backup-policies"],
             imports_describe,
             imports_done,
-            ok
+            ok,
+            None
         ),
         step!(
             "rewrite-storage-version",
@@ -813,7 +1026,8 @@ pub fn all() -> Vec<Step> {
             ],
             rewrite_describe,
             rewrite_done,
-            rewrite_validate
+            rewrite_validate,
+            Some(effects::rewrite_storage)
         ),
     ]
 }

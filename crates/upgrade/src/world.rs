@@ -3,7 +3,8 @@
 //! [`observe`] does the reading; everything else in the crate is a pure function of the
 //! [`World`] it returns, so a plan can be computed (and tested) without an API server.
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Secret, Service, ServiceAccount,
 };
@@ -71,6 +72,49 @@ pub struct World {
     /// `spec.csi`), PersistentVolumeClaims of every namespace and Nodes; `kind`, `metadata`
     /// and, for volumes, `spec.csi`.
     pub kubernetes: Vec<Value>,
+    /// The namespace's Deployments: `kind`, `metadata` and `spec.replicas`.
+    pub deployments: Vec<Value>,
+    /// The operator's leader Lease, if it exists.
+    pub lease: Option<LeaseHeld>,
+    /// What the person named: the releases and the Go operator's Deployment.
+    pub target: Target,
+}
+
+/// The Helm releases and the Deployment the upgrade moves between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// This release's Helm release.
+    pub release: String,
+    /// The Go operator's Helm release; empty: every other release.
+    pub from_release: String,
+    /// The Go operator's Deployment.
+    pub old_operator: String,
+}
+
+impl Default for Target {
+    fn default() -> Target {
+        Target {
+            release: DEFAULT_RELEASE.into(),
+            from_release: String::new(),
+            old_operator: DEFAULT_OLD_OPERATOR.into(),
+        }
+    }
+}
+
+/// This release's Helm release unless named.
+pub const DEFAULT_RELEASE: &str = "simplyblock-operator";
+/// The Go operator's Deployment unless named.
+pub const DEFAULT_OLD_OPERATOR: &str = "simplyblock-operator-controller-manager";
+/// The Deployment this release's chart runs the operator in.
+pub const OPERATOR_DEPLOYMENT: &str = "simplyblock-operator";
+
+/// Who holds the operator's leader Lease.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseHeld {
+    /// The holder's identity; empty when released.
+    pub holder: String,
+    /// Whether the holder's term has not run out.
+    pub current: bool,
 }
 
 /// The kind of an object.
@@ -126,7 +170,13 @@ impl World {
             .iter()
             .chain(&self.hub_objects)
             .chain(&self.workload)
+            .chain(&self.deployments)
             .chain(&self.kubernetes)
+    }
+    /// Objects of the namespace's workload and Deployments, and the group's CRDs as
+    /// `{kind, metadata}`: what a Helm release may own.
+    pub fn release_objects(&self) -> impl Iterator<Item = &Value> {
+        self.workload.iter().chain(&self.deployments)
     }
 }
 
@@ -303,5 +353,32 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
     world
         .kubernetes
         .extend(list_meta(Api::<Node>::all(ns(client)), "Node").await?);
+    for deployment in Api::<Deployment>::namespaced(ns(client), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("listing Deployments: {e}"))?
+    {
+        let mut seen = meta_of("Deployment", &deployment)?;
+        seen["spec"] = serde_json::json!({
+            "replicas": deployment.spec.replicas.unwrap_or(1)
+        });
+        world.deployments.push(seen);
+    }
+    world.lease = Api::<Lease>::namespaced(ns(client), namespace)
+        .get_opt(simplyblock_api::LEADER_LEASE)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading Lease {}: {e}", simplyblock_api::LEADER_LEASE))?
+        .map(|lease| lease_held(&lease, jiff::Timestamp::now()));
     Ok(world)
+}
+
+/// Who holds `lease` at `now`.
+pub fn lease_held(lease: &Lease, now: jiff::Timestamp) -> LeaseHeld {
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.unwrap_or_default();
+    let renewed = spec.renew_time.or(spec.acquire_time).map(|t| t.0);
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(0));
+    let current = !holder.is_empty()
+        && renewed.is_some_and(|t| t + jiff::SignedDuration::from_secs(duration) > now);
+    LeaseHeld { holder, current }
 }

@@ -2,3 +2,4 @@
 //! Go operator left it.
 
 mod preflight;
+mod upgrade;

@@ -6,6 +6,9 @@
 
 use std::process::Output;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -16,10 +19,39 @@ use simplyblock_upgrade::plan::State;
 use simplyblock_upgrade::preflight::{EXIT_BLOCKED, EXIT_READY};
 use simplyblock_upgrade::{Options, Report, Stage};
 
-const NS: &str = "simplyblock";
+pub(crate) const NS: &str = "simplyblock";
 const CLUSTER_UUID: &str = "6f3c2a1e-9b4d-4c8e-a2f1-0d9e8c7b6a50";
-const RUNNING_OPS: &str = "prod-rolling-restart";
+pub(crate) const RUNNING_OPS: &str = "prod-rolling-restart";
+/// The Go operator's Helm release and its operator's Deployment.
+pub(crate) const GO_RELEASE: &str = "simplyblock";
+pub(crate) const GO_OPERATOR: &str = simplyblock_upgrade::world::DEFAULT_OLD_OPERATOR;
 const FINISHED_OPS: &str = "prod-activate";
+
+/// The control plane's ids and the workers a fleet names.
+pub(crate) struct Ids {
+    pub cluster: String,
+    pub pool: String,
+    /// `(worker, storage node id)`.
+    pub nodes: Vec<(String, String)>,
+}
+
+impl Ids {
+    /// Ids no control plane knows, for checks that call none.
+    fn made_up() -> Ids {
+        Ids {
+            cluster: CLUSTER_UUID.into(),
+            pool: "a1b2c3d4-0000-4000-8000-000000000001".into(),
+            nodes: (0..2)
+                .map(|i| {
+                    (
+                        format!("worker-{}", i + 1),
+                        format!("0c1d2e3f-0000-4000-8000-00000000000{i}"),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
 
 /// `crd` as the Go operator installed it: its v1alpha1 version alone, served and stored,
 /// no conversion.
@@ -35,7 +67,7 @@ fn as_go_installed(mut crd: CustomResourceDefinition) -> CustomResourceDefinitio
 
 /// Every v1alpha1 CRD the Go operator installed that this workspace describes: the
 /// converting kinds' and the retired StorageNodeSet's.
-fn go_crds() -> Vec<CustomResourceDefinition> {
+pub(crate) fn go_crds() -> Vec<CustomResourceDefinition> {
     let mut crds: Vec<CustomResourceDefinition> = simplyblock_conversion::kinds()
         .iter()
         .map(|k| (k.kind.v1alpha1)())
@@ -48,7 +80,7 @@ fn go_crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
-fn v1alpha1(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+pub(crate) fn v1alpha1(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", kind),
         plural,
@@ -58,7 +90,12 @@ fn v1alpha1(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObjec
 
 /// Creates `object` (a v1alpha1 object of `kind`) and writes its status as the Go operator
 /// did, through the status subresource; returns it as created.
-async fn create(client: &kube::Client, kind: &str, plural: &str, object: Value) -> DynamicObject {
+pub(crate) async fn create(
+    client: &kube::Client,
+    kind: &str,
+    plural: &str,
+    object: Value,
+) -> DynamicObject {
     let api = v1alpha1(client, kind, plural);
     let status = object.get("status").cloned();
     let mut object: DynamicObject = serde_json::from_value(object).expect("object");
@@ -80,11 +117,11 @@ async fn create(client: &kube::Client, kind: &str, plural: &str, object: Value) 
     created
 }
 
-fn meta(kind: &str, name: &str) -> Value {
+pub(crate) fn meta(kind: &str, name: &str) -> Value {
     json!({"apiVersion": "storage.simplyblock.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": NS}})
 }
 
-fn with(mut base: Value, extra: Value) -> Value {
+pub(crate) fn with(mut base: Value, extra: Value) -> Value {
     if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
             if k == "metadata" {
@@ -103,7 +140,8 @@ fn with(mut base: Value, extra: Value) -> Value {
 }
 
 /// A fleet as the Go operator left it.
-async fn go_fleet(client: &kube::Client) {
+pub(crate) async fn go_fleet(client: &kube::Client, ids: &Ids) {
+    let workers: Vec<&str> = ids.nodes.iter().map(|(w, _)| w.as_str()).collect();
     create(
         client,
         "StorageCluster",
@@ -113,7 +151,7 @@ async fn go_fleet(client: &kube::Client) {
             json!({
                 "spec": {"maxSubsystemCount": 10, "vcpuCount": 8, "maxHugePagesSize": "4Gi",
                          "fabricType": "tcp", "enableNodeAffinity": true},
-                "status": {"uuid": CLUSTER_UUID, "status": "active", "configured": true},
+                "status": {"uuid": ids.cluster, "status": "active", "configured": true},
             }),
         ),
     )
@@ -125,7 +163,7 @@ async fn go_fleet(client: &kube::Client) {
         with(
             meta("StorageNodeSet", "prod-nodes"),
             json!({
-                "spec": {"clusterName": "prod", "workerNodes": ["worker-1", "worker-2"],
+                "spec": {"clusterName": "prod", "workerNodes": workers,
                          "mgmtIfname": "eth0", "spdkSystemMemory": "4G"},
                 "status": {"totalNodes": 2, "onlineNodes": 2},
             }),
@@ -147,7 +185,7 @@ async fn go_fleet(client: &kube::Client) {
         .create(&PostParams::default(), &config)
         .await
         .expect("the set's ConfigMap");
-    for (i, worker) in ["worker-1", "worker-2"].into_iter().enumerate() {
+    for (i, (worker, uuid)) in ids.nodes.iter().enumerate() {
         create(
             client,
             "StorageNode",
@@ -162,7 +200,7 @@ async fn go_fleet(client: &kube::Client) {
                     },
                     "spec": {"storageNodeSetRef": "prod-nodes", "workerNode": worker,
                              "socketId": "0", "nodeIndex": 0, "socketIndex": i},
-                    "status": {"uuid": format!("0c1d2e3f-0000-4000-8000-00000000000{i}"),
+                    "status": {"uuid": uuid,
                                "status": "online", "health": true, "hostname": worker,
                                "resources": {"cpu": 8, "memory": "32Gi", "devices": "4/4"}},
                 }),
@@ -178,7 +216,7 @@ async fn go_fleet(client: &kube::Client) {
             meta("StoragePool", "gold"),
             json!({
                 "spec": {"clusterName": "prod", "capacityLimit": "10Ti", "dhchap": true},
-                "status": {"uuid": "a1b2c3d4-0000-4000-8000-000000000001", "status": "active"},
+                "status": {"uuid": ids.pool, "status": "active"},
             }),
         ),
     )
@@ -205,12 +243,42 @@ async fn go_fleet(client: &kube::Client) {
             json!({
                 "spec": {"clusterRef": "prod", "action": "node-rolling-restart"},
                 "status": {"phase": "Running", "triggered": true,
-                           "nodeRollingRestartStatus": {"pendingNodes": ["prod-nodes-worker-2-0"],
-                                                        "processedNodes": ["prod-nodes-worker-1-0"]}},
+                           "nodeRollingRestartStatus": {"pendingNodes": [format!("prod-nodes-{}-0", workers[1])],
+                                                        "processedNodes": [format!("prod-nodes-{}-0", workers[0])]}},
             }),
         ),
     )
     .await;
+}
+
+/// The Go operator's own objects, as its Helm release left them.
+pub(crate) async fn go_release(client: &kube::Client) {
+    let annotations =
+        json!({"meta.helm.sh/release-name": GO_RELEASE, "meta.helm.sh/release-namespace": NS});
+    let labels =
+        json!({"app.kubernetes.io/managed-by": "Helm", "control-plane": "controller-manager"});
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": GO_OPERATOR, "annotations": annotations, "labels": labels},
+        "spec": {"replicas": 1,
+                 "selector": {"matchLabels": {"control-plane": "controller-manager"}},
+                 "template": {"metadata": {"labels": {"control-plane": "controller-manager"}},
+                              "spec": {"containers": [{"name": "manager",
+                                                       "image": "simplyblock/simplyblock-operator:v1"}]}}},
+    }))
+    .expect("deployment");
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("the Go operator's Deployment");
+    let config: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "simplyblock-operator-settings", "annotations": annotations, "labels": labels},
+        "data": {"logLevel": "info"},
+    }))
+    .expect("config map");
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the Go release's ConfigMap");
 }
 
 /// The binary's preflight against `env`.
@@ -219,7 +287,7 @@ async fn preflight_binary(env: &TestEnv) -> Output {
 }
 
 /// The binary run with `args` and `--namespace` against `env`.
-async fn upgrade_binary(env: &TestEnv, args: &[&str]) -> Output {
+pub(crate) async fn upgrade_binary(env: &TestEnv, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
         .args(args)
         .args(["--namespace", NS])
@@ -230,11 +298,11 @@ async fn upgrade_binary(env: &TestEnv, args: &[&str]) -> Output {
         .expect("simplyblock-upgrade runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -257,12 +325,14 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
     simplyblock_testenv::create_namespace(&client, NS)
         .await
         .expect("namespace");
-    go_fleet(&client).await;
+    go_fleet(&client, &Ids::made_up()).await;
+    go_release(&client).await;
 
     // While the rolling restart runs: refused, naming it and only it.
-    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
-        .await
-        .expect("preflight reads the cluster");
+    let report =
+        simplyblock_upgrade::preflight(&client, NS, &Default::default(), &Options::default())
+            .await
+            .expect("preflight reads the cluster");
     assert_eq!(report.exit_code(), EXIT_BLOCKED, "{report}");
     let refused: Vec<(&str, &str)> = report
         .refusals
@@ -328,9 +398,10 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
         .await
         .expect("the operation finishes");
 
-    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
-        .await
-        .expect("preflight reads the cluster");
+    let report =
+        simplyblock_upgrade::preflight(&client, NS, &Default::default(), &Options::default())
+            .await
+            .expect("preflight reads the cluster");
     assert_eq!(report.exit_code(), EXIT_READY, "{report}");
     assert_eq!(
         step_state(&report, Stage::Migrate, "reparent-storage-nodes"),
@@ -353,16 +424,17 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
         "update ConfigMap/prod-nodes-config: ownerReferences: StorageNodeSet/prod-nodes → StorageCluster/prod (controller)",
         "create ClusterDeploymentConfig/prod: nodeSets[] from StorageNodeSet prod-nodes",
         "annotate StorageNode/prod-nodes-worker-2-0: storage.simplyblock.io/conversion-spec.config.sizing = {\"minHugePagesSize\":\"4Gi\",\"vcpuCount\":8}",
-        "not implemented in this release",
+        "hold-controllers",
+        "scale Deployment/simplyblock-operator-controller-manager: replicas → 0",
         "Verdict: nothing blocks the upgrade",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
-    // Admitted now, the upgrade stops at its first step, which this release cannot carry out.
+    // Admitted now, the upgrade holds the Lease and stops where it needs the chart.
     let upgrade = upgrade_binary(&env, &["upgrade"]).await;
     assert_eq!(upgrade.status.code(), Some(1), "{}", stderr(&upgrade));
     assert!(
-        stderr(&upgrade).contains("deploy-conversion-webhook: not implemented in this release"),
+        stderr(&upgrade).contains("no chart given: pass --chart"),
         "{}",
         stderr(&upgrade)
     );
@@ -374,7 +446,7 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
         stderr(&unconfirmed)
     );
 
-    // Nothing above wrote: the nodes still name their set.
+    // Nothing else was written: the nodes still name their set.
     let node = v1alpha1(&client, "StorageNode", "storagenodes")
         .get("prod-nodes-worker-1-0")
         .await
@@ -515,9 +587,10 @@ async fn preflight_names_every_problem_at_once() {
             .collect()
     };
 
-    let report = simplyblock_upgrade::preflight(&client, NS, &Options::default())
-        .await
-        .expect("preflight reads the cluster");
+    let report =
+        simplyblock_upgrade::preflight(&client, NS, &Default::default(), &Options::default())
+            .await
+            .expect("preflight reads the cluster");
     assert_eq!(found(&report), expected(false), "{report}");
     assert_eq!(report.exit_code(), EXIT_BLOCKED);
 

@@ -1,0 +1,613 @@
+//! A real upgrade: an installation of the Go operator (its CRDs, its Helm release, a fleet
+//! it left, a volume with a handle naming its pool) against sbsim holding the same cluster.
+//! Preflight refuses while a cluster operation runs; once it ended, `upgrade` and then
+//! `migrate` run with the tool killed right after every step's change, once each, and
+//! rerun. Afterwards every object reads at both versions, is stored at v1alpha2, the
+//! operator adopted the cluster without creating one, and the volume's handle resolves.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Output;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
+use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_controlplane::{
+    Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, PoolCreate,
+    StorageNodeAdd, Url, VolumeCreate,
+};
+use simplyblock_operator::assembly::LeaderElection;
+use simplyblock_operator::context::Context;
+use simplyblock_simulator::{Server, Sim, SimConfig};
+use simplyblock_testenv::TestEnv;
+use simplyblock_testenv::wait::until;
+use simplyblock_upgrade::run::CRASH_ENV;
+use simplyblock_upgrade::{Stage, steps};
+
+use crate::preflight::{
+    GO_OPERATOR, GO_RELEASE, Ids, NS, RUNNING_OPS, go_crds, go_fleet, go_release, stderr, stdout,
+    upgrade_binary, v1alpha1,
+};
+
+const TOKEN: &str = "upgrade-test-token";
+/// Who the operator of this release leads as.
+const OPERATOR_IDENTITY: &str = "simplyblock-operator-0";
+
+struct Sbsim {
+    cp: Client,
+    server: Server,
+    _dir: tempfile::TempDir,
+}
+
+/// sbsim with two workers, plain HTTP.
+async fn sbsim() -> Sbsim {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fleet = dir.path().join("fleet.yaml");
+    let mut workers = String::from("workers:\n");
+    for i in 1..=2 {
+        workers.push_str(&format!(
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: prod-nodes}}\n"
+        ));
+    }
+    std::fs::write(&fleet, workers).expect("fleet");
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        time_scale: 1000.0,
+        fleet: Some(fleet),
+        ..SimConfig::new(dir.path().join("state"))
+    };
+    let server = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
+        .await
+        .expect("sbsim");
+    let mut cfg = ClientConfig::new(
+        Url::parse(&format!("http://{}", server.addr)).expect("url"),
+        TOKEN,
+    );
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry_backoff = Duration::from_millis(20);
+    Sbsim {
+        cp: Client::new(cfg).expect("client"),
+        server,
+        _dir: dir,
+    }
+}
+
+/// How many `method path` requests sbsim received.
+async fn calls(cp: &Client, method: &str, path: &str) -> usize {
+    let log = cp
+        .raw(Method::GET, "/../../_sim/calls", &[], None)
+        .await
+        .expect("call log");
+    let log: Vec<Value> = serde_json::from_value(log.json().unwrap_or(Value::Null)).expect("calls");
+    log.iter()
+        .filter(|c| c["method"] == method && c["path"] == path)
+        .count()
+}
+
+/// A volume the Go driver provisioned: its handle names its pool by name, its claim's
+/// QoS under an old key.
+async fn legacy_volume(client: &kube::Client, cluster: &str, volume: &str) {
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pvc-legacy", "annotations": {"simplyblock.io/qos-rw-iops": "100"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "csi": {"driver": simplyblock_api::keys::CSI_DRIVER_NAME,
+                         "volumeHandle": format!("{cluster}:gold:{volume}")}},
+    }))
+    .expect("volume");
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("the legacy volume");
+}
+
+fn hub_node_names(nodes: &kube::core::ObjectList<StorageNode>) -> Vec<String> {
+    nodes
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect()
+}
+
+/// The tool run with `args`, killed right after `crash` when given.
+async fn tool(env: &TestEnv, args: &[&str], crash: Option<&str>) -> Output {
+    let helm = simplyblock_testenv::assets::helm().expect("helm");
+    let chart = simplyblock_testenv::chart::dir();
+    let mut all: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    all.extend([
+        "--from-release".into(),
+        GO_RELEASE.into(),
+        "--old-operator-deployment".into(),
+        GO_OPERATOR.into(),
+        "--helm".into(),
+        helm.display().to_string(),
+        "--chart".into(),
+        chart.display().to_string(),
+        "--wait-seconds".into(),
+        "120".into(),
+    ]);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    upgrade_binary_with(env, &all, crash).await
+}
+
+async fn upgrade_binary_with(env: &TestEnv, args: &[&str], crash: Option<&str>) -> Output {
+    match crash {
+        None => upgrade_binary(env, args).await,
+        Some(point) => tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
+            .args(args)
+            .args(["--namespace", NS])
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .env(CRASH_ENV, point)
+            .env_remove("POD_NAMESPACE")
+            .output()
+            .await
+            .expect("simplyblock-upgrade runs"),
+    }
+}
+
+/// Runs `stage` killed after each of its steps in turn, then to its end.
+async fn kill_at_every_step(env: &TestEnv, stage: Stage, args: &[&str]) -> Vec<&'static str> {
+    let ids: Vec<&'static str> = steps::all()
+        .into_iter()
+        .filter(|s| s.stage == stage && s.implemented())
+        .map(|s| s.id)
+        .collect();
+    let mut killed = Vec::new();
+    for id in &ids {
+        let out = tool(env, args, Some(id)).await;
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "{stage} killed after {id} did not stop there ({:?})\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(&format!("aborting after {id}")),
+            "{}",
+            stderr(&out)
+        );
+        killed.push(*id);
+    }
+    let out = tool(env, args, None).await;
+    assert!(
+        out.status.success(),
+        "{stage} rerun to its end: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("stage {stage}: every step done")),
+        "{}",
+        stdout(&out)
+    );
+    killed
+}
+
+/// The operator this release's chart deploys, run here in place of its pod once its
+/// Deployment exists, as its ServiceAccount; restarted, as a rollout would, when the
+/// Deployment's pod template changes.
+fn operator_pod(
+    env: &'static TestEnv,
+    cp: Client,
+    endpoint: String,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let admin = env.client().await.expect("client");
+        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), NS);
+        let template = async || {
+            deployments
+                .get_opt("simplyblock-operator")
+                .await
+                .ok()
+                .flatten()
+                .map(|d| serde_json::to_value(d.spec.template.metadata).unwrap_or_default())
+        };
+        loop {
+            // Polled by hand: the spawned future must be Send, which `until`'s is not.
+            let started_from = loop {
+                if let Some(t) = template().await {
+                    break t;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            // This API server reaches no Service: the stand-in pod serves at its own
+            // address, so the chart's configuration (naming the Service) makes way for the
+            // one the operator registers there. Helm writes it after the Deployment.
+            let configurations = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
+            let names_service = |c: &ValidatingWebhookConfiguration| {
+                c.webhooks
+                    .iter()
+                    .flatten()
+                    .any(|w| w.client_config.service.is_some())
+            };
+            loop {
+                match configurations.get_opt("simplyblock-operator").await {
+                    Ok(Some(c)) if names_service(&c) => {
+                        let _ = configurations
+                            .delete("simplyblock-operator", &Default::default())
+                            .await;
+                        break;
+                    }
+                    Ok(Some(_)) => break,
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+            let kube = env
+                .service_account_client(NS, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
+                .await
+                .expect("the operator's account");
+            let context = Context::new(kube, cp.clone(), endpoint.clone(), NS.into()).watching(NS);
+            let shutdown = context.shutdown.clone();
+            let mut running =
+                tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
+                    leader_election: Some(LeaderElection {
+                        lease: LeaderElection::LEASE.into(),
+                        identity: OPERATOR_IDENTITY.into(),
+                        duration: Duration::from_secs(4),
+                    }),
+                    ..simplyblock_operator::Config::local(context)
+                }));
+            loop {
+                tokio::select! {
+                    ended = &mut running => panic!("the operator stopped: {ended:?}"),
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                if template().await.is_some_and(|t| t != started_from) {
+                    shutdown.fire();
+                    let _ = running.await;
+                    break;
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
+    // Its own API server: the test installs the Go operator's CRDs and its own webhooks.
+    let env: &'static TestEnv = Box::leak(Box::new(TestEnv::start().await.expect("API server")));
+    env.install_crds(&go_crds())
+        .await
+        .expect("the Go operator's CRDs");
+    let admin = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&admin, NS)
+        .await
+        .expect("namespace");
+
+    // The control plane holds the cluster the Go operator created, its nodes, a pool and a
+    // volume.
+    let sim = sbsim().await;
+    let cp = sim.cp.clone();
+    let cluster = cp
+        .create_cluster(&ClusterCreate::new("prod", 10, 8))
+        .await
+        .expect("cluster");
+    let mut nodes = Vec::new();
+    for i in 1..=2 {
+        cp.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.{NS}.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    until("two online nodes", async || {
+        let listed = cp.list_storage_nodes(cluster.id).await.ok()?;
+        (listed.len() == 2 && listed.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+    cp.activate_cluster(cluster.id).await.expect("activate");
+    until("the cluster active", async || {
+        (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+    for node in cp.list_storage_nodes(cluster.id).await.expect("nodes") {
+        nodes.push((node.hostname.clone(), node.id.to_string()));
+    }
+    nodes.sort();
+    let pool = cp
+        .create_pool(
+            cluster.id,
+            &PoolCreate {
+                name: "gold".into(),
+                ..PoolCreate::default()
+            },
+        )
+        .await
+        .expect("pool");
+    let volume = cp
+        .create_volume(
+            cluster.id,
+            pool.id,
+            &VolumeCreate {
+                name: "pvc-legacy".into(),
+                size: 1 << 30,
+                ..VolumeCreate::default()
+            },
+        )
+        .await
+        .expect("volume");
+    let created_before = calls(&cp, "POST", "/api/v2/clusters/").await
+        + calls(&cp, "POST", "/api/v2/clusters").await;
+    assert_eq!(created_before, 1, "the seed's create is counted");
+
+    let ids = Ids {
+        cluster: cluster.id.to_string(),
+        pool: pool.id.to_string(),
+        nodes,
+    };
+    go_fleet(&admin, &ids).await;
+    go_release(&admin).await;
+    legacy_volume(&admin, &ids.cluster, &volume.to_string()).await;
+
+    // Preflight refuses while the rolling restart runs, and names it.
+    let out = upgrade_binary(env, &["preflight"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stdout(&out).contains(RUNNING_OPS), "{}", stdout(&out));
+    // The upgrade refuses too, before it changes anything.
+    let out = tool(env, &["upgrade"], None).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains(RUNNING_OPS), "{}", stderr(&out));
+    assert!(
+        Api::<Lease>::namespaced(admin.clone(), NS)
+            .get_opt(simplyblock_api::LEADER_LEASE)
+            .await
+            .expect("lease")
+            .is_none(),
+        "a refused upgrade took the Lease"
+    );
+
+    // The operation ends; preflight passes and prints the plan.
+    v1alpha1(&admin, "StorageClusterOps", "storageclusterops")
+        .patch_status(
+            RUNNING_OPS,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("the operation ends");
+    let out = upgrade_binary(env, &["preflight"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    for planned in [
+        "hold-controllers",
+        "reparent-storage-nodes",
+        "rewrite-storage-version",
+    ] {
+        assert!(stdout(&out).contains(planned), "{}", stdout(&out));
+    }
+
+    // The pod of the operator's Deployment, once the upgrade creates it.
+    let _operator = operator_pod(env, cp.clone(), format!("http://{}", sim.server.addr));
+
+    let killed = kill_at_every_step(env, Stage::Upgrade, &["upgrade"]).await;
+    assert_eq!(killed.first(), Some(&"hold-controllers"));
+    // The Go operator is stopped, this one leads, the converting CRDs still store v1alpha1.
+    let go = Api::<Deployment>::namespaced(admin.clone(), NS)
+        .get(GO_OPERATOR)
+        .await
+        .expect("the Go operator's Deployment");
+    assert_eq!(go.spec.replicas, Some(0));
+    let lease = Api::<Lease>::namespaced(admin.clone(), NS)
+        .get(simplyblock_api::LEADER_LEASE)
+        .await
+        .expect("lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(OPERATOR_IDENTITY)
+    );
+    let kept = Api::<ConfigMap>::namespaced(admin.clone(), NS)
+        .get("simplyblock-operator-settings")
+        .await
+        .expect("the Go release's ConfigMap");
+    assert_eq!(
+        kept.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("helm.sh/resource-policy")
+            .map(String::as_str),
+        Some("keep")
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(admin.clone(), NS)
+            .get_opt(simplyblock_upgrade::record::NAME)
+            .await
+            .expect("record")
+            .is_none(),
+        "the record is deleted once the stage is done"
+    );
+
+    // Migrate refuses without confirmation, then runs killed after every step.
+    let out = tool(env, &["migrate"], None).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--confirm"), "{}", stderr(&out));
+    let killed = kill_at_every_step(env, Stage::Migrate, &["migrate", "--confirm"]).await;
+    assert!(killed.contains(&"rewrite-storage-version"), "{killed:?}");
+
+    // Stored at v1alpha2 only.
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for name in simplyblock_api::converting_crd_names() {
+        let crd = crds.get(&name).await.expect("crd");
+        assert_eq!(
+            crd.status.and_then(|s| s.stored_versions),
+            Some(vec!["v1alpha2".to_owned()]),
+            "{name}"
+        );
+        let storage: Vec<&str> = crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.storage)
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(storage, ["v1alpha2"], "{name}");
+    }
+
+    // Every object reads at both versions: typed at v1alpha2, as JSON at v1alpha1.
+    let hub_nodes = Api::<StorageNode>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("storage nodes read at v1alpha2");
+    assert_eq!(hub_nodes.items.len(), 2);
+    for node in &hub_nodes.items {
+        assert_eq!(node.spec.cluster_ref, "prod");
+        let owner = node
+            .metadata
+            .owner_references
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o.controller == Some(true))
+            .expect("a controller owner");
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("StorageCluster", "prod")
+        );
+    }
+    let hub_cluster = Api::<StorageCluster>::namespaced(admin.clone(), NS)
+        .get("prod")
+        .await
+        .expect("the cluster read at v1alpha2");
+    assert_eq!(
+        hub_cluster.status.and_then(|s| s.uuid),
+        Some(ids.cluster.clone())
+    );
+    let hub_pool = Api::<StoragePool>::namespaced(admin.clone(), NS)
+        .get("gold")
+        .await
+        .expect("the pool read at v1alpha2");
+    assert_eq!(hub_pool.spec.cluster_ref, "prod");
+    let ops = Api::<StorageClusterOps>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("cluster operations read at v1alpha2");
+    assert_eq!(ops.items.len(), 2);
+    // The same objects at both versions (the operator may have added its own since, e.g. a
+    // cluster's default pool), the fleet's among them.
+    for (kind, plural, fleet) in [
+        ("StorageCluster", "storageclusters", vec!["prod".to_owned()]),
+        ("StorageNode", "storagenodes", hub_node_names(&hub_nodes)),
+        ("StoragePool", "storagepools", vec!["gold".to_owned()]),
+        (
+            "StorageClusterOps",
+            "storageclusterops",
+            vec![RUNNING_OPS.to_owned()],
+        ),
+    ] {
+        let names = |version: &'static str| {
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("storage.simplyblock.io", version, kind),
+                plural,
+            );
+            let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource);
+            async move {
+                let mut names: Vec<String> = api
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("{kind} at {version}: {e}"))
+                    .items
+                    .into_iter()
+                    .filter_map(|o| o.metadata.name)
+                    .collect();
+                names.sort();
+                names
+            }
+        };
+        let (old, hub) = (names("v1alpha1").await, names("v1alpha2").await);
+        assert_eq!(old, hub, "{kind}");
+        for name in fleet {
+            assert!(old.contains(&name), "{kind}/{name} in {old:?}");
+        }
+    }
+    let old_node: DynamicObject = v1alpha1(&admin, "StorageNode", "storagenodes")
+        .get(&hub_nodes.items[0].metadata.name.clone().unwrap_or_default())
+        .await
+        .expect("a node at v1alpha1");
+    assert_eq!(old_node.data["spec"]["storageNodeSetRef"], "prod-nodes");
+
+    // The node set retired into a deployment document; its workload kept.
+    assert!(
+        v1alpha1(&admin, "StorageNodeSet", "storagenodesets")
+            .list(&ListParams::default())
+            .await
+            .expect("sets")
+            .items
+            .is_empty()
+    );
+    let document = Api::<ClusterDeploymentConfig>::namespaced(admin.clone(), NS)
+        .get("prod")
+        .await
+        .expect("the cluster's deployment document");
+    assert!(!document.spec.approved);
+    assert_eq!(document.spec.node_sets.len(), 1);
+    assert_eq!(document.spec.node_sets[0].groups[0].workers.len(), 2);
+    let workload = Api::<ConfigMap>::namespaced(admin.clone(), NS)
+        .get("prod-nodes-config")
+        .await
+        .expect("the set's ConfigMap survives");
+    assert_eq!(
+        workload
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .map(|o| o.kind.as_str())
+            .collect::<Vec<_>>(),
+        ["StorageCluster"]
+    );
+
+    // The volume's handle resolves: the annotation names the pool by its id, and the
+    // control plane has the volume there.
+    let pv = Api::<PersistentVolume>::all(admin.clone())
+        .get("pvc-legacy")
+        .await
+        .expect("volume");
+    let annotations = pv.metadata.annotations.unwrap_or_default();
+    let handle = annotations
+        .get(steps::HANDLE_ANNOTATION)
+        .expect("the normalised handle");
+    assert_eq!(handle, &format!("{}:{}:{volume}", ids.cluster, ids.pool));
+    cp.get_volume(cluster.id, pool.id, volume)
+        .await
+        .expect("the handle's volume is the control plane's");
+    assert_eq!(
+        annotations
+            .get("storage.simplyblock.io/qos-rw-iops")
+            .map(String::as_str),
+        Some("100"),
+        "the moved key beside the old one"
+    );
+
+    // The operator adopted the cluster it found in the control plane: it reports on it and
+    // never created one.
+    let clusters: Api<StorageCluster> = Api::namespaced(admin.clone(), NS);
+    until("the operator reports on the adopted cluster", async || {
+        let status = clusters.get("prod").await.ok()?.status?;
+        (status.nqn.as_deref() == Some(cluster.nqn.as_str())).then_some(())
+    })
+    .await;
+    let created = calls(&cp, "POST", "/api/v2/clusters/").await
+        + calls(&cp, "POST", "/api/v2/clusters").await;
+    assert_eq!(
+        created, 1,
+        "only the seed's create reached the control plane"
+    );
+}
