@@ -24,6 +24,8 @@ pub struct Record {
     pub phase: String,
     /// Steps whose completion is recorded rather than read from the cluster.
     pub completed: BTreeSet<String>,
+    /// When the latest run started: written first by every run, which takes the lock.
+    pub started: String,
     /// The ConfigMap's resourceVersion this record was read at; `None` before it exists.
     resource_version: Option<String>,
 }
@@ -35,6 +37,7 @@ impl Record {
         Record {
             stage: field("stage"),
             phase: field("phase"),
+            started: field("started"),
             completed: field("completed")
                 .lines()
                 .filter(|l| !l.is_empty())
@@ -59,6 +62,7 @@ impl Record {
             data: Some(BTreeMap::from([
                 ("stage".into(), self.stage.clone()),
                 ("phase".into(), self.phase.clone()),
+                ("started".into(), self.started.clone()),
                 (
                     "completed".into(),
                     self.completed

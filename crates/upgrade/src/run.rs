@@ -64,6 +64,9 @@ pub async fn run(
     }
     // Refused as a whole when any step is blocked, before anything changes.
     plan::admit(steps, stage, &world, options)?;
+    // Every run writes the record first: a run going on at the same time fails its next write.
+    record.started = jiff::Timestamp::now().to_string();
+    store.save(&mut record).await?;
     enter(&store, &mut record, "Validating").await?;
     if stage == Stage::Upgrade
         && world

@@ -2,4 +2,5 @@
 //! Go operator left it.
 
 mod preflight;
+mod record;
 mod upgrade;
