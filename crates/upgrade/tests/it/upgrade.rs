@@ -610,4 +610,22 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
         created, 1,
         "only the seed's create reached the control plane"
     );
+    // Nor did it add a node or a volume again: the fleet's are the control plane's.
+    let node_adds = calls(
+        &cp,
+        "POST",
+        &format!("/api/v2/clusters/{}/storage-nodes/", cluster.id),
+    )
+    .await;
+    assert_eq!(node_adds, 2, "the seed's two node adds only");
+    let volume_creates = calls(
+        &cp,
+        "POST",
+        &format!(
+            "/api/v2/clusters/{}/storage-pools/{}/volumes/",
+            cluster.id, pool.id
+        ),
+    )
+    .await;
+    assert_eq!(volume_creates, 1, "the seed's volume only");
 }
