@@ -262,11 +262,11 @@ impl fmt::Display for Plan {
             } else {
                 "ready".to_owned()
             };
-            writeln!(
-                f,
-                "Stage {} (`simplyblock-upgrade {}`): {verdict}",
-                stage.stage, stage.stage
-            )?;
+            let command = match stage.stage {
+                Stage::Upgrade => "simplyblock-upgrade upgrade --chart <chart>",
+                Stage::Migrate => "simplyblock-upgrade migrate --confirm",
+            };
+            writeln!(f, "Stage {} (`{command}`): {verdict}", stage.stage)?;
             for (n, step) in stage.steps.iter().enumerate() {
                 let state = match &step.state {
                     State::Done => "done",

@@ -105,7 +105,8 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
-            "Run `simplyblock-upgrade upgrade --chart <chart>`, verify the installation, then `simplyblock-upgrade migrate --confirm`. Until `migrate` starts, going back is `helm rollback` of the Go release and deleting this release (its CRDs keep serving v1alpha1)."
+            "Run the upgrade stage, check the installation, then the migrate stage. Until `migrate` starts, going back is uninstalling this release, deleting Lease {} and scaling the Go operator back up: every object is still stored at v1alpha1.",
+            simplyblock_api::LEADER_LEASE
         )?;
         writeln!(
             f,

@@ -507,8 +507,13 @@ fn sizing_describe(world: &World) -> Vec<Action> {
                 "annotate",
                 display(n),
                 format!(
-                    "{SIZING_ANNOTATION} = {}",
-                    sizing(world, n).map_or("(cluster unknown)".into(), |s| s.to_string())
+                    "{SIZING_ANNOTATION} = {}{}",
+                    sizing(world, n).map_or("(cluster unknown)".into(), |s| s.to_string()),
+                    if owning_set(n).is_some() {
+                        " (written by reparent-storage-nodes, in the same update as its owner)"
+                    } else {
+                        ""
+                    }
                 ),
             )
         })

@@ -387,6 +387,8 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
         .expect("the operation ends");
     let out = upgrade_binary(env, &["preflight"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // The plan a person approves (shown with --nocapture).
+    println!("{}", stdout(&out));
     for planned in [
         "hold-controllers",
         "reparent-storage-nodes",
