@@ -12,6 +12,7 @@
 
 pub mod checks;
 pub mod effects;
+pub mod go_installation;
 pub mod plan;
 pub mod preflight;
 pub mod record;

@@ -6,279 +6,43 @@
 
 use std::process::Output;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use simplyblock_testenv::TestEnv;
 use simplyblock_upgrade::plan::State;
 use simplyblock_upgrade::preflight::{EXIT_BLOCKED, EXIT_READY};
-use simplyblock_upgrade::{Options, Report, Stage};
+use simplyblock_upgrade::{Options, Report, Stage, go_installation};
 
 pub(crate) const NS: &str = "simplyblock";
 const CLUSTER_UUID: &str = "6f3c2a1e-9b4d-4c8e-a2f1-0d9e8c7b6a50";
-pub(crate) const RUNNING_OPS: &str = "prod-rolling-restart";
-/// The Go operator's Helm release and its operator's Deployment.
-pub(crate) const GO_RELEASE: &str = "simplyblock";
-pub(crate) const GO_OPERATOR: &str = simplyblock_upgrade::world::DEFAULT_OLD_OPERATOR;
-const FINISHED_OPS: &str = "prod-activate";
+use go_installation::{FINISHED_OPS, Ids, RUNNING_OPS, object};
 
-/// The control plane's ids and the workers a fleet names.
-pub(crate) struct Ids {
-    pub cluster: String,
-    pub pool: String,
-    /// `(worker, storage node id)`.
-    pub nodes: Vec<(String, String)>,
-}
-
-impl Ids {
-    /// Ids no control plane knows, for checks that call none.
-    fn made_up() -> Ids {
-        Ids {
-            cluster: CLUSTER_UUID.into(),
-            pool: "a1b2c3d4-0000-4000-8000-000000000001".into(),
-            nodes: (0..2)
-                .map(|i| {
-                    (
-                        format!("worker-{}", i + 1),
-                        format!("0c1d2e3f-0000-4000-8000-00000000000{i}"),
-                    )
-                })
-                .collect(),
-        }
+/// Ids no control plane knows, for checks that call none.
+fn made_up_ids() -> Ids {
+    Ids {
+        cluster: CLUSTER_UUID.into(),
+        pool: "a1b2c3d4-0000-4000-8000-000000000001".into(),
+        nodes: (0..2)
+            .map(|i| {
+                (
+                    format!("worker-{}", i + 1),
+                    format!("0c1d2e3f-0000-4000-8000-00000000000{i}"),
+                )
+            })
+            .collect(),
     }
 }
 
-/// `crd` as the Go operator installed it: its v1alpha1 version alone, served and stored,
-/// no conversion.
-fn as_go_installed(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    crd.spec.versions.retain(|v| v.name == "v1alpha1");
-    for v in &mut crd.spec.versions {
-        v.served = true;
-        v.storage = true;
-    }
-    crd.spec.conversion = None;
-    crd
-}
-
-/// Every v1alpha1 CRD the Go operator installed that this workspace describes: the
-/// converting kinds' and the retired StorageNodeSet's.
-pub(crate) fn go_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds: Vec<CustomResourceDefinition> = simplyblock_conversion::kinds()
-        .iter()
-        .map(|k| (k.kind.v1alpha1)())
-        .chain(simplyblock_api::v1alpha1::crds())
-        .chain([simplyblock_api::v1alpha1::storage_node_set::StorageNodeSet::crd()])
-        .map(as_go_installed)
-        .collect();
-    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    crds.dedup_by(|a, b| a.metadata.name == b.metadata.name);
-    crds
-}
-
+/// The v1alpha1 API of `kind` in the test's namespace.
 pub(crate) fn v1alpha1(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", kind),
-        plural,
-    );
-    Api::namespaced_with(client.clone(), NS, &resource)
+    go_installation::v1alpha1(client, NS, kind, plural)
 }
 
-/// Creates `object` (a v1alpha1 object of `kind`) and writes its status as the Go operator
-/// did, through the status subresource; returns it as created.
-pub(crate) async fn create(
-    client: &kube::Client,
-    kind: &str,
-    plural: &str,
-    object: Value,
-) -> DynamicObject {
-    let api = v1alpha1(client, kind, plural);
-    let status = object.get("status").cloned();
-    let mut object: DynamicObject = serde_json::from_value(object).expect("object");
-    object.data.as_object_mut().map(|d| d.remove("status"));
-    let name = object.metadata.name.clone().expect("name");
-    let created = api
-        .create(&PostParams::default(), &object)
+/// Creates a v1alpha1 object with its status, as the Go operator left it.
+async fn create(client: &kube::Client, plural: &str, object: Value) -> DynamicObject {
+    go_installation::create(client, NS, plural, object)
         .await
-        .unwrap_or_else(|e| panic!("creating {kind}/{name}: {e}"));
-    if let Some(status) = status {
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("status of {kind}/{name}: {e}"));
-    }
-    created
-}
-
-pub(crate) fn meta(kind: &str, name: &str) -> Value {
-    json!({"apiVersion": "storage.simplyblock.io/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": NS}})
-}
-
-pub(crate) fn with(mut base: Value, extra: Value) -> Value {
-    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            if k == "metadata" {
-                if let (Some(m), Some(extra)) = (
-                    b.get_mut("metadata").and_then(Value::as_object_mut),
-                    v.as_object(),
-                ) {
-                    m.extend(extra.clone());
-                }
-            } else {
-                b.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    base
-}
-
-/// A fleet as the Go operator left it.
-pub(crate) async fn go_fleet(client: &kube::Client, ids: &Ids) {
-    let workers: Vec<&str> = ids.nodes.iter().map(|(w, _)| w.as_str()).collect();
-    create(
-        client,
-        "StorageCluster",
-        "storageclusters",
-        with(
-            meta("StorageCluster", "prod"),
-            json!({
-                "spec": {"maxSubsystemCount": 10, "vcpuCount": 8, "maxHugePagesSize": "4Gi",
-                         "fabricType": "tcp", "enableNodeAffinity": true},
-                "status": {"uuid": ids.cluster, "status": "active", "configured": true},
-            }),
-        ),
-    )
-    .await;
-    let set = create(
-        client,
-        "StorageNodeSet",
-        "storagenodesets",
-        with(
-            meta("StorageNodeSet", "prod-nodes"),
-            json!({
-                "spec": {"clusterName": "prod", "workerNodes": workers,
-                         "mgmtIfname": "eth0", "spdkSystemMemory": "4G"},
-                "status": {"totalNodes": 2, "onlineNodes": 2},
-            }),
-        ),
-    )
-    .await;
-    let owner = json!([{
-        "apiVersion": "storage.simplyblock.io/v1alpha1", "kind": "StorageNodeSet",
-        "name": "prod-nodes", "uid": set.metadata.uid.expect("uid"),
-        "controller": true, "blockOwnerDeletion": true,
-    }]);
-    // Part of the set's workload.
-    let config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "prod-nodes-config", "ownerReferences": owner},
-        "data": {"spdk.json": "{}"},
-    }))
-    .expect("config map");
-    Api::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &config)
-        .await
-        .expect("the set's ConfigMap");
-    for (i, (worker, uuid)) in ids.nodes.iter().enumerate() {
-        create(
-            client,
-            "StorageNode",
-            "storagenodes",
-            with(
-                meta("StorageNode", &format!("prod-nodes-{worker}-0")),
-                json!({
-                    "metadata": {
-                        "ownerReferences": owner,
-                        "labels": {"storage.simplyblock.io/storagenodeset": "prod-nodes",
-                                   "storage.simplyblock.io/worker": worker},
-                    },
-                    "spec": {"storageNodeSetRef": "prod-nodes", "workerNode": worker,
-                             "socketId": "0", "nodeIndex": 0, "socketIndex": i},
-                    "status": {"uuid": uuid,
-                               "status": "online", "health": true, "hostname": worker,
-                               "resources": {"cpu": 8, "memory": "32Gi", "devices": "4/4"}},
-                }),
-            ),
-        )
-        .await;
-    }
-    create(
-        client,
-        "StoragePool",
-        "storagepools",
-        with(
-            meta("StoragePool", "gold"),
-            json!({
-                "spec": {"clusterName": "prod", "capacityLimit": "10Ti", "dhchap": true},
-                "status": {"uuid": ids.pool, "status": "active"},
-            }),
-        ),
-    )
-    .await;
-    create(
-        client,
-        "StorageClusterOps",
-        "storageclusterops",
-        with(
-            meta("StorageClusterOps", FINISHED_OPS),
-            json!({
-                "spec": {"clusterRef": "prod", "action": "activate"},
-                "status": {"phase": "Succeeded", "triggered": true, "message": "activated"},
-            }),
-        ),
-    )
-    .await;
-    create(
-        client,
-        "StorageClusterOps",
-        "storageclusterops",
-        with(
-            meta("StorageClusterOps", RUNNING_OPS),
-            json!({
-                "spec": {"clusterRef": "prod", "action": "node-rolling-restart"},
-                "status": {"phase": "Running", "triggered": true,
-                           "nodeRollingRestartStatus": {"pendingNodes": [format!("prod-nodes-{}-0", workers[1])],
-                                                        "processedNodes": [format!("prod-nodes-{}-0", workers[0])]}},
-            }),
-        ),
-    )
-    .await;
-}
-
-/// The Go operator's own objects, as its Helm release left them.
-pub(crate) async fn go_release(client: &kube::Client) {
-    let annotations =
-        json!({"meta.helm.sh/release-name": GO_RELEASE, "meta.helm.sh/release-namespace": NS});
-    let labels =
-        json!({"app.kubernetes.io/managed-by": "Helm", "control-plane": "controller-manager"});
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": GO_OPERATOR, "annotations": annotations, "labels": labels},
-        "spec": {"replicas": 1,
-                 "selector": {"matchLabels": {"control-plane": "controller-manager"}},
-                 "template": {"metadata": {"labels": {"control-plane": "controller-manager"}},
-                              "spec": {"containers": [{"name": "manager",
-                                                       "image": "simplyblock/simplyblock-operator:v1"}]}}},
-    }))
-    .expect("deployment");
-    Api::<Deployment>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &deployment)
-        .await
-        .expect("the Go operator's Deployment");
-    let config: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "simplyblock-operator-settings", "annotations": annotations, "labels": labels},
-        "data": {"logLevel": "info"},
-    }))
-    .expect("config map");
-    Api::<ConfigMap>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &config)
-        .await
-        .expect("the Go release's ConfigMap");
+        .expect("a Go operator's object")
 }
 
 /// The binary's preflight against `env`.
@@ -318,15 +82,19 @@ fn step_state<'a>(report: &'a Report, stage: Stage, id: &str) -> &'a State {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_terminal() {
     let env = TestEnv::start().await.expect("API server");
-    env.install_crds(&go_crds())
+    env.install_crds(&go_installation::crds())
         .await
         .expect("the Go operator's CRDs");
     let client = env.client().await.expect("client");
     simplyblock_testenv::create_namespace(&client, NS)
         .await
         .expect("namespace");
-    go_fleet(&client, &Ids::made_up()).await;
-    go_release(&client).await;
+    go_installation::fleet(&client, NS, &made_up_ids())
+        .await
+        .expect("the fleet");
+    go_installation::release(&client, NS)
+        .await
+        .expect("the Go release");
 
     // While the rolling restart runs: refused, naming it and only it.
     let report =
@@ -460,7 +228,7 @@ async fn preflight_refuses_while_an_operation_runs_and_passes_once_it_is_termina
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_names_every_problem_at_once() {
     let env = TestEnv::start().await.expect("API server");
-    env.install_crds(&go_crds())
+    env.install_crds(&go_installation::crds())
         .await
         .expect("the Go operator's CRDs");
     let client = env.client().await.expect("client");
@@ -469,10 +237,10 @@ async fn preflight_names_every_problem_at_once() {
         .expect("namespace");
     create(
         &client,
-        "StorageCluster",
         "storageclusters",
-        with(
-            meta("StorageCluster", "prod"),
+        object(
+            "StorageCluster",
+            "prod",
             json!({"spec": {"maxSubsystemCount": 10, "vcpuCount": 8},
                    "status": {"uuid": CLUSTER_UUID}}),
         ),
@@ -481,10 +249,10 @@ async fn preflight_names_every_problem_at_once() {
     // The set is draining worker-2, whose node is offline, through a removal not yet started.
     create(
         &client,
-        "StorageNodeSet",
         "storagenodesets",
-        with(
-            meta("StorageNodeSet", "prod-nodes"),
+        object(
+            "StorageNodeSet",
+            "prod-nodes",
             json!({"spec": {"clusterName": "prod", "workerNodes": ["worker-1", "worker-2"]},
                    "status": {"drainCoordination": [{"hostname": "worker-2", "phase": "draining",
                                                      "startedAt": "2026-01-02T03:04:05Z"}]}}),
@@ -494,10 +262,10 @@ async fn preflight_names_every_problem_at_once() {
     for (worker, status) in [("worker-1", "online"), ("worker-2", "offline")] {
         create(
             &client,
-            "StorageNode",
             "storagenodes",
-            with(
-                meta("StorageNode", &format!("prod-nodes-{worker}-0")),
+            object(
+                "StorageNode",
+                &format!("prod-nodes-{worker}-0"),
                 json!({"spec": {"storageNodeSetRef": "prod-nodes", "workerNode": worker},
                        "status": {"status": status}}),
             ),
@@ -506,10 +274,10 @@ async fn preflight_names_every_problem_at_once() {
     }
     create(
         &client,
-        "StorageNodeOps",
         "storagenodeops",
-        with(
-            meta("StorageNodeOps", "remove-worker-2"),
+        object(
+            "StorageNodeOps",
+            "remove-worker-2",
             json!({"spec": {"storageNodeRef": "prod-nodes-worker-2-0", "action": "remove"}}),
         ),
     )
@@ -517,10 +285,10 @@ async fn preflight_names_every_problem_at_once() {
     let long_pool = "p".repeat(64);
     create(
         &client,
-        "StoragePool",
         "storagepools",
-        with(
-            meta("StoragePool", &long_pool),
+        object(
+            "StoragePool",
+            &long_pool,
             json!({"spec": {"clusterName": "prod"}}),
         ),
     )

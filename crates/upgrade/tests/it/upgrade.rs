@@ -14,9 +14,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::{Value, json};
+use serde_json::Value;
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_controlplane::{
@@ -31,10 +31,11 @@ use simplyblock_testenv::wait::until;
 use simplyblock_upgrade::run::CRASH_ENV;
 use simplyblock_upgrade::{Stage, steps};
 
-use crate::preflight::{
-    GO_OPERATOR, GO_RELEASE, Ids, NS, RUNNING_OPS, go_crds, go_fleet, go_release, stderr, stdout,
-    upgrade_binary, v1alpha1,
+use simplyblock_upgrade::go_installation::{
+    self, Ids, OPERATOR as GO_OPERATOR, RELEASE as GO_RELEASE, RUNNING_OPS,
 };
+
+use crate::preflight::{NS, stderr, stdout, upgrade_binary, v1alpha1};
 
 const TOKEN: &str = "upgrade-test-token";
 /// Who the operator of this release leads as.
@@ -89,23 +90,6 @@ async fn calls(cp: &Client, method: &str, path: &str) -> usize {
     log.iter()
         .filter(|c| c["method"] == method && c["path"] == path)
         .count()
-}
-
-/// A volume the Go driver provisioned: its handle names its pool by name, its claim's
-/// QoS under an old key.
-async fn legacy_volume(client: &kube::Client, cluster: &str, volume: &str) {
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": "pvc-legacy", "annotations": {"simplyblock.io/qos-rw-iops": "100"}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Retain",
-                 "csi": {"driver": simplyblock_api::keys::CSI_DRIVER_NAME,
-                         "volumeHandle": format!("{cluster}:gold:{volume}")}},
-    }))
-    .expect("volume");
-    Api::<PersistentVolume>::all(client.clone())
-        .create(&PostParams::default(), &pv)
-        .await
-        .expect("the legacy volume");
 }
 
 fn hub_node_names(nodes: &kube::core::ObjectList<StorageNode>) -> Vec<String> {
@@ -276,7 +260,7 @@ fn operator_pod(
 async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
     // Its own API server: the test installs the Go operator's CRDs and its own webhooks.
     let env: &'static TestEnv = Box::leak(Box::new(TestEnv::start().await.expect("API server")));
-    env.install_crds(&go_crds())
+    env.install_crds(&go_installation::crds())
         .await
         .expect("the Go operator's CRDs");
     let admin = env.client().await.expect("client");
@@ -349,9 +333,15 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
         pool: pool.id.to_string(),
         nodes,
     };
-    go_fleet(&admin, &ids).await;
-    go_release(&admin).await;
-    legacy_volume(&admin, &ids.cluster, &volume.to_string()).await;
+    go_installation::fleet(&admin, NS, &ids)
+        .await
+        .expect("the fleet");
+    go_installation::release(&admin, NS)
+        .await
+        .expect("the Go release");
+    go_installation::legacy_volume(&admin, &ids.cluster, &volume.to_string())
+        .await
+        .expect("the legacy volume");
 
     // Preflight refuses while the rolling restart runs, and names it.
     let out = upgrade_binary(env, &["preflight"]).await;
@@ -377,12 +367,7 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
     );
 
     // The operation ends; preflight passes and prints the plan.
-    v1alpha1(&admin, "StorageClusterOps", "storageclusterops")
-        .patch_status(
-            RUNNING_OPS,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
-        )
+    go_installation::finish_running_operation(&admin, NS)
         .await
         .expect("the operation ends");
     let out = upgrade_binary(env, &["preflight"]).await;
