@@ -193,3 +193,33 @@ pub async fn install_identity(env: &crate::TestEnv, namespace: &str) -> Result<(
     )
     .await
 }
+
+/// Makes way for webhooks served at a URL: this API server reaches no Service, so an operator
+/// run in place of its pod registers its webhooks at its own address. Waits until the
+/// chart's ValidatingWebhookConfiguration (naming the Service) is installed, then deletes
+/// it; one naming no Service (the operator's) is left alone.
+pub async fn serve_webhooks_here(client: &kube::Client) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let name = "simplyblock-operator";
+    let names_service = |c: &ValidatingWebhookConfiguration| {
+        c.webhooks
+            .iter()
+            .flatten()
+            .any(|w| w.client_config.service.is_some())
+    };
+    // Polled by hand: a pod stand-in runs this in a spawned task, which must be Send.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match api.get_opt(name).await {
+            Ok(Some(c)) if !names_service(&c) => return,
+            Ok(Some(_)) if api.delete(name, &Default::default()).await.is_ok() => return,
+            _ => {}
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the chart's webhook configuration was not installed within 120 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

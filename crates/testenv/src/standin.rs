@@ -78,6 +78,75 @@ impl StandIn {
     }
 }
 
+/// What runs in place of a Deployment's pod (see [`pod`]): its task, and how to stop it
+/// gracefully, which dropping it does.
+pub struct Pod {
+    pub task: JoinHandle<()>,
+    stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Pod {
+    /// `task`, stopped by `stop` (which must make it end).
+    pub fn new(task: JoinHandle<()>, stop: impl FnOnce() + Send + 'static) -> Pod {
+        Pod {
+            task,
+            stop: Some(Box::new(stop)),
+        }
+    }
+
+    /// Stops the pod and waits for its task to end.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop();
+        }
+        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
+        let _ = task.await;
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop();
+        }
+    }
+}
+
+/// What a kubelet and a Deployment's rollouts do for one pod of Deployment `name` in
+/// `namespace`: once the Deployment exists, `start` runs the pod; when its pod template
+/// changes (a restart, a new image), the pod is stopped and started again. Until dropped,
+/// which stops the pod.
+pub fn pod<F, Fut>(client: kube::Client, namespace: String, name: String, start: F) -> StandIn
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Pod> + Send,
+{
+    let task = tokio::spawn(async move {
+        let deployments: Api<Deployment> = Api::namespaced(client, &namespace);
+        let template = async || -> Option<Value> {
+            let deployment = deployments.get_opt(&name).await.ok()??;
+            serde_json::to_value(deployment.spec.template.metadata).ok()
+        };
+        loop {
+            let started_from = loop {
+                if let Some(t) = template().await {
+                    break t;
+                }
+                tokio::time::sleep(INTERVAL).await;
+            };
+            let pod = start().await;
+            loop {
+                tokio::time::sleep(INTERVAL).await;
+                if template().await.is_some_and(|t| t != started_from) {
+                    break;
+                }
+            }
+            pod.stop().await;
+        }
+    });
+    StandIn { task }
+}
+
 /// A Secret's files as a pod that mounts it sees them: key to content.
 pub type Files = BTreeMap<String, Vec<u8>>;
 

@@ -9,7 +9,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Output;
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
@@ -27,6 +26,7 @@ use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_operator::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig};
 use simplyblock_testenv::TestEnv;
+use simplyblock_testenv::standin::{self, Pod, StandIn};
 use simplyblock_testenv::wait::until;
 use simplyblock_upgrade::run::CRASH_ENV;
 use simplyblock_upgrade::{Stage, steps};
@@ -178,82 +178,42 @@ async fn kill_at_every_step(env: &TestEnv, stage: Stage, args: &[&str]) -> Vec<&
 }
 
 /// The operator this release's chart deploys, run here in place of its pod once its
-/// Deployment exists, as its ServiceAccount; restarted, as a rollout would, when the
-/// Deployment's pod template changes.
-fn operator_pod(
-    env: &'static TestEnv,
-    cp: Client,
-    endpoint: String,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let admin = env.client().await.expect("client");
-        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), NS);
-        let template = async || {
-            deployments
-                .get_opt("simplyblock-operator")
-                .await
-                .ok()
-                .flatten()
-                .map(|d| serde_json::to_value(d.spec.template.metadata).unwrap_or_default())
-        };
-        loop {
-            // Polled by hand: the spawned future must be Send, which `until`'s is not.
-            let started_from = loop {
-                if let Some(t) = template().await {
-                    break t;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
-            // This API server reaches no Service: the stand-in pod serves at its own
-            // address, so the chart's configuration (naming the Service) makes way for the
-            // one the operator registers there. Helm writes it after the Deployment.
-            let configurations = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
-            let names_service = |c: &ValidatingWebhookConfiguration| {
-                c.webhooks
-                    .iter()
-                    .flatten()
-                    .any(|w| w.client_config.service.is_some())
-            };
-            loop {
-                match configurations.get_opt("simplyblock-operator").await {
-                    Ok(Some(c)) if names_service(&c) => {
-                        let _ = configurations
-                            .delete("simplyblock-operator", &Default::default())
-                            .await;
-                        break;
+/// Deployment exists, as its ServiceAccount, and restarted when the Deployment's pod
+/// template changes.
+fn operator_pod(env: &'static TestEnv, cp: Client, endpoint: String) -> StandIn {
+    let admin = kube::Client::try_from(env.config().clone()).expect("client");
+    standin::pod(
+        admin.clone(),
+        NS.into(),
+        "simplyblock-operator".into(),
+        move || {
+            let (admin, cp, endpoint) = (admin.clone(), cp.clone(), endpoint.clone());
+            async move {
+                simplyblock_testenv::chart::serve_webhooks_here(&admin).await;
+                let kube = env
+                    .service_account_client(NS, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
+                    .await
+                    .expect("the operator's account");
+                let context = Context::new(kube, cp, endpoint, NS.into()).watching(NS);
+                let shutdown = context.shutdown.clone();
+                let task = tokio::spawn(async move {
+                    let ended = simplyblock_operator::run(simplyblock_operator::Config {
+                        leader_election: Some(LeaderElection {
+                            lease: LeaderElection::LEASE.into(),
+                            identity: OPERATOR_IDENTITY.into(),
+                            duration: Duration::from_secs(4),
+                        }),
+                        ..simplyblock_operator::Config::local(context)
+                    })
+                    .await;
+                    if let Err(e) = ended {
+                        panic!("the operator stopped: {e}");
                     }
-                    Ok(Some(_)) => break,
-                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
+                });
+                Pod::new(task, move || shutdown.fire())
             }
-            let kube = env
-                .service_account_client(NS, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
-                .await
-                .expect("the operator's account");
-            let context = Context::new(kube, cp.clone(), endpoint.clone(), NS.into()).watching(NS);
-            let shutdown = context.shutdown.clone();
-            let mut running =
-                tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
-                    leader_election: Some(LeaderElection {
-                        lease: LeaderElection::LEASE.into(),
-                        identity: OPERATOR_IDENTITY.into(),
-                        duration: Duration::from_secs(4),
-                    }),
-                    ..simplyblock_operator::Config::local(context)
-                }));
-            loop {
-                tokio::select! {
-                    ended = &mut running => panic!("the operator stopped: {ended:?}"),
-                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                }
-                if template().await.is_some_and(|t| t != started_from) {
-                    shutdown.fire();
-                    let _ = running.await;
-                    break;
-                }
-            }
-        }
-    })
+        },
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
