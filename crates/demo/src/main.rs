@@ -12,6 +12,7 @@
 mod day_two;
 mod disaster_recovery;
 mod table;
+mod upgrade;
 mod volume;
 
 use std::collections::BTreeMap;
@@ -470,6 +471,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .await
         .map(Some),
+        Err(e) => Err(e),
+    };
+    // Last, on an API server of its own: an installation of the Go operator moved over.
+    let served = match served {
+        Ok(served) => match upgrade::act().await {
+            Ok(()) => Ok(served),
+            Err(e) => {
+                if let Some(served) = served {
+                    let _ = served.stop().await;
+                }
+                Err(e)
+            }
+        },
         Err(e) => Err(e),
     };
     println!("kubeconfig: {}", env.kubeconfig_path().display());

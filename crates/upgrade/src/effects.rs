@@ -193,6 +193,10 @@ pub fn deploy_operator<'a>(ctx: &'a Context, _: &'a World) -> BoxFuture<'a, Resu
             "--set".into(),
             "deployment.profile=empty".into(),
         ];
+        if let Some(kubeconfig) = &ctx.helm.kubeconfig {
+            args.push("--kubeconfig".into());
+            args.push(kubeconfig.clone());
+        }
         for values in &ctx.helm.values {
             args.push("--values".into());
             args.push(values.clone());
@@ -705,7 +709,8 @@ pub fn create_deployment_configs<'a>(
     .boxed()
 }
 
-/// The StorageNodeSets deleted, orphaning anything still theirs, once nothing names them.
+/// The StorageNodeSets deleted, once nothing this tool moves names them, orphaning
+/// anything else still theirs (the garbage collector's part).
 pub fn retire_node_sets<'a>(
     ctx: &'a Context,
     world: &'a World,
@@ -723,21 +728,29 @@ pub fn retire_node_sets<'a>(
                 still.join(", ")
             )));
         }
-        for set in world.of_kind("StorageNodeSet") {
+        for set in world
+            .of_kind("StorageNodeSet")
+            .filter(|s| !steps::retired(s))
+        {
             let api = api_of(ctx, world, set)?;
-            // The Go operator's finalizer would hold the delete forever now it is gone.
-            if set
+            // The Go operator's finalizers would hold the delete forever now it is gone; the
+            // garbage collector's stay, so anything still the set's is orphaned, not deleted.
+            let finalizers: Vec<&Value> = set
                 .pointer("/metadata/finalizers")
                 .and_then(Value::as_array)
-                .is_some_and(|f| !f.is_empty())
-            {
-                api.patch(
-                    name(set),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-                )
-                .await
-                .map_err(kube_failed(format!("releasing {}", display(set))))?;
+                .into_iter()
+                .flatten()
+                .collect();
+            let kept: Vec<&Value> = finalizers
+                .iter()
+                .copied()
+                .filter(|f| {
+                    f.as_str()
+                        .is_some_and(|f| steps::COLLECTOR_FINALIZERS.contains(&f))
+                })
+                .collect();
+            if kept.len() != finalizers.len() {
+                merge(ctx, world, set, json!({"metadata": {"finalizers": kept}})).await?;
             }
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Orphan),
@@ -882,6 +895,7 @@ pub fn rewrite_storage<'a>(
                 .list(&ListParams::default())
                 .await
                 .map_err(kube_failed(format!("listing {} at v1alpha2", crd.plural)))?;
+            let rewritten = all.items.len();
             for object in all.items {
                 write_back(ctx, &resource, object).await?;
             }
@@ -895,18 +909,13 @@ pub fn rewrite_storage<'a>(
                 "narrowing CRD {crd_name}'s storedVersions"
             )))?;
             println!(
-                "    {}: {} object(s) rewritten at v1alpha2",
-                crd.kind,
-                count(world, &crd.kind)
+                "    {}: {rewritten} object(s) rewritten at v1alpha2",
+                crd.kind
             );
         }
         Ok(())
     }
     .boxed()
-}
-
-fn count(world: &World, kind_: &str) -> usize {
-    world.of_kind(kind_).count()
 }
 
 /// Writes `object` back as read; a conflict reads it again.

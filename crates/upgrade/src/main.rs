@@ -138,6 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             chart: run.chart.clone(),
             release: run.common.release.clone(),
             values: run.values.clone(),
+            kubeconfig: None,
         },
         wait: Duration::from_secs(run.wait_seconds),
     };

@@ -575,6 +575,7 @@ mod tests {
                 chart: None,
                 release: "r".into(),
                 values: Vec::new(),
+                kubeconfig: None,
             },
             wait: std::time::Duration::from_secs(1),
         };

@@ -112,6 +112,8 @@ pub struct Helm {
     pub release: String,
     /// Values files passed on.
     pub values: Vec<String>,
+    /// The kubeconfig helm uses; `None`: helm's own default (`KUBECONFIG`, as the tool's).
+    pub kubeconfig: Option<String>,
 }
 
 /// A change to the cluster: reads `World`, writes through the client.

@@ -458,6 +458,7 @@ fn cdc_done(world: &World) -> bool {
 fn retire_describe(world: &World) -> Vec<Action> {
     world
         .of_kind("StorageNodeSet")
+        .filter(|s| !retired(s))
         .map(|s| {
             action(
                 "retire",
@@ -469,8 +470,26 @@ fn retire_describe(world: &World) -> Vec<Action> {
         .collect()
 }
 
+/// The finalizers of Kubernetes' garbage collector: the orphaning of a set's remaining
+/// dependents is its to finish.
+pub const COLLECTOR_FINALIZERS: &[&str] = &["orphan", "foregroundDeletion"];
+
+/// Whether `set` is deleted, or being deleted with only the garbage collector's work left.
+pub fn retired(set: &Value) -> bool {
+    set.pointer("/metadata/deletionTimestamp").is_some()
+        && set
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .all(|f| {
+                f.as_str()
+                    .is_some_and(|f| COLLECTOR_FINALIZERS.contains(&f))
+            })
+}
+
 fn retire_done(world: &World) -> bool {
-    world.of_kind("StorageNodeSet").next().is_none()
+    world.of_kind("StorageNodeSet").all(retired)
 }
 
 fn retire_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {

@@ -228,4 +228,43 @@ fn the_demo_discovers_deploys_and_ends_online() {
             .any(|l| l.starts_with("replicating back to site A: last sync 20")),
         "replication back to A:\n{stdout}"
     );
+
+    // The upgrade act: preflight refused the running operation, then both stages ran and
+    // the operator adopted the cluster without creating it.
+    assert!(
+        lines.iter().any(|l| l
+            .starts_with("refused: [in-flight-operation] StorageClusterOps/prod-rolling-restart")),
+        "preflight's refusal:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("Verdict: nothing blocks the upgrade")
+            && stdout.contains("stage upgrade → Validating")
+            && stdout.contains("stage migrate → Completed"),
+        "the upgrade's stages:\n{stdout}"
+    );
+    let stored = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("stored versions: "))
+        .unwrap_or_else(|| panic!("no stored versions in:\n{stdout}"));
+    assert_eq!(stored.split(", ").count(), 6, "{stored}");
+    assert!(
+        stored.split(", ").all(|crd| crd.ends_with(" [v1alpha2]")),
+        "{stored}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("StorageNode/prod-nodes-")
+                && l.ends_with(" at v1alpha2: cluster prod, 8 vCPUs, owned by StorageCluster/prod"))
+            .count(),
+        2,
+        "the migrated nodes:\n{stdout}"
+    );
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("the operator adopted StorageCluster/prod (nqn.")
+                && l.ends_with("cluster creates in its call log: 1")
+        ),
+        "the adoption:\n{stdout}"
+    );
 }
