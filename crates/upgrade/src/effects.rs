@@ -19,6 +19,10 @@ use kube::api::{
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
+use simplyblock_api::cluster_deployment_config::{
+    ClusterDeploymentConfig, ClusterDeploymentConfigSpec, NodeGroup, NodeSet,
+};
+
 use crate::step::{Context, StepError};
 use crate::steps::{self, HANDLE_ANNOTATION, SIZING_ANNOTATION};
 use crate::world::{
@@ -49,16 +53,20 @@ fn kube_failed(what: impl std::fmt::Display) -> impl FnOnce(kube::Error) -> Step
 /// the Kubernetes kinds the steps touch by their own resource.
 fn api_of(ctx: &Context, world: &World, object: &Value) -> Result<Api<DynamicObject>, StepError> {
     let kind_ = kind(object);
-    let (group, version, plural, namespaced) = match kind_ {
-        "DaemonSet" => ("apps", "v1", "daemonsets".to_owned(), true),
-        "Deployment" => ("apps", "v1", "deployments".to_owned(), true),
-        "Service" => ("", "v1", "services".to_owned(), true),
-        "ServiceAccount" => ("", "v1", "serviceaccounts".to_owned(), true),
-        "ConfigMap" => ("", "v1", "configmaps".to_owned(), true),
-        "Secret" => ("", "v1", "secrets".to_owned(), true),
-        "PersistentVolumeClaim" => ("", "v1", "persistentvolumeclaims".to_owned(), true),
-        "PersistentVolume" => ("", "v1", "persistentvolumes".to_owned(), false),
-        "Node" => ("", "v1", "nodes".to_owned(), false),
+    let namespace = match text(object, "/metadata/namespace") {
+        "" => ctx.namespace.as_str(),
+        ns => ns,
+    };
+    let (group, plural, namespaced) = match kind_ {
+        "DaemonSet" => ("apps", "daemonsets", true),
+        "Deployment" => ("apps", "deployments", true),
+        "Service" => ("", "services", true),
+        "ServiceAccount" => ("", "serviceaccounts", true),
+        "ConfigMap" => ("", "configmaps", true),
+        "Secret" => ("", "secrets", true),
+        "PersistentVolumeClaim" => ("", "persistentvolumeclaims", true),
+        "PersistentVolume" => ("", "persistentvolumes", false),
+        "Node" => ("", "nodes", false),
         _ => {
             let crd = world.crd(kind_).ok_or_else(|| {
                 failed(anyhow::anyhow!(
@@ -66,24 +74,18 @@ fn api_of(ctx: &Context, world: &World, object: &Value) -> Result<Api<DynamicObj
                     display(object)
                 ))
             })?;
-            let version = match text(object, "/apiVersion").rsplit_once('/') {
-                Some((_, v)) => v,
-                None => V1ALPHA1,
-            };
-            let version = if version == V1ALPHA2 {
+            let version = if text(object, "/apiVersion").ends_with(V1ALPHA2) {
                 V1ALPHA2
             } else {
                 V1ALPHA1
             };
-            (GROUP, version, crd.plural.clone(), true)
+            return Ok(crd.api(&ctx.client, namespace, version));
         }
     };
     let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind_), &plural);
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind_), plural);
     Ok(if namespaced {
-        let ns = text(object, "/metadata/namespace");
-        let ns = if ns.is_empty() { &ctx.namespace } else { ns };
-        Api::namespaced_with(ctx.client.clone(), ns, &resource)
+        Api::namespaced_with(ctx.client.clone(), namespace, &resource)
     } else {
         Api::all_with(ctx.client.clone(), &resource)
     })
@@ -223,6 +225,14 @@ pub fn wait_only<'a>(_: &'a Context, _: &'a World) -> BoxFuture<'a, Result<(), S
     async { Ok(()) }.boxed()
 }
 
+/// Whether `crd`'s `status.storedVersions` lists v1alpha1: objects may be stored there.
+fn stores_v1alpha1(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.stored_versions.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v == V1ALPHA1))
+}
+
 /// This release's CRDs applied, each converting kind's storage held at v1alpha1 and its
 /// conversion (the operator's webhook, written when it started) kept as it is.
 pub fn apply_crds<'a>(ctx: &'a Context, _: &'a World) -> BoxFuture<'a, Result<(), StepError>> {
@@ -234,12 +244,7 @@ pub fn apply_crds<'a>(ctx: &'a Context, _: &'a World) -> BoxFuture<'a, Result<()
                 .get_opt(&crd_name)
                 .await
                 .map_err(kube_failed(format!("reading CRD {crd_name}")))?;
-            let stored_v1alpha1 = live.as_ref().is_some_and(|l| {
-                l.status
-                    .as_ref()
-                    .and_then(|s| s.stored_versions.as_ref())
-                    .is_some_and(|v| v.iter().any(|v| v == V1ALPHA1))
-            });
+            let stored_v1alpha1 = live.as_ref().is_some_and(stores_v1alpha1);
             let converting = crd.spec.versions.iter().any(|v| v.name == V1ALPHA1);
             if converting && stored_v1alpha1 {
                 for version in &mut crd.spec.versions {
@@ -299,8 +304,16 @@ pub fn verify_crd_versions<'a>(
                 if !served(V1ALPHA2) {
                     problems.push(format!("{crd_name}: v1alpha2 not served"));
                 }
-                if crd.spec.versions.iter().any(|v| v.name == V1ALPHA1) && !served(V1ALPHA1) {
-                    problems.push(format!("{crd_name}: v1alpha1 not served"));
+                if crd.spec.versions.iter().any(|v| v.name == V1ALPHA1) {
+                    if !served(V1ALPHA1) {
+                        problems.push(format!("{crd_name}: v1alpha1 not served"));
+                    }
+                    let storage = live.spec.versions.iter().find(|v| v.storage);
+                    if stores_v1alpha1(&live) && storage.is_none_or(|v| v.name != V1ALPHA1) {
+                        problems.push(format!(
+                            "{crd_name}: storage is not held at v1alpha1 while objects are stored there"
+                        ));
+                    }
                 }
             }
             if problems.is_empty() {
@@ -319,33 +332,18 @@ pub fn verify_crd_versions<'a>(
     .boxed()
 }
 
-/// A list of every object of `crd` at `version`, by name.
+/// Every object of `crd` at `version`, by name.
 async fn read_all(
     ctx: &Context,
     crd: &world::Crd,
     version: &str,
 ) -> Result<BTreeMap<String, Value>, StepError> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, version, &crd.kind),
-        &crd.plural,
-    );
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource);
-    let list = api
-        .list(&ListParams::default())
+    Ok(world::list_group(&ctx.client, &ctx.namespace, crd, version)
         .await
-        .map_err(kube_failed(format!("reading {} at {version}", crd.plural)))?;
-    list.items
+        .map_err(failed)?
         .into_iter()
-        .map(|mut o| {
-            o.types = Some(kube::core::TypeMeta {
-                api_version: format!("{GROUP}/{version}"),
-                kind: crd.kind.clone(),
-            });
-            let value = serde_json::to_value(&o).map_err(failed)?;
-            Ok((o.metadata.name.unwrap_or_default(), value))
-        })
-        .collect()
+        .map(|o| (name(&o).to_owned(), o))
+        .collect())
 }
 
 /// Every object of every converting kind read through v1alpha2 (converted by the webhook)
@@ -503,13 +501,7 @@ pub fn smoke_test_operator<'a>(
         };
         let stamp = jiff::Timestamp::now().to_string();
         for cluster in world.of_kind("StorageCluster") {
-            let at = |version: &str| {
-                let resource = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(GROUP, version, "StorageCluster"),
-                    &crd.plural,
-                );
-                Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource)
-            };
+            let at = |version: &str| crd.api(&ctx.client, &ctx.namespace, version);
             at(V1ALPHA2)
                 .patch(
                     name(cluster),
@@ -593,19 +585,9 @@ fn reparented(world: &World, object: &Value) -> Result<Option<Value>, StepError>
     Ok(Some(json!({"metadata": {"ownerReferences": refs}})))
 }
 
-/// Each of `objects` owned by a StorageNodeSet moves to the set's StorageCluster, one
-/// guarded update each.
-async fn reparent_all<'a>(
-    ctx: &Context,
-    world: &World,
-    objects: impl Iterator<Item = &'a Value>,
-) -> Result<(), StepError> {
-    for object in objects {
-        if let Some(patch) = reparented(world, object)? {
-            merge(ctx, world, object, patch).await?;
-        }
-    }
-    Ok(())
+/// The annotations that stamp a node's `sizing`.
+fn stamp(sizing: &Value) -> Value {
+    json!({SIZING_ANNOTATION: sizing.to_string()})
 }
 
 /// Each StorageNode of a set moves to the set's cluster in one update, which stamps its
@@ -623,7 +605,7 @@ pub fn reparent_nodes<'a>(
             if !steps::stamped(node)
                 && let Some(sizing) = steps::sizing(world, node)
             {
-                patch["metadata"]["annotations"] = json!({SIZING_ANNOTATION: sizing.to_string()});
+                patch["metadata"]["annotations"] = stamp(&sizing);
             }
             merge(ctx, world, node, patch).await?;
         }
@@ -632,11 +614,21 @@ pub fn reparent_nodes<'a>(
     .boxed()
 }
 
+/// Each object of a set's workload moves to the set's StorageCluster, one guarded update
+/// each.
 pub fn reparent_workload<'a>(
     ctx: &'a Context,
     world: &'a World,
 ) -> BoxFuture<'a, Result<(), StepError>> {
-    async move { reparent_all(ctx, world, world.release_objects()).await }.boxed()
+    async move {
+        for object in world.release_objects() {
+            if let Some(patch) = reparented(world, object)? {
+                merge(ctx, world, object, patch).await?;
+            }
+        }
+        Ok(())
+    }
+    .boxed()
 }
 
 /// One unapproved ClusterDeploymentConfig per cluster the node sets name, its node sets
@@ -647,53 +639,38 @@ pub fn create_deployment_configs<'a>(
     world: &'a World,
 ) -> BoxFuture<'a, Result<(), StepError>> {
     async move {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(GROUP, V1ALPHA2, "ClusterDeploymentConfig"),
-            "clusterdeploymentconfigs",
-        );
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource);
+        let api: Api<ClusterDeploymentConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         for (cluster, sets) in steps::sets_by_cluster(world) {
             if world.hub_has("ClusterDeploymentConfig", cluster) {
                 continue;
             }
-            let node_sets: Vec<Value> = sets
+            let node_sets = sets
                 .iter()
-                .map(|set_name| {
-                    let set = world.find("StorageNodeSet", set_name);
-                    let mut workers: Vec<&str> = world
-                        .of_kind("StorageNode")
-                        .filter(|n| text(n, "/spec/storageNodeSetRef") == *set_name)
-                        .map(|n| text(n, "/spec/workerNode"))
-                        .filter(|w| !w.is_empty())
-                        .collect();
-                    workers.sort_unstable();
-                    workers.dedup();
-                    let mut group = json!({"name": "default", "workers": workers});
-                    if let Some(set) = set {
-                        let mgmt = text(set, "/spec/mgmtIfname");
-                        if !mgmt.is_empty() {
-                            group["mgmtInterface"] = json!(mgmt);
-                        }
-                        if let Some(data) = set.pointer("/spec/dataIfname").filter(|d| {
-                            d.as_array().is_some_and(|a| !a.is_empty())
-                        }) {
-                            group["dataInterfaces"] = data.clone();
-                        }
-                    }
-                    json!({"name": set_name, "groups": [group]})
+                .map(|set_name| NodeSet {
+                    name: (*set_name).to_owned(),
+                    groups: vec![node_group(world, set_name)],
                 })
                 .collect();
-            let document: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": format!("{GROUP}/{V1ALPHA2}"),
-                "kind": "ClusterDeploymentConfig",
-                "metadata": {
-                    "name": cluster,
-                    "namespace": ctx.namespace,
-                    "annotations": {"storage.simplyblock.io/migrated-from": sets.iter().map(|s| format!("StorageNodeSet/{s}")).collect::<Vec<_>>().join(",")},
+            let mut document = ClusterDeploymentConfig::new(
+                cluster,
+                ClusterDeploymentConfigSpec {
+                    approved: false,
+                    environment: None,
+                    edge_cluster: None,
+                    cluster_ref: Some(cluster.to_owned()),
+                    cluster: None,
+                    node_sets,
+                    images: None,
+                    tolerations: Vec::new(),
                 },
-                "spec": {"approved": false, "clusterRef": cluster, "nodeSets": node_sets},
-            }))
-            .map_err(failed)?;
+            );
+            document.metadata.annotations = Some(BTreeMap::from([(
+                "storage.simplyblock.io/migrated-from".to_owned(),
+                sets.iter()
+                    .map(|s| format!("StorageNodeSet/{s}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )]));
             match api.create(&PostParams::default(), &document).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -707,6 +684,37 @@ pub fn create_deployment_configs<'a>(
         Ok(())
     }
     .boxed()
+}
+
+/// The one group of a retired set: the workers its storage nodes run on, its interfaces.
+fn node_group(world: &World, set_name: &str) -> NodeGroup {
+    let mut workers: Vec<String> = world
+        .of_kind("StorageNode")
+        .filter(|n| text(n, "/spec/storageNodeSetRef") == set_name)
+        .map(|n| text(n, "/spec/workerNode").to_owned())
+        .filter(|w| !w.is_empty())
+        .collect();
+    workers.sort_unstable();
+    workers.dedup();
+    let set = world.find("StorageNodeSet", set_name);
+    let field = |pointer: &str| set.map(|s| text(s, pointer)).filter(|v| !v.is_empty());
+    NodeGroup {
+        name: "default".into(),
+        workers,
+        mgmt_interface: field("/spec/mgmtIfname").map(str::to_owned),
+        data_interfaces: set
+            .and_then(|s| s.pointer("/spec/dataIfname"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        devices: None,
+        failure_domain: None,
+        spdk_system_memory: None,
+        journal_manager: None,
+    }
 }
 
 /// The StorageNodeSets deleted, once nothing this tool moves names them, orphaning
@@ -767,6 +775,44 @@ pub fn retire_node_sets<'a>(
     .boxed()
 }
 
+/// What retiring the sets must leave: every StorageNode and every workload object the sets'
+/// clusters own, as `before` (the world the sets were deleted from) had them, still there
+/// and not being deleted.
+pub fn survivors_remain<'a>(
+    ctx: &'a Context,
+    before: &'a World,
+) -> BoxFuture<'a, Result<(), StepError>> {
+    async move {
+        let owned_by_cluster = |o: &&Value| {
+            o.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| text(r, "/kind") == "StorageCluster"))
+        };
+        let mut lost = Vec::new();
+        for object in before
+            .of_kind("StorageNode")
+            .chain(before.release_objects().filter(owned_by_cluster))
+        {
+            let now = api_of(ctx, before, object)?
+                .get_opt(name(object))
+                .await
+                .map_err(kube_failed(format!("reading {}", display(object))))?;
+            if now.is_none_or(|o| o.metadata.deletion_timestamp.is_some()) {
+                lost.push(display(object));
+            }
+        }
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            Err(failed(anyhow::anyhow!(
+                "retiring the node sets took what they owned with them: {} are gone or being deleted",
+                lost.join(", ")
+            )))
+        }
+    }
+    .boxed()
+}
+
 pub fn stamp_sizing<'a>(
     ctx: &'a Context,
     world: &'a World,
@@ -779,9 +825,13 @@ pub fn stamp_sizing<'a>(
                     display(node)
                 ))
             })?;
-            let patch =
-                json!({"metadata": {"annotations": {SIZING_ANNOTATION: sizing.to_string()}}});
-            merge(ctx, world, node, patch).await?;
+            merge(
+                ctx,
+                world,
+                node,
+                json!({"metadata": {"annotations": stamp(&sizing)}}),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -886,10 +936,7 @@ pub fn rewrite_storage<'a>(
                     "switching CRD {crd_name}'s storage to v1alpha2"
                 )))?;
             }
-            let resource = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(GROUP, V1ALPHA2, &crd.kind),
-                &crd.plural,
-            );
+            let resource = crd.resource(V1ALPHA2);
             let objects: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
             let all = objects
                 .list(&ListParams::default())

@@ -105,7 +105,6 @@ pub async fn run(
         if !step.recorded {
             await_done(ctx, target, step).await?;
         }
-        let world = observe(ctx, target).await?;
         step.verify(ctx, &world).await.map_err(RunError::Step)?;
         if step.recorded {
             record.completed.insert(step.id.to_owned());
@@ -166,19 +165,11 @@ pub fn upgraded(world: &World) -> bool {
 
 /// The names of the objects of `crd` listed at `version`.
 async fn names_at(ctx: &Context, crd: &world::Crd, version: &str) -> Result<Vec<String>, String> {
-    let resource = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk(world::GROUP, version, &crd.kind),
-        &crd.plural,
-    );
-    let api: kube::Api<kube::api::DynamicObject> =
-        kube::Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource);
-    let mut names: Vec<String> = api
-        .list(&Default::default())
+    let mut names: Vec<String> = world::list_group(&ctx.client, &ctx.namespace, crd, version)
         .await
-        .map_err(|e| format!("{} at {version}: {e}", crd.kind))?
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
+        .map_err(|e| format!("{}: {e:#}", crd.kind))?
+        .iter()
+        .map(|o| world::name(o).to_owned())
         .collect();
     names.sort();
     Ok(names)

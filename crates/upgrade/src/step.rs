@@ -138,7 +138,9 @@ pub struct Step {
     pub validate: fn(&World, &Options) -> Result<(), Vec<Refusal>>,
     /// The change; `None` when this release cannot carry it out.
     pub apply: Option<Effect>,
-    /// A check after the change shows (beyond `done`); `None` when `done` is the check.
+    /// A check once the change shows, given the world the change was made on: what `done`
+    /// cannot see, such as what the change must have left alone; `None` when `done` is the
+    /// whole check.
     pub verify: Option<Effect>,
     /// Whether completion is recorded rather than read: a check leaves no trace, so the
     /// run's record says it passed.
@@ -159,10 +161,10 @@ impl Step {
         }
     }
 
-    /// Checks the change took, beyond `done`.
-    pub async fn verify(&self, ctx: &Context, world: &World) -> Result<(), StepError> {
+    /// Checks the change, beyond `done`; `before` is the world it was made on.
+    pub async fn verify(&self, ctx: &Context, before: &World) -> Result<(), StepError> {
         match self.verify {
-            Some(verify) => verify(ctx, world).await,
+            Some(verify) => verify(ctx, before).await,
             None => Ok(()),
         }
     }

@@ -196,8 +196,8 @@ fn apply_crds_done(world: &World) -> bool {
     })
 }
 
-/// Whether `annotations` name `release` (any release but this one's when `release` is
-/// empty).
+/// Whether an object whose release annotation says `release` is the old release's: the
+/// one named `--from-release`, or any but this one's when none is named.
 fn of_release(world: &World, release: Option<&str>) -> bool {
     let from = &world.target.from_release;
     match release {
@@ -963,7 +963,9 @@ pub fn all() -> Vec<Step> {
             retire_describe,
             retire_done,
             retire_validate,
-            Some(effects::retire_node_sets)
+            Some(effects::retire_node_sets),
+            Some(effects::survivors_remain),
+            false
         ),
         step!(
             "stamp-storage-node-sizing",

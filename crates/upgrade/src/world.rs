@@ -43,6 +43,17 @@ impl Crd {
             .iter()
             .any(|(v, served, _)| v == version && *served)
     }
+    /// This kind at `version`.
+    pub fn resource(&self, version: &str) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, version, &self.kind),
+            &self.plural,
+        )
+    }
+    /// The API of this kind's objects at `version` in `namespace`.
+    pub fn api(&self, client: &kube::Client, namespace: &str, version: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), namespace, &self.resource(version))
+    }
     /// The version objects are stored at.
     pub fn storage(&self) -> Option<&str> {
         self.versions
@@ -186,18 +197,17 @@ fn not_found(error: &kube::Error) -> bool {
 
 /// Lists every object of one kind of the group at `version` in `namespace`, as JSON; a kind
 /// whose CRD does not serve that version lists nothing.
-async fn list_group(
+pub async fn list_group(
     client: &kube::Client,
     namespace: &str,
     crd: &Crd,
     version: &str,
 ) -> anyhow::Result<Vec<Value>> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, version, &crd.kind),
-        &crd.plural,
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    match api.list(&ListParams::default()).await {
+    match crd
+        .api(client, namespace, version)
+        .list(&ListParams::default())
+        .await
+    {
         Ok(list) => list
             .items
             .into_iter()

@@ -52,11 +52,21 @@ async fn preflight_binary(env: &TestEnv) -> Output {
 
 /// The binary run with `args` and `--namespace` against `env`.
 pub(crate) async fn upgrade_binary(env: &TestEnv, args: &[&str]) -> Output {
+    upgrade_binary_with(env, args, &[]).await
+}
+
+/// [`upgrade_binary`] with the environment variables `vars` set.
+pub(crate) async fn upgrade_binary_with(
+    env: &TestEnv,
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
         .args(args)
         .args(["--namespace", NS])
         .env("KUBECONFIG", env.kubeconfig_path())
         .env_remove("POD_NAMESPACE")
+        .envs(vars.iter().copied())
         .output()
         .await
         .expect("simplyblock-upgrade runs")

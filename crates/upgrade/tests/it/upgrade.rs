@@ -35,7 +35,7 @@ use simplyblock_upgrade::go_installation::{
     self, Ids, OPERATOR as GO_OPERATOR, RELEASE as GO_RELEASE, RUNNING_OPS,
 };
 
-use crate::preflight::{NS, stderr, stdout, upgrade_binary, v1alpha1};
+use crate::preflight::{NS, stderr, stdout, upgrade_binary, upgrade_binary_with, v1alpha1};
 
 const TOKEN: &str = "upgrade-test-token";
 /// Who the operator of this release leads as.
@@ -118,22 +118,8 @@ async fn tool(env: &TestEnv, args: &[&str], crash: Option<&str>) -> Output {
         "120".into(),
     ]);
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    upgrade_binary_with(env, &all, crash).await
-}
-
-async fn upgrade_binary_with(env: &TestEnv, args: &[&str], crash: Option<&str>) -> Output {
-    match crash {
-        None => upgrade_binary(env, args).await,
-        Some(point) => tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-upgrade"))
-            .args(args)
-            .args(["--namespace", NS])
-            .env("KUBECONFIG", env.kubeconfig_path())
-            .env(CRASH_ENV, point)
-            .env_remove("POD_NAMESPACE")
-            .output()
-            .await
-            .expect("simplyblock-upgrade runs"),
-    }
+    let vars: Vec<(&str, &str)> = crash.map(|step| (CRASH_ENV, step)).into_iter().collect();
+    upgrade_binary_with(env, &all, &vars).await
 }
 
 /// Runs `stage` killed after each of its steps in turn, then to its end.
