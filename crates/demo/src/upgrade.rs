@@ -170,11 +170,16 @@ pub async fn act() -> anyhow::Result<()> {
             let (admin, cp, endpoint) = (pod_admin.clone(), pod_cp.clone(), endpoint.clone());
             async move {
                 simplyblock_testenv::chart::serve_webhooks_here(&admin).await;
-                let Ok(kube) = env
+                let kube = match env
                     .service_account_client(NAMESPACE, simplyblock_testenv::chart::OPERATOR_ACCOUNT)
                     .await
-                else {
-                    return Pod::new(tokio::spawn(async {}), || {});
+                {
+                    Ok(kube) => kube,
+                    Err(e) => {
+                        // The upgrade then waits in vain for the webhook and says so.
+                        eprintln!("    the upgraded operator cannot start: {e}");
+                        return Pod::new(tokio::spawn(async {}), || {});
+                    }
                 };
                 let context =
                     Context::new(kube, cp, endpoint, NAMESPACE.into()).watching(NAMESPACE);

@@ -81,7 +81,7 @@ impl StandIn {
 /// What runs in place of a Deployment's pod (see [`pod`]): its task, and how to stop it
 /// gracefully, which dropping it does.
 pub struct Pod {
-    pub task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
     stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -89,7 +89,7 @@ impl Pod {
     /// `task`, stopped by `stop` (which must make it end).
     pub fn new(task: JoinHandle<()>, stop: impl FnOnce() + Send + 'static) -> Pod {
         Pod {
-            task,
+            task: Some(task),
             stop: Some(Box::new(stop)),
         }
     }
@@ -99,8 +99,9 @@ impl Pod {
         if let Some(stop) = self.stop.take() {
             stop();
         }
-        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
-        let _ = task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 
