@@ -352,10 +352,7 @@ fn reparent_nodes_describe(world: &World) -> Vec<Action> {
         .of_kind("StorageNode")
         .filter_map(|n| {
             let set = owning_set(n)?;
-            let cluster = world
-                .find("StorageNodeSet", set)
-                .map(|s| text(s, "/spec/clusterName"))
-                .unwrap_or("?");
+            let cluster = set_cluster(world, set);
             Some(action(
                 "reparent",
                 "update",
@@ -397,16 +394,20 @@ fn reparent_nodes_validate(world: &World, options: &Options) -> Result<(), Vec<R
     if out.is_empty() { Ok(()) } else { Err(out) }
 }
 
+/// The cluster StorageNodeSet `set` names, `?` when the set is gone.
+fn set_cluster<'a>(world: &'a World, set: &str) -> &'a str {
+    world
+        .find("StorageNodeSet", set)
+        .map(|s| text(s, "/spec/clusterName"))
+        .unwrap_or("?")
+}
+
 fn workload_describe(world: &World) -> Vec<Action> {
     world
-        .workload
-        .iter()
+        .release_objects()
         .filter_map(|o| {
             let set = owning_set(o)?;
-            let cluster = world
-                .find("StorageNodeSet", set)
-                .map(|s| text(s, "/spec/clusterName"))
-                .unwrap_or("?");
+            let cluster = set_cluster(world, set);
             Some(action(
                 "reparent",
                 "update",
@@ -420,7 +421,7 @@ fn workload_describe(world: &World) -> Vec<Action> {
 }
 
 fn workload_done(world: &World) -> bool {
-    world.workload.iter().all(|o| owning_set(o).is_none())
+    world.release_objects().all(|o| owning_set(o).is_none())
 }
 
 /// The clusters node sets name, with the sets.

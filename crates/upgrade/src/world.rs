@@ -184,8 +184,8 @@ impl World {
             .chain(&self.deployments)
             .chain(&self.kubernetes)
     }
-    /// Objects of the namespace's workload and Deployments, and the group's CRDs as
-    /// `{kind, metadata}`: what a Helm release may own.
+    /// The namespace's workload and Deployments: what a Helm release or a StorageNodeSet
+    /// may own.
     pub fn release_objects(&self) -> impl Iterator<Item = &Value> {
         self.workload.iter().chain(&self.deployments)
     }
@@ -321,49 +321,60 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
         }
     }
     world.crds = crds;
-    let ns = |c: &kube::Client| c.clone();
     world.workload.extend(
         list_meta(
-            Api::<DaemonSet>::namespaced(ns(client), namespace),
+            Api::<DaemonSet>::namespaced(client.clone(), namespace),
             "DaemonSet",
         )
         .await?,
     );
-    world
-        .workload
-        .extend(list_meta(Api::<Service>::namespaced(ns(client), namespace), "Service").await?);
     world.workload.extend(
         list_meta(
-            Api::<ServiceAccount>::namespaced(ns(client), namespace),
+            Api::<Service>::namespaced(client.clone(), namespace),
+            "Service",
+        )
+        .await?,
+    );
+    world.workload.extend(
+        list_meta(
+            Api::<ServiceAccount>::namespaced(client.clone(), namespace),
             "ServiceAccount",
         )
         .await?,
     );
     world.workload.extend(
         list_meta(
-            Api::<ConfigMap>::namespaced(ns(client), namespace),
+            Api::<ConfigMap>::namespaced(client.clone(), namespace),
             "ConfigMap",
         )
         .await?,
     );
-    world
-        .workload
-        .extend(list_meta(Api::<Secret>::namespaced(ns(client), namespace), "Secret").await?);
+    world.workload.extend(
+        list_meta(
+            Api::<Secret>::namespaced(client.clone(), namespace),
+            "Secret",
+        )
+        .await?,
+    );
     // Volumes in full: their CSI handle is what normalize-volume-handles reads.
-    world
-        .kubernetes
-        .extend(list_typed(Api::<PersistentVolume>::all(ns(client)), "PersistentVolume").await?);
+    world.kubernetes.extend(
+        list_typed(
+            Api::<PersistentVolume>::all(client.clone()),
+            "PersistentVolume",
+        )
+        .await?,
+    );
     world.kubernetes.extend(
         list_meta(
-            Api::<PersistentVolumeClaim>::all(ns(client)),
+            Api::<PersistentVolumeClaim>::all(client.clone()),
             "PersistentVolumeClaim",
         )
         .await?,
     );
     world
         .kubernetes
-        .extend(list_meta(Api::<Node>::all(ns(client)), "Node").await?);
-    for deployment in Api::<Deployment>::namespaced(ns(client), namespace)
+        .extend(list_meta(Api::<Node>::all(client.clone()), "Node").await?);
+    for deployment in Api::<Deployment>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map_err(|e| anyhow::anyhow!("listing Deployments: {e}"))?
@@ -374,7 +385,7 @@ pub async fn observe(client: &kube::Client, namespace: &str) -> anyhow::Result<W
         });
         world.deployments.push(seen);
     }
-    world.lease = Api::<Lease>::namespaced(ns(client), namespace)
+    world.lease = Api::<Lease>::namespaced(client.clone(), namespace)
         .get_opt(simplyblock_api::LEADER_LEASE)
         .await
         .map_err(|e| anyhow::anyhow!("reading Lease {}: {e}", simplyblock_api::LEADER_LEASE))?
