@@ -9,7 +9,7 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_api::storage_node_ops::StorageNodeOps;
 use simplyblock_controlplane::NodeStatus;
 
-use crate::support::{Harness, PATIENCE, harness_timed, raised, until_explained};
+use crate::support::{Harness, PATIENCE, harness_timed, raised, until, until_explained};
 
 const NODE: &str = "sb-snops-0";
 
@@ -126,12 +126,14 @@ async fn each_single_call_action_calls_once_and_ends_when_the_node_is_there() {
         );
         raised(&h.kube, &h.ns, Some(name), "OperationSucceeded").await;
     }
-    // The lock is released after each.
-    let node = Api::<StorageNode>::namespaced(h.kube.clone(), &h.ns)
-        .get(NODE)
-        .await
-        .expect("node");
-    assert_eq!(node.status.and_then(|s| s.active_ops_ref), None);
+    // The lock is released once the last one has ended: the terminal write comes first,
+    // so a reader may see Succeeded a moment before the release.
+    let nodes = Api::<StorageNode>::namespaced(h.kube.clone(), &h.ns);
+    until("the node's lock released", async || {
+        let node = nodes.get(NODE).await.ok()?;
+        node.status?.active_ops_ref.is_none().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
