@@ -431,8 +431,8 @@ impl Pass<'_> {
         message: String,
     ) -> Result<Action, Error> {
         let (doc, ctx) = (self.doc, self.ctx);
-        ctx.event(doc, true, reason, message.clone()).await;
         super::metrics::validation_failure(&ctx.metrics, &namespace(doc), reason);
+        ctx.event(doc, true, reason, message.clone()).await;
         let change = Change::message(format!("{reason}: {message}"));
         self.write(DeploymentPhase::Failed, machine, change).await?;
         Ok(Action::await_change())

@@ -226,8 +226,9 @@ async fn apply<K: OpsResource, S: Steps<K>>(
                 completed_at: None,
             };
             write_status(&ctx.kube, op, &next, op.kind_status()).await?;
-            ctx.event(op, false, reason::STARTED, message).await;
+            // Counted before it is said: whoever sees the event finds it counted.
             super::metrics::started(&ctx.metrics, op, created(op));
+            ctx.event(op, false, reason::STARTED, message).await;
             Ok(Action::requeue(requeue::NEXT_STEP))
         }
         Gate::Run => {
@@ -305,8 +306,8 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                 if let Some(said) = steps.deadline_message(op, machine.state()) {
                     message = said;
                 }
-                ctx.event(op, true, reason::DEADLINE, message.clone()).await;
                 super::metrics::deadline_exceeded(&ctx.metrics, op, machine.state().name());
+                ctx.event(op, true, reason::DEADLINE, message.clone()).await;
             }
             left(ctx, op, steps, &machine);
             if let Some(kind) = &kind_status {
@@ -523,7 +524,7 @@ fn left<K: OpsResource, S: Steps<K>>(
     }
 }
 
-/// The terminal write, its event, then the lock's release.
+/// The terminal write, its metrics and event, then the lock's release.
 async fn finish<K: OpsResource>(
     op: &K,
     ctx: &Context,
@@ -551,8 +552,8 @@ async fn finish<K: OpsResource>(
         OpsPhase::Aborted => (true, reason::ABORTED),
         _ => (true, reason::FAILED),
     };
-    ctx.event(op, warning, reason, message).await;
     super::metrics::finished(&ctx.metrics, op, phase, started_at.as_ref());
+    ctx.event(op, warning, reason, message).await;
     release(&ctx.kube, op).await?;
     Ok(Action::await_change())
 }
