@@ -78,6 +78,11 @@ impl Error {
     pub(crate) fn io(context: String, source: std::io::Error) -> Error {
         Error::Io { context, source }
     }
+
+    /// A process that did not start because its port was taken.
+    fn is_port_taken(&self) -> bool {
+        matches!(self, Error::NotReady { tail, .. } if tail.contains("address already in use"))
+    }
 }
 
 /// A running etcd + kube-apiserver pair.
@@ -98,12 +103,21 @@ impl TestEnv {
             .await
             .map_err(|e| Error::Client(format!("the asset build task failed: {e}")))??;
         sweep_stale_runs();
-        let dir = run_dir()?;
-        match Self::start_in(&binaries, dir.clone()).await {
-            Ok(env) => Ok(env),
-            Err(e) => {
-                let _ = fs::remove_dir_all(&dir);
-                Err(e)
+        // A port found free can still be taken before etcd or the API server binds it:
+        // such a start is begun again on other ports.
+        let mut attempts = 3;
+        loop {
+            let dir = run_dir()?;
+            match Self::start_in(&binaries, dir.clone()).await {
+                Ok(env) => return Ok(env),
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    attempts -= 1;
+                    if attempts == 0 || !e.is_port_taken() {
+                        return Err(e);
+                    }
+                    tracing::warn!(error = %e, "a port was taken before its bind; starting again");
+                }
             }
         }
     }
@@ -448,7 +462,30 @@ fn not_ready(name: &'static str, started: Instant, reason: String, log: &Path) -
     }
 }
 
-fn free_port() -> Result<u16, Error> {
+/// A loopback port nothing listens on, for a process that binds it itself.
+///
+/// Chosen at random below the kernel's ephemeral range: a port from `bind(0)` lies in that
+/// range, where outgoing connections take their source ports too, so between its release
+/// and the process's bind a connection of any test could take it ("address already in
+/// use"). Below the range only another listener can, and only by picking the same port.
+pub fn free_port() -> Result<u16, Error> {
+    use std::hash::BuildHasher;
+    const LOWEST: u16 = 10_000;
+    let ephemeral_from = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_from > LOWEST + 1_000 {
+        let span = u64::from(ephemeral_from - LOWEST);
+        let random = std::collections::hash_map::RandomState::new();
+        for attempt in 0..64u32 {
+            let pick = random.hash_one((std::process::id(), attempt, Instant::now())) % span;
+            let port = LOWEST + u16::try_from(pick).unwrap_or(0);
+            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -513,4 +550,28 @@ pub async fn create_namespace(client: &kube::Client, name: &str) -> Result<(), k
         .create(&kube::api::PostParams::default(), &namespace)
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_port_lies_below_the_ephemeral_range_and_can_be_bound() {
+        let ephemeral_from: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("the kernel's ephemeral range")
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("its first port");
+        let ports: Vec<u16> = (0..20).map(|_| free_port().expect("a port")).collect();
+        for port in &ports {
+            assert!((10_000..ephemeral_from).contains(port), "{ports:?}");
+            TcpListener::bind((Ipv4Addr::LOCALHOST, *port)).expect("the port binds");
+        }
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 1, "picked at random: {ports:?}");
+    }
 }

@@ -1158,8 +1158,5 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    simplyblock_testenv::free_port().expect("a free port")
 }

@@ -22,10 +22,7 @@ const NS: &str = "leader";
 const LEASE_SECONDS: u64 = 4;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    simplyblock_testenv::free_port().expect("a free port")
 }
 
 /// One operator process named `identity`, its metrics on `metrics_port`.

@@ -204,10 +204,7 @@ pub fn operator_command(
     ns: &str,
 ) -> std::process::Command {
     use std::process::Stdio;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = simplyblock_testenv::free_port().expect("a free port");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"));
     command
         .args(["run", "--disable-initial-discovery"])
