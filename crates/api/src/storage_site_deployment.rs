@@ -162,9 +162,9 @@ pub enum SitePhase {
     Discovering,
     /// The draft has nodes and waits for approval.
     Drafted,
-    /// Approved; the site's StorageCluster is not Online yet.
+    /// Approved; the site's draft is not Expanded or its StorageCluster not Online yet.
     Deploying,
-    /// The site's StorageCluster is Online.
+    /// The site's draft is Expanded and its StorageCluster Online.
     Online,
     /// The site refused the request, the draft failed, or the deployed cluster is
     /// unavailable; status.message says which.

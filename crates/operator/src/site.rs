@@ -64,7 +64,11 @@ pub fn phase(state: &SiteState) -> (SitePhase, Option<String>) {
         );
     }
     match &state.cluster {
-        Some(c) if online(c) => (SitePhase::Online, None),
+        // Both, because the site's views are read back each on its own schedule: a cluster
+        // seen Online beside a draft still seen Expanding is a deployment not yet settled.
+        Some(c) if online(c) && draft.phase == Some(DeploymentPhase::Expanded) => {
+            (SitePhase::Online, None)
+        }
         Some(c)
             if draft.phase == Some(DeploymentPhase::Expanded)
                 && c.phase.as_deref() == Some("Unavailable") =>
@@ -180,6 +184,10 @@ mod tests {
             ),
             (
                 state(draft(true, true, Expanded), cluster("Online", false)),
+                SitePhase::Deploying,
+            ),
+            (
+                state(draft(true, true, Expanding), cluster("Online", true)),
                 SitePhase::Deploying,
             ),
             (

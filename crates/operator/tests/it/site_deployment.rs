@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
+use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, DeploymentPhase};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_api::storage_node::NodePhase;
@@ -340,6 +340,11 @@ async fn a_site_is_discovered_drafted_approved_and_deployed_and_kept_when_the_re
         .phase("east", SitePhase::Online, Duration::from_secs(180))
         .await;
     let status = online.status.clone().expect("status");
+    assert_eq!(
+        status.draft.as_ref().and_then(|d| d.phase),
+        Some(DeploymentPhase::Expanded),
+        "Online waits for the draft's deployment to end"
+    );
     let cluster = status
         .storage_cluster
         .clone()
