@@ -249,18 +249,29 @@ async fn a_controller_restarted_between_steps_calls_once() {
 #[tokio::test]
 async fn two_operations_run_one_after_the_other_in_creation_order() {
     let h = harness("scops-queue", "", (1, 1)).await;
-    // Both exist before the controller looks: same second, so the name decides.
-    h.create_op("b-shutdown", "Shutdown").await;
-    h.create_op("a-activate", "Activate").await;
+    // Both exist before the controller looks. Creation times have a second's resolution,
+    // so the second is created in a later second than the first: creation order, not the
+    // name (which puts the shutdown first), decides.
+    h.create_op("z-activate", "Activate").await;
+    let first = h.ops().get("z-activate").await.expect("z-activate");
+    let created = first.metadata.creation_timestamp.expect("created").0;
+    until("the next second", async || {
+        (jiff::Timestamp::now().as_second() > created.as_second()).then_some(())
+    })
+    .await;
+    h.create_op("a-shutdown", "Shutdown").await;
     let _c = h.start();
-    let a = h.phase_is("a-activate", OpsPhase::Succeeded).await;
-    let b = h.phase_is("b-shutdown", OpsPhase::Succeeded).await;
-    let a_done = a.status.and_then(|s| s.completed_at).expect("a completed");
-    let b_started = b.status.and_then(|s| s.started_at).expect("b started");
-    assert!(b_started.0 >= a_done.0, "{b_started:?} before {a_done:?}");
-    let queued = h.events("b-shutdown", "OperationQueued").await;
-    assert!(!queued.is_empty(), "b waited its turn");
-    assert!(queued[0].contains("a-activate"), "{queued:?}");
+    let activate = h.phase_is("z-activate", OpsPhase::Succeeded).await;
+    let shutdown = h.phase_is("a-shutdown", OpsPhase::Succeeded).await;
+    let activated = activate
+        .status
+        .and_then(|s| s.completed_at)
+        .expect("completed");
+    let shut = shutdown.status.and_then(|s| s.started_at).expect("started");
+    assert!(shut.0 >= activated.0, "{shut:?} before {activated:?}");
+    let queued = h.events("a-shutdown", "OperationQueued").await;
+    assert!(!queued.is_empty(), "the shutdown waited its turn");
+    assert!(queued[0].contains("z-activate"), "{queued:?}");
     assert_eq!(h.calls("POST", &h.activate_path()).await, 1);
     assert_eq!(
         h.calls("POST", &format!("/api/v2/clusters/{}/shutdown", h.uuid))
