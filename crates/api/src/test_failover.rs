@@ -162,8 +162,9 @@ const DRILL: GraphDef<'static, FailoverStep> = GraphDef::new(
         StateDef::new(FailoverStep::ResolvingPoint)
             .to(&[FailoverStep::Cloning])
             .deadline(STEP_DEADLINE),
+        // Back to ResolvingPoint when retention removed the point before it was cloned.
         StateDef::new(FailoverStep::Cloning)
-            .to(&[FailoverStep::Placing])
+            .to(&[FailoverStep::Placing, FailoverStep::ResolvingPoint])
             .deadline(STEP_DEADLINE),
         StateDef::new(FailoverStep::Placing).deadline(STEP_DEADLINE),
     ],

@@ -14,7 +14,7 @@
 //! | start | the finalizer; a live drill of the same source into the same bubble cluster fails this one | phase Provisioning |
 //! | ResolvingSource | views of the source claim, then of its volume (skipped when there) | both answered: handle, attributes, fsType, volumeMode recorded |
 //! | ResolvingPoint | in place without a pinned point: the snapshot `tfo-<h>-snap` (skipped when it exists) | onto another cluster: the relationship's latest replicated snapshot (none: Failed) |
-//! | Cloning | per slot, the volume `tfo-<h>-clone` from the point (skipped when it exists) | every clone exists |
+//! | Cloning | per slot, the volume `tfo-<h>-clone` from the point (skipped when it exists) | every clone exists; a point removed before its clone: back to ResolvingPoint (pinned: Failed) |
 //! | Placing | the ManifestWork `tfo-<h>-bubble` (skipped when it exists) | every claim reported Bound; the source handle unchanged (else Failed, `InvariantViolated`) |
 //! | Releasing | on delete: the work, then each clone, each snapshot the drill took, the views (gone counts as done) | nothing left: the finalizer goes |
 //!
@@ -428,26 +428,49 @@ async fn observe(
         }
         FailoverStep::Cloning => {
             let cp = control_plane(ctx, drill, &drill.spec.bubble_cluster).await?;
-            let mut found = Vec::with_capacity(status.clones.len());
-            let mut listed: BTreeMap<(Uuid, Uuid), Vec<simplyblock_controlplane::Volume>> =
+            let mut made = Vec::with_capacity(status.clones.len());
+            let mut point_present = Vec::with_capacity(status.clones.len());
+            let mut volumes: BTreeMap<(Uuid, Uuid), Vec<simplyblock_controlplane::Volume>> =
                 BTreeMap::new();
+            let mut snapshots: BTreeMap<(Uuid, Uuid), Vec<Uuid>> = BTreeMap::new();
             for slot in &status.clones {
-                let Some((cluster, pool, _)) =
+                let Some((cluster, pool, snapshot)) =
                     slot.snapshot_id.as_deref().and_then(plan::split_handle)
                 else {
-                    found.push(None);
+                    made.push(None);
+                    point_present.push(false);
                     continue;
                 };
-                let volumes = match listed.entry((cluster, pool)) {
-                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::btree_map::Entry::Vacant(e) => {
-                        e.insert(cp.list_volumes(cluster, pool).await?)
+                if let std::collections::btree_map::Entry::Vacant(e) =
+                    volumes.entry((cluster, pool))
+                {
+                    e.insert(cp.list_volumes(cluster, pool).await?);
+                }
+                let name = plan::clone_name(drill, slot);
+                let clone = volumes[&(cluster, pool)]
+                    .iter()
+                    .find(|v| v.name == name)
+                    .cloned();
+                // The point is only looked for while its clone is still to be made.
+                let present = match clone {
+                    Some(_) => true,
+                    None => {
+                        if let std::collections::btree_map::Entry::Vacant(e) =
+                            snapshots.entry((cluster, pool))
+                        {
+                            let listed = cp.list_snapshots(cluster, pool).await?;
+                            e.insert(listed.into_iter().map(|s| s.id).collect());
+                        }
+                        snapshots[&(cluster, pool)].contains(&snapshot)
                     }
                 };
-                let name = plan::clone_name(drill, slot);
-                found.push(volumes.iter().find(|v| v.name == name).cloned());
+                made.push(clone);
+                point_present.push(present);
             }
-            Observation::Clones(found)
+            Observation::Clones {
+                made,
+                point_present,
+            }
         }
         FailoverStep::Placing => {
             let work = works_api(ctx, &drill.spec.bubble_cluster)

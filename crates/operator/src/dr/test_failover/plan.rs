@@ -48,8 +48,12 @@ pub enum Observation {
         pool: Uuid,
         snapshot: Option<Snapshot>,
     },
-    /// Cloning: per slot, the clone named for it where the recovery point lives, if made.
-    Clones(Vec<Option<Volume>>),
+    /// Cloning: per slot, the clone named for it where the recovery point lives, if made,
+    /// and whether the recovery point is still there.
+    Clones {
+        made: Vec<Option<Volume>>,
+        point_present: Vec<bool>,
+    },
     /// Placing: how many of the bubble's claims the work reports Bound (`None`: no work
     /// yet), and the view of the source volume.
     Placement {
@@ -192,7 +196,13 @@ pub fn plan(
             resolve_generation(drill, &status.clones, seen)
         }
         (FailoverStep::ResolvingPoint, seen) => resolve_point(drill, &status.clones, seen),
-        (FailoverStep::Cloning, Observation::Clones(found)) => clone(drill, &status.clones, found),
+        (
+            FailoverStep::Cloning,
+            Observation::Clones {
+                made,
+                point_present,
+            },
+        ) => clone(drill, &status.clones, made, point_present),
         (
             FailoverStep::Placing,
             Observation::Placement {
@@ -651,8 +661,13 @@ pub fn clone_name(drill: &TestFailover, slot: &CloneStatus) -> String {
     }
 }
 
-fn clone(drill: &TestFailover, clones: &[CloneStatus], found: &[Option<Volume>]) -> Decision {
-    if clones.is_empty() || found.len() != clones.len() {
+fn clone(
+    drill: &TestFailover,
+    clones: &[CloneStatus],
+    found: &[Option<Volume>],
+    point_present: &[bool],
+) -> Decision {
+    if clones.is_empty() || found.len() != clones.len() || point_present.len() != clones.len() {
         return fail("internal: the recovery point was not recorded before Cloning");
     }
     let mut done = Vec::with_capacity(clones.len());
@@ -664,6 +679,9 @@ fn clone(drill: &TestFailover, clones: &[CloneStatus], found: &[Option<Volume>])
                 slot.source_ref
             ));
         };
+        if made.is_none() && !point_present[i] {
+            return point_gone(drill, clones, &slot.source_ref, snapshot);
+        }
         let Some(volume) = made else {
             return Decision::Call(Call::Clone {
                 slot: i,
@@ -698,6 +716,42 @@ fn clone(drill: &TestFailover, clones: &[CloneStatus], found: &[Option<Volume>])
         ),
         clones: done,
         report: status.report,
+    }
+}
+
+/// The recovery point of `source` went before its clone was made: a replication keeps only
+/// its newest snapshots, so a slow pass can find the point it resolved removed. A pinned
+/// point cannot be had again; otherwise the latest one is resolved again.
+fn point_gone(
+    drill: &TestFailover,
+    clones: &[CloneStatus],
+    source: &str,
+    snapshot: Uuid,
+) -> Decision {
+    let cluster = &drill.spec.bubble_cluster;
+    if let Some(pinned) = &drill.spec.recovery_point {
+        return fail(format!(
+            "the pinned recovery point {pinned} of {source} is no longer on cluster {cluster}: \
+             it was deleted before it was cloned; pin a snapshot that exists, or leave \
+             spec.recoveryPoint unset to take the latest"
+        ));
+    }
+    let status = drill.status.clone().unwrap_or_default();
+    Decision::Advance {
+        to: FailoverStep::ResolvingPoint,
+        clones: clones.to_vec(),
+        report: status.report,
+        message: format!(
+            "the recovery point {snapshot} of {source} was removed before it was cloned; \
+             resolving the latest again"
+        ),
+        event: (
+            "RecoveryPointGone",
+            format!(
+                "the recovery point {snapshot} of {source} is no longer on cluster {cluster} \
+                 (replication keeps only the newest snapshots); resolving the latest again"
+            ),
+        ),
     }
 }
 

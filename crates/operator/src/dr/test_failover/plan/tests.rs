@@ -483,12 +483,62 @@ fn at_cloning() -> TestFailover {
     )
 }
 
+/// What Cloning reads: the clones found, each slot's point present or not.
+fn clones(made: Vec<Option<Volume>>, point_present: bool) -> Observation {
+    let point_present = vec![point_present; made.len()];
+    Observation::Clones {
+        made,
+        point_present,
+    }
+}
+
+#[test]
+fn a_point_removed_before_its_clone_is_resolved_again_unless_pinned() {
+    let d = at_cloning();
+    let step = FailoverStep::Cloning;
+    let Decision::Advance {
+        to,
+        clones: kept,
+        message,
+        event,
+        ..
+    } = plan(&d, step, &clones(vec![None], false), now())
+    else {
+        panic!("the latest point is resolved again");
+    };
+    assert_eq!(to, FailoverStep::ResolvingPoint);
+    assert_eq!(kept, d.status.clone().expect("status").clones);
+    assert!(
+        message.contains("44444444-4444-4444-4444-444444444444"),
+        "{message}"
+    );
+    assert_eq!(event.0, "RecoveryPointGone");
+    assert!(
+        simplyblock_api::test_failover::GRAPHS
+            .graph(simplyblock_api::test_failover::FailoverStage::Drill)
+            .expect("the drill's graph")
+            .allows(FailoverStep::Cloning, FailoverStep::ResolvingPoint),
+        "the graph declares the way back"
+    );
+
+    let mut pinned = at_cloning();
+    pinned.spec.recovery_point = Some("44444444-4444-4444-4444-444444444444".into());
+    let Decision::Fail { message, .. } = plan(&pinned, step, &clones(vec![None], false), now())
+    else {
+        panic!("a pinned point cannot be had again");
+    };
+    assert!(
+        message.contains("spec.recoveryPoint") && message.contains("site-b"),
+        "{message}"
+    );
+}
+
 #[test]
 fn a_clone_is_made_only_when_none_of_its_name_exists() {
     let d = at_cloning();
     let step = FailoverStep::Cloning;
     assert_eq!(
-        plan(&d, step, &Observation::Clones(vec![None]), now()),
+        plan(&d, step, &clones(vec![None], true), now()),
         Decision::Call(Call::Clone {
             slot: 0,
             cluster: uuid(CLUSTER_A),
@@ -504,7 +554,7 @@ fn a_clone_is_made_only_when_none_of_its_name_exists() {
         ..Volume::default()
     };
     let Decision::Advance { to, clones, .. } =
-        plan(&d, step, &Observation::Clones(vec![Some(made)]), now())
+        plan(&d, step, &clones(vec![Some(made)], false), now())
     else {
         panic!("the clone exists");
     };
