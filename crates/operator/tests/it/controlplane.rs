@@ -24,7 +24,7 @@ use simplyblock_operator::link::Token;
 use simplyblock_testenv::standin::{self, StandIn};
 
 use crate::support::{
-    MANAGED_TLS_ENDPOINT, Sbsim, TOKEN, events, namespace, nudged, passes, sbsim, until,
+    MANAGED_TLS_ENDPOINT, Sbsim, TOKEN, events, free_port, namespace, nudged, passes, sbsim, until,
 };
 
 pub const IMAGE: &str = "quay.io/simplyblock-io/simplyblock:25.10.1";
@@ -1155,8 +1155,4 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
     let occurrences = |reason| crate::support::occurrences(&kube, ns, "simplyblock", reason);
     assert_eq!(occurrences("ControlPlaneReady").await, 1);
     assert_eq!(occurrences("AwaitingDependency").await, 0);
-}
-
-pub fn free_port() -> u16 {
-    simplyblock_testenv::free_port().expect("a free port")
 }

@@ -447,7 +447,8 @@ async fn a_kill_after_each_call_of_an_operation_repeats_none() {
 
     use simplyblock_testenv::standin::StandIn;
 
-    use crate::controlplane::{control_plane, free_port, requests};
+    use crate::controlplane::{control_plane, requests};
+    use crate::support::free_port;
 
     const SIGABRT: i32 = 6;
     let ns = "cpops-crash";

@@ -439,7 +439,7 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
     std::fs::write(&token, "t").expect("token");
     let log_path = dir.path().join("operator.log");
     let log = std::fs::File::create(&log_path).expect("log");
-    let port = simplyblock_testenv::free_port().expect("a free port");
+    let port = crate::support::free_port();
     let mut operator = Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"))
         .arg("run")
         .arg(format!("--webhook-listen=127.0.0.1:{port}"))

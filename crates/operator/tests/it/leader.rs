@@ -14,16 +14,12 @@ use simplyblock_operator::assembly::LeaderElection;
 use simplyblock_simulator::{Server, Sim, SimConfig};
 use simplyblock_testenv::TestEnv;
 
-use crate::support::{PATIENCE, operator_command, own_api_server, until, until_within};
+use crate::support::{PATIENCE, free_port, operator_command, own_api_server, until, until_within};
 
 const TOKEN: &str = "leader-test-token";
 const NS: &str = "leader";
 /// Short, so the takeover is quick; the renewal comes at a third of it.
 const LEASE_SECONDS: u64 = 4;
-
-fn free_port() -> u16 {
-    simplyblock_testenv::free_port().expect("a free port")
-}
 
 /// One operator process named `identity`, its metrics on `metrics_port`.
 fn operator(

@@ -193,6 +193,11 @@ pub async fn operator_kube_on(env: &TestEnv, ns: &str) -> kube::Client {
         .expect("the operator's client")
 }
 
+/// A loopback port for a process that binds it itself ([`simplyblock_testenv::free_port`]).
+pub fn free_port() -> u16 {
+    simplyblock_testenv::free_port().expect("a free port")
+}
+
 /// The operator binary, run against `env`, serving and watching `ns`; it reaches the
 /// control plane its ControlPlane names ([`managed_control_plane`]) through sbsim at
 /// `sbsim` (with the token in `token_file`); its webhooks on a free port, its output
@@ -204,7 +209,7 @@ pub fn operator_command(
     ns: &str,
 ) -> std::process::Command {
     use std::process::Stdio;
-    let port = simplyblock_testenv::free_port().expect("a free port");
+    let port = free_port();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-operator"));
     command
         .args(["run", "--disable-initial-discovery"])

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
 use simplyblock_api::test_failover::{FailoverPhase, TEST_FAILOVER_FINALIZER, TestFailover};
 use simplyblock_controlplane::{
@@ -280,10 +280,13 @@ fn drill_object(name: &str) -> TestFailover {
 
 /// The writes sbsim received after the first `from` calls, as `METHOD path`.
 async fn writes_since(cp: &Client, from: usize) -> Vec<String> {
-    call_log(cp)
-        .await
-        .into_iter()
-        .skip(from)
+    writes(&call_log(cp).await[from..])
+}
+
+/// The writes among `calls`, as `METHOD path`.
+fn writes(calls: &[Value]) -> Vec<String> {
+    calls
+        .iter()
         .filter(|c| c["method"] != "GET")
         .map(|c| {
             format!(
@@ -293,6 +296,15 @@ async fn writes_since(cp: &Client, from: usize) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Whether sbsim carried `call` out. A refused clone made nothing: under load a point can
+/// be removed by retention before its clone, and the drill then resolves the latest again
+/// (the plan's tests).
+fn carried_out(call: &Value) -> bool {
+    call["status"]
+        .as_u64()
+        .is_some_and(|s| (200..300).contains(&s))
 }
 
 /// Waits for every event a drill raises on its way to Ready.
@@ -311,29 +323,21 @@ async fn raised_on_the_way_to_ready(d: &Drill, drill: &str) {
 /// The writes sbsim received since `from`: none to site A, and `clones` creates on site B.
 /// Returns the prefix of site A's paths, for the checks that follow.
 async fn wrote_only_clones(d: &Drill, from: usize, clones: usize) -> String {
-    let writes = writes_since(&d.sim.cp, from).await;
-    // A clone refused made nothing: under load a point can be removed by retention before
-    // its clone, and the drill then resolves the latest again (the plan's tests).
-    let made: Vec<String> = call_log(&d.sim.cp)
-        .await
-        .into_iter()
-        .skip(from)
-        .filter(|c| c["method"] == "POST")
-        .filter(|c| {
-            c["status"]
-                .as_u64()
-                .is_some_and(|s| (200..300).contains(&s))
-        })
-        .map(|c| c["path"].as_str().unwrap_or("").to_owned())
-        .collect();
+    let calls = call_log(&d.sim.cp).await.split_off(from);
+    let writes = writes(&calls);
     let on_a = format!("/api/v2/clusters/{}/", d.a.cluster);
     assert!(
         writes.iter().all(|w| !w.contains(&on_a)),
         "the drill wrote to site A: {writes:?}"
     );
     let on_b = format!("/clusters/{}/", d.b.cluster);
+    let made = calls.iter().filter(|c| {
+        c["method"] == "POST"
+            && c["path"].as_str().is_some_and(|p| p.contains(&on_b))
+            && carried_out(c)
+    });
     assert_eq!(
-        made.iter().filter(|w| w.contains(&on_b)).count(),
+        made.count(),
         clones,
         "one clone per source volume on site B: {writes:?}"
     );
@@ -619,16 +623,7 @@ async fn a_drill_killed_right_after_its_clone_makes_no_second_clone() {
         .into_iter()
         .filter(|c| c["method"] == "POST" && c["path"] == volumes.as_str())
         .collect::<Vec<_>>();
-    // A refused call made nothing: under load a point can be removed by retention before
-    // its clone, and the drill then resolves the latest again (the plan's tests).
-    let made_calls = clone_calls
-        .iter()
-        .filter(|c| {
-            c["status"]
-                .as_u64()
-                .is_some_and(|s| (200..300).contains(&s))
-        })
-        .count();
+    let made_calls = clone_calls.iter().filter(|c| carried_out(c)).count();
     assert_eq!(
         made_calls, 1,
         "one clone made on site B in all: {clone_calls:#?}"
