@@ -557,6 +557,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_start_refused_its_port_is_begun_again() {
+        let refused = |tail: &str| Error::NotReady {
+            name: "etcd",
+            waited: Duration::from_millis(50),
+            reason: "it exited (exit status: 1)".into(),
+            log: "etcd.log".into(),
+            tail: tail.into(),
+        };
+        let taken = r#"{"level":"fatal","msg":"discovery failed","error":"listen tcp 127.0.0.1:46089: bind: address already in use"}"#;
+        assert!(refused(taken).is_port_taken());
+        assert!(!refused("open /data/member: permission denied").is_port_taken());
+        assert!(!Error::Client("address already in use".into()).is_port_taken());
+    }
+
+    #[test]
     fn a_free_port_lies_below_the_ephemeral_range_and_can_be_bound() {
         let ephemeral_from: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
             .expect("the kernel's ephemeral range")
