@@ -14,7 +14,7 @@
 //! | `POST /_sim/workers/{host}/reboot` `{"seconds": N}` | reboot it (sim seconds) |
 //! | `GET /_sim/workers/{host}/snode/{verb}` | its storage-node API, without Host routing |
 //! | `GET /_sim/clock`, `PUT /_sim/clock` `{"scale": F}` | sim time and speed |
-//! | `POST /_sim/clock/advance` `{"seconds": F}` | jump sim time forward |
+//! | `POST /_sim/clock/advance` `{"seconds": F}` | let sim time pass: everything due on the way is carried out at its moment before the answer |
 //! | `GET /_sim/streams` | the open `?watch=true` streams per scope (request path) and their total |
 //! | `GET /_sim/version`, `PUT /_sim/version` `{"version": "…" \| null}` | what `/api/v2/_meta/version` reports (null: 404) |
 
@@ -178,7 +178,7 @@ pub fn handle(
                 .and_then(|b| b.get("seconds"))
                 .and_then(Value::as_f64)
                 .ok_or_else(|| ApiError::bad_request("body must be {\"seconds\": number}"))?;
-            sim.clock.advance((secs * 1000.0) as i64);
+            crate::engine::pass_time(sim, (secs * 1000.0) as i64)?;
             sim.wake.notify_one();
             Ok(Reply::ok(json!({"sim_ms": sim.clock.now_ms()})))
         }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::model::*;
 use crate::render;
+use crate::reply::ApiError;
 use crate::sim::{Sim, St};
 use crate::store::Tables;
 
@@ -33,6 +34,35 @@ pub async fn run(sim: Arc<Sim>, mut stop: tokio::sync::watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Let `ms` of sim time pass as it would at any speed: the clock moves from one due
+/// moment to the next, and everything due at each is carried out at that moment, before
+/// this returns. A jump of an hour runs each retry, phase and schedule of that hour at its
+/// own time, so what a caller reads afterwards does not depend on how often the background
+/// runner happened to look.
+pub fn pass_time(sim: &Sim, ms: i64) -> Result<(), ApiError> {
+    let target = sim.clock.now_ms() + ms.max(0);
+    // Each round either carries out what is due or moves the clock forward; the bound
+    // only guards against work that keeps making itself due at the same moment.
+    for _ in 0..100_000 {
+        let next = sim.mutate(|st| Ok(step(st)))?;
+        let now = sim.clock.now_ms();
+        match next {
+            Some(due) if due <= now => continue,
+            Some(due) if due < target => sim.clock.advance(due - now),
+            _ => {
+                if now < target {
+                    sim.clock.advance(target - now);
+                    sim.mutate(|st| Ok(step(st)))?;
+                }
+                break;
+            }
+        }
+    }
+    sim.engine_passes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
 }
 
 /// Process everything due; return when the next thing is due (sim ms).

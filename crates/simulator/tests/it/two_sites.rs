@@ -176,6 +176,92 @@ async fn advance(s: &Sites, seconds: f64) {
     assert!(r.status().is_success(), "{}", r.status());
 }
 
+/// Let sim time pass five seconds at a time until `check` yields, and fail naming `what`
+/// once `budget` of sim time has passed without it. Each advance carries out everything
+/// due before it answers, so the budget, not the machine's speed, decides: a loaded run
+/// sees the same moments as an idle one.
+async fn pass_until<T>(
+    s: &Sites,
+    what: &str,
+    budget: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    const STEP: Duration = Duration::from_secs(5);
+    let mut passed = Duration::ZERO;
+    loop {
+        advance(s, STEP.as_secs_f64()).await;
+        passed += STEP;
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            passed < budget,
+            "{what}: not seen after {budget:?} of sim time"
+        );
+    }
+}
+
+/// One advance of ten minutes runs each scheduled cycle of those ten minutes at its own
+/// moment, as ten minutes at any clock speed would: ten cycles, not the one a jump
+/// straight to the end would start.
+#[tokio::test]
+async fn one_long_advance_runs_every_cycle_of_the_time_it_passes() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let policy = c
+        .create_replication_policy(
+            s.a.cluster,
+            &ReplicationPolicyCreate {
+                policy_name: "every-minute".into(),
+                target_id: s.a.target,
+                interval_min: 1,
+                mode: None,
+                keep_replicated: None,
+            },
+        )
+        .await
+        .expect("policy");
+    let vol = c
+        .create_volume(
+            s.a.cluster,
+            s.a.pool,
+            &VolumeCreate::new("tick", 100_000_000),
+        )
+        .await
+        .expect("volume");
+    c.update_volume(
+        s.a.cluster,
+        s.a.pool,
+        vol,
+        &VolumeUpdate {
+            replication_policy_id: Some(Some(policy.id)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("attach the policy");
+    clock_scale(&s, 0.0).await;
+    c.start_volume_replication(s.a.cluster, s.a.pool, vol, &ReplicationStart::default())
+        .await
+        .expect("start");
+    let done = async || {
+        c.volume_replication_tasks(s.a.cluster, s.a.pool, vol)
+            .await
+            .expect("tasks")
+            .iter()
+            .filter(|t| t.function_name == "snapshot_replication" && t.status == TaskStatus::Done)
+            .count()
+    };
+    let before = done().await;
+    advance(&s, 600.0).await;
+    let after = done().await;
+    assert!(
+        after - before >= 10,
+        "ten minutes of a one-minute schedule ran {} cycle(s)",
+        after - before
+    );
+}
+
 /// The chain walk of the CSI driver's rules: from `(cluster, lvol)` follow each
 /// relationship the volume is the source of to its own target, stopping where the
 /// relationship's active volume is its target (or absent), at a volume that is no source,
@@ -361,14 +447,18 @@ async fn demote_failover_failback_and_reaping_across_sites() {
         .await
         .expect_err("planned failover while the demote converges");
     assert_eq!(e.status(), Some(409), "{e}");
-    eventually("the demote is done", Duration::from_secs(10), || async {
-        advance(&s, 5.0).await;
-        (c.demote_volume_replication(a.cluster, a.pool, vol)
-            .await
-            .ok()?
-            == DemoteOutcome::Done)
-            .then_some(())
-    })
+    pass_until(
+        &s,
+        "the demote is done",
+        Duration::from_secs(600),
+        async || {
+            (c.demote_volume_replication(a.cluster, a.pool, vol)
+                .await
+                .ok()?
+                == DemoteOutcome::Done)
+                .then_some(())
+        },
+    )
     .await;
     c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
         .await
@@ -583,11 +673,11 @@ async fn a_looping_pair_is_detected_by_the_chain_walk() {
 async fn quiesce(s: &Sites, site: Site, vol: Uuid) {
     let c = &s.env.client;
     clock_scale(s, 0.0).await;
-    eventually(
+    pass_until(
+        s,
         "no open replication cycle",
-        Duration::from_secs(10),
-        || async {
-            advance(s, 5.0).await;
+        Duration::from_secs(600),
+        async || {
             let tasks = c
                 .volume_replication_tasks(site.cluster, site.pool, vol)
                 .await
@@ -608,11 +698,11 @@ async fn next_cycle(s: &Sites, site: Site, vol: Uuid, than: Option<Uuid>) -> Rep
     c.volume_replication_action(site.cluster, site.pool, vol, "trigger")
         .await
         .expect("trigger");
-    eventually(
+    pass_until(
+        s,
         "a newer replicated snapshot",
-        Duration::from_secs(10),
-        || async {
-            advance(s, 5.0).await;
+        Duration::from_secs(600),
+        async || {
             c.latest_replicated_snapshot(site.cluster, vol)
                 .await
                 .ok()
@@ -1165,11 +1255,11 @@ async fn reap(s: &Sites, site: Site, vol: Uuid) {
     c.delete_volume(site.cluster, site.pool, vol)
         .await
         .expect("delete the old primary");
-    eventually(
+    pass_until(
+        s,
         "the old primary is reaped",
-        Duration::from_secs(10),
-        || async {
-            advance(s, 5.0).await;
+        Duration::from_secs(600),
+        async || {
             let v = c.get_volume(site.cluster, site.pool, vol).await.ok()?;
             (v.status == VolumeStatus::Deleted).then_some(())
         },
@@ -1231,11 +1321,11 @@ async fn a_reaped_receiving_volume_takes_no_more_replicated_snapshots() {
     c.volume_replication_action(b.cluster, b.pool, replica, "trigger")
         .await
         .expect("trigger a cycle towards the reaped source");
-    eventually(
+    pass_until(
+        &s,
         "the triggered cycle is done",
-        Duration::from_secs(10),
-        || async {
-            advance(&s, 5.0).await;
+        Duration::from_secs(600),
+        async || {
             let tasks = c
                 .volume_replication_tasks(b.cluster, b.pool, replica)
                 .await
@@ -1317,14 +1407,18 @@ async fn failing_over_a_reprotected_replica_acts_on_its_own_relationship() {
         e.to_string().contains(&replica.to_string()),
         "the demote asked for is B's: {e}"
     );
-    eventually("B's demote is done", Duration::from_secs(10), || async {
-        advance(&s, 5.0).await;
-        (c.demote_volume_replication(b.cluster, b.pool, replica)
-            .await
-            .ok()?
-            == DemoteOutcome::Done)
-            .then_some(())
-    })
+    pass_until(
+        &s,
+        "B's demote is done",
+        Duration::from_secs(600),
+        async || {
+            (c.demote_volume_replication(b.cluster, b.pool, replica)
+                .await
+                .ok()?
+                == DemoteOutcome::Done)
+                .then_some(())
+        },
+    )
     .await;
     c.failover_volume_replication(b.cluster, b.pool, replica, Some(true))
         .await
