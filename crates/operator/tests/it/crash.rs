@@ -6,7 +6,8 @@
 //!   (Shutdown, Start, Restart, Expand, RollingRestart, CancelTask), of the single-call
 //!   StorageNodeOps actions and of each calling step of StorageDeviceOps (Restart, Fail's
 //!   remove and fail), before its record is written. Restarted, it finds the effect and does not repeat it.
-//! - `kill -9` at 20 random moments of a deployment, also with faults scripted in the
+//! - `kill -9` at 20 random moments of a deployment (each timed from the restarted
+//!   process's first control-plane call), also with faults scripted in the
 //!   control plane (409s, 5xx answers, creates, adds and activations whose answers are lost,
 //!   latency); where the kills landed is asserted too.
 //!
@@ -252,7 +253,9 @@ pub(crate) async fn deployment_with_spares(
     }
 }
 
-/// Waits until the document is Expanded, every node Online and the default pool Ready.
+/// Waits until the document is Expanded, every node Online, the default pool Ready, and the
+/// cluster's lock and node-add slots given back: the runtime releases a lock after the
+/// terminal write of the operation that held it, so Online alone does not say it is free.
 pub(crate) async fn until_deployed(d: &Deployment) {
     let start = Instant::now();
     loop {
@@ -289,12 +292,22 @@ pub(crate) async fn until_deployed(d: &Deployment) {
                     s.phase == PoolPhase::Ready && !s.storage_class_names.is_empty()
                 })
             });
-        if doc.phase == DeploymentPhase::Expanded && online == WORKERS.len() && pool_ready {
+        let settled = Api::<StorageCluster>::namespaced(d.kube.clone(), &d.ns)
+            .get_opt("simplyblock")
+            .await
+            .expect("the cluster")
+            .and_then(|c| c.status)
+            .is_some_and(|s| s.active_ops_ref.is_none() && s.provisioning_slots.is_empty());
+        if doc.phase == DeploymentPhase::Expanded
+            && online == WORKERS.len()
+            && pool_ready
+            && settled
+        {
             break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(150),
-            "the deployment did not finish after the kills: document {:?}/{:?} ({:?}), {online} node(s) Online",
+            "the deployment did not finish after the kills: document {:?}/{:?} ({:?}), {online} node(s) Online, pool ready {pool_ready}, lock and slots free {settled}",
             doc.phase,
             doc.step.state,
             doc.message
@@ -852,9 +865,14 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
 async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
     let d = deployment(ns, faults, seed).await;
     let mut rng = Lcg(seed);
+    let mut from = calls(&d.cp).await.len();
     let mut child = d.operator(None);
     let mut landed: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..KILLS {
+        // Each moment is timed from the restarted process's first call to the control
+        // plane, not from its spawn: a loaded machine can spend the whole delay just
+        // starting the process, and the kills would then land before any step.
+        until_calls(&d, from, 1).await;
         tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
         child.kill().expect("kill -9");
         child.wait().expect("reaped");
@@ -891,6 +909,7 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
             format!("document {}", doc.step.state.as_deref().unwrap_or("-"))
         };
         *landed.entry(at).or_default() += 1;
+        from = calls(&d.cp).await.len();
         child = d.operator(None);
     }
     println!("the kills landed: {landed:?}");
@@ -910,6 +929,15 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
     child.kill().expect("kill");
     child.wait().expect("reaped");
     assert_deployed_once(&d).await;
+}
+
+/// Waits until the control plane has seen `count` more calls than the `from` it had: the
+/// process started since has got that far into its work.
+async fn until_calls(d: &Deployment, from: usize, count: usize) {
+    crate::support::until("the restarted operator's calls", async || {
+        (calls(&d.cp).await.len() >= from + count).then_some(())
+    })
+    .await;
 }
 
 /// The StorageNode steps of an add that a kill can interrupt.
