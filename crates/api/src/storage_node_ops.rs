@@ -167,18 +167,25 @@ pub struct MigrateSpec {
     pub new_ssd_pcie: Vec<String>,
 }
 
-/// How Remove drains the node.
+/// How Remove drains the node. Fixed at creation, like the rest of the spec.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoveSpec {
-    /// Volumes whose name matches this regular expression are the system's own (benchmark
-    /// volumes): they are deleted rather than moved.
+    /// Volumes whose name matches this regular expression (Rust `regex` syntax) are the
+    /// system's own (benchmark volumes): they are deleted rather than moved, and only those
+    /// the control plane puts in this node's cluster, on this node, made for no claim.
+    /// Admitted only if it is at most 256 characters, starts with `^` and is anchored there
+    /// in every alternative, and matches neither the empty name nor an ordinary one such as
+    /// `data` or `pvc-<uid>`.
     #[serde(default = "default_system_volume_filter")]
     pub system_volume_filter_regex: String,
 }
 
+/// The system-volume filter when none is given: the benchmark volumes of the control plane.
+pub const DEFAULT_SYSTEM_VOLUME_FILTER: &str = "^sb-fio-baseline-.*";
+
 fn default_system_volume_filter() -> String {
-    "^sb-fio-baseline-.*".into()
+    DEFAULT_SYSTEM_VOLUME_FILTER.into()
 }
 
 state_enum! {

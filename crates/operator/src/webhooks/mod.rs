@@ -292,7 +292,7 @@ pub fn configuration(
                 cluster_ops::PATH,
                 "storageclusterops",
             )),
-            control_plane_ops::create_and_delete(webhook(
+            node_ops::create_update_delete(webhook(
                 node_ops::NAME,
                 node_ops::PATH,
                 "storagenodeops",

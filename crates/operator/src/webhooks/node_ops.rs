@@ -1,9 +1,13 @@
 //! StorageNodeOps admission. On create: the operation must name a StorageNode of its
 //! namespace, and a Migrate a worker Node that exists (the references are immutable, so a
-//! wrong one could never be corrected). On delete: the guard every Ops kind has — a running
-//! operation on a step that cannot be aborted (the control plane is acting on the node, or
-//! a migration is re-pointing it) is kept; terminal and Pending ones, and Running ones on
-//! an abortable step, may go.
+//! wrong one could never be corrected); a Remove's system-volume filter must pass
+//! [`system_filter::compile`], since the drain deletes what it names. On update: `spec.remove`
+//! stays as created. The CRD's rules say so at v1alpha2, but a write at v1alpha1 (its
+//! `spec.drain`) is validated against v1alpha1's schema, which has no such rule; the
+//! webhook sees every write at v1alpha2, converted. On delete: the guard every Ops kind has
+//! — a running operation on a step that cannot be aborted (the control plane is acting on
+//! the node, or a migration is re-pointing it) is kept; terminal and Pending ones, and
+//! Running ones on an abortable step, may go.
 
 use std::sync::Arc;
 
@@ -16,6 +20,7 @@ use simplyblock_api::StorageNode;
 use simplyblock_api::storage_node_ops::{GRAPHS, StorageNodeOps};
 
 use super::{WebhookContext, typed};
+use crate::node::ops::system_filter;
 
 /// The path of the StorageNodeOps webhook.
 pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenodeops";
@@ -41,6 +46,16 @@ pub const UNABORTABLE_STEPS: &[&str] = &[
     "Restarting",
     "Cleanup",
 ];
+
+/// `webhook` answering CREATE, UPDATE and DELETE.
+pub fn create_update_delete(
+    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
+    for rule in webhook.rules.iter_mut().flatten() {
+        rule.operations = Some(vec!["CREATE".into(), "UPDATE".into(), "DELETE".into()]);
+    }
+    webhook
+}
 
 pub async fn review(
     State(ctx): State<Arc<WebhookContext>>,
@@ -70,6 +85,7 @@ pub async fn review(
                 };
                 on_create(&op, &namespace, node.as_ref(), target)
             }
+            (Operation::Update, Some(new), Some(old)) => on_update(&old.data, &new.data),
             (Operation::Delete, _, Some(old)) => typed::<StorageNodeOps>(old)
                 .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
                 .and_then(|op| on_delete(&op)),
@@ -108,11 +124,27 @@ pub fn on_create(
             m.target_worker_node, op.spec.node_ref
         ));
     }
+    if let Some(remove) = &op.spec.remove
+        && let Err(refused) = system_filter::compile(&remove.system_volume_filter_regex)
+    {
+        problems.push(refused);
+    }
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// Whether an update from `old` to `new` (the objects' raw data) may go: `spec.remove` is
+/// as it was created. Read raw, so an object that no longer parses can still lose its
+/// finalizer.
+pub fn on_update(old: &serde_json::Value, new: &serde_json::Value) -> Result<(), String> {
+    let remove = |o: &serde_json::Value| o.get("spec").and_then(|s| s.get("remove")).cloned();
+    if remove(old) == remove(new) {
+        return Ok(());
+    }
+    Err("spec.remove is fixed at creation (at v1alpha1, spec.drain): the drain deletes the volumes its filter names, so an operation runs with the filter it was admitted with; create another operation with the filter you need".into())
 }
 
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
@@ -179,6 +211,39 @@ mod tests {
         let migrate = json!({"nodeRef": "sb-w1-0", "action": "Migrate",
                              "migrate": {"targetWorkerNode": "w2"}});
         assert!(on_delete(&op(migrate, running("Promoting"))).is_err());
+    }
+
+    #[test]
+    fn a_removal_filter_is_checked_beside_the_node_and_fixed_after_creation() {
+        let spec = json!({"nodeRef": "sb-w1-0", "action": "Remove",
+                          "remove": {"systemVolumeFilterRegex": ".*"}});
+        let refused =
+            on_create(&op(spec.clone(), json!({})), "ns", None, None).expect_err("refused");
+        assert!(
+            refused.contains("StorageNode sb-w1-0")
+                && refused.contains("does not start with ^")
+                && refused.contains("matches the empty name"),
+            "{refused}"
+        );
+        let admitted = json!({"nodeRef": "sb-w1-0", "action": "Remove",
+                              "remove": {"systemVolumeFilterRegex": "^sb-fio-baseline-.*"}});
+        let without = json!({"nodeRef": "sb-w1-0", "action": "Remove"});
+        let obj = |spec: &serde_json::Value| json!({"spec": spec});
+        assert!(on_update(&obj(&admitted), &obj(&admitted)).is_ok());
+        let mut aborted = admitted.clone();
+        aborted["abort"] = json!(true);
+        assert!(on_update(&obj(&admitted), &obj(&aborted)).is_ok());
+        for (from, to) in [
+            (&admitted, &spec),
+            (&without, &admitted),
+            (&admitted, &without),
+        ] {
+            let refused = on_update(&obj(from), &obj(to)).expect_err("refused");
+            assert!(
+                refused.starts_with("spec.remove is fixed at creation"),
+                "{refused}"
+            );
+        }
     }
 
     #[test]

@@ -790,3 +790,283 @@ async fn idle_connections_and_stalled_handshakes_are_closed_after_their_timeouts
     );
     serving.abort();
 }
+
+/// The worker of the StorageNode the removal tests act on; not the one another test of
+/// the shared API server expects to be missing.
+const FILTER_WORKER: &str = "snops-filter-w1";
+
+/// In `ns`: a StorageCluster, a worker Node and StorageNode sb-w1-0 on it, for
+/// StorageNodeOps the webhook admits.
+async fn storage_node_in(client: &kube::Client, ns: &str) {
+    node(client, FILTER_WORKER).await;
+    api::<StorageCluster>(client, ns)
+        .create(&PostParams::default(), &obj(storage_cluster()))
+        .await
+        .expect("cluster");
+    let mut storage_node = storage_node(8);
+    storage_node["spec"]["workerNode"] = json!(FILTER_WORKER);
+    api::<StorageNode>(client, ns)
+        .create(&PostParams::default(), &obj(storage_node))
+        .await
+        .expect("node");
+}
+
+fn removal(name: &str, remove: Option<&str>) -> DynamicObject {
+    let mut spec = json!({"nodeRef": "sb-w1-0", "action": "Remove"});
+    if let Some(pattern) = remove {
+        spec["remove"] = json!({"systemVolumeFilterRegex": pattern});
+    }
+    obj(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNodeOps",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+}
+
+const NODE_OPS_DENIED: &str =
+    "admission webhook \"vstoragenodeops.simplyblock.io\" denied the request: ";
+
+#[tokio::test]
+async fn a_removal_filter_that_could_delete_any_volume_is_refused_naming_each_problem() {
+    // Regression: any pattern was admitted, `.*` among them, and the drain deleted every
+    // volume of the node it matched that no PersistentVolume here claimed.
+    setup().await;
+    let env = crate::support::api_server().await;
+    let client = env.client().await.expect("client");
+    namespace(&client, "snops-filter").await;
+    storage_node_in(&client, "snops-filter").await;
+    let ops = api::<simplyblock_api::StorageNodeOps>(&client, "snops-filter");
+    let advice = "The drain deletes, rather than moves, every volume of the node whose name it matches; give a pattern anchored with ^ to a prefix only the system's own volumes carry, like the default ^sb-fio-baseline-.*";
+
+    let message = denied(
+        ops.create(&PostParams::default(), &removal("all", Some(".*")))
+            .await,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "{NODE_OPS_DENIED}spec.remove.systemVolumeFilterRegex \".*\" is refused: it does not start with ^, so it matches anywhere in a name; it matches the empty name, and so every name at its start; it matches ordinary volume names (a, z, 0, data, db-0, backup, test, volume-1, postgres-data-postgres-0, pvc-3f0c2b1e-9a4d-4c7e-8b2f-6d1e0a9c5b47, 3f0c2b1e-9a4d-4c7e-8b2f-6d1e0a9c5b47). {advice}"
+        )
+    );
+    let message = denied(
+        ops.create(
+            &PostParams::default(),
+            &removal("loose", Some("sb-fio-baseline-(")),
+        )
+        .await,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "{NODE_OPS_DENIED}spec.remove.systemVolumeFilterRegex \"sb-fio-baseline-(\" is refused: it does not start with ^, so it matches anywhere in a name; it is not a regular expression (unclosed group at character 17). {advice}"
+        )
+    );
+    let message = denied(
+        ops.create(
+            &PostParams::default(),
+            &removal("half", Some("^sb-fio-baseline-.*|bench")),
+        )
+        .await,
+    );
+    assert_eq!(
+        message,
+        format!(
+            "{NODE_OPS_DENIED}spec.remove.systemVolumeFilterRegex \"^sb-fio-baseline-.*|bench\" is refused: not every alternative is anchored with ^, so one matches anywhere in a name. {advice}"
+        )
+    );
+    let message = denied(
+        ops.create(&PostParams::default(), &removal("letters", Some("^[a-z]")))
+            .await,
+    );
+    assert!(
+        message.contains("it matches ordinary volume names (a, z, data, db-0, backup, test, volume-1, postgres-data-postgres-0, pvc-"),
+        "{message}"
+    );
+
+    ops.create(
+        &PostParams::default(),
+        &removal("bench", Some("^sb-fio-baseline-[0-9]+$")),
+    )
+    .await
+    .expect("an anchored prefix is admitted");
+    ops.create(&PostParams::default(), &removal("default", None))
+        .await
+        .expect("a Remove without a filter is admitted");
+}
+
+/// The v1alpha1 view of StorageNodeOps in `ns`.
+fn v1alpha1_node_ops(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", "StorageNodeOps"),
+        "storagenodeops",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_filter_cannot_be_added_or_changed_after_creation_at_either_version() {
+    // Regression: at v1alpha1 (spec.drain) the filter could be added to, or changed on, an
+    // admitted Remove; v1alpha1's schema has no rule against it, and nothing else looked.
+    use kube::api::{Patch, PatchParams};
+    const NS: &str = "snops-frozen";
+    // An API server of its own: the conversion webhook is pointed at this process, as in
+    // an installation upgraded from the Go operator (CRDs that stored v1alpha1).
+    let env = simplyblock_testenv::TestEnv::start()
+        .await
+        .expect("API server");
+    let go_crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        simplyblock_api::v1alpha1::crds()
+            .into_iter()
+            .filter(|crd| crd.metadata.name.as_deref() == Some("storagenodeops.storage.simplyblock.io"))
+            .map(|mut crd| {
+                for version in &mut crd.spec.versions {
+                    version.served = true;
+                    version.storage = true;
+                }
+                crd
+            })
+            .collect();
+    assert_eq!(go_crds.len(), 1, "the Go operator's StorageNodeOps CRD");
+    env.install_crds(&go_crds)
+        .await
+        .expect("the Go operator's CRD");
+    let (env, admin) = crate::support::own_api_server_on(env, NS).await;
+    let operator = crate::support::operator_kube_on(&env, NS).await;
+    let certs = simplyblock_operator::webhooks::tls::ServingCertificates::new(
+        simplyblock_certs::Authority::new("frozen-filter-test-ca").expect("ca"),
+        vec!["localhost".into()],
+        vec![Ipv4Addr::LOCALHOST.into()],
+        Duration::from_secs(3600),
+    )
+    .expect("certificates");
+    let server = WebhookServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        certs.clone(),
+        simplyblock_operator::webhooks::router(simplyblock_operator::webhooks::WebhookContext {
+            client: operator.clone(),
+            operator_user: format!(
+                "system:serviceaccount:{NS}:{}",
+                simplyblock_testenv::chart::OPERATOR_ACCOUNT
+            ),
+            metrics: Default::default(),
+        }),
+    )
+    .await
+    .expect("bind");
+    let endpoint = simplyblock_operator::webhooks::Endpoint::Url(format!(
+        "https://{}",
+        server.local_addr().expect("addr")
+    ));
+    let serving = tokio::spawn(server.run());
+    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, &certs.ca_bundle())
+        .await
+        .expect("conversions");
+    simplyblock_operator::webhooks::register(&operator, &endpoint, &certs.ca_bundle())
+        .await
+        .expect("admission");
+    storage_node_in(&admin, NS).await;
+
+    let ops = api::<simplyblock_api::StorageNodeOps>(&admin, NS);
+    let old = v1alpha1_node_ops(&admin, NS);
+    ops.create(&PostParams::default(), &removal("bare", None))
+        .await
+        .expect("a Remove without a filter");
+    ops.create(
+        &PostParams::default(),
+        &removal("filtered", Some("^sb-fio-baseline-.*")),
+    )
+    .await
+    .expect("a Remove with the default filter");
+    let frozen = format!(
+        "{NODE_OPS_DENIED}spec.remove is fixed at creation (at v1alpha1, spec.drain): the drain deletes the volumes its filter names, so an operation runs with the filter it was admitted with; create another operation with the filter you need"
+    );
+    let drain = |pattern: &str| {
+        Patch::Merge(json!({"spec": {"drain": {"systemVolumeFilterRegex": pattern}}}))
+    };
+    // Added at v1alpha1, even a filter that would be admitted at creation.
+    let message = denied(
+        old.patch(
+            "bare",
+            &PatchParams::default(),
+            &drain("^sb-fio-baseline-.*"),
+        )
+        .await,
+    );
+    assert_eq!(message, frozen);
+    // Changed at v1alpha1.
+    let message = denied(
+        old.patch("filtered", &PatchParams::default(), &drain(".*"))
+            .await,
+    );
+    assert_eq!(message, frozen);
+    // Removed at v1alpha1.
+    let message = denied(
+        old.patch(
+            "filtered",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"drain": null}})),
+        )
+        .await,
+    );
+    assert_eq!(message, frozen);
+    // At v1alpha2 the CRD's own rules refuse the same, before the webhook is asked.
+    for (name, spec) in [
+        (
+            "bare",
+            json!({"remove": {"systemVolumeFilterRegex": "^sb-fio-baseline-.*"}}),
+        ),
+        (
+            "filtered",
+            json!({"remove": {"systemVolumeFilterRegex": ".*"}}),
+        ),
+    ] {
+        match ops
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{s:?}");
+                assert!(
+                    s.message.contains("spec.remove is immutable"),
+                    "{}",
+                    s.message
+                );
+            }
+            other => panic!("{name}: expected a refusal, got {other:?}"),
+        }
+    }
+    for (name, want) in [("bare", None), ("filtered", Some("^sb-fio-baseline-.*"))] {
+        let op = ops.get(name).await.expect("op");
+        assert_eq!(
+            op.data["spec"]["remove"]["systemVolumeFilterRegex"].as_str(),
+            want,
+            "{name}"
+        );
+    }
+    // Created at v1alpha1, the filter is checked as at v1alpha2.
+    let created = obj(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha1", "kind": "StorageNodeOps",
+        "metadata": {"name": "wide"},
+        "spec": {"storageNodeRef": "sb-w1-0", "action": "remove",
+                 "drain": {"systemVolumeFilterRegex": ".*"}},
+    }));
+    let message = denied(old.create(&PostParams::default(), &created).await);
+    assert!(
+        message.starts_with(&format!(
+            "{NODE_OPS_DENIED}spec.remove.systemVolumeFilterRegex \".*\" is refused: it does not start with ^"
+        )),
+        "{message}"
+    );
+    // Other writes at v1alpha1 still go: the webhook looks at spec.remove only.
+    old.patch(
+        "filtered",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "storage"}}})),
+    )
+    .await
+    .expect("a label written at v1alpha1");
+    serving.abort();
+}

@@ -41,6 +41,7 @@ use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 pub mod maintenance;
 pub mod migrate;
 pub mod remove;
+pub mod system_filter;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenodeops-finalizer";
 const MANAGER: &str = "storagenodeops-controller";

@@ -3,7 +3,7 @@
 //!
 //! | step | does | done when |
 //! |---|---|---|
-//! | Validating | classifies the node's volumes: a PersistentVolume's moves, a pinned claim's or one without a PersistentVolume blocks (`DrainBlocked`), a system volume (`spec.remove.systemVolumeFilterRegex`) is deleted later | nothing blocks; `drain.volumesTotal` written |
+//! | Validating | classifies the node's volumes: a PersistentVolume's moves, a pinned claim's or one without a PersistentVolume blocks (`DrainBlocked`), a system volume (named by `spec.remove.systemVolumeFilterRegex`, in the node's cluster, on the node, made for no claim) is deleted later | nothing blocks; `drain.volumesTotal` written |
 //! | ShuttingDown | nothing: the control plane shuts the node down itself as the first act of its removal, and removes only an online or suspended node (`RemovalDeferred` otherwise) | the node is online or suspended |
 //! | MigratingDevices | nothing: the removal moves the devices' data; `drain.devicesTotal` written | at once |
 //! | MigratingVolumes | one PersistentVolumeOps per NVMe-oF subsystem still on the node, targets round-robin over online peers that hold no replica of it, a failed target ruled out (`NoMigrationTarget` when none is left) | no volume to move is left on the node |
@@ -36,14 +36,16 @@ use simplyblock_api::persistent_volume_ops::{
     CreatorReference, MigrateVolumeSpec, PersistentVolumeOps, PersistentVolumeOpsSpec,
     StorageNodeReference, VolumeAction,
 };
-use simplyblock_api::storage_node_ops::{DrainStatus, NodeOpsStep, RemovalStatus, StorageNodeOps};
+use simplyblock_api::storage_node_ops::{
+    DEFAULT_SYSTEM_VOLUME_FILTER, DrainStatus, NodeOpsStep, RemovalStatus, StorageNodeOps,
+};
 use simplyblock_controlplane::{
     Device, NodeRemoveOptions, NodeStatus, StorageNode as CpNode, TaskStatus,
 };
 use simplyblock_controlplane::{Uuid, Volume};
 use simplyblock_statemachine::Machine;
 
-use super::{advance, succeed, wait};
+use super::{advance, succeed, system_filter, wait};
 use crate::context::Context;
 use crate::ops::{self, Note, Noted, Plan};
 
@@ -147,32 +149,82 @@ pub enum Class {
     Pinned,
     /// The system's own (a benchmark volume): deleted.
     System,
-    /// No PersistentVolume: blocks the drain (nobody could say where it may go).
+    /// No PersistentVolume, and not the system's own: blocks the drain (nobody could say
+    /// where it may go).
     Unmanaged,
 }
 
+/// The volumes the drain may delete. The control plane marks no volume as the system's
+/// own: the cluster id, the primary node and the claim name (which the CSI driver gives
+/// every volume it makes, for whichever Kubernetes cluster) are all it says of whose a
+/// volume is, so a system volume is one named by the filter, in the node's cluster, on the
+/// node, made for no claim. On a control plane shared with other clusters, or with another
+/// Kubernetes cluster whose PersistentVolumes are not visible here, the rest is theirs.
+#[derive(Clone, Debug)]
+pub struct SystemVolumes {
+    /// `spec.remove.systemVolumeFilterRegex`, as [`system_filter::compile`] admits it.
+    pub filter: Regex,
+    /// The control-plane cluster of the node being removed.
+    pub cluster: Uuid,
+    /// The control-plane node being removed.
+    pub node: Uuid,
+}
+
+impl SystemVolumes {
+    /// The operation's filter, checked as the webhook checks it (an operation admitted
+    /// before the check, or past it, fails here rather than deleting what it names).
+    pub fn of(op: &StorageNodeOps, cluster: Uuid, node: Uuid) -> Result<SystemVolumes, String> {
+        let pattern = op
+            .spec
+            .remove
+            .as_ref()
+            .map(|r| r.system_volume_filter_regex.as_str())
+            .unwrap_or(DEFAULT_SYSTEM_VOLUME_FILTER);
+        let filter = system_filter::compile(pattern)
+            .map_err(|e| format!("{e}; nothing was deleted: create the operation again"))?;
+        Ok(SystemVolumes {
+            filter,
+            cluster,
+            node,
+        })
+    }
+
+    /// Whether `volume` is the system's own on the node being removed. Pure.
+    pub fn owns(&self, volume: &Volume) -> bool {
+        volume.cluster_id == self.cluster
+            && volume.storage_node_id == self.node
+            && volume.pvc_name.is_empty()
+            && self.filter.is_match(&volume.name)
+    }
+}
+
 /// How `volume` is drained. Pure.
-pub fn classify(volume: &Volume, claimed: &[Claimed], system: &Regex) -> Class {
+pub fn classify(volume: &Volume, claimed: &[Claimed], system: &SystemVolumes) -> Class {
     match claimed.iter().find(|c| c.volume == volume.id) {
         Some(c) if c.pinned => Class::Pinned,
         Some(_) => Class::Move,
-        None if system.is_match(&volume.name) => Class::System,
+        None if system.owns(volume) => Class::System,
         None => Class::Unmanaged,
     }
 }
 
-fn system_filter(op: &StorageNodeOps) -> Result<Regex, String> {
-    let pattern = op
-        .spec
-        .remove
-        .as_ref()
-        .map(|r| r.system_volume_filter_regex.clone())
-        .unwrap_or_else(|| "^sb-fio-baseline-.*".into());
-    Regex::new(&pattern).map_err(|e| {
+/// Why a volume with no PersistentVolume here blocks the drain, from what the control
+/// plane says of it.
+fn unmanaged(volume: &Volume, system: &SystemVolumes) -> String {
+    let name = &volume.name;
+    if volume.cluster_id != system.cluster || volume.storage_node_id != system.node {
         format!(
-            "spec.remove.systemVolumeFilterRegex {pattern:?} is not a regular expression ({e}); nothing was changed — create the operation again with a valid one"
+            "{name} (the control plane puts it in cluster {} on node {}: not this node's to delete or move)",
+            volume.cluster_id, volume.storage_node_id
         )
-    })
+    } else if !volume.pvc_name.is_empty() {
+        format!(
+            "{name} (made for claim {}, but no PersistentVolume here names it)",
+            volume.pvc_name
+        )
+    } else {
+        format!("{name} (no PersistentVolume names it)")
+    }
 }
 
 pub async fn observe(
@@ -199,7 +251,7 @@ pub async fn observe(
         }
         obs.claimed = claimed(ctx).await?;
         if step == Validating
-            && let Ok(system) = system_filter(op)
+            && let Ok(system) = SystemVolumes::of(op, cluster, id)
         {
             let blocked = obs
                 .volumes
@@ -451,7 +503,7 @@ pub fn plan(
     let r = &obs.remove;
     match machine.state() {
         Validating => {
-            let system = match system_filter(op) {
+            let system = match SystemVolumes::of(op, cluster, id) {
                 Ok(s) => s,
                 Err(e) => return Plan::Fail(e).into(),
             };
@@ -465,9 +517,7 @@ pub fn plan(
                         "{} (its claim is pinned with {PIN_ANNOTATION})",
                         v.name
                     )),
-                    Class::Unmanaged => {
-                        blocked.push(format!("{} (no PersistentVolume names it)", v.name))
-                    }
+                    Class::Unmanaged => blocked.push(unmanaged(v, &system)),
                 }
             }
             if !blocked.is_empty() {
@@ -528,7 +578,7 @@ pub fn plan(
         }
         MigratingVolumes => migrating_volumes(op, id, obs),
         Verifying => {
-            let system = match system_filter(op) {
+            let system = match SystemVolumes::of(op, cluster, id) {
                 Ok(s) => s,
                 Err(e) => return Plan::Fail(e).into(),
             };
@@ -1003,6 +1053,7 @@ mod tests {
     fn volume(n: u128, name: &str, nqn: &str) -> Volume {
         Volume {
             id: id(n),
+            cluster_id: id(1),
             storage_node_id: id(2),
             name: name.into(),
             nqn: nqn.into(),
@@ -1069,9 +1120,13 @@ mod tests {
         plan(op, &node(), &machine, obs, Timestamp::now())
     }
 
+    fn system() -> SystemVolumes {
+        SystemVolumes::of(&op(), id(1), id(2)).expect("the default filter")
+    }
+
     #[test]
     fn volumes_are_classified_by_their_claim_and_name() {
-        let system = Regex::new("^sb-fio-baseline-.*").expect("regex");
+        let system = system();
         let claims = [claimed(10, "pv-a", false), claimed(11, "pv-b", true)];
         let table = [
             (volume(10, "a", "n1"), Class::Move),
@@ -1081,6 +1136,106 @@ mod tests {
         ];
         for (v, want) in table {
             assert_eq!(classify(&v, &claims, &system), want, "{}", v.name);
+        }
+    }
+
+    #[test]
+    fn only_a_system_volume_of_this_cluster_and_node_made_for_no_claim_is_deleted() {
+        // Regression: every volume the filter named and no PersistentVolume here claimed
+        // was deleted, whichever cluster, node or claim the control plane gave it.
+        let mut other_cluster = volume(20, "sb-fio-baseline-c", "n2");
+        other_cluster.cluster_id = id(7);
+        let mut other_node = volume(21, "sb-fio-baseline-n", "n2");
+        other_node.storage_node_id = id(3);
+        let mut a_claims = volume(22, "sb-fio-baseline-p", "n2");
+        a_claims.pvc_name = "data-0".into();
+        let system = system();
+        for v in [&other_cluster, &other_node, &a_claims] {
+            assert_eq!(classify(v, &[], &system), Class::Unmanaged, "{}", v.name);
+        }
+        let own = volume(23, "sb-fio-baseline-1", "n2");
+        assert_eq!(classify(&own, &[], &system), Class::System);
+
+        let mut wide = op();
+        wide.spec.remove = Some(simplyblock_api::storage_node_ops::RemoveSpec {
+            system_volume_filter_regex: "^sb-fio-baseline-[a-z0-9]+$".into(),
+        });
+        let obs = seen(
+            NodeStatus::Online,
+            Observed {
+                volumes: vec![other_cluster, other_node, a_claims],
+                ..Observed::default()
+            },
+        );
+        // Validating holds the drain, saying whose each one is.
+        let got = at(Validating, &wide, &obs);
+        let Plan::Wait { message, event, .. } = &got.plan else {
+            panic!("{got:?}")
+        };
+        assert_eq!(*event, Some(reason::DRAIN_BLOCKED));
+        assert!(
+            message.contains(&format!(
+                "sb-fio-baseline-c (the control plane puts it in cluster {}",
+                id(7)
+            )) && message.contains(&format!(
+                "sb-fio-baseline-n (the control plane puts it in cluster {} on node {}",
+                id(1),
+                id(3)
+            )) && message.contains("sb-fio-baseline-p (made for claim data-0"),
+            "{message}"
+        );
+        // Verifying, with the node's own system volume among them, deletes that one only,
+        // and then holds.
+        let mut with_own = obs.clone();
+        with_own.remove.volumes.push(own);
+        let got = at(Verifying, &with_total(0), &with_own);
+        let Plan::Call {
+            call:
+                super::super::Call::Remove(Call::DeleteVolume {
+                    cluster, volume, ..
+                }),
+            ..
+        } = &got.plan
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!((*cluster, *volume), (id(1), id(23)));
+        let got = at(Verifying, &with_total(0), &obs);
+        assert!(
+            matches!(
+                &got.plan,
+                Plan::Wait {
+                    event: Some(reason::DRAIN_BLOCKED),
+                    ..
+                }
+            ),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_filter_admitted_before_it_was_checked_fails_the_operation_before_any_deletion() {
+        let mut wide = op();
+        wide.spec.remove = Some(simplyblock_api::storage_node_ops::RemoveSpec {
+            system_volume_filter_regex: ".*".into(),
+        });
+        let obs = seen(
+            NodeStatus::Online,
+            Observed {
+                volumes: vec![volume(23, "sb-fio-baseline-1", "n2")],
+                ..Observed::default()
+            },
+        );
+        for step in [Validating, Verifying] {
+            let got = at(step, &wide, &obs);
+            let Plan::Fail(message) = &got.plan else {
+                panic!("{step:?}: {got:?}")
+            };
+            assert!(
+                message.contains("does not start with ^")
+                    && message.contains("nothing was deleted"),
+                "{message}"
+            );
         }
     }
 
