@@ -222,11 +222,10 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| Error::Unavailable {
-            method: method.to_string(),
-            path: path.to_string(),
-            message: describe(&e),
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| not_sent(method.as_str(), path, &e))?;
         let status = resp.status().as_u16();
         let header = |name: &str| {
             resp.headers()
@@ -269,7 +268,7 @@ impl Client {
             .timeout(WATCH_DEADLINE)
             .send()
             .await
-            .map_err(|e| unavailable(describe(&e)))?;
+            .map_err(|e| not_sent("GET", path, &e))?;
         let status = resp.status().as_u16();
         if status == 200 {
             return Ok(crate::sse::EventStream::new(resp, path.to_string()));
@@ -1581,6 +1580,49 @@ impl Client {
         self.get(&format!("{}tasks", Self::repl_path(cluster, pool, volume)))
             .await
     }
+}
+
+/// Why a request got no answer: the server's certificate did not verify, or the server
+/// could not be reached.
+fn not_sent(method: &str, path: &str, e: &reqwest::Error) -> Error {
+    let (method, path, message) = (method.to_string(), path.to_string(), describe(e));
+    if untrusted(e) {
+        Error::Untrusted {
+            method,
+            path,
+            message,
+        }
+    } else {
+        Error::Unavailable {
+            method,
+            path,
+            message,
+        }
+    }
+}
+
+/// Whether `e` comes from a server certificate that did not verify. rustls's error
+/// reaches here inside an I/O error, whose `source` skips it, so each I/O error's inner
+/// error is looked at too.
+fn untrusted(e: &reqwest::Error) -> bool {
+    use std::error::Error as _;
+    let invalid = |inner: &(dyn std::error::Error + 'static)| {
+        inner
+            .downcast_ref::<rustls::Error>()
+            .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)))
+    };
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let wrapped = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .is_some_and(|i| invalid(i));
+        if invalid(inner) || wrapped {
+            return true;
+        }
+        src = inner.source();
+    }
+    false
 }
 
 fn describe(e: &reqwest::Error) -> String {

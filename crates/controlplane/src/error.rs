@@ -62,6 +62,16 @@ pub enum Error {
         path: String,
         message: String,
     },
+    /// The server's certificate did not verify: not signed by a CA this client trusts, or
+    /// not for the host it was reached at. No request was sent.
+    #[error(
+        "{method} {path}: the server presented a certificate this client does not trust ({message}); it is checked against the CA bundle the client was given (the system's CA store without one) and the endpoint's host, so give the CA that signed the control plane's certificate, or check that the endpoint reaches the control plane and not another server"
+    )]
+    Untrusted {
+        method: String,
+        path: String,
+        message: String,
+    },
     /// An answer that does not have the documented shape.
     #[error(
         "{method} {path}: the control plane answered {status} with a body this client cannot read ({message}); client and server versions probably differ"
@@ -84,7 +94,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Unavailable { .. } | Error::Refused { opaque: true, .. }
+            // A certificate that did not verify is retried like an outage: the trust a
+            // client is given (a mounted CA) is replaced while it runs.
+            Error::Unavailable { .. }
+                | Error::Untrusted { .. }
+                | Error::Refused { opaque: true, .. }
         )
     }
 
@@ -107,6 +121,7 @@ impl Error {
             | Error::Invalid { message, .. }
             | Error::Unauthorized { message, .. }
             | Error::Unavailable { message, .. }
+            | Error::Untrusted { message, .. }
             | Error::Protocol { message, .. } => message,
             Error::Config(m) => m,
         }

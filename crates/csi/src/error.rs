@@ -84,7 +84,11 @@ impl CsiError {
                 Cp::Refused { status: 412, .. } => Code::FailedPrecondition,
                 Cp::Refused { status: 400, .. } | Cp::Invalid { .. } => Code::InvalidArgument,
                 // Opaque refusals and outages are worth a retry by the sidecar.
-                Cp::Refused { .. } | Cp::Unavailable { .. } => Code::Unavailable,
+                // A certificate that does not verify now may once the mounted CA is
+                // replaced: the sidecar retries it like an outage.
+                Cp::Refused { .. } | Cp::Unavailable { .. } | Cp::Untrusted { .. } => {
+                    Code::Unavailable
+                }
                 Cp::Unauthorized { .. } => Code::Unauthenticated,
                 Cp::Protocol { .. } | Cp::Config(_) => Code::Internal,
             },

@@ -11,6 +11,7 @@ pub mod addons_identity;
 pub mod attach;
 pub mod caps;
 pub mod chain;
+pub mod cli;
 pub mod clusters;
 pub mod controller;
 pub mod error;

@@ -254,7 +254,7 @@ pub async fn run(
     file: &Path,
     greeting: &str,
     csi_dir: &Path,
-    volume_files: &Path,
+    stand_ins: volume::StandIns<'_>,
 ) -> anyhow::Result<()> {
     let cp = Client::new(ClientConfig::new(Url::parse(control_plane)?, TOKEN))?;
     let handle = served.volume.volume_id.clone();
@@ -284,8 +284,7 @@ pub async fn run(
         node_plugin,
         NAMESPACE,
         &csi_dir.join("site-a"),
-        volume_files,
-        control_plane,
+        stand_ins,
         Some(a.cluster),
     )
     .await?;
@@ -294,13 +293,12 @@ pub async fn run(
         node_plugin,
         NAMESPACE,
         &csi_dir.join("site-b"),
-        volume_files,
-        control_plane,
+        stand_ins,
         Some(b.cluster),
     )
     .await?;
-    let mut on_a = Replication::new(site_a.channel.clone());
-    let mut on_b = Replication::new(site_b.channel.clone());
+    let mut on_a = Replication::new(site_a.controller.clone());
+    let mut on_b = Replication::new(site_b.controller.clone());
 
     // A recovery point is crash-consistent: it holds what reached the volume. The
     // application flushes its file, as one that cares for its data does.
@@ -365,7 +363,7 @@ pub async fn run(
             .unwrap_or_default()
     );
 
-    let mut node_b = NodeClient::new(site_b.channel.clone());
+    let mut node_b = NodeClient::new(site_b.node.clone());
     let b_staging = csi_dir.join("site-b").join("staging/pvc-demo");
     let b_target = csi_dir.join("site-b").join("pods/demo/volumes/pvc-demo");
     let second = "written on site B after the failover\n";
@@ -395,7 +393,7 @@ pub async fn run(
     step(
         "site A's copy of the application is deleted: DeleteVolume removes the demoted volume, never the replica that serves",
     );
-    let mut controller_a = ControllerClient::new(site_a.channel.clone());
+    let mut controller_a = ControllerClient::new(site_a.controller.clone());
     controller_a
         .delete_volume(csi::DeleteVolumeRequest {
             volume_id: handle.clone(),
@@ -462,7 +460,7 @@ pub async fn run(
     if attachable {
         // Site A's node plugin, reading the secret that now lists both sites, stages the
         // same handle again: the chain leads to the replica the failback promoted.
-        let mut node_a = NodeClient::new(site_a.channel.clone());
+        let mut node_a = NodeClient::new(site_a.node.clone());
         let a_staging = csi_dir.join("site-a").join("staging/pvc-demo");
         let a_target = csi_dir.join("site-a").join("pods/demo/volumes/pvc-demo");
         volume::attach(
@@ -651,7 +649,7 @@ async fn rehearse(
     println!("site A received no write from the drill, and serves on");
 
     if volume::cannot_attach().is_none() {
-        let mut node_b = NodeClient::new(site_b.channel.clone());
+        let mut node_b = NodeClient::new(site_b.node.clone());
         let staging = csi_dir.join("site-b").join("staging/rehearsal");
         let target = csi_dir.join("site-b").join("pods/rehearsal/volumes/clone");
         let bubble = csi::Volume {

@@ -460,19 +460,34 @@ async fn main() -> anyhow::Result<()> {
             "storage-node API calls (mutual TLS, the cluster's CA)"
         )
     );
+    let volume_files = sim_dir.join("volumes");
+    let stand_ins = volume::StandIns {
+        proxy: sim.addr,
+        volume_files: &volume_files,
+    };
     let served = match outcome {
         Ok(()) => day_one(
             &client,
             &env,
             &cluster_name,
             &env.dir().join("csi"),
-            &sim_dir.join("volumes"),
+            stand_ins,
             &sim.url,
         )
         .await
         .map(Some),
         Err(e) => Err(e),
     };
+    if served.is_ok() {
+        println!(
+            "{}",
+            calls_by_client(
+                &sim.sim,
+                "/api/v2/",
+                "management API calls to the end, the CSI driver's among them (the demo's own reads of sbsim, at its own address, carry none)"
+            )
+        );
+    }
     // Last, on an API server of its own: an installation of the Go operator moved over.
     let served = match served {
         Ok(served) => match upgrade::act().await {
@@ -537,13 +552,15 @@ fn calls_by_client(sim: &simplyblock_simulator::Sim, prefix: &str, what: &str) -
 
 /// After the cluster is Online: its default pool and StorageClass, a volume provisioned,
 /// mounted and written through the CSI driver, then a RollingRestart of the cluster while
-/// the volume stays mounted, and the file read back.
+/// the volume stays mounted, and the file read back. The driver runs as the operator's
+/// objects say, with `stand_ins` only; `control_plane` is sbsim's own address, where the
+/// demo reads what the control plane holds.
 async fn day_one(
     client: &kube::Client,
     env: &TestEnv,
     cluster: &str,
     csi_dir: &std::path::Path,
-    volume_files: &std::path::Path,
+    stand_ins: volume::StandIns<'_>,
     control_plane: &str,
 ) -> anyhow::Result<volume::Served> {
     step("the operator gives the Online cluster its default pool and a StorageClass for it");
@@ -587,8 +604,7 @@ async fn day_one(
         &class,
         "pvc-demo",
         csi_dir,
-        volume_files,
-        control_plane,
+        stand_ins,
     )
     .await?;
     println!(
@@ -741,7 +757,7 @@ async fn day_one(
         &file,
         &greeting,
         csi_dir,
-        volume_files,
+        stand_ins,
     )
     .await?;
     Ok(served)

@@ -1,23 +1,26 @@
-//! A volume served to a "pod": the CSI driver in-process (controller and node, with the
-//! loop attacher over sbsim's volume files), reading the cluster list from the CSI secret
-//! the operator wrote and the parameters from the StorageClass the pool controller wrote,
-//! as the external provisioner and the kubelet would.
+//! A volume served to a "pod": the CSI driver's controller and node plugins as the
+//! operator's StatefulSet and DaemonSet run them, each in this process with its
+//! container's arguments and environment and its volumes (the CSI secret the operator
+//! wrote, the control plane's CA, the driver's client certificate) written as its kubelet
+//! would mount them; the parameters come from the StorageClass the pool controller wrote,
+//! as the external provisioner and the kubelet would pass them.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use simplyblock_api::csi_secret;
-use simplyblock_csi::attach::loopdev::LoopAttacher;
-use simplyblock_csi::clusters::{Clusters, parse_secret};
+use simplyblock_csi::cli::Args;
 use simplyblock_csi::proto::csi::v1 as csi;
 use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
 use simplyblock_csi::proto::csi::v1::node_client::NodeClient;
-use simplyblock_csi::{Driver, Mode, NodeConfig};
+use simplyblock_operator::driver::names::{CONTROLLER_STATEFULSET, NODE_DAEMONSET};
+use simplyblock_testenv::kubelet;
 use tonic::transport::Channel;
 
 /// The provisioner's prefix for parameters meant for it rather than the driver.
@@ -86,16 +89,14 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
         .await?)
 }
 
-/// A CSI driver serving on a socket in this process, as one site's driver pods would.
-pub struct Running {
-    pub channel: Channel,
+/// One plugin serving on its socket in this process.
+struct Plugin {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Running {
-    /// Stops serving and waits for the server to end.
-    pub async fn stop(mut self) {
+impl Plugin {
+    async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -105,82 +106,168 @@ impl Running {
     }
 }
 
-/// Starts the driver (controller and node) under `dir`, with the cluster list of the CSI
-/// secret as it is now. `local` names the site's own cluster when it is not the one the
-/// secret marks (a second site's driver reads its own site's secret).
-#[allow(clippy::too_many_arguments)]
-pub async fn start(
-    kube: &kube::Client,
-    node_plugin: &kube::Client,
-    namespace: &str,
-    dir: &Path,
-    volume_files: &Path,
-    control_plane: &str,
-    local: Option<simplyblock_controlplane::Uuid>,
-) -> anyhow::Result<Running> {
-    let secret = Api::<Secret>::namespaced(kube.clone(), namespace)
-        .get(csi_secret::NAME)
-        .await?;
-    let text = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(csi_secret::KEY))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .ok_or_else(|| anyhow::anyhow!("the CSI secret holds no cluster list"))?;
-    let mut entries = parse_secret(&text)?;
-    for entry in &mut entries {
-        entry.cluster_endpoint = control_plane.to_owned();
-        if let Some(site) = local {
-            entry.local = entry.cluster_id == site;
+/// A site's CSI driver as its pods would run it: the controller plugin (provisioning,
+/// snapshots, csi-addons replication) and the node plugin (staging, publishing), each on
+/// its own socket.
+pub struct Running {
+    pub controller: Channel,
+    pub node: Channel,
+    plugins: Vec<Plugin>,
+}
+
+impl Running {
+    /// Stops serving and waits for the plugins to end.
+    pub async fn stop(self) {
+        for plugin in self.plugins {
+            plugin.stop().await;
         }
     }
-    let clusters = Arc::new(Clusters::new(&entries, None)?);
-    let facts = simplyblock_csi::topology::read_node(node_plugin.clone(), NODE).await?;
-    let socket = dir.join("csi.sock");
-    let driver = Driver {
-        name: simplyblock_csi::handle::DRIVER_NAME.into(),
-        mode: Mode::Both,
-        clusters,
-        node: Some(NodeConfig {
-            node_id: NODE.into(),
-            host_nqn: simplyblock_csi::handle::host_nqn(facts.uid.as_deref().unwrap_or(NODE)),
-            segments: simplyblock_csi::topology::segments(&facts.labels, NODE),
-            state_dir: dir.join("node-state"),
-            attacher: Arc::new(LoopAttacher::new(volume_files)),
-        }),
-    };
+}
+
+/// What a machine outside the cluster lacks, given to the plugins as flags: the
+/// connection to the control plane goes through sbsim at `proxy`, which answers at the
+/// control plane's in-cluster name (the endpoint the CSI secret names does not resolve
+/// here; its URL and the certificate check stay as they are), and the node plugin
+/// attaches sbsim's volume files as loop devices instead of connecting NVMe/TCP.
+#[derive(Clone, Copy)]
+pub struct StandIns<'a> {
+    pub proxy: SocketAddr,
+    pub volume_files: &'a Path,
+}
+
+/// Starts the container `container` of `pod` in this process: its volumes mounted under
+/// `root`, its arguments and environment as written plus `extra`; `local` rewrites the
+/// mounted CSI secret's marks to that cluster, as the secret a second site's operator
+/// writes would say; `pod_account` is the client of the pod's ServiceAccount, with which
+/// the node plugin reads its Node.
+#[allow(clippy::too_many_arguments)]
+async fn start_plugin(
+    kube: &kube::Client,
+    pod_account: Option<&kube::Client>,
+    namespace: &str,
+    pod: &PodSpec,
+    container: &str,
+    root: &Path,
+    extra: &[String],
+    local: Option<simplyblock_controlplane::Uuid>,
+) -> anyhow::Result<(Plugin, Channel)> {
+    let mounted = kubelet::mount(kube, namespace, pod, container, NODE, root).await?;
+    let mut args = mounted.args.clone();
+    args.extend(extra.iter().cloned());
+    let args = Args::from_container(&args, &mounted.env)?;
+    if let Some(site) = local {
+        let text = std::fs::read(&args.secret_file)?;
+        let mut contents = csi_secret::decode(&text)?;
+        contents.local = [site.to_string()].into();
+        std::fs::write(&args.secret_file, csi_secret::encode(&contents))?;
+    }
+    let driver = args.driver(pod_account.cloned()).await?;
+    let socket = args.socket()?;
     let routes = driver.routes()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let s = socket.clone();
+    let name = container.to_owned();
     let task = tokio::spawn(async move {
         if let Err(e) = simplyblock_csi::serve(&s, routes, async {
             let _ = rx.await;
         })
         .await
         {
-            eprintln!("the CSI driver stopped: {e}");
+            eprintln!("the CSI driver's {name} stopped: {e}");
         }
     });
     let mut tries = 0;
     while tokio::net::UnixStream::connect(&socket).await.is_err() {
         tries += 1;
-        anyhow::ensure!(tries < 100, "the CSI driver did not start listening");
+        anyhow::ensure!(
+            tries < 100,
+            "the CSI driver's {container} did not start listening"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let channel = connect(&socket).await?;
-    Ok(Running {
+    Ok((
+        Plugin {
+            stop: Some(tx),
+            task: Some(task),
+        },
         channel,
-        stop: Some(tx),
-        task: Some(task),
+    ))
+}
+
+/// Starts a site's driver under `dir` from the StatefulSet and DaemonSet the operator
+/// wrote, with `stand_ins`. `local` names the site's own cluster when it is not the one the
+/// secret marks (a second site's driver reads its own site's secret). The node plugin reads
+/// its Node through `node_plugin` (its own ServiceAccount); the pods' Secrets and
+/// ConfigMaps, which their kubelet would mount, are read through `kube`.
+pub async fn start(
+    kube: &kube::Client,
+    node_plugin: &kube::Client,
+    namespace: &str,
+    dir: &Path,
+    stand_ins: StandIns<'_>,
+    local: Option<simplyblock_controlplane::Uuid>,
+) -> anyhow::Result<Running> {
+    let controller_pod = Api::<StatefulSet>::namespaced(kube.clone(), namespace)
+        .get(CONTROLLER_STATEFULSET)
+        .await?
+        .spec
+        .template
+        .spec
+        .ok_or_else(|| anyhow::anyhow!("the controller plugin's StatefulSet has no pod"))?;
+    let node_pod = Api::<DaemonSet>::namespaced(kube.clone(), namespace)
+        .get(NODE_DAEMONSET)
+        .await?
+        .spec
+        .template
+        .spec
+        .ok_or_else(|| anyhow::anyhow!("the node plugin's DaemonSet has no pod"))?;
+    let proxy = format!("--control-plane-proxy={}", stand_ins.proxy);
+    let (controller, controller_channel) = start_plugin(
+        kube,
+        None,
+        namespace,
+        &controller_pod,
+        "csi-controller",
+        &dir.join("controller"),
+        std::slice::from_ref(&proxy),
+        local,
+    )
+    .await?;
+    let node_extra = [
+        proxy.clone(),
+        "--attacher=loop".to_owned(),
+        format!("--loop-dir={}", stand_ins.volume_files.display()),
+        // Set in every pod, so the plugin reads its Node.
+        "--kubernetes=true".to_owned(),
+    ];
+    let (node, node_channel) = match start_plugin(
+        kube,
+        Some(node_plugin),
+        namespace,
+        &node_pod,
+        "csi-node",
+        &dir.join("node"),
+        &node_extra,
+        local,
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            controller.stop().await;
+            return Err(e);
+        }
+    };
+    Ok(Running {
+        controller: controller_channel,
+        node: node_channel,
+        plugins: vec![controller, node],
     })
 }
 
-/// Starts the driver under `dir` and creates `name` (1 GiB) from `class`; stages and
-/// publishes it when this machine can attach volumes. The driver runs on this machine,
-/// outside the cluster: it reaches the control plane at `control_plane` rather than at
-/// the in-cluster endpoint the CSI secret names. The node plugin reads its Node through
-/// `node_plugin` (its own ServiceAccount); the CSI secret, which the kubelet would mount,
-/// is read through `kube`.
+/// Starts the driver under `dir` ([`start`]) and creates `name` (1 GiB) from `class`;
+/// stages and publishes it when this machine can attach volumes.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     kube: &kube::Client,
@@ -189,22 +276,11 @@ pub async fn serve(
     class: &str,
     name: &str,
     dir: &Path,
-    volume_files: &Path,
-    control_plane: &str,
+    stand_ins: StandIns<'_>,
 ) -> anyhow::Result<Served> {
-    let running = start(
-        kube,
-        node_plugin,
-        namespace,
-        dir,
-        volume_files,
-        control_plane,
-        None,
-    )
-    .await?;
-    let channel = running.channel.clone();
-    let mut controller = ControllerClient::new(channel.clone());
-    let node = NodeClient::new(channel);
+    let running = start(kube, node_plugin, namespace, dir, stand_ins, None).await?;
+    let mut controller = ControllerClient::new(running.controller.clone());
+    let node = NodeClient::new(running.node.clone());
 
     // What the external provisioner does with a class: the fsType goes into the
     // capability, its own keys are dropped, the rest are the driver's parameters.

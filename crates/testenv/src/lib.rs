@@ -17,6 +17,7 @@
 pub mod assets;
 pub mod certmanager;
 pub mod chart;
+pub mod kubelet;
 pub mod ocm;
 pub mod process;
 pub mod standin;
@@ -72,6 +73,8 @@ pub enum Error {
     Apply(String),
     #[error("installing CustomResourceDefinition {name} failed: {reason}")]
     Crd { name: String, reason: String },
+    #[error("a pod's container cannot be started as its kubelet would: {0}")]
+    Kubelet(String),
 }
 
 impl Error {

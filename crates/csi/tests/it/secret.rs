@@ -76,7 +76,8 @@ async fn the_driver_follows_the_secret_and_never_forgets_a_volume() {
     let other = uuid::Uuid::from_u128(0x5eed);
     let not_ours = secret_naming(&[(other, &sim.server.url, &sim.cluster_secret)]);
     let mut secret = MountedSecret::new(&dir.path().join("secret"), &ours);
-    let clusters = Clusters::from_files(&secret.path(), None, None).expect("clusters");
+    let clusters =
+        Clusters::from_files(&secret.path(), None, None, Default::default()).expect("clusters");
     let driver = DriverProc::start_serving(dir.path(), clusters, &sim.files, BTreeMap::new()).await;
     let (_, mut ctl, _) = driver.clients().await;
     let create = |name: &str| csi::CreateVolumeRequest {

@@ -109,6 +109,13 @@ fn the_demo_discovers_deploys_and_ends_online() {
             .any(|l| l.starts_with("volume ") && l.contains(" (1073741824 bytes, ")),
         "no volume in:\n{stdout}"
     );
+    // The driver's plugins reached the control plane at the endpoint the operator
+    // published, with the certificate their SimplyblockDriver mounts.
+    let to_the_end = lines
+        .iter()
+        .find(|l| l.starts_with("management API calls to the end"))
+        .unwrap_or_else(|| panic!("no count of the driver's calls in:\n{stdout}"));
+    assert!(to_the_end.contains(" as simplyblock-csi"), "{to_the_end}");
     let restart = lines
         .iter()
         .find(|l| l.starts_with("discovered-initial-discovery-cluster-rolling-restart "))

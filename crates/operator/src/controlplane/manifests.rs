@@ -659,17 +659,32 @@ fn cert_manager(cp: &ControlPlane, ns: &str, mutual: bool) -> Vec<Manifest> {
         ),
     ];
     if mutual {
-        out.push(certificate(
-            cp,
-            CLIENT_CERTIFICATE,
-            json!({
-                "secretName": CLIENT_TLS_SECRET,
-                "commonName": "simplyblock-operator",
-                "usages": ["client auth", "digital signature"],
-                "privateKey": key,
-                "issuerRef": ca_issuer,
-            }),
-        ));
+        // One identity per caller: the CSI driver's plugins run on every worker, and
+        // their certificate must not be the operator's.
+        for (name, secret, common_name) in [
+            (
+                CLIENT_CERTIFICATE,
+                CLIENT_TLS_SECRET,
+                "simplyblock-operator",
+            ),
+            (
+                CSI_CLIENT_CERTIFICATE,
+                CSI_CLIENT_TLS_SECRET,
+                "simplyblock-csi",
+            ),
+        ] {
+            out.push(certificate(
+                cp,
+                name,
+                json!({
+                    "secretName": secret,
+                    "commonName": common_name,
+                    "usages": ["client auth", "digital signature"],
+                    "privateKey": key,
+                    "issuerRef": ca_issuer,
+                }),
+            ));
+        }
     }
     out
 }

@@ -26,6 +26,11 @@ pub const API_TRUST_SECRET: &str = "simplyblock-webappapi-trust";
 pub const CLIENT_TLS_SECRET: &str = "simplyblock-webappapi-client-tls";
 /// The client certificate's cert-manager Certificate.
 pub const CLIENT_CERTIFICATE: &str = "simplyblock-webappapi-client";
+/// The CSI driver's client certificate for a management API that requires one: the
+/// SimplyblockDriver mounts it into its plugins.
+pub const CSI_CLIENT_TLS_SECRET: &str = "simplyblock-csi-client-tls";
+/// The CSI driver's client certificate's cert-manager Certificate.
+pub const CSI_CLIENT_CERTIFICATE: &str = "simplyblock-csi-client";
 /// The self-signed cert-manager Issuer that signs the control plane's CA.
 pub const SELF_SIGNED_ISSUER: &str = "simplyblock-selfsigned";
 /// The control plane's CA: its Certificate, its Secret and the Issuer it backs.

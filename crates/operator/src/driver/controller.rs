@@ -14,6 +14,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use simplyblock_api::SimplyblockDriver;
+use simplyblock_api::control_plane::ControlPlane;
 use simplyblock_api::keys::{
     MANAGED_BY_LABEL, MANAGED_BY_SIMPLYBLOCK_DRIVER, SIMPLYBLOCK_DRIVER_FINALIZER,
 };
@@ -49,6 +50,17 @@ pub async fn run(ctx: Arc<Context>, operator_image: String) {
             .map(|d| ObjectRef::from_obj(&*d))
             .collect::<Vec<_>>()
     };
+    // Where the control plane's CA is kept is the ControlPlane's: the drivers of its
+    // namespace look again when it changes.
+    let drivers = controller.store();
+    let of_namespace = move |cp: ControlPlane| {
+        drivers
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace() == cp.namespace())
+            .map(|d| ObjectRef::from_obj(&*d))
+            .collect::<Vec<_>>()
+    };
     // The plugins' readiness is the driver's phase.
     let managed = watcher::Config::default().labels(&format!(
         "{MANAGED_BY_LABEL}={MANAGED_BY_SIMPLYBLOCK_DRIVER}"
@@ -60,6 +72,11 @@ pub async fn run(ctx: Arc<Context>, operator_image: String) {
             ctx.scope.api::<SimplyblockDriver>(&ctx.kube),
             watcher::Config::default(),
             others,
+        )
+        .watches(
+            ctx.scope.api::<ControlPlane>(&ctx.kube),
+            watcher::Config::default(),
+            of_namespace,
         );
     let image: Arc<str> = operator_image.into();
     let reconcile = move |driver, ctx| reconcile(driver, ctx, image.clone());

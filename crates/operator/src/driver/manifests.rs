@@ -6,14 +6,18 @@
 //! serves `--mode=controller` on a socket in an in-memory emptyDir its sidecars share;
 //! the node plugin serves `--mode=node` on a socket in the kubelet's plugin directory,
 //! registered by node-driver-registrar. Both read the CSI secret, which the StorageCluster
-//! controller writes: it is mounted here, never owned.
+//! controller writes: it is mounted here, never owned. With `spec.tls.enableTLS` both also
+//! mount the CA that signs the control plane's certificate ([`CaSource`]), and with
+//! `spec.tls.enableMutualTLS` the driver's client certificate
+//! ([`CSI_CLIENT_TLS_SECRET`]): mounted, never owned, each read-only and only the keys
+//! the driver reads.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector, PodSpec,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector, PodSpec,
     PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
     VolumeMount,
 };
@@ -29,6 +33,8 @@ use serde_json::Value;
 use simplyblock_api::csi_secret;
 use simplyblock_api::keys::{MANAGED_BY_LABEL, MANAGED_BY_SIMPLYBLOCK_DRIVER};
 use simplyblock_api::simplyblock_driver::{DriverTls, SimplyblockDriver};
+
+pub use crate::controlplane::names::CSI_CLIENT_TLS_SECRET;
 
 use super::names::{
     CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_ROLE, CONTROLLER_ROLE_BINDING,
@@ -57,6 +63,10 @@ const KUBELET_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
 /// The node plugin's stage records: on the host, so a restarted plugin finds them.
 const STATE_DIR: &str = "/var/lib/simplyblock-csi";
 const SECRET_DIR: &str = "/etc/spdkcsi-secret";
+/// The control plane's CA (`ca.crt`) and the driver's client certificate (`tls.crt`,
+/// `tls.key`), each its own read-only volume.
+const CA_DIR: &str = "/etc/simplyblock-csi/control-plane-ca";
+const CLIENT_TLS_DIR: &str = "/etc/simplyblock-csi/client-tls";
 const CONFIG_DIR: &str = "/etc/spdkcsi-config";
 const NODE_SERVER_CONFIG_DIR: &str = "/etc/spdkcsi-nodeserver-config";
 const REGISTRAR_HEALTH_PORT: i32 = 9809;
@@ -82,6 +92,14 @@ pub struct VolumeSnapshotClass {
     pub deletion_policy: String,
 }
 
+/// Where the CA that signs the control plane's certificate is kept, in the driver's
+/// namespace: a key of a Secret, or of a ConfigMap (OpenShift's service CA).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaSource {
+    Secret { name: String, key: String },
+    ConfigMap { name: String, key: String },
+}
+
 /// What the manifests are built from besides the spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings<'a> {
@@ -90,6 +108,10 @@ pub struct Settings<'a> {
     /// Snapshots are asked for and the cluster serves their API: the snapshotter sidecar
     /// runs and the VolumeSnapshotClass is written.
     pub snapshots: bool,
+    /// The control plane's CA, mounted with `spec.tls.enableTLS`; `None`: the plugins
+    /// verify the control plane against the system's CA store (a managed control plane
+    /// with a publicly trusted certificate).
+    pub ca: Option<&'a CaSource>,
 }
 
 /// Every object of the driver.
@@ -390,6 +412,81 @@ fn secret_volume() -> Volume {
     }
 }
 
+/// `key` of the object, mounted as `path`.
+fn item(key: &str, path: &str) -> KeyToPath {
+    KeyToPath {
+        key: key.into(),
+        path: path.into(),
+        ..KeyToPath::default()
+    }
+}
+
+/// The TLS material both plugins mount, as (volume, mount, arguments): the control
+/// plane's CA with `spec.tls.enableTLS` when `settings` knows where it is kept, and the
+/// driver's client certificate when the mode is `authenticated`. Only the keys the driver
+/// reads are projected: the Secret of a cert-manager CA also holds its server's key.
+fn tls_material(
+    driver: &SimplyblockDriver,
+    settings: Settings<'_>,
+) -> Vec<(Volume, VolumeMount, Vec<String>)> {
+    let tls = &driver.spec.tls;
+    let mut out = Vec::new();
+    if !tls.enable_tls {
+        return out;
+    }
+    if let Some(ca) = settings.ca {
+        let name = "control-plane-ca";
+        let volume = match ca {
+            CaSource::Secret { name: secret, key } => Volume {
+                name: name.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    items: Some(vec![item(key, "ca.crt")]),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            CaSource::ConfigMap {
+                name: config_map,
+                key,
+            } => Volume {
+                name: name.into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_map.clone(),
+                    items: Some(vec![item(key, "ca.crt")]),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        };
+        out.push((
+            volume,
+            mount(name, CA_DIR, true),
+            vec![format!("--ca-file={CA_DIR}/ca.crt")],
+        ));
+    }
+    if tls_mode(tls) == "authenticated" {
+        let name = "control-plane-client-tls";
+        out.push((
+            Volume {
+                name: name.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(CSI_CLIENT_TLS_SECRET.into()),
+                    items: Some(vec![item("tls.crt", "tls.crt"), item("tls.key", "tls.key")]),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            mount(name, CLIENT_TLS_DIR, true),
+            vec![
+                format!("--client-cert-file={CLIENT_TLS_DIR}/tls.crt"),
+                format!("--client-key-file={CLIENT_TLS_DIR}/tls.key"),
+            ],
+        ));
+    }
+    out
+}
+
 /// The environment both plugins share: the TLS mode, and the service-account token as
 /// the control plane's credential when asked for.
 fn plugin_env(driver: &SimplyblockDriver) -> Vec<EnvVar> {
@@ -401,13 +498,19 @@ fn plugin_env(driver: &SimplyblockDriver) -> Vec<EnvVar> {
 }
 
 /// The arguments both plugins share.
-fn plugin_args(driver: &SimplyblockDriver, mode: &str) -> Vec<String> {
-    vec![
+fn plugin_args(driver: &SimplyblockDriver, settings: Settings<'_>, mode: &str) -> Vec<String> {
+    let mut out = vec![
         format!("--endpoint=unix://{SOCKET}"),
         format!("--mode={mode}"),
         format!("--driver-name={}", driver.spec.driver_name),
         format!("--secret-file={SECRET_DIR}/{}", csi_secret::KEY),
-    ]
+    ];
+    out.extend(
+        tls_material(driver, settings)
+            .into_iter()
+            .flat_map(|(_, _, args)| args),
+    );
+    out
 }
 
 /// A sidecar of the controller plugin, on its socket, electing a leader among the
@@ -435,14 +538,23 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
         name: "csi-controller".into(),
         image: Some(settings.image.into()),
         image_pull_policy: Some(spec.image_pull_policy.clone()),
-        args: Some(plugin_args(driver, "controller")),
+        args: Some(plugin_args(driver, settings, "controller")),
         env: Some(plugin_env(driver)),
         resources: spec.controller_resources.clone(),
-        volume_mounts: Some(vec![
-            mount("socket-dir", SOCKET_DIR, false),
-            mount("csi-config", CONFIG_DIR, true),
-            mount("csi-secret", SECRET_DIR, true),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("socket-dir", SOCKET_DIR, false),
+                mount("csi-config", CONFIG_DIR, true),
+                mount("csi-secret", SECRET_DIR, true),
+            ]
+            .into_iter()
+            .chain(
+                tls_material(driver, settings)
+                    .into_iter()
+                    .map(|(_, m, _)| m),
+            )
+            .collect(),
+        ),
         ..Container::default()
     };
     let mut containers = vec![
@@ -498,18 +610,27 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
                     node_selector: non_empty(spec.controller_node_selector.clone()),
                     tolerations: non_empty_list(spec.controller_tolerations.clone()),
                     containers,
-                    volumes: Some(vec![
-                        Volume {
-                            name: "socket-dir".into(),
-                            empty_dir: Some(EmptyDirVolumeSource {
-                                medium: Some("Memory".into()),
-                                ..EmptyDirVolumeSource::default()
-                            }),
-                            ..Volume::default()
-                        },
-                        config_map_volume("csi-config", CONFIG_MAP, false),
-                        secret_volume(),
-                    ]),
+                    volumes: Some(
+                        [
+                            Volume {
+                                name: "socket-dir".into(),
+                                empty_dir: Some(EmptyDirVolumeSource {
+                                    medium: Some("Memory".into()),
+                                    ..EmptyDirVolumeSource::default()
+                                }),
+                                ..Volume::default()
+                            },
+                            config_map_volume("csi-config", CONFIG_MAP, false),
+                            secret_volume(),
+                        ]
+                        .into_iter()
+                        .chain(
+                            tls_material(driver, settings)
+                                .into_iter()
+                                .map(|(v, _, _)| v),
+                        )
+                        .collect(),
+                    ),
                     ..PodSpec::default()
                 }),
             },
@@ -585,7 +706,7 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
         ]),
         ..Container::default()
     };
-    let mut args = plugin_args(driver, "node");
+    let mut args = plugin_args(driver, settings, "node");
     args.extend([
         "--node-id=$(NODE_ID)".to_owned(),
         format!("--state-dir={STATE_DIR}"),
@@ -604,17 +725,26 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
             ..SecurityContext::default()
         }),
         resources: spec.node_resources.clone(),
-        volume_mounts: Some(vec![
-            mount("socket-dir", SOCKET_DIR, false),
-            shared_mount("plugin-dir", KUBELET_PLUGINS),
-            shared_mount("pod-dir", KUBELET_PODS),
-            mount("host-dev", "/dev", false),
-            mount("host-sys", "/sys", false),
-            mount("csi-state", STATE_DIR, false),
-            mount("csi-config", CONFIG_DIR, true),
-            mount("csi-nodeserver-config", NODE_SERVER_CONFIG_DIR, true),
-            mount("csi-secret", SECRET_DIR, true),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("socket-dir", SOCKET_DIR, false),
+                shared_mount("plugin-dir", KUBELET_PLUGINS),
+                shared_mount("pod-dir", KUBELET_PODS),
+                mount("host-dev", "/dev", false),
+                mount("host-sys", "/sys", false),
+                mount("csi-state", STATE_DIR, false),
+                mount("csi-config", CONFIG_DIR, true),
+                mount("csi-nodeserver-config", NODE_SERVER_CONFIG_DIR, true),
+                mount("csi-secret", SECRET_DIR, true),
+            ]
+            .into_iter()
+            .chain(
+                tls_material(driver, settings)
+                    .into_iter()
+                    .map(|(_, m, _)| m),
+            )
+            .collect(),
+        ),
         ..Container::default()
     };
     let pod_labels = BTreeMap::from([("app".to_owned(), NODE_APP.to_owned())]);
@@ -638,18 +768,31 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                     host_network: Some(true),
                     dns_policy: Some("ClusterFirstWithHostNet".into()),
                     containers: vec![registrar, plugin],
-                    volumes: Some(vec![
-                        host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
-                        host_path("registration-dir", KUBELET_REGISTRY, Some("Directory")),
-                        host_path("plugin-dir", KUBELET_PLUGINS, Some("Directory")),
-                        host_path("pod-dir", KUBELET_PODS, Some("Directory")),
-                        host_path("host-dev", "/dev", None),
-                        host_path("host-sys", "/sys", None),
-                        host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),
-                        config_map_volume("csi-config", CONFIG_MAP, false),
-                        config_map_volume("csi-nodeserver-config", NODE_SERVER_CONFIG_MAP, true),
-                        secret_volume(),
-                    ]),
+                    volumes: Some(
+                        [
+                            host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
+                            host_path("registration-dir", KUBELET_REGISTRY, Some("Directory")),
+                            host_path("plugin-dir", KUBELET_PLUGINS, Some("Directory")),
+                            host_path("pod-dir", KUBELET_PODS, Some("Directory")),
+                            host_path("host-dev", "/dev", None),
+                            host_path("host-sys", "/sys", None),
+                            host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),
+                            config_map_volume("csi-config", CONFIG_MAP, false),
+                            config_map_volume(
+                                "csi-nodeserver-config",
+                                NODE_SERVER_CONFIG_MAP,
+                                true,
+                            ),
+                            secret_volume(),
+                        ]
+                        .into_iter()
+                        .chain(
+                            tls_material(driver, settings)
+                                .into_iter()
+                                .map(|(v, _, _)| v),
+                        )
+                        .collect(),
+                    ),
                     ..PodSpec::default()
                 }),
             },
@@ -721,6 +864,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: false,
+                ca: None,
             },
         );
         let rendered = yaml(&m);
@@ -747,10 +891,139 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                ca: Some(&CaSource::Secret {
+                    name: "simplyblock-webappapi-tls".into(),
+                    key: "ca.crt".into(),
+                }),
             },
         );
         let rendered = yaml(&m);
         assert_eq!(rendered, expected("everything.yaml", &rendered));
+    }
+
+    /// The plugin containers of `m` (controller, node), each with its pod's volumes.
+    fn plugins(m: &Manifests) -> Vec<(Container, Vec<Volume>)> {
+        let controller = m.controller.spec.template.spec.clone();
+        let node = m.node.spec.template.spec.clone();
+        [(controller, "csi-controller"), (node, "csi-node")]
+            .into_iter()
+            .map(|(pod, name)| {
+                let pod = pod.expect("pod");
+                let c = pod
+                    .containers
+                    .iter()
+                    .find(|c| c.name == name)
+                    .cloned()
+                    .expect("plugin");
+                (c, pod.volumes.unwrap_or_default())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_tls_material_is_mounted_read_only_as_spec_tls_asks() {
+        let cert_manager = CaSource::Secret {
+            name: "simplyblock-webappapi-tls".into(),
+            key: "ca.crt".into(),
+        };
+        let service_ca = CaSource::ConfigMap {
+            name: "simplyblock-service-ca".into(),
+            key: "service-ca.crt".into(),
+        };
+        let render = |tls: Value, ca: Option<&CaSource>| {
+            manifests(
+                &driver(json!({"tls": tls})),
+                Settings {
+                    image: IMAGE,
+                    snapshots: false,
+                    ca,
+                },
+            )
+        };
+        let tls_args = |c: &Container| {
+            c.args
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|a| a.contains("-file=/etc/simplyblock-csi/"))
+                .collect::<Vec<_>>()
+        };
+        // TLS off: nothing mounted, whatever the CA's place.
+        for (c, _) in plugins(&render(json!({}), Some(&cert_manager))) {
+            assert!(tls_args(&c).is_empty(), "{:?}", c.args);
+        }
+        // TLS: the CA alone, only its key projected (the cert-manager Secret also holds
+        // the management API's private key).
+        for (c, volumes) in plugins(&render(json!({"enableTLS": true}), Some(&cert_manager))) {
+            assert_eq!(
+                tls_args(&c),
+                ["--ca-file=/etc/simplyblock-csi/control-plane-ca/ca.crt"]
+            );
+            let v = volumes
+                .iter()
+                .find(|v| v.name == "control-plane-ca")
+                .expect("CA volume");
+            let secret = v.secret.as_ref().expect("a Secret");
+            assert_eq!(
+                secret.secret_name.as_deref(),
+                Some("simplyblock-webappapi-tls")
+            );
+            assert_eq!(secret.items, Some(vec![item("ca.crt", "ca.crt")]));
+            let m = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.name == "control-plane-ca")
+                .expect("CA mount");
+            assert_eq!(m.read_only, Some(true));
+        }
+        // OpenShift's service CA is a ConfigMap's key.
+        for (_, volumes) in plugins(&render(json!({"enableTLS": true}), Some(&service_ca))) {
+            let v = volumes
+                .iter()
+                .find(|v| v.name == "control-plane-ca")
+                .expect("CA volume");
+            let map = v.config_map.as_ref().expect("a ConfigMap");
+            assert_eq!(map.name, "simplyblock-service-ca");
+            assert_eq!(map.items, Some(vec![item("service-ca.crt", "ca.crt")]));
+        }
+        // No known CA: the system's store, so no flag.
+        for (c, _) in plugins(&render(json!({"enableTLS": true}), None)) {
+            assert!(tls_args(&c).is_empty(), "{:?}", c.args);
+        }
+        // Mutual TLS: the driver's own client certificate too, read-only.
+        let mutual = json!({"enableTLS": true, "enableMutualTLS": true});
+        for (c, volumes) in plugins(&render(mutual, Some(&cert_manager))) {
+            assert_eq!(
+                tls_args(&c),
+                [
+                    "--ca-file=/etc/simplyblock-csi/control-plane-ca/ca.crt",
+                    "--client-cert-file=/etc/simplyblock-csi/client-tls/tls.crt",
+                    "--client-key-file=/etc/simplyblock-csi/client-tls/tls.key",
+                ]
+            );
+            let v = volumes
+                .iter()
+                .find(|v| v.name == "control-plane-client-tls")
+                .expect("client volume");
+            assert_eq!(
+                v.secret.as_ref().and_then(|s| s.secret_name.as_deref()),
+                Some(CSI_CLIENT_TLS_SECRET)
+            );
+            assert!(
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .filter(|m| m.name.starts_with("control-plane-"))
+                    .all(|m| m.read_only == Some(true))
+            );
+            assert!(
+                c.env
+                    .iter()
+                    .flatten()
+                    .any(|e| e.name == TLS_MODE_ENV && e.value.as_deref() == Some("authenticated"))
+            );
+        }
     }
 
     #[test]
@@ -761,6 +1034,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: false,
+                ca: None,
             },
         );
         assert!(without.snapshot_class.is_none());
@@ -770,6 +1044,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                ca: None,
             },
         );
         assert_eq!(
@@ -787,6 +1062,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                ca: None,
             },
         )
         .objects();

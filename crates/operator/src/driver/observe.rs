@@ -1,16 +1,18 @@
 //! Reading what a pass decides from: the cluster's SimplyblockDrivers, whether the
-//! snapshot API is served, each object the driver may have, and the CSIDrivers Helm
-//! installed. No writes.
+//! snapshot API is served, each object the driver may have, the CSIDrivers Helm
+//! installed, and where the control plane's CA is kept. No writes.
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use simplyblock_api::SimplyblockDriver;
+use simplyblock_api::control_plane::{ControlPlane, SINGLETON_NAME};
 
 use super::adoption::HELM_LABELS;
-use super::manifests::every_key;
+use super::manifests::{CaSource, every_key};
 use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
-use super::plan::{DriverRef, Observation};
+use super::plan::{DriverRef, Observation, ca_source};
 use crate::kit::Error;
 
 /// The dynamic API of `kind` in `namespace` (ignored for a cluster-scoped kind).
@@ -75,6 +77,12 @@ pub async fn observe(
         .iter()
         .map(to_json)
         .collect::<Result<_, _>>()?;
+    // A driver elsewhere is held; the operator reads nothing of that namespace for it.
+    let control_plane_ca = if namespace == operator_namespace {
+        control_plane_ca(client, &namespace).await?
+    } else {
+        None
+    };
     Ok(Observation {
         drivers,
         snapshot_api,
@@ -82,7 +90,41 @@ pub async fn observe(
         helm_csi_drivers,
         operator_namespace: operator_namespace.to_owned(),
         operator_image: operator_image.to_owned(),
+        control_plane_ca,
     })
+}
+
+/// Where the CA of the ControlPlane of `namespace` is kept ([`ca_source`]); `None`
+/// without a ControlPlane.
+async fn control_plane_ca(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Option<CaSource>, Error> {
+    let control_planes: Api<ControlPlane> = Api::namespaced(client.clone(), namespace);
+    let Some(cp) = control_planes.get_opt(SINGLETON_NAME).await? else {
+        return Ok(None);
+    };
+    let bundle = cp
+        .spec
+        .source
+        .managed
+        .as_ref()
+        .and_then(|m| m.ca_bundle_secret_ref.as_ref());
+    let keys = match bundle {
+        None => Vec::new(),
+        Some(r) => Api::<Secret>::namespaced(client.clone(), namespace)
+            .get_opt(&r.name)
+            .await?
+            .and_then(|s| s.data)
+            .map(|d| {
+                d.into_iter()
+                    .filter(|(_, v)| !v.0.is_empty())
+                    .map(|(k, _)| k)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    Ok(ca_source(&cp, &keys))
 }
 
 fn to_json<K: serde::Serialize>(object: &K) -> Result<serde_json::Value, Error> {

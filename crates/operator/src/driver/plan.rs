@@ -11,11 +11,15 @@ use simplyblock_api::simplyblock_driver::{
     DriverPhase, Origin, SimplyblockDriver, SimplyblockDriverStatus, SnapshotSupport,
 };
 
+use simplyblock_api::control_plane::{ControlPlane, TlsProvider};
+
 use super::adoption::{self, Holder};
 use super::compare;
-use super::manifests::{self, Settings};
+use super::manifests::{self, CaSource, Settings};
 use super::names;
 use super::objects::{Kind, ObjectKey};
+use crate::controlplane::manifests::Tls;
+use crate::controlplane::names::{API_TLS_SECRET, SERVICE_CA_CONFIG_MAP};
 
 /// A SimplyblockDriver of the cluster, as the singleton rule sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +70,48 @@ pub struct Observation {
     pub operator_namespace: String,
     /// The operator's own image, the default's source.
     pub operator_image: String,
+    /// Where the CA of the control plane's certificate is kept ([`ca_source`]).
+    pub control_plane_ca: Option<CaSource>,
+}
+
+/// Where the CA that signs `cp`'s certificate is kept, in the namespace both live in: a
+/// local control plane's is what its serving certificate was issued from (cert-manager's
+/// `ca.crt` beside it, or OpenShift's service CA); a managed one's is the Secret its
+/// `caBundleSecretRef` names, under the first of `ca.crt` and `tls.crt` that
+/// `bundle_keys` (the keys that Secret holds) has, as the ControlPlane reads it. `None`
+/// when the control plane is plain HTTP or trusted through the system's CA store.
+pub fn ca_source(cp: &ControlPlane, bundle_keys: &[String]) -> Option<CaSource> {
+    match (&cp.spec.source.local, &cp.spec.source.managed) {
+        (Some(local), _) => {
+            let tls = Tls::of(local);
+            if !tls.serve {
+                return None;
+            }
+            Some(match tls.provider {
+                TlsProvider::CertManager => CaSource::Secret {
+                    name: API_TLS_SECRET.into(),
+                    key: "ca.crt".into(),
+                },
+                TlsProvider::OpenShift => CaSource::ConfigMap {
+                    name: SERVICE_CA_CONFIG_MAP.into(),
+                    key: "service-ca.crt".into(),
+                },
+            })
+        }
+        (None, Some(managed)) => {
+            let secret = managed.ca_bundle_secret_ref.as_ref()?;
+            let key = ["ca.crt", "tls.crt"]
+                .into_iter()
+                .find(|k| bundle_keys.iter().any(|b| b == k))
+                // Until the Secret is there, the key the ControlPlane asks for.
+                .unwrap_or("ca.crt");
+            Some(CaSource::Secret {
+                name: secret.name.clone(),
+                key: key.into(),
+            })
+        }
+        (None, None) => None,
+    }
 }
 
 /// Why a driver installs nothing.
@@ -134,6 +180,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     let settings = Settings {
         image: &image,
         snapshots: driver.spec.enable_volume_snapshots && obs.snapshot_api,
+        ca: obs.control_plane_ca.as_ref(),
     };
     let desired = manifests::manifests(driver, settings).objects();
     let refusals = adoption::refusals(driver, &desired, &obs.live, &obs.helm_csi_drivers);

@@ -45,6 +45,7 @@ fn empty(d: &SimplyblockDriver) -> Observation {
         helm_csi_drivers: vec![],
         operator_namespace: NS.into(),
         operator_image: OPERATOR_IMAGE.into(),
+        control_plane_ca: None,
     }
 }
 
@@ -503,5 +504,95 @@ fn a_held_driver_reports_installing_and_keeps_its_origin() {
         s.message
             .as_deref()
             .is_some_and(|m| m.contains("simplyblock-system/simplyblock"))
+    );
+}
+
+fn control_plane(source: Value) -> ControlPlane {
+    serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+        "metadata": {"name": "simplyblock", "namespace": NS},
+        "spec": {"source": source},
+    }))
+    .expect("control plane")
+}
+
+#[test]
+fn the_plugins_trust_the_ca_the_control_plane_is_served_from() {
+    let local = |tls: Value| {
+        control_plane(json!({"local": {
+            "image": "quay.io/simplyblock-io/simplyblock:26.2.1", "tls": tls}}))
+    };
+    let secret = |name: &str, key: &str| {
+        Some(CaSource::Secret {
+            name: name.into(),
+            key: key.into(),
+        })
+    };
+    assert_eq!(
+        ca_source(&local(json!({})), &[]),
+        secret("simplyblock-webappapi-tls", "ca.crt"),
+        "cert-manager by default: the CA beside the serving certificate"
+    );
+    assert_eq!(
+        ca_source(&local(json!({"provider": "OpenShift"})), &[]),
+        Some(CaSource::ConfigMap {
+            name: "simplyblock-service-ca".into(),
+            key: "service-ca.crt".into(),
+        })
+    );
+    assert_eq!(ca_source(&local(json!({"enableTLS": false})), &[]), None);
+    let managed = |bundle: Value| {
+        control_plane(json!({"managed": {
+            "endpoint": "https://cp.example.com", "caBundleSecretRef": bundle}}))
+    };
+    let keys = |k: &[&str]| k.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        ca_source(&managed(json!({"name": "cp-ca"})), &keys(&["tls.crt"])),
+        secret("cp-ca", "tls.crt"),
+        "the key the ControlPlane itself reads"
+    );
+    assert_eq!(
+        ca_source(
+            &managed(json!({"name": "cp-ca"})),
+            &keys(&["tls.crt", "ca.crt"])
+        ),
+        secret("cp-ca", "ca.crt")
+    );
+    assert_eq!(
+        ca_source(&managed(json!({"name": "cp-ca"})), &[]),
+        secret("cp-ca", "ca.crt")
+    );
+    assert_eq!(
+        ca_source(&managed(Value::Null), &[]),
+        None,
+        "no bundle: the system's CA store"
+    );
+}
+
+#[test]
+fn the_plugins_are_given_the_control_planes_ca_when_tls_is_asked_for() {
+    let d = driver(json!({"tls": {"enableTLS": true}}));
+    let mut obs = empty(&d);
+    obs.control_plane_ca = Some(CaSource::Secret {
+        name: "simplyblock-webappapi-tls".into(),
+        key: "ca.crt".into(),
+    });
+    let c = converge(plan(&d, &obs));
+    let (_, node) = c
+        .apply
+        .iter()
+        .find(|(k, _)| k.kind == Kind::DaemonSet)
+        .expect("the node plugin");
+    let plugin = node["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "csi-node"))
+        .expect("csi-node");
+    assert!(
+        plugin["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .any(|a| a == "--ca-file=/etc/simplyblock-csi/control-plane-ca/ca.crt"),
+        "{plugin}"
     );
 }

@@ -688,6 +688,7 @@ fn helm_install(ns: &str) -> Vec<(ObjectKey, Value)> {
         Settings {
             image: "quay.io/simplyblock-io/spdk-csi:v0.1.9",
             snapshots: false,
+            ca: None,
         },
     )
     .objects();

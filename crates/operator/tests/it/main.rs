@@ -12,6 +12,7 @@ mod deployment;
 mod devices;
 mod discovery;
 mod driver;
+mod driver_tls;
 mod events;
 mod hub;
 mod leader;
