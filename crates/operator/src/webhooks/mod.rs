@@ -222,6 +222,47 @@ pub enum Endpoint {
     Service { namespace: String, name: String },
 }
 
+/// What no webhook is asked about, so that a deletion always finishes, even while the
+/// operator is down (a `Fail` webhook without an endpoint refuses everything it matches):
+/// - an update that leaves the spec as it is, of an object being deleted or marked
+///   [`FORCE_DELETE_ANNOTATION`]: a finalizer's release, the mark itself;
+/// - the deletion of an object so marked;
+/// - a deletion by the namespace controller: the namespace is going, and each operation's
+///   own finalizer still records it as aborted when the operator runs.
+pub fn deletion_always_finishes() -> Vec<k8s_openapi::api::admissionregistration::v1::MatchCondition>
+{
+    use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+    use simplyblock_api::keys::FORCE_DELETE_ANNOTATION as FORCE;
+    let marked = |object: &str| {
+        format!(
+            "(has({object}.metadata.annotations) && '{FORCE}' in {object}.metadata.annotations && {object}.metadata.annotations['{FORCE}'] == 'true')"
+        )
+    };
+    vec![
+        MatchCondition {
+            name: "not-a-release-of-what-is-going".into(),
+            expression: format!(
+                "request.operation != 'UPDATE' || !(has(object.spec) == has(oldObject.spec) && (!has(object.spec) || object.spec == oldObject.spec) && (has(oldObject.metadata.deletionTimestamp) || {}))",
+                marked("object")
+            ),
+        },
+        MatchCondition {
+            name: "not-a-forced-delete".into(),
+            expression: format!("request.operation != 'DELETE' || !{}", marked("oldObject")),
+        },
+        MatchCondition {
+            name: "not-the-namespace-controller".into(),
+            expression: format!(
+                "request.operation != 'DELETE' || request.userInfo.username != '{NAMESPACE_CONTROLLER}'"
+            ),
+        },
+    ]
+}
+
+/// The account kube-controller-manager's namespace controller deletes a namespace's
+/// objects as.
+pub const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+
 /// The name of the operator's ValidatingWebhookConfiguration.
 pub const CONFIGURATION_NAME: &str = "simplyblock-operator";
 
@@ -260,6 +301,7 @@ pub fn configuration(
             failure_policy: Some("Fail".into()),
             side_effects: "None".into(),
             timeout_seconds: Some(10),
+            match_conditions: Some(deletion_always_finishes()),
             rules: Some(vec![RuleWithOperations {
                 api_groups: Some(vec![simplyblock_api::GROUP.into()]),
                 api_versions: Some(vec![simplyblock_api::VERSION.into()]),

@@ -1033,3 +1033,75 @@ async fn a_group_drill_by_cluster_id_with_a_source_namespace_fails_at_once() {
             .is_empty()
     );
 }
+
+/// A teardown that cannot finish (the bubble cluster's control plane refuses every
+/// deletion) holds the drill and says why; marked `storage.simplyblock.io/force-delete`,
+/// the drill goes, and a `ForcedRelease` warning names the clone left behind, which is
+/// indeed still there.
+#[tokio::test]
+async fn a_drill_whose_teardown_cannot_finish_goes_when_forced_naming_what_is_left() {
+    use simplyblock_api::keys::FORCE_DELETE_ANNOTATION;
+    let d = hub().await;
+    d.start_operator().await;
+    protected_claim(&d).await;
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(&PostParams::default(), &drill_object("stuck"))
+        .await
+        .expect("the drill is created");
+    let ready = phase(&drills, "stuck", FailoverPhase::Ready).await;
+    let clone = ready.status.expect("status").clones[0]
+        .clone_id
+        .clone()
+        .expect("a clone");
+    let clone_id: Uuid = clone
+        .rsplit(':')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("the clone's id");
+
+    let r = d
+        .sim
+        .cp
+        .raw(
+            simplyblock_controlplane::Method::PUT,
+            "/../../_sim/faults",
+            &[],
+            Some(&json!({"spec": "error:method=DELETE,status=503"})),
+        )
+        .await
+        .expect("faults");
+    assert!(r.status < 300, "faults: {}", r.status);
+    drills
+        .delete("stuck", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    until("the teardown to hold", async || {
+        let message = drills.get_opt("stuck").await.ok()??.status?.message?;
+        message.contains("teardown is holding").then_some(())
+    })
+    .await;
+
+    drills
+        .patch(
+            "stuck",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}})),
+        )
+        .await
+        .expect("marked");
+    until("the forced drill gone", async || {
+        drills.get_opt("stuck").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let said = crate::support::raised(&d.kube, NS, Some("stuck"), "ForcedRelease").await;
+    assert!(
+        said.iter().any(|m| m.contains(&clone)),
+        "the event names the clone left: {said:?}"
+    );
+    d.sim
+        .cp
+        .get_volume(d.b.cluster, d.b.pool, clone_id)
+        .await
+        .expect("the clone the event names is left on site B");
+}

@@ -1070,3 +1070,179 @@ async fn a_removal_filter_cannot_be_added_or_changed_after_creation_at_either_ve
     .expect("a label written at v1alpha1");
     serving.abort();
 }
+
+/// `result` was refused because the webhook could not be called.
+fn unreachable<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
+    match result {
+        Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {}
+        other => panic!("{what}: not refused by the unreachable webhook: {other:?}"),
+    }
+}
+
+/// With the operator down (its webhooks registered, nothing listening at their endpoint,
+/// every one `Fail`), a deletion still finishes: a finalizer is released from an object
+/// being deleted, an operation marked `storage.simplyblock.io/force-delete` is deleted,
+/// and the namespace controller deletes what a namespace held. What the webhooks guard
+/// stays guarded: a spec change and an unmarked deletion are still refused.
+#[tokio::test]
+async fn deletion_finishes_while_the_operator_is_down() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use simplyblock_api::keys::FORCE_DELETE_ANNOTATION;
+    use simplyblock_api::{StorageClusterOps, StorageNodeOps};
+    use simplyblock_operator::webhooks::{Endpoint, NAMESPACE_CONTROLLER, configuration};
+
+    let ns = "wedge";
+    let (env, kube) = crate::support::own_api_server(ns).await;
+    let finalizer = "storage.simplyblock.io/test-hold";
+    let node_ops = api::<StorageNodeOps>(&kube, ns);
+    let cluster_ops = api::<StorageClusterOps>(&kube, ns);
+    let nodes = api::<StorageNode>(&kube, ns);
+    // Created before the webhooks are registered: the operator is already down.
+    for (api, object) in [
+        (
+            &node_ops,
+            json!({"apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageNodeOps",
+                   "metadata": {"name": "restart", "finalizers": [finalizer]},
+                   "spec": {"nodeRef": "sb-w1-0", "action": "Restart"}}),
+        ),
+        (
+            &cluster_ops,
+            json!({"apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+                   "metadata": {"name": "restart"},
+                   "spec": {"clusterRef": "sb", "action": "Restart"}}),
+        ),
+        (&nodes, {
+            let mut n = storage_node(4);
+            n["metadata"]["finalizers"] = json!([finalizer]);
+            n
+        }),
+    ] {
+        api.create(&PostParams::default(), &obj(object))
+            .await
+            .expect("created");
+    }
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        l.local_addr().expect("addr").port()
+    };
+    Api::<ValidatingWebhookConfiguration>::all(kube.clone())
+        .create(
+            &PostParams::default(),
+            &configuration(
+                &Endpoint::Url(format!("https://127.0.0.1:{closed}")),
+                "no one answers",
+            ),
+        )
+        .await
+        .expect("the webhooks registered");
+    let merge = |v: Value| Patch::Merge(v);
+    let params = PatchParams::default();
+
+    // Guarded still: an unmarked deletion of a running operation, a spec change.
+    unreachable(
+        node_ops.delete("restart", &DeleteParams::default()).await,
+        "an unmarked delete",
+    );
+    unreachable(
+        nodes
+            .patch(
+                "sb-w1-0",
+                &params,
+                &merge(json!({"spec": {"workerNode": "elsewhere"}})),
+            )
+            .await,
+        "a spec change",
+    );
+
+    // The mark, then the deletion and the finalizer's release.
+    node_ops
+        .patch(
+            "restart",
+            &params,
+            &merge(json!({"metadata": {"annotations": {FORCE_DELETE_ANNOTATION: "true"}}})),
+        )
+        .await
+        .expect("the mark is an update that changes no spec");
+    node_ops
+        .delete("restart", &DeleteParams::default())
+        .await
+        .expect("a marked operation is deleted");
+    node_ops
+        .patch(
+            "restart",
+            &params,
+            &merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("its finalizer released");
+    assert!(node_ops.get_opt("restart").await.expect("read").is_none());
+
+    // A StorageNode being deleted (no DELETE rule) gives its finalizer up, unmarked, but
+    // its spec stays guarded while it goes.
+    nodes
+        .delete("sb-w1-0", &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    unreachable(
+        nodes
+            .patch(
+                "sb-w1-0",
+                &params,
+                &merge(json!({"spec": {"workerNode": "elsewhere"}})),
+            )
+            .await,
+        "a spec change while the node goes",
+    );
+    nodes
+        .patch(
+            "sb-w1-0",
+            &params,
+            &merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("the finalizer of a node being deleted is released");
+    assert!(nodes.get_opt("sb-w1-0").await.expect("read").is_none());
+
+    // The namespace controller deletes a running operation unmarked (its account as
+    // kube-controller-manager runs it, with the right to delete).
+    let system = "kube-system";
+    let account = NAMESPACE_CONTROLLER.rsplit(':').next().expect("account");
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": account}})).expect("account");
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(kube.clone(), system)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("the namespace controller's account");
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "wedge-namespace-controller"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": system}]
+    }))
+    .expect("binding");
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(kube.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("its right to delete");
+    unreachable(
+        cluster_ops
+            .delete("restart", &DeleteParams::default())
+            .await,
+        "an unmarked delete by the user",
+    );
+    let controller = env
+        .service_account_client(system, account)
+        .await
+        .expect("the namespace controller's client");
+    api::<StorageClusterOps>(&controller, ns)
+        .delete("restart", &DeleteParams::default())
+        .await
+        .expect("the namespace controller deletes the operation");
+    assert!(
+        cluster_ops
+            .get_opt("restart")
+            .await
+            .expect("read")
+            .is_none()
+    );
+}

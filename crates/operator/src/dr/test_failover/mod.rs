@@ -17,6 +17,7 @@
 //! | Cloning | per slot, the volume `tfo-<h>-clone` from the point (skipped when it exists) | every clone exists; a point removed before its clone: back to ResolvingPoint (pinned: Failed) |
 //! | Placing | the ManifestWork `tfo-<h>-bubble` (skipped when it exists) | every claim reported Bound; the source handle unchanged (else Failed, `InvariantViolated`) |
 //! | Releasing | on delete: the work, then each clone, each snapshot the drill took, the views (gone counts as done) | nothing left: the finalizer goes |
+//! | Releasing, forced | on delete of a drill marked `storage.simplyblock.io/force-delete: "true"`: one pass as above, then the finalizer goes whatever is left, named in a `ForcedRelease` warning | always |
 //!
 //! Each step has 15 minutes ([`simplyblock_api::test_failover::STEP_DEADLINE`]); a step
 //! that overruns fails the drill. A reclaim that fails holds the deletion in TearingDown
@@ -38,6 +39,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
+use simplyblock_api::keys::FORCE_DELETE_ANNOTATION;
 use simplyblock_api::test_failover::{
     FailoverPhase, FailoverScope, FailoverStage, FailoverStep, GRAPHS, TEST_FAILOVER_FINALIZER,
     TEST_ID_LABEL, TestFailover, TestFailoverStatus,
@@ -787,7 +789,38 @@ async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> 
         status.message = Some("tearing down the bubble".into());
         write(ctx, drill, status.clone(), Guard::None).await?;
     }
-    match release(drill, ctx, &status).await {
+    let outcome = release(drill, ctx, &status).await;
+    if forced(drill) {
+        let left = match &outcome {
+            Ok(None) => None,
+            Ok(Some(waiting)) => Some(waiting.clone()),
+            Err((what, e)) => Some(format!("{what} failed: {e}")),
+        };
+        if let Some(left) = left {
+            // The way out the user asked for when a cluster stays out of reach: the drill
+            // goes, and the event names what may be left for them to remove.
+            let clones: Vec<&str> = status
+                .clones
+                .iter()
+                .filter_map(|c| c.clone_id.as_deref())
+                .collect();
+            ctx.event(
+                drill,
+                true,
+                "ForcedRelease",
+                format!(
+                    "released on {FORCE_DELETE_ANNOTATION} without a finished teardown ({left}); check and remove by hand what may be left: the ManifestWork {} on cluster {}, the clones {clones:?}, the views of cluster {}",
+                    plan::name(drill, "bubble"),
+                    drill.spec.bubble_cluster,
+                    drill.spec.source_cluster
+                ),
+            )
+            .await;
+            kit::remove_finalizer(&ctx.kube, drill, TEST_FAILOVER_FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+    }
+    match outcome {
         Ok(None) => {}
         Ok(Some(waiting)) => {
             if status.message.as_deref() != Some(waiting.as_str()) {
@@ -808,6 +841,14 @@ async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> 
     }
     kit::remove_finalizer(&ctx.kube, drill, TEST_FAILOVER_FINALIZER).await?;
     Ok(Action::await_change())
+}
+
+/// The drill is marked to go whether or not its teardown can finish.
+fn forced(drill: &TestFailover) -> bool {
+    drill
+        .annotations()
+        .get(FORCE_DELETE_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 type Reclaim = Result<Option<String>, (String, Error)>;
