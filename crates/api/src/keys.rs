@@ -199,6 +199,12 @@ pub fn parse_storage_node_topology_key(key: &str) -> Option<StorageNodeTopologyK
     })
 }
 
+/// Set to `"true"` on an object of the group, it lets the object be deleted, and its
+/// finalizers released, without the operator's admission: the way out when the operator
+/// is down or a cluster it would clean up is unreachable. What the operator would have
+/// checked or cleaned is then the user's to check.
+pub const FORCE_DELETE_ANNOTATION: &str = "storage.simplyblock.io/force-delete";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,9 +307,3 @@ mod tests {
         }
     }
 }
-
-/// Set to `"true"` on an object of the group, it lets the object be deleted, and its
-/// finalizers released, without the operator's admission: the way out when the operator
-/// is down or a cluster it would clean up is unreachable. What the operator would have
-/// checked or cleaned is then the user's to check.
-pub const FORCE_DELETE_ANNOTATION: &str = "storage.simplyblock.io/force-delete";
