@@ -197,6 +197,28 @@ pub enum TlsProvider {
     OpenShift,
 }
 
+/// Refuses a managed endpoint whose host is local (see [`crate::address`]) as far as CEL
+/// can tell: the names defined as loopback; a numeric host that is not a canonical a.b.c.d
+/// (`127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`, which `inet_aton` and URL parsers
+/// read as addresses); 127/8, 169.254/16 and 0/8; IPv6 literals in `0::/16` (`::1`, `::`,
+/// the IPv4-mapped and -compatible forms, where no routable address lies), `fe80::/10` and
+/// with a zone. A URL CEL cannot parse is refused too. Only regular expressions over
+/// `self` (at most 512 characters): a parsed host has no size CEL can bound, and rules on
+/// it exceed the API server's cost budget.
+const LOCAL_ENDPOINT_RULE: &str = concat!(
+    "isURL(self) && !self.matches('(?i)^https?://([^/?#@]*@)?(",
+    // Loopback names.
+    "(localhost|[^/?#@:]*[.]localhost|localhost[.]localdomain|ip6-localhost|ip6-loopback)[.]?",
+    // Local IPv4, canonical.
+    "|(127|0)([.][0-9]+){3}|169[.]254([.][0-9]+){2}",
+    // IPv6 in 0::/16, link-local, or zoned.
+    "|[[](::|0{1,4}:)[^]]*[]]|[[]fe[89ab][0-9a-f]:[^]]*[]]|[[][^]]*%[^]]*[]]",
+    ")([:/?#].*)?$') && ",
+    // A numeric host is a canonical a.b.c.d.
+    "(!self.matches('(?i)^https?://([^/?#@]*@)?(0x[0-9a-f]*|[0-9]+)([.](0x[0-9a-f]*|[0-9]+)){0,3}[.]?([:/?#].*)?$') || ",
+    "self.matches('^https?://([^/?#@]*@)?(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])([.](25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}([:/?#].*)?$'))",
+);
+
 /// A control plane that runs elsewhere.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -205,14 +227,17 @@ pub enum TlsProvider {
 ))]
 pub struct ManagedSource {
     /// The control plane's URL, `https://host[:port]` (`http://` only with `insecure`);
-    /// `/api/v2` is appended. Loopback and link-local addresses are refused: they would
-    /// reach the operator's own pod or the node's metadata service, not a control plane.
+    /// `/api/v2` is appended. Loopback, link-local and unspecified addresses are refused in
+    /// every spelling (`localhost`, `127.1`, `2130706433`, `[::ffff:127.0.0.1]`): they would
+    /// reach the operator's own pod or the node's metadata service, not a control plane. An
+    /// IPv4 address is written a.b.c.d; the operator also refuses a name that resolves to
+    /// such an address.
     #[schemars(
         regex(pattern = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"),
         length(max = 512)
     )]
-    #[x_kube(validation = Rule::new(r"!self.matches('(?i)^https?://([^/@]*@)?(localhost|127\\.[0-9.]+|0\\.0\\.0\\.0|\\[::1\\]|169\\.254\\.[0-9.]+|\\[fe[89ab][0-9a-f]?:[^\\]]*\\])([:/].*)?$')").message(
-        "spec.source.managed.endpoint must not be a loopback or link-local address: give the control plane's routable address"
+    #[x_kube(validation = Rule::new(LOCAL_ENDPOINT_RULE).message(
+        "spec.source.managed.endpoint must not be a loopback, link-local or unspecified address, nor an IPv4 address spelled other than a.b.c.d: give the control plane's routable address"
     ))]
     pub endpoint: String,
     /// A Secret in this namespace holding the bearer token (key `token`, or `secret`).

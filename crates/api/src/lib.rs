@@ -10,6 +10,7 @@
 // kube's derive takes one `printcolumn(...)` per column, which this lint reads as repeats.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod address;
 pub mod cluster_deployment_config;
 pub mod common;
 pub mod control_plane;

@@ -38,6 +38,13 @@ pub struct ClientConfig {
     /// Lets an operator outside the cluster reach a control plane known by its in-cluster
     /// address (a test, the demo, with sbsim).
     pub connect_to: Option<std::net::SocketAddr>,
+    /// Refuse to connect to an address this names (with why): every address the URL's
+    /// host resolves to is judged at each new connection, and the connection uses only
+    /// addresses judged, so a name repointed after the client was built is caught too. A
+    /// redirect to a host given as an address is judged before it is followed. Not
+    /// applied to `connect_to`, nor to an address written in `base_url` (judge that before
+    /// building the client).
+    pub refuse_address: Option<fn(std::net::IpAddr) -> Option<String>>,
 }
 
 impl ClientConfig {
@@ -52,7 +59,28 @@ impl ClientConfig {
             read_retries: 3,
             retry_backoff: Duration::from_millis(200),
             connect_to: None,
+            refuse_address: None,
         }
+    }
+}
+
+/// The system's resolver, refusing a name any of whose addresses `refuse` names.
+struct Refusing {
+    refuse: fn(std::net::IpAddr) -> Option<String>,
+}
+
+impl reqwest::dns::Resolve for Refusing {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let refuse = self.refuse;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(why) = addrs.iter().find_map(|a| refuse(a.ip())) {
+                return Err(format!("{host} resolves to {why}; not connecting").into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
     }
 }
 
@@ -131,6 +159,24 @@ impl Client {
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
             .redirect(reqwest::redirect::Policy::limited(4));
+        if let Some(refuse) = config.refuse_address {
+            builder = builder
+                .dns_resolver(std::sync::Arc::new(Refusing { refuse }))
+                .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                    let literal = attempt
+                        .url()
+                        .host_str()
+                        .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+                        .and_then(|h| h.parse::<std::net::IpAddr>().ok());
+                    match literal.and_then(refuse) {
+                        Some(why) => attempt.error(format!("a redirect to {why}")),
+                        None if attempt.previous().len() >= 4 => {
+                            attempt.error("too many redirects")
+                        }
+                        None => attempt.follow(),
+                    }
+                }));
+        }
         if let Some(addr) = config.connect_to {
             let proxy = reqwest::Proxy::all(format!("http://{addr}"))
                 .map_err(|e| Error::Config(format!("proxy {addr}: {e}")))?;

@@ -212,6 +212,13 @@ impl Context {
         self
     }
 
+    /// The one audience the operator's own token may name to be sent to a managed control
+    /// plane without credentials (see [`crate::link::audience_refusal`]).
+    pub fn with_control_plane_audience(mut self, audience: impl Into<String>) -> Context {
+        self.access.audience = audience.into();
+        self
+    }
+
     /// Reach the control plane through `proxy` (see [`crate::link::Access::proxy`]).
     pub fn with_control_plane_proxy(mut self, proxy: std::net::SocketAddr) -> Context {
         self.access.proxy = Some(proxy);

@@ -97,10 +97,83 @@ impl Token {
     }
 }
 
+/// The audience the operator's own token must be minted for, and for nothing else, to be
+/// sent to a managed control plane without a credentials Secret.
+pub const CONTROL_PLANE_AUDIENCE: &str = "simplyblock-control-plane";
+
+/// Why the operator's own `token` is not sent to a managed control plane, if it is not:
+/// a Kubernetes token whose audiences are not only `dedicated` (or that names the API
+/// server that issued it) is one the API server accepts, so whoever answers at the
+/// endpoint could act as the operator there. Read without verifying: it is the operator's
+/// own token. A token that is not a JWT is no Kubernetes token, and is sent as given.
+pub fn audience_refusal(token: &str, dedicated: &str) -> Option<String> {
+    let claims = jwt_claims(token)?;
+    let audiences: Vec<String> = match claims.get("aud") {
+        Some(serde_json::Value::String(a)) => vec![a.clone()],
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let issuer = claims.get("iss").and_then(|v| v.as_str());
+    let dedicated_only = !audiences.is_empty()
+        && audiences.iter().all(|a| a == dedicated)
+        && issuer != Some(dedicated);
+    (!dedicated_only).then(|| {
+        format!(
+            "the operator's own token is for the audience {audiences:?}, which the Kubernetes API server accepts, and spec.source.managed.credentialsSecretRef is not set: it is not sent, since whoever answers at the endpoint could use it against the API server; create a Secret with the control plane's bearer token under the key token and name it in credentialsSecretRef, or have the chart mint the operator's token for the audience {dedicated} alone (operator.controlPlaneToken.audience) and the control plane review tokens for it"
+        )
+    })
+}
+
+/// The claims of a JWT, unverified; `None` when `token` is not one.
+fn jwt_claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut parts = token.split('.');
+    let (_header, payload, _signature) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    serde_json::from_slice(&base64url(payload)?).ok()
+}
+
+/// Unpadded base64url, as JWTs carry it.
+fn base64url(s: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= value(c)? << (18 - 6 * i);
+        }
+        let n = match chunk.len() {
+            4 => 3,
+            3 => 2,
+            2 => 1,
+            _ => return None,
+        };
+        out.extend_from_slice(&acc.to_be_bytes()[1..1 + n]);
+    }
+    Some(out)
+}
+
 /// How the ControlPlane controller builds its clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
     pub token: Token,
+    /// The only audience [`Access::token`] may name to be sent to a managed control plane
+    /// without a credentials Secret ([`audience_refusal`]).
+    pub audience: String,
     /// Send plain-HTTP requests through this HTTP proxy instead of resolving the
     /// endpoint's host: an operator outside the cluster reaching the in-cluster Service
     /// (with sbsim, the demo and the tests). `status.endpoint` keeps the in-cluster URL.
@@ -111,6 +184,7 @@ impl Default for Access {
     fn default() -> Access {
         Access {
             token: Token::File(SERVICE_ACCOUNT_TOKEN.into()),
+            audience: CONTROL_PLANE_AUDIENCE.into(),
             proxy: None,
         }
     }
@@ -232,6 +306,66 @@ mod tests {
         // The kubelet replaces the file's content in place.
         std::fs::write(&path, "second").expect("rotate");
         assert_eq!(token.read().as_deref(), Ok("second"));
+    }
+
+    /// An unsigned JWT with these claims.
+    pub fn jwt(claims: serde_json::Value) -> String {
+        fn encode(bytes: &[u8]) -> String {
+            const ALPHABET: &[u8] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let mut out = String::new();
+            for chunk in bytes.chunks(3) {
+                let mut acc = 0u32;
+                for (i, &b) in chunk.iter().enumerate() {
+                    acc |= u32::from(b) << (16 - 8 * i);
+                }
+                for i in 0..=chunk.len() {
+                    out.push(ALPHABET[(acc >> (18 - 6 * i) & 63) as usize] as char);
+                }
+            }
+            out
+        }
+        format!(
+            "{}.{}.sig",
+            encode(br#"{"alg":"RS256"}"#),
+            encode(claims.to_string().as_bytes())
+        )
+    }
+
+    #[test]
+    fn only_a_token_for_the_dedicated_audience_alone_goes_to_a_managed_control_plane() {
+        use serde_json::json;
+        let d = CONTROL_PLANE_AUDIENCE;
+        let iss = "https://kubernetes.default.svc.cluster.local";
+        for sent in [
+            jwt(json!({"aud": [d], "iss": iss})),
+            jwt(json!({"aud": d, "iss": iss})),
+            // Not a Kubernetes token: a static one given as the operator's.
+            "operator-test-token".to_owned(),
+            "a.b".to_owned(),
+        ] {
+            assert_eq!(audience_refusal(&sent, d), None, "{sent}");
+        }
+        for (claims, shown) in [
+            (json!({"aud": [iss], "iss": iss}), iss),
+            (json!({"aud": [d, iss], "iss": iss}), iss),
+            (json!({"aud": "kubernetes"}), "kubernetes"),
+            (json!({"iss": iss}), "[]"),
+            (json!({"aud": [d], "iss": d}), d),
+        ] {
+            let why = audience_refusal(&jwt(claims.clone()), d).expect("refused");
+            assert!(why.contains(shown), "{claims}: {why}");
+            assert!(
+                why.contains("credentialsSecretRef")
+                    && why.contains("operator.controlPlaneToken.audience"),
+                "{why}"
+            );
+        }
+        // Every padding of the payload decodes.
+        for pad in ["", "x", "xx"] {
+            let token = jwt(json!({"aud": [iss], "p": pad}));
+            assert!(audience_refusal(&token, d).is_some(), "{token}");
+        }
     }
 
     #[test]

@@ -103,6 +103,17 @@ struct RunArgs {
         default_value = simplyblock_operator::link::SERVICE_ACCOUNT_TOKEN
     )]
     control_plane_token_file: std::path::PathBuf,
+    /// The audience the chart mints the operator's token for when it is meant for a
+    /// control plane (operator.controlPlaneToken.audience). The token is sent to a managed
+    /// control plane without credentialsSecretRef only if this is its one audience: a
+    /// token for the API server's would let whoever answers at the endpoint act as the
+    /// operator.
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_AUDIENCE",
+        default_value = simplyblock_operator::link::CONTROL_PLANE_AUDIENCE
+    )]
+    control_plane_token_audience: String,
     /// Reach the control plane through this HTTP proxy instead of resolving its
     /// endpoint's host (an operator outside the cluster, e.g. against sbsim); the
     /// ControlPlane's status.endpoint keeps the in-cluster URL.
@@ -178,6 +189,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         webhook_url,
         certificate_validity,
         control_plane_token_file,
+        control_plane_token_audience,
         control_plane_proxy,
         watch_namespace,
         watch_all_namespaces,
@@ -197,6 +209,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
     };
     let mut context = Context::resolving(client, namespace)
         .with_control_plane_token(Token::File(control_plane_token_file))
+        .with_control_plane_audience(control_plane_token_audience)
         .with_scope(scope)
         .with_shutdown(Shutdown::new());
     if let Some(proxy) = control_plane_proxy {

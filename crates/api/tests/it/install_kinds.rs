@@ -92,13 +92,30 @@ async fn a_managed_endpoint_must_be_routable() {
         "https://[::1]:8443",
         "https://169.254.169.254",
         "https://[fe80::1]",
+        // Every spelling a URL parser or inet_aton reads as loopback, link-local or
+        // unspecified.
+        "https://2130706433/",
+        "https://0x7f000001:8443",
+        "https://127.1",
+        "https://0177.0.0.1",
+        "https://LocalHost.",
+        "https://api.localhost",
+        "https://[::ffff:127.0.0.1]/",
+        "https://[::ffff:7f00:1]",
+        "https://[::127.0.0.1]",
+        "https://[::ffff:169.254.169.254]",
+        "https://2852039166",
+        "https://0.0.0.0",
+        "https://[::]",
+        "https://0/",
     ] {
         let result = create(&api, control_plane("simplyblock", managed(refused))).await;
         assert_eq!(
             refusal(result),
             [format!(
-                "spec.source.managed.endpoint: Invalid value: \"{refused}\": spec.source.managed.endpoint must not be a loopback or link-local address: give the control plane's routable address"
-            )]
+                "spec.source.managed.endpoint: Invalid value: \"{refused}\": spec.source.managed.endpoint must not be a loopback, link-local or unspecified address, nor an IPv4 address spelled other than a.b.c.d: give the control plane's routable address"
+            )],
+            "{refused}"
         );
     }
     let not_a_url = create(
@@ -110,12 +127,20 @@ async fn a_managed_endpoint_must_be_routable() {
         refusal(not_a_url)[0].starts_with("spec.source.managed.endpoint: Invalid value"),
         "a bare host name is refused"
     );
-    create(
-        &api,
-        control_plane("simplyblock", managed("https://10.0.0.5:8443")),
-    )
-    .await
-    .expect("a routable address");
+    for routable in [
+        "https://10.0.0.5:8443",
+        "https://cp.example.com/",
+        "https://[2001:db8::1]:5000",
+        "https://cp1.example.com",
+        "https://127.example.com",
+    ] {
+        create(&api, control_plane("simplyblock", managed(routable)))
+            .await
+            .unwrap_or_else(|e| panic!("{routable} is routable: {e:?}"));
+        api.delete("simplyblock", &Default::default())
+            .await
+            .expect("deleted");
+    }
 }
 
 #[tokio::test]

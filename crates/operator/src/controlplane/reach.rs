@@ -99,6 +99,10 @@ pub async fn build(ctx: &Context, cp: &ControlPlane) -> Result<Result<Reach, NoC
     let mut config = ClientConfig::new(url, token);
     config.tls = tls;
     config.connect_to = ctx.access.proxy;
+    if cp.spec.source.local.is_none() {
+        // Judged again at each connection, not only when the client is built.
+        config.refuse_address = Some(refuse_local);
+    }
     match Client::new(config) {
         Ok(client) => Ok(Ok(Reach {
             client,
@@ -203,9 +207,18 @@ async fn managed_material(
     ns: &str,
     managed: &ManagedSource,
 ) -> Result<Result<(String, Option<TlsConfig>), NoClient>, Error> {
+    if let Some(why) = local_endpoint(&managed.endpoint, ctx.access.proxy.is_none()).await {
+        return Ok(Err(NoClient {
+            credentials: false,
+            why,
+        }));
+    }
     let token = match &managed.credentials_secret_ref {
         None => match ctx.access.token.read() {
-            Ok(t) => t,
+            Ok(t) => match crate::link::audience_refusal(&t, &ctx.access.audience) {
+                None => t,
+                Some(why) => return Ok(Err(credentials(why))),
+            },
             Err(why) => return Ok(Err(credentials(why))),
         },
         Some(r) => match secrets.get_opt(&r.name).await? {
@@ -266,6 +279,66 @@ async fn managed_material(
     )))
 }
 
+/// Why a managed `endpoint` is refused, if it is: its host is a loopback, link-local or
+/// unspecified address in any spelling, or (when `resolve`) a name any of whose addresses
+/// is. Checked each time the client is built, since an object may predate the CRD's rule;
+/// the client judges each connection's addresses again ([`refuse_local`]). Behind
+/// `--control-plane-proxy` the proxy, not the operator, resolves the host, so only its
+/// spelling is judged; the proxy's own address is not, which is how tests reach sbsim on
+/// loopback.
+pub async fn local_endpoint(endpoint: &str, resolve: bool) -> Option<String> {
+    use simplyblock_api::address::local_host;
+    let refused = |what: String| {
+        format!(
+            "spec.source.managed.endpoint {endpoint} {what}, which reaches the operator's own pod or the node (its metadata service), not a control plane: the bearer token is not sent there; give the control plane's routable address"
+        )
+    };
+    let url = match Url::parse(endpoint) {
+        Ok(url) => url,
+        Err(e) => return Some(format!("the endpoint {endpoint} is not a URL: {e}")),
+    };
+    // The URL parser has already turned every IPv4 spelling into a.b.c.d; the raw host is
+    // judged too, for a parser that reads it otherwise.
+    let host = url.host_str().unwrap_or_default().to_owned();
+    if let Some(kind) = local_host(&host)
+        .or_else(|| simplyblock_api::address::url_host(endpoint).and_then(|h| local_host(&h)))
+    {
+        return Some(refused(format!("is a {kind} address ({host})")));
+    }
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok();
+    if !resolve || literal {
+        return None;
+    }
+    let port = url.port_or_known_default().unwrap_or(443);
+    // A name that does not resolve is left to the call, which says so.
+    let addresses = tokio::net::lookup_host((host.as_str(), port)).await.ok()?;
+    resolved_refusal(endpoint, addresses.map(|a| a.ip()))
+}
+
+/// Why the client of a managed control plane does not connect to `ip`: it is local.
+fn refuse_local(ip: std::net::IpAddr) -> Option<String> {
+    simplyblock_api::address::local_address(ip).map(|kind| format!("the {kind} address {ip}"))
+}
+
+/// Why `endpoint` is refused given the addresses its host resolved to: any local one.
+fn resolved_refusal(
+    endpoint: &str,
+    mut addresses: impl Iterator<Item = std::net::IpAddr>,
+) -> Option<String> {
+    use simplyblock_api::address::local_address;
+    addresses
+        .find_map(|ip| local_address(ip).map(|kind| (ip, kind)))
+        .map(|(ip, kind)| {
+            format!(
+                "spec.source.managed.endpoint {endpoint} resolves to the {kind} address {ip}, which reaches the operator's own pod or the node (its metadata service), not a control plane: the bearer token is not sent there; give the control plane's routable address"
+            )
+        })
+}
+
 /// Asks the control plane through `reach`: ready, and (when ready) its version.
 pub async fn probe(reach: &Reach) -> Probe {
     match reach.client.ready().await {
@@ -278,5 +351,145 @@ pub async fn probe(reach: &Reach) -> Probe {
             // A version that cannot be read is no version: the control plane answers.
             version: reach.client.version().await.ok().flatten(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server on loopback answering every request with `answer`; the requests it read.
+    async fn answering(
+        answer: &'static str,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (seen, requests) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let head = String::from_utf8_lossy(&buf[..n]);
+                        let _ = seen.send(head.lines().next().unwrap_or_default().to_owned());
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, requests)
+    }
+
+    fn client(url: &str, proxy: Option<std::net::SocketAddr>, refuse: bool) -> Client {
+        let mut config = ClientConfig::new(Url::parse(url).expect("url"), "t");
+        config.connect_to = proxy;
+        config.read_retries = 0;
+        config.refuse_address = refuse.then_some(refuse_local as fn(_) -> _);
+        Client::new(config).expect("client")
+    }
+
+    #[tokio::test]
+    async fn each_connection_is_refused_a_local_address_and_each_redirect_to_one() {
+        const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        let (addr, mut seen) = answering(OK).await;
+        // A name, resolved at connection time: it is what the operator would reach.
+        let url = format!("http://localhost:{}", addr.port());
+        client(&url, None, false)
+            .ready()
+            .await
+            .expect("reached unguarded");
+        let refused = client(&url, None, true)
+            .ready()
+            .await
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            refused.contains("localhost resolves to the loopback address"),
+            "{refused}"
+        );
+        seen.recv().await.expect("the unguarded request");
+        assert!(seen.try_recv().is_err(), "the guarded client connected");
+
+        // Behind a proxy (how tests reach sbsim on loopback) the proxy's own address is
+        // not judged, but a redirect to a local address is.
+        const AWAY: &str = "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://169.254.169.254/latest\r\ncontent-length: 0\r\n\r\n";
+        let (proxy, mut seen) = answering(AWAY).await;
+        let refused = client("http://cp.example:5000", Some(proxy), true)
+            .ready()
+            .await
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            refused.contains("a redirect to the link-local address 169.254.169.254"),
+            "{refused}"
+        );
+        let first = seen.recv().await.expect("the first request");
+        assert!(first.contains("http://cp.example:5000/"), "{first}");
+        assert!(seen.try_recv().is_err(), "the redirect was followed");
+    }
+
+    #[tokio::test]
+    async fn a_local_endpoint_is_refused_in_every_spelling_and_by_what_it_resolves_to() {
+        for (endpoint, shown) in [
+            ("https://2130706433/", "loopback address (127.0.0.1)"),
+            ("https://0x7f000001:8443", "loopback address (127.0.0.1)"),
+            ("https://127.1", "loopback address (127.0.0.1)"),
+            (
+                "https://[::ffff:127.0.0.1]/",
+                "loopback address ([::ffff:7f00:1])",
+            ),
+            ("https://[::ffff:169.254.169.254]", "link-local address"),
+            ("https://localhost./", "loopback address (localhost.)"),
+            ("http://0/", "unspecified address (0.0.0.0)"),
+        ] {
+            for resolve in [false, true] {
+                let why = local_endpoint(endpoint, resolve).await.expect(endpoint);
+                assert!(
+                    why.starts_with(&format!(
+                        "spec.source.managed.endpoint {endpoint} is a {shown}"
+                    )),
+                    "{why}"
+                );
+            }
+        }
+        // A name is judged by every address it resolves to: one local one is enough.
+        let ips = |list: &[&str]| {
+            list.iter()
+                .map(|a| a.parse().expect("ip"))
+                .collect::<Vec<std::net::IpAddr>>()
+                .into_iter()
+        };
+        let why = resolved_refusal("https://cp.example", ips(&["10.0.0.1", "::ffff:127.0.0.2"]))
+            .expect("refused");
+        assert!(
+            why.contains("resolves to the loopback address ::ffff:127.0.0.2"),
+            "{why}"
+        );
+        let why = resolved_refusal("https://cp.example", ips(&["169.254.169.254"]));
+        assert!(why.is_some_and(|w| w.contains("link-local")));
+        assert_eq!(
+            resolved_refusal("https://cp.example", ips(&["10.0.0.1", "2001:db8::1"])),
+            None
+        );
+        for fine in [
+            "https://cp.example.com",
+            "https://10.1.2.3:5000",
+            "https://[2001:db8::1]",
+        ] {
+            assert_eq!(local_endpoint(fine, false).await, None, "{fine}");
+        }
+        assert_eq!(local_endpoint("https://10.1.2.3:5000", true).await, None);
     }
 }

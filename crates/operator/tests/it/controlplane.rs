@@ -800,6 +800,78 @@ async fn a_managed_control_plane_is_published_and_a_missing_credentials_secret_s
 }
 
 #[tokio::test]
+async fn a_managed_control_plane_is_sent_no_api_server_token_nor_reached_at_a_local_address() {
+    let mut h = managed_harness("cp-token-audience").await;
+    // The API server refuses every spelling of a local address, naming the problem.
+    for local in ["https://2130706433/", "https://[::ffff:127.0.0.1]/"] {
+        let refused = h
+            .cps()
+            .create(
+                &PostParams::default(),
+                &control_plane(json!({"managed": {"endpoint": local}})),
+            )
+            .await
+            .expect_err(local);
+        assert!(
+            refused.to_string().contains(
+                "spec.source.managed.endpoint must not be a loopback, link-local or unspecified address"
+            ),
+            "{local}: {refused}"
+        );
+    }
+    // The operator's own token is one the API server issued for itself.
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "operator"}})).expect("account");
+    Api::<ServiceAccount>::namespaced(h.kube.clone(), &h.ns)
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("ServiceAccount");
+    let api_token = crate::support::api_server()
+        .await
+        .service_account_token(&h.ns, "operator")
+        .await
+        .expect("an API-server token");
+    h.ctx = Arc::new(
+        Context::resolving(crate::support::operator_kube().await, h.ns.clone())
+            .watching(&h.ns)
+            .with_control_plane_token(Token::Value(api_token))
+            .with_control_plane_proxy(h.sim.server.addr),
+    );
+    let _c = h.start();
+    h.create(json!({"managed": {
+        "endpoint": MANAGED_TLS_ENDPOINT,
+        "caBundleSecretRef": {"name": "cp-ca"},
+    }}))
+    .await;
+    let said = until("the refusal said", async || {
+        h.status()
+            .await
+            .message
+            .filter(|m| m.starts_with("credentials: "))
+    })
+    .await;
+    assert!(
+        said.contains("the operator's own token is for the audience")
+            && said.contains("credentialsSecretRef is not set")
+            && said.contains("operator.controlPlaneToken.audience"),
+        "{said}"
+    );
+    h.looked_again().await;
+    assert_eq!(h.status().await.phase, ControlPlanePhase::Installing);
+    assert!(h.ctx.control_plane().is_err());
+    let control_plane_calls: Vec<Value> = crate::support::call_log(&h.sim.cp)
+        .await
+        .into_iter()
+        .filter(|c| c["path"].as_str().is_some_and(|p| p.starts_with("/api/v2")))
+        .collect();
+    assert!(
+        control_plane_calls.is_empty(),
+        "the token was sent: {control_plane_calls:?}"
+    );
+    assert_eq!(h.events("CredentialsError").await, [said]);
+}
+
+#[tokio::test]
 async fn the_finalizer_holds_while_a_storage_cluster_exists() {
     let h = managed_harness("cp-finalizer").await;
     token_secret(&h.kube, &h.ns).await;
