@@ -19,8 +19,8 @@ use simplyblock_statemachine::{GraphDef, MultiGraph, StateDef, StepSnapshot, sta
 pub const TEST_FAILOVER_FINALIZER: &str = "storage.simplyblock.io/testfailover-teardown";
 /// The label every object a drill creates carries, with the drill's UID as its value.
 pub const TEST_ID_LABEL: &str = "storage.simplyblock.io/test-id";
-/// The bubble namespace when `spec.bubbleNamespace` is not given.
-pub const DEFAULT_BUBBLE_NAMESPACE: &str = "bubble";
+/// The prefix of a drill's own bubble namespace when `spec.bubbleNamespace` is not given.
+pub const DEFAULT_BUBBLE_PREFIX: &str = "bubble";
 
 /// A disaster-recovery drill: clone the latest recovery point of `sourceRef` into
 /// `bubbleNamespace` on `bubbleCluster`. The whole spec is fixed at creation.
@@ -90,10 +90,12 @@ pub struct TestFailoverSpec {
     #[schemars(length(min = 1, max = 253))]
     pub recovery_point: Option<String>,
 
-    /// The namespace the clones' claims are placed in, created by the drill.
-    #[serde(default = "default_bubble_namespace")]
+    /// The namespace the clones' claims are placed in, created by the drill: a namespace
+    /// that already exists on the bubble cluster is refused, not adopted. Absent, each
+    /// drill gets its own, `bubble-<drill name>-<digest of its namespace and name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
-    pub bubble_namespace: String,
+    pub bubble_namespace: Option<String>,
 
     /// How long the drill should live once Ready, in seconds. Advisory: the controller does
     /// not delete a drill by itself.
@@ -102,8 +104,42 @@ pub struct TestFailoverSpec {
     pub ttl_seconds: Option<i64>,
 }
 
-fn default_bubble_namespace() -> String {
-    DEFAULT_BUBBLE_NAMESPACE.to_owned()
+impl TestFailover {
+    /// The namespace the drill places its claims in: `spec.bubbleNamespace`, else one of
+    /// the drill's own, so two drills never share (and tear down) one bubble.
+    pub fn bubble_namespace(&self) -> String {
+        if let Some(ns) = &self.spec.bubble_namespace {
+            return ns.clone();
+        }
+        default_bubble_namespace(
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// `bubble-<name>-<digest>`: a DNS-1123 label of at most 63 characters. The digest of the
+/// drill's namespace and name keeps same-named drills of two namespaces apart.
+pub fn default_bubble_namespace(drill_namespace: &str, drill_name: &str) -> String {
+    let digest = crate::names::digest8(format!("{drill_namespace}/{drill_name}").as_bytes());
+    // A drill's name is a DNS subdomain: its dots are not allowed in a label.
+    let name: String = drill_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63 - DEFAULT_BUBBLE_PREFIX.len() - digest.len() - 2)
+        .collect();
+    let name = name.trim_matches('-');
+    if name.is_empty() {
+        format!("{DEFAULT_BUBBLE_PREFIX}-{digest}")
+    } else {
+        format!("{DEFAULT_BUBBLE_PREFIX}-{name}-{digest}")
+    }
 }
 
 /// What a drill clones.
@@ -290,6 +326,22 @@ pub struct FailoverReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_drill_gets_its_own_bubble_namespace_fit_for_a_label() {
+        let a = default_bubble_namespace("dr", "drill");
+        assert!(a.starts_with("bubble-drill-"), "{a}");
+        assert_ne!(a, default_bubble_namespace("dr", "drill-2"));
+        assert_ne!(a, default_bubble_namespace("other", "drill"));
+        let long = default_bubble_namespace("dr", &format!("x.{}", "y".repeat(250)));
+        assert!(long.len() <= 63, "{long}");
+        assert!(
+            long.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !long.ends_with('-'),
+            "{long}"
+        );
+    }
 
     #[test]
     fn the_step_list_is_the_graphs() {

@@ -1,5 +1,5 @@
 //! TestFailover on the real API server: the scope's required source namespace, the spec
-//! fixed at creation, the defaulted bubble namespace and the step list of status.
+//! fixed at creation, no shared default bubble namespace and the step list of status.
 
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -49,7 +49,8 @@ async fn a_volume_drill_names_the_claims_namespace() {
     let created = create(&api, drill("group", group))
         .await
         .expect("a group drill needs no namespace");
-    assert_eq!(created.data["spec"]["bubbleNamespace"], json!("bubble"));
+    // No shared default: the drill's own namespace is derived from its name.
+    assert_eq!(created.data["spec"].get("bubbleNamespace"), None);
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ pub mod operator_ops;
 pub mod simplyblock_driver;
 pub mod storage_device;
 pub mod storage_node;
+pub mod test_failover;
 pub mod tls;
 pub mod volume_ops;
 
@@ -114,6 +115,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(control_plane_ops::PATH, post(control_plane_ops::review))
         .route(operator_ops::PATH, post(operator_ops::review))
         .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
+        .route(test_failover::PATH, post(test_failover::review))
         .route(conversion::PATH, post(conversion::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
@@ -363,6 +365,11 @@ pub fn configuration(
                 simplyblock_driver::NAME,
                 simplyblock_driver::PATH,
                 "simplyblockdrivers",
+            )),
+            test_failover::create_only(webhook(
+                test_failover::NAME,
+                test_failover::PATH,
+                "testfailovers",
             )),
         ]),
     }

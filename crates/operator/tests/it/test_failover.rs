@@ -193,12 +193,25 @@ impl Drop for Drill {
 /// A volume on site A replicating to site B, with the claim and PersistentVolume that
 /// hold it on site A; returns the volume and the replicated snapshot that landed on B.
 async fn protected_claim(d: &Drill) -> (Uuid, simplyblock_controlplane::ReplicatedSnapshot) {
+    simplyblock_testenv::create_namespace(&d.kube, APPS)
+        .await
+        .expect("namespace");
+    protected(d, "data", "tfo-source-pv").await
+}
+
+/// The claim `claim` in APPS (which exists), held by `pv` of a site A volume replicating
+/// to site B; returns the volume and its first replicated snapshot.
+async fn protected(
+    d: &Drill,
+    claim: &str,
+    pv: &str,
+) -> (Uuid, simplyblock_controlplane::ReplicatedSnapshot) {
     let cp = &d.sim.cp;
     let volume = cp
         .create_volume(
             d.a.cluster,
             d.a.pool,
-            &VolumeCreate::new("tfo-data", 1 << 30),
+            &VolumeCreate::new(format!("tfo-{claim}"), 1 << 30),
         )
         .await
         .expect("volume");
@@ -223,11 +236,7 @@ async fn protected_claim(d: &Drill) -> (Uuid, simplyblock_controlplane::Replicat
             .flatten()
     })
     .await;
-
-    simplyblock_testenv::create_namespace(&d.kube, APPS)
-        .await
-        .expect("namespace");
-    hold(d, "data", "tfo-source-pv", volume).await;
+    hold(d, claim, pv, volume).await;
     (volume, point)
 }
 
@@ -1104,4 +1113,294 @@ async fn a_drill_whose_teardown_cannot_finish_goes_when_forced_naming_what_is_le
         .get_volume(d.b.cluster, d.b.pool, clone_id)
         .await
         .expect("the clone the event names is left on site B");
+}
+
+/// The operator's admission webhooks on the hub, served as the chart's account; they
+/// answer until the returned task is dropped with the test's runtime.
+async fn serve_webhooks(d: &Drill) -> tokio::task::JoinHandle<()> {
+    use simplyblock_operator::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
+    use std::net::{Ipv4Addr, SocketAddr};
+    let operator = operator_kube_on(&d.env, NS).await;
+    let certs = webhooks::tls::ServingCertificates::new(
+        simplyblock_certs::Authority::new("tfo-webhook-ca").expect("ca"),
+        vec!["localhost".into()],
+        vec![Ipv4Addr::LOCALHOST.into()],
+        Duration::from_secs(3600),
+    )
+    .expect("certificates");
+    let server = WebhookServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        certs.clone(),
+        webhooks::router(WebhookContext {
+            client: operator.clone(),
+            operator_user: format!(
+                "system:serviceaccount:{NS}:{}",
+                simplyblock_testenv::chart::OPERATOR_ACCOUNT
+            ),
+            metrics: Default::default(),
+        }),
+    )
+    .await
+    .expect("bind");
+    let endpoint = Endpoint::Url(format!("https://{}", server.local_addr().expect("addr")));
+    let serving = tokio::spawn(server.run());
+    webhooks::register(&operator, &endpoint, &certs.ca_bundle())
+        .await
+        .expect("the webhooks registered");
+    serving
+}
+
+/// Applies `objects` (RBAC objects, accounts) as the admin.
+async fn apply_all(kube: &kube::Client, objects: &[Value]) {
+    for object in objects {
+        let object: DynamicObject = serde_json::from_value(object.clone()).expect("object");
+        let kind = object.types.clone().expect("types");
+        let (group, version) = kind
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", kind.api_version.as_str()));
+        let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            group, version, &kind.kind,
+        ));
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(kube.clone(), ns, &resource),
+            None => Api::all_with(kube.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &object)
+            .await
+            .expect("created");
+    }
+}
+
+/// A role of `rules` in `namespace` (cluster-wide when `None`) bound to the account.
+fn grant(name: &str, namespace: Option<&str>, account: &str, rules: Value) -> [Value; 2] {
+    let (role, binding) = match namespace {
+        Some(_) => ("Role", "RoleBinding"),
+        None => ("ClusterRole", "ClusterRoleBinding"),
+    };
+    let meta = |n: &str| match namespace {
+        Some(ns) => json!({"name": n, "namespace": ns}),
+        None => json!({"name": n}),
+    };
+    [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role,
+               "metadata": meta(name), "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding,
+               "metadata": meta(name),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}]}),
+    ]
+}
+
+/// Who may create drills is not who may read every claim: a requester without `get` on
+/// the source claim is refused, the refusal naming that right; granted it, the same drill
+/// is admitted.
+#[tokio::test]
+async fn a_requester_without_get_on_the_source_claim_may_not_create_a_drill() {
+    let d = hub().await;
+    let _webhooks = serve_webhooks(&d).await;
+    simplyblock_testenv::create_namespace(&d.kube, APPS)
+        .await
+        .expect("namespace");
+    let mut objects = vec![json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                   "metadata": {"name": "rehearser", "namespace": NS}})];
+    objects.extend(grant(
+        "tfo-drills",
+        Some(NS),
+        "rehearser",
+        json!([{"apiGroups": ["storage.simplyblock.io"], "resources": ["testfailovers"],
+                "verbs": ["create", "get"]}]),
+    ));
+    objects.extend(grant(
+        "tfo-bubble-claims",
+        None,
+        "rehearser",
+        json!([{"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+                "verbs": ["create"]}]),
+    ));
+    apply_all(&d.kube, &objects).await;
+    let rehearser = d
+        .env
+        .service_account_client(NS, "rehearser")
+        .await
+        .expect("the requester's client");
+    let drills: Api<TestFailover> = Api::namespaced(rehearser, NS);
+
+    // The roles just bound reach the authorizer in a moment: the refusal that names only
+    // the source claim's right is the settled answer.
+    let wanted = format!(
+        "system:serviceaccount:{NS}:rehearser may not get persistentvolumeclaim data in namespace {APPS}"
+    );
+    let refusal = until(
+        "the refusal naming the source claim's right",
+        async || match drills
+            .create(&PostParams::default(), &drill_object("unseen"))
+            .await
+        {
+            Err(kube::Error::Api(status))
+                if status.code == 403
+                    && status.message.contains(&wanted)
+                    && !status.message.contains("may not create") =>
+            {
+                Some(status.message)
+            }
+            Ok(_) => panic!("a drill of a claim its requester may not read was admitted"),
+            Err(_) => None,
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("a drill reaches only what its requester may"),
+        "{refusal}"
+    );
+
+    apply_all(
+        &d.kube,
+        &grant(
+            "tfo-source-claim",
+            Some(APPS),
+            "rehearser",
+            json!([{"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+                    "resourceNames": ["data"], "verbs": ["get"]}]),
+        ),
+    )
+    .await;
+    until(
+        "the drill admitted once its requester may read the claim",
+        async || {
+            drills
+                .create(&PostParams::default(), &drill_object("seen"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+}
+
+/// A bubbleNamespace that already exists on the bubble cluster, made by someone else, is
+/// not adopted: the drill fails before placing anything, and deleting the drill leaves
+/// the namespace and what is in it.
+#[tokio::test]
+async fn an_existing_namespace_not_made_by_the_drill_is_refused_and_kept() {
+    let d = hub().await;
+    d.start_operator().await;
+    protected_claim(&d).await;
+    // Site B's namespace of that name, someone else's, with their claim in it.
+    simplyblock_testenv::create_namespace(&d.kube, "tfo-bubble")
+        .await
+        .expect("the existing namespace");
+    let theirs: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "theirs"},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .expect("pvc");
+    Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), "tfo-bubble")
+        .create(&PostParams::default(), &theirs)
+        .await
+        .expect("their claim");
+
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    drills
+        .create(&PostParams::default(), &drill_object("intruder"))
+        .await
+        .expect("the drill is created");
+    let failed = phase(&drills, "intruder", FailoverPhase::Failed).await;
+    let message = failed.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        message.contains(
+            "namespace tfo-bubble already exists on cluster site-b and was not made by this drill"
+        ),
+        "{message}"
+    );
+    let works: Api<DynamicObject> =
+        Api::namespaced_with(d.kube.clone(), "site-b", &ocm::manifest_work_resource());
+    assert!(
+        works
+            .get_opt(&object_name(NS, "intruder", "bubble"))
+            .await
+            .expect("works")
+            .is_none(),
+        "nothing was placed"
+    );
+
+    drills
+        .delete("intruder", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    until("the drill torn down", async || {
+        drills
+            .get_opt("intruder")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let kept = Api::<Namespace>::all(d.kube.clone())
+        .get("tfo-bubble")
+        .await
+        .expect("the namespace is kept");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), "tfo-bubble")
+        .get("theirs")
+        .await
+        .expect("their claim is kept");
+}
+
+/// Two drills without a bubbleNamespace each get a namespace of their own, labelled with
+/// their identity, and tearing one down leaves the other's bubble whole.
+#[tokio::test]
+async fn two_drills_without_a_bubble_namespace_get_namespaces_of_their_own() {
+    let d = hub().await;
+    d.start_operator().await;
+    protected_claim(&d).await;
+    protected(&d, "logs", "tfo-logs-pv").await;
+    let drills: Api<TestFailover> = Api::namespaced(d.kube.clone(), NS);
+    for (name, claim) in [("first", "data"), ("second", "logs")] {
+        let mut drill = drill_object(name);
+        drill.spec.source_ref = claim.into();
+        drill.spec.bubble_namespace = None;
+        drills
+            .create(&PostParams::default(), &drill)
+            .await
+            .expect("the drill is created");
+    }
+    let first = phase(&drills, "first", FailoverPhase::Ready).await;
+    let second = phase(&drills, "second", FailoverPhase::Ready).await;
+    let (ns1, ns2) = (first.bubble_namespace(), second.bubble_namespace());
+    assert_ne!(ns1, ns2);
+    let namespaces = Api::<Namespace>::all(d.kube.clone());
+    for (drill, ns, claim) in [(&first, &ns1, "data"), (&second, &ns2, "logs")] {
+        let made = namespaces.get(ns).await.expect("the drill's namespace");
+        assert_eq!(
+            made.labels()
+                .get(simplyblock_api::test_failover::TEST_ID_LABEL)
+                .map(String::as_str),
+            drill.metadata.uid.as_deref(),
+            "{ns}"
+        );
+        Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), ns)
+            .get(claim)
+            .await
+            .expect("the drill's claim in its own namespace");
+    }
+
+    drills
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    until("the first drill's namespace gone", async || {
+        namespaces.get_opt(&ns1).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let kept = namespaces
+        .get(&ns2)
+        .await
+        .expect("the second bubble is kept");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    Api::<PersistentVolumeClaim>::namespaced(d.kube.clone(), &ns2)
+        .get("logs")
+        .await
+        .expect("the second drill's claim is kept");
 }

@@ -62,7 +62,7 @@ pub const DRILL_ANNOTATION: &str = "storage.simplyblock.io/test-failover";
 /// How often a drill waiting on another cluster looks again (their answers also wake it).
 const WAIT: Duration = Duration::from_secs(10);
 /// The views a drill may create, by suffix.
-const VIEWS: &[&str] = &["src-pvc", "src-pv"];
+const VIEWS: &[&str] = &["src-pvc", "src-pv", plan::BUBBLE_VIEW];
 
 /// Runs the controller until the operator stops. Only on a hub ([`super::run`]).
 pub async fn run(ctx: Arc<Context>) {
@@ -340,7 +340,7 @@ fn works_api(ctx: &Context, cluster: &str) -> Api<DynamicObject> {
 }
 
 async fn read_view(ctx: &Context, drill: &TestFailover, suffix: &str) -> Result<View, Error> {
-    let view = views_api(ctx, &drill.spec.source_cluster)
+    let view = views_api(ctx, plan::view_cluster(drill, suffix))
         .get_opt(&plan::name(drill, suffix))
         .await?;
     Ok(match view {
@@ -479,9 +479,14 @@ async fn observe(
                 .get_opt(&plan::name(drill, "bubble"))
                 .await?;
             let source_volume = read_view(ctx, drill, "src-pv").await?;
+            let bubble = match work {
+                None => read_view(ctx, drill, plan::BUBBLE_VIEW).await?,
+                Some(_) => View::Absent,
+            };
             Observation::Placement {
                 bound: work.map(|w| bound_claims(&w)),
                 source_volume,
+                bubble,
             }
         }
         FailoverStep::Releasing => Observation::Replicated(None),
@@ -636,14 +641,14 @@ async fn execute(drill: &TestFailover, ctx: &Context, call: Call) -> Result<(), 
                 "kind": "ManagedClusterView",
                 "metadata": {
                     "name": plan::name(drill, suffix),
-                    "namespace": drill.spec.source_cluster,
+                    "namespace": plan::view_cluster(drill, suffix),
                     "labels": labels(drill),
                     "annotations": annotations(drill),
                 },
                 "spec": {"scope": scope},
             }))
             .map_err(|e| Error::Invalid(format!("internal: a view does not encode: {e}")))?;
-            create(&views_api(ctx, &drill.spec.source_cluster), &view).await
+            create(&views_api(ctx, plan::view_cluster(drill, suffix)), &view).await
         }
         Call::Snapshot {
             cluster,
@@ -704,7 +709,7 @@ async fn create(api: &Api<DynamicObject>, object: &DynamicObject) -> Result<(), 
 pub fn bubble_work(drill: &TestFailover) -> Result<DynamicObject, Error> {
     let status = status_of(drill);
     let test_id = drill.uid().unwrap_or_default();
-    let bubble_ns = &drill.spec.bubble_namespace;
+    let bubble_ns = &drill.bubble_namespace();
     let mut manifests = vec![encode(&bubble::namespace(bubble_ns, &test_id))?];
     let mut configs = Vec::new();
     for (i, slot) in status.clones.iter().enumerate() {
@@ -769,6 +774,16 @@ pub fn bubble_work(drill: &TestFailover) -> Result<DynamicObject, Error> {
         },
     }))
     .map_err(|e| Error::Invalid(format!("internal: the bubble's work does not encode: {e}")))
+}
+
+/// The work's delete option that leaves the bubble namespace in place.
+fn orphan_namespace(drill: &TestFailover) -> Value {
+    json!({"spec": {"deleteOption": {
+        "propagationPolicy": "SelectivelyOrphan",
+        "selectivelyOrphans": {"orphaningRules": [
+            {"group": "", "resource": "namespaces", "name": drill.bubble_namespace()},
+        ]},
+    }}})
 }
 
 /// A Kubernetes object as a manifest (with its apiVersion and kind).
@@ -870,6 +885,21 @@ async fn release(drill: &TestFailover, ctx: &Context, status: &TestFailoverStatu
         .map_err(|e| on("reading the bubble's ManifestWork")(e.into()))?;
     if let Some(work) = work {
         if work.metadata.deletion_timestamp.is_none() {
+            let bubble = read_view(ctx, drill, plan::BUBBLE_VIEW)
+                .await
+                .map_err(on("reading the bubble namespace's view"))?;
+            if !matches!(&bubble, View::Seen(ns) if plan::made_by(drill, ns)) {
+                // Not shown carrying the drill's label: the namespace stays, and only the
+                // drill's own objects in it go.
+                works
+                    .patch(
+                        &work_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(orphan_namespace(drill)),
+                    )
+                    .await
+                    .map_err(|e| on("keeping the bubble namespace")(e.into()))?;
+            }
             delete_gone(works.delete(&work_name, &DeleteParams::default()).await)
                 .map_err(on("deleting the bubble's ManifestWork"))?;
         }
@@ -920,14 +950,13 @@ async fn release(drill: &TestFailover, ctx: &Context, status: &TestFailoverStatu
             }
         }
     }
-    let views = views_api(ctx, &drill.spec.source_cluster);
     for suffix in VIEWS {
         delete_gone(
-            views
+            views_api(ctx, plan::view_cluster(drill, suffix))
                 .delete(&plan::name(drill, suffix), &DeleteParams::default())
                 .await,
         )
-        .map_err(on("deleting the source's views"))?;
+        .map_err(on("deleting the drill's views"))?;
     }
     Ok(None)
 }

@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 use simplyblock_api::keys::CSI_DRIVER_NAME;
 use simplyblock_api::test_failover::{
-    CloneStatus, FailoverPhase, FailoverReport, FailoverScope, FailoverStep, TestFailover,
+    CloneStatus, FailoverPhase, FailoverReport, FailoverScope, FailoverStep, TEST_ID_LABEL,
+    TestFailover,
 };
 use simplyblock_controlplane::{
     ConsistencyGroup, LatestGeneration, ReplicatedSnapshot, Snapshot, Uuid, Volume,
@@ -55,10 +56,12 @@ pub enum Observation {
         point_present: Vec<bool>,
     },
     /// Placing: how many of the bubble's claims the work reports Bound (`None`: no work
-    /// yet), and the view of the source volume.
+    /// yet), the view of the source volume, and the view of the bubble namespace on the
+    /// bubble cluster (read while there is no work).
     Placement {
         bound: Option<usize>,
         source_volume: View,
+        bubble: View,
     },
 }
 
@@ -164,6 +167,26 @@ pub fn name(drill: &TestFailover, suffix: &str) -> String {
     )
 }
 
+/// The view of the bubble namespace, on the bubble cluster; every other view is of the
+/// source cluster.
+pub const BUBBLE_VIEW: &str = "bubble-ns";
+
+/// The cluster whose namespace on the hub holds the view `suffix`.
+pub fn view_cluster<'d>(drill: &'d TestFailover, suffix: &str) -> &'d str {
+    if suffix == BUBBLE_VIEW {
+        &drill.spec.bubble_cluster
+    } else {
+        &drill.spec.source_cluster
+    }
+}
+
+/// Whether the namespace a view shows carries this drill's label: only then did the drill
+/// make it, and only then may its teardown take it away.
+pub fn made_by(drill: &TestFailover, namespace: &Value) -> bool {
+    let uid = drill.metadata.uid.as_deref().unwrap_or_default();
+    !uid.is_empty() && namespace["metadata"]["labels"][TEST_ID_LABEL].as_str() == Some(uid)
+}
+
 /// Whether the drill places its clones on the source's own cluster.
 pub fn in_place(drill: &TestFailover) -> bool {
     drill.spec.bubble_cluster == drill.spec.source_cluster
@@ -208,8 +231,9 @@ pub fn plan(
             Observation::Placement {
                 bound,
                 source_volume,
+                bubble,
             },
-        ) => place(drill, &status, *bound, source_volume, now),
+        ) => place(drill, &status, *bound, source_volume, bubble, now),
         (step, seen) => Decision::Wait(format!(
             "internal: step {step:?} was given the observation of another step ({seen:?}); deciding again"
         )),
@@ -760,6 +784,7 @@ fn place(
     status: &simplyblock_api::test_failover::TestFailoverStatus,
     bound: Option<usize>,
     source_volume: &View,
+    bubble: &View,
     now: Timestamp,
 ) -> Decision {
     let slots = status.clones.len();
@@ -767,7 +792,7 @@ fn place(
         return fail("internal: the clones were not recorded before Placing");
     }
     let Some(bound) = bound else {
-        return Decision::Call(Call::Place);
+        return place_in_own_namespace(drill, bubble);
     };
     if bound < slots {
         return Decision::Wait(format!(
@@ -801,8 +826,31 @@ fn place(
         report,
         message: format!(
             "the bubble is ready: {slots} claim(s) bound in namespace {} on cluster {}",
-            drill.spec.bubble_namespace, drill.spec.bubble_cluster
+            drill.bubble_namespace(),
+            drill.spec.bubble_cluster
         ),
+    }
+}
+
+/// The work is made only once the bubble cluster says the bubble namespace is absent (or
+/// already the drill's): a namespace someone else made would be taken over by the work and
+/// deleted with it.
+fn place_in_own_namespace(drill: &TestFailover, bubble: &View) -> Decision {
+    let namespace = drill.bubble_namespace();
+    let cluster = &drill.spec.bubble_cluster;
+    match bubble {
+        View::Absent => Decision::Call(Call::View {
+            suffix: BUBBLE_VIEW,
+            resource: "namespaces",
+            name: namespace,
+            namespace: None,
+        }),
+        View::Seen(found) if made_by(drill, found) => Decision::Call(Call::Place),
+        View::Seen(_) => fail(format!(
+            "namespace {namespace} already exists on cluster {cluster} and was not made by this drill (it lacks the drill's {TEST_ID_LABEL} label); a drill places its clones only in a namespace it creates, and deletes it with the drill; delete this drill and create one whose bubbleNamespace does not exist on cluster {cluster}, or leave bubbleNamespace out for a namespace of the drill's own"
+        )),
+        View::Failed(why) if why.contains("not found") => Decision::Call(Call::Place),
+        other => view_wait(&format!("namespace {namespace}"), cluster, other),
     }
 }
 

@@ -591,6 +591,7 @@ fn the_bubble_is_ready_when_every_claim_is_bound_and_the_source_unchanged() {
     let seen = |bound, source_volume| Observation::Placement {
         bound,
         source_volume,
+        bubble: View::Failed("namespaces \"x\" not found".into()),
     };
     assert_eq!(
         plan(&d, step, &seen(None, View::Absent), now()),
@@ -622,6 +623,66 @@ fn the_bubble_is_ready_when_every_claim_is_bound_and_the_source_unchanged() {
             ..
         }
     ));
+}
+
+#[test]
+fn the_bubble_is_placed_only_in_a_namespace_absent_or_the_drills_own() {
+    let d = at_placing();
+    let own = d.bubble_namespace();
+    assert_eq!(own, bubble_namespace_of(&d));
+    let step = FailoverStep::Placing;
+    let seen = |bubble| Observation::Placement {
+        bound: None,
+        source_volume: View::Absent,
+        bubble,
+    };
+    assert_eq!(
+        plan(&d, step, &seen(View::Absent), now()),
+        Decision::Call(Call::View {
+            suffix: BUBBLE_VIEW,
+            resource: "namespaces",
+            name: own.clone(),
+            namespace: None,
+        })
+    );
+    assert!(matches!(
+        plan(&d, step, &seen(View::Pending), now()),
+        Decision::Wait(m) if m.contains(&own)
+    ));
+    assert!(matches!(
+        plan(&d, step, &seen(View::Failed("forbidden".into())), now()),
+        Decision::Wait(_)
+    ));
+    let namespace = |labels: Value| json!({"metadata": {"name": own, "labels": labels}});
+    assert_eq!(
+        plan(
+            &d,
+            step,
+            &seen(View::Seen(namespace(json!({TEST_ID_LABEL: "u-1"})))),
+            now()
+        ),
+        Decision::Call(Call::Place)
+    );
+    for foreign in [json!({}), json!({TEST_ID_LABEL: "another-drill"})] {
+        let Decision::Fail { message, .. } =
+            plan(&d, step, &seen(View::Seen(namespace(foreign))), now())
+        else {
+            panic!("a namespace the drill did not make is refused");
+        };
+        assert!(
+            message.contains(&format!("namespace {own} already exists on cluster site-b")),
+            "{message}"
+        );
+    }
+    assert_eq!(view_cluster(&d, BUBBLE_VIEW), "site-b");
+    assert_eq!(view_cluster(&d, "src-pv"), "site-a");
+}
+
+fn bubble_namespace_of(d: &TestFailover) -> String {
+    simplyblock_api::test_failover::default_bubble_namespace(
+        "dr",
+        d.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 #[test]
