@@ -16,6 +16,7 @@ pub mod device_ops;
 pub mod node_ops;
 pub mod operator_ops;
 pub mod simplyblock_driver;
+pub mod spoke_writes;
 pub mod storage_device;
 pub mod storage_node;
 pub mod test_failover;
@@ -117,6 +118,7 @@ pub fn router(ctx: WebhookContext) -> Router {
         .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
         .route(test_failover::PATH, post(test_failover::review))
         .route(conversion::PATH, post(conversion::review))
+        .route(spoke_writes::PATH, post(spoke_writes::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -370,6 +372,11 @@ pub fn configuration(
                 test_failover::NAME,
                 test_failover::PATH,
                 "testfailovers",
+            )),
+            spoke_writes::spoke_writes(webhook(
+                spoke_writes::NAME,
+                spoke_writes::PATH,
+                "storageclusters",
             )),
         ]),
     }

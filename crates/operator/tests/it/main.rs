@@ -27,6 +27,7 @@ mod pvops;
 mod rbac;
 mod rolling_refresh;
 mod site_deployment;
+mod spoke_writes;
 mod streams;
 mod support;
 mod tenancy;
