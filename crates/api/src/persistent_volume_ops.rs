@@ -292,6 +292,11 @@ pub struct MigrationStatus {
     /// call: a recorded continue is never sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continued_at: Option<Time>,
+    /// When the operator asked the control plane to cancel the copy, written before the
+    /// call: the control plane reports a cancelled migration active until its runner ends
+    /// it, so a pass after a lost answer finds the cancel asked and does not send it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_at: Option<Time>,
     /// How many volumes the subsystem holds (the control plane's count): they all move.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]

@@ -953,10 +953,14 @@ async fn finish(
     extra: Option<&'static str>,
     cancel: bool,
 ) -> Result<Action, Error> {
+    let cancelled;
+    let op = if cancel {
+        cancelled = cancel_migration(ctx, op).await?;
+        &cancelled
+    } else {
+        op
+    };
     let status = status_of(op);
-    if cancel {
-        cancel_migration(ctx, op).await?;
-    }
     let now = Timestamp::now();
     let next = PersistentVolumeOpsStatus {
         phase,
@@ -996,23 +1000,48 @@ async fn finish(
     Ok(Action::await_change())
 }
 
+/// How long a recorded cancel is trusted: a migration still active this long after it
+/// was asked is asked again (the first answer may have been lost before it was carried out).
+const CANCEL_ASKED_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Cancels the recorded backend migration when it is still active; a migration already
-/// ended or gone is success.
-async fn cancel_migration(ctx: &Context, op: &PersistentVolumeOps) -> Result<(), Error> {
-    let Some(record) = status_of(op).migration else {
-        return Ok(());
+/// ended or gone is success. The cancel is recorded in the status (under the
+/// resourceVersion lock) before it is sent; the operation as written is returned.
+async fn cancel_migration(
+    ctx: &Context,
+    op: &PersistentVolumeOps,
+) -> Result<PersistentVolumeOps, Error> {
+    let status = status_of(op);
+    let Some(record) = status.migration.clone() else {
+        return Ok(op.clone());
     };
     if record.migration_uuid.is_none() {
-        return Ok(());
+        return Ok(op.clone());
+    }
+    let now = Timestamp::now();
+    if record
+        .cancelled_at
+        .as_ref()
+        .is_some_and(|at| now.duration_since(at.0).unsigned_abs() < CANCEL_ASKED_AGAIN_AFTER)
+    {
+        return Ok(op.clone());
     }
     let (cluster, nqn, id) = address(&record)?;
     let cp = ctx.control_plane()?;
     match cp.get_migration(cluster, &nqn, id).await {
-        Ok(m) if m.is_terminal() => return Ok(()),
-        Err(e) if e.is_not_found() => return Ok(()),
+        Ok(m) if m.is_terminal() => return Ok(op.clone()),
+        Err(e) if e.is_not_found() => return Ok(op.clone()),
         Err(e) => return Err(e.into()),
         Ok(_) => {}
     }
+    let asked = PersistentVolumeOpsStatus {
+        migration: Some(MigrationStatus {
+            cancelled_at: Some(Time(now)),
+            ..record
+        }),
+        ..status
+    };
+    let op = write_status(ctx, op, &asked).await?;
     match cp.cancel_migration(cluster, &nqn, id).await {
         Ok(()) => {}
         // Ended between the read and the cancel.
@@ -1025,13 +1054,13 @@ async fn cancel_migration(ctx: &Context, op: &PersistentVolumeOps) -> Result<(),
         "Cancel",
     ));
     ctx.event(
-        op,
+        &op,
         true,
         "MigrationCancelled",
         format!("migration {id} of subsystem {nqn} was cancelled"),
     )
     .await;
-    Ok(())
+    Ok(op)
 }
 
 /// Deleted: an unfinished operation cancels its migration and ends Aborted; the lock and
