@@ -15,6 +15,88 @@ use crate::types::*;
 /// The longest an event stream is read; the server closes its streams after an hour.
 const WATCH_DEADLINE: Duration = Duration::from_secs(2 * 3600);
 
+/// The largest answer body read. The biggest real answers (a cluster's volume list) are a
+/// few MiB; a server sending more is refused rather than held in memory.
+pub const MAX_BODY: usize = 16 << 20;
+
+/// The longest pause between two attempts of a read, however many came before.
+pub const RETRY_CAP: Duration = Duration::from_secs(10);
+
+/// The pause before retry `attempt` (1 for the first retry): a uniform draw (`draw` in
+/// `[0, 1)`) below `base` doubled per earlier retry, capped at `cap`. Full jitter, so
+/// clients that failed together do not come back together.
+pub fn retry_delay(attempt: u32, base: Duration, cap: Duration, draw: f64) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(31);
+    let ceiling = base.saturating_mul(1 << doublings).min(cap);
+    ceiling.mul_f64(draw.clamp(0.0, 1.0))
+}
+
+/// A draw in `[0, 1)`, different at each call and in each process (no dependency for
+/// what needs no cryptographic quality).
+fn draw() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// `bytes` for a message: whole MiB as MiB, else in bytes.
+pub(crate) fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Reads the body of `resp` chunk by chunk, refusing one longer than `max` (by its
+/// `Content-Length` before reading, or once it has sent more): a server cannot make the
+/// client hold more than `max`.
+pub(crate) async fn read_body(
+    mut resp: reqwest::Response,
+    max: usize,
+    method: &str,
+    path: &str,
+) -> Result<Vec<u8>> {
+    let status = resp.status().as_u16();
+    let url = resp.url().clone();
+    let too_large = || Error::Protocol {
+        method: method.to_string(),
+        path: path.to_string(),
+        status,
+        message: format!(
+            "the answer from {url} is larger than {}, the most this client reads",
+            size(max)
+        ),
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        let chunk = resp.chunk().await.map_err(|e| Error::Unavailable {
+            method: method.to_string(),
+            path: path.to_string(),
+            message: format!("answer {status} cut short: {}", describe(&e)),
+        })?;
+        let Some(chunk) = chunk else {
+            return Ok(body);
+        };
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+}
+
 /// How to reach the control plane.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -30,7 +112,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Extra attempts for idempotent reads (GET) that found the server unavailable.
     pub read_retries: u32,
-    /// First pause between read attempts; doubled each time.
+    /// The longest first pause between read attempts; doubled per retry up to
+    /// [`RETRY_CAP`], each pause a random part of that (see [`retry_delay`]).
     pub retry_backoff: Duration,
     /// Send requests through this address as an HTTP proxy instead of resolving the
     /// URL's host: plain HTTP names the URL (absolute URI and `Host`), HTTPS goes through
@@ -116,6 +199,8 @@ pub struct Client {
     token: crate::Redacted,
     read_retries: u32,
     retry_backoff: Duration,
+    max_body: usize,
+    max_event: usize,
 }
 
 impl std::fmt::Debug for Client {
@@ -200,6 +285,8 @@ impl Client {
             token: config.token,
             read_retries: config.read_retries,
             retry_backoff: config.retry_backoff,
+            max_body: MAX_BODY,
+            max_event: crate::sse::MAX_EVENT,
         })
     }
 
@@ -225,12 +312,11 @@ impl Client {
         } else {
             1
         };
-        let mut pause = self.retry_backoff;
         let mut last = None;
         for attempt in 0..attempts {
             if attempt > 0 {
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                let cap = RETRY_CAP.max(self.retry_backoff);
+                tokio::time::sleep(retry_delay(attempt, self.retry_backoff, cap, draw())).await;
             }
             match self.send_once(&method, &url, path, query, body).await {
                 Ok(r) if method == Method::GET && matches!(r.status, 502..=504) => {
@@ -281,16 +367,12 @@ impl Client {
         };
         let location = header("location");
         let content_type = header("content-type");
-        let body = resp.bytes().await.map_err(|e| Error::Unavailable {
-            method: method.to_string(),
-            path: path.to_string(),
-            message: format!("answer {status} cut short: {}", describe(&e)),
-        })?;
+        let body = read_body(resp, self.max_body, method.as_str(), path).await?;
         Ok(RawResponse {
             status,
             location,
             content_type,
-            body: body.to_vec(),
+            body,
         })
     }
 
@@ -300,11 +382,6 @@ impl Client {
     /// gone. The stream outlives the client's request deadline; the server ends it.
     pub async fn watch(&self, path: &str) -> Result<crate::sse::EventStream> {
         let url = format!("{}{}", self.api.as_str().trim_end_matches('/'), path);
-        let unavailable = |message: String| Error::Unavailable {
-            method: "GET".into(),
-            path: path.to_string(),
-            message,
-        };
         let resp = self
             .http
             .get(&url)
@@ -317,17 +394,18 @@ impl Client {
             .map_err(|e| not_sent("GET", path, &e))?;
         let status = resp.status().as_u16();
         if status == 200 {
-            return Ok(crate::sse::EventStream::new(resp, path.to_string()));
+            return Ok(crate::sse::EventStream::new(
+                resp,
+                path.to_string(),
+                self.max_event,
+            ));
         }
         let content_type = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| unavailable(format!("answer {status} cut short: {}", describe(&e))))?;
+        let body = read_body(resp, self.max_body, "GET", path).await?;
         Err(classify(
             &Method::GET,
             path,
@@ -335,7 +413,7 @@ impl Client {
                 status,
                 location: None,
                 content_type,
-                body: body.to_vec(),
+                body,
             },
         ))
     }
@@ -1777,5 +1855,115 @@ mod tests {
         let e = classify(&Method::POST, "/x", &r);
         assert!(!e.is_retryable());
         assert_eq!(e.message(), "boom");
+    }
+
+    #[test]
+    fn a_retry_pause_is_a_draw_below_a_doubling_ceiling_that_stops_at_the_cap() {
+        let (base, cap) = (Duration::from_millis(200), Duration::from_secs(10));
+        for attempt in 1..=40 {
+            let ceiling = retry_delay(attempt, base, cap, 1.0);
+            let expected = (base * 2u32.pow((attempt - 1).min(10))).min(cap);
+            assert_eq!(ceiling, expected, "attempt {attempt}");
+            assert_eq!(retry_delay(attempt, base, cap, 0.0), Duration::ZERO);
+            let d = retry_delay(attempt, base, cap, draw());
+            assert!(d <= ceiling, "attempt {attempt}: {d:?} above {ceiling:?}");
+        }
+        assert_eq!(retry_delay(u32::MAX, base, cap, 1.0), cap);
+        let draws: Vec<f64> = (0..100).map(|_| draw()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        assert!(
+            draws.windows(2).any(|w| w[0] != w[1]),
+            "the draws are not all alike"
+        );
+    }
+
+    /// Serves `answer` (raw HTTP) to every connection on a loopback port; the client for it.
+    async fn serving(answer: Vec<u8>) -> Client {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = conn.write_all(&answer).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        let url = Url::parse(&format!("http://{addr}")).expect("url");
+        let mut config = ClientConfig::new(url, "token");
+        config.read_retries = 0;
+        Client::new(config).expect("client")
+    }
+
+    fn too_large(e: &Error, what: &str) {
+        let text = e.to_string();
+        assert!(matches!(e, Error::Protocol { .. }), "{text}");
+        assert!(!e.is_retryable(), "{text}");
+        assert!(text.contains(what), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_cap_is_refused_naming_the_url_and_the_cap() {
+        let body = "x".repeat(2048);
+        // Announced by its length: refused before it is read.
+        let announced = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        // Unannounced (read to the end of the connection): refused once past the cap.
+        let unannounced = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{body}"
+        );
+        for answer in [announced, unannounced] {
+            let mut client = serving(answer.into_bytes()).await;
+            client.max_body = 1024;
+            let e = client
+                .raw(Method::GET, "/clusters/", &[], None)
+                .await
+                .expect_err("a body past the cap");
+            too_large(&e, "/api/v2/clusters/ is larger than 1024 bytes");
+            // Within the cap the same answer is read whole.
+            client.max_body = 4096;
+            let r = client
+                .raw(Method::GET, "/clusters/", &[], None)
+                .await
+                .expect("within the cap");
+            assert_eq!(r.body.len(), 2048);
+        }
+        assert_eq!(size(MAX_BODY), "16 MiB");
+    }
+
+    #[tokio::test]
+    async fn an_event_past_the_cap_breaks_the_stream_naming_the_cap() {
+        let data = "y".repeat(600);
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\nevent: snapshot\r\ndata: []\r\n\r\nevent: updated\r\ndata: {data}\r\ndata: {data}\r\n\r\n"
+        );
+        let mut client = serving(answer.into_bytes()).await;
+        client.max_event = 1000;
+        let mut stream = client.watch("/clusters/").await.expect("stream");
+        let first = stream.next().await.expect("the first event");
+        assert_eq!(
+            first,
+            Some(crate::sse::Frame::Event {
+                event: "snapshot".into(),
+                data: "[]".into()
+            })
+        );
+        let e = stream.next().await.expect_err("an event past the cap");
+        too_large(&e, "larger than 1000 bytes");
+        assert_eq!(size(crate::sse::MAX_EVENT), "1 MiB");
     }
 }

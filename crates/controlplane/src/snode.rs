@@ -92,7 +92,8 @@ impl SnodeClient {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bytes = resp.bytes().await.map_err(|e| unavailable(e.to_string()))?;
+        let bytes =
+            crate::client::read_body(resp, crate::client::MAX_BODY, method.as_str(), &path).await?;
         if !(200..300).contains(&status) {
             return Err(classify(
                 &method,

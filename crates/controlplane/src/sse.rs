@@ -6,6 +6,17 @@ use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
 
+/// The most one event (its lines not yet dispatched: event name, data, the line being
+/// read) may hold. The control plane's largest event, a list snapshot, is far smaller; a
+/// stream that sends more is broken off rather than buffered without end.
+pub const MAX_EVENT: usize = 1 << 20;
+
+/// An event grew past the parser's cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge {
+    pub cap: usize,
+}
+
 /// One item of an event stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
@@ -16,8 +27,10 @@ pub enum Frame {
 }
 
 /// Incremental parser: feed bytes as they arrive, take complete frames out.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parser {
+    /// The most one event may hold ([`MAX_EVENT`] unless set with [`Parser::with_cap`]).
+    cap: usize,
     /// Bytes of a line not yet ended.
     line: Vec<u8>,
     /// The previous byte was `\r`, so a `\n` right after it ends nothing more.
@@ -28,8 +41,32 @@ pub struct Parser {
     pub retry_ms: Option<u64>,
 }
 
+impl Default for Parser {
+    fn default() -> Self {
+        Self::with_cap(MAX_EVENT)
+    }
+}
+
 impl Parser {
-    pub fn push(&mut self, bytes: &[u8], out: &mut VecDeque<Frame>) {
+    /// A parser refusing an event that holds more than `cap` bytes.
+    pub fn with_cap(cap: usize) -> Self {
+        Self {
+            cap,
+            line: Vec::new(),
+            after_cr: false,
+            event: None,
+            data: None,
+            retry_ms: None,
+        }
+    }
+
+    /// Parses `bytes`, appending the frames they complete to `out`. Refuses, once, an
+    /// event holding more than the cap; the stream is of no further use then.
+    pub fn push(
+        &mut self,
+        bytes: &[u8],
+        out: &mut VecDeque<Frame>,
+    ) -> std::result::Result<(), TooLarge> {
         for &b in bytes {
             match b {
                 b'\n' if self.after_cr => self.after_cr = false,
@@ -43,7 +80,18 @@ impl Parser {
                     self.line.push(b);
                 }
             }
+            if self.held() > self.cap {
+                return Err(TooLarge { cap: self.cap });
+            }
         }
+        Ok(())
+    }
+
+    /// The bytes held for the event being read.
+    fn held(&self) -> usize {
+        self.line.len()
+            + self.event.as_ref().map_or(0, String::len)
+            + self.data.as_ref().map_or(0, String::len)
     }
 
     fn line_done(&mut self, line: &str, out: &mut VecDeque<Frame>) {
@@ -92,6 +140,8 @@ pub struct EventStream {
     response: reqwest::Response,
     parser: Parser,
     ready: VecDeque<Frame>,
+    /// Why the stream broke, told once the frames completed before are taken.
+    broken: Option<Error>,
     path: String,
 }
 
@@ -104,11 +154,12 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
-    pub(crate) fn new(response: reqwest::Response, path: String) -> Self {
+    pub(crate) fn new(response: reqwest::Response, path: String, max_event: usize) -> Self {
         Self {
             response,
-            parser: Parser::default(),
+            parser: Parser::with_cap(max_event),
             ready: VecDeque::new(),
+            broken: None,
             path,
         }
     }
@@ -118,6 +169,9 @@ impl EventStream {
         loop {
             if let Some(f) = self.ready.pop_front() {
                 return Ok(Some(f));
+            }
+            if let Some(e) = self.broken.take() {
+                return Err(e);
             }
             let chunk = self
                 .response
@@ -129,7 +183,19 @@ impl EventStream {
                     message: format!("the event stream broke: {e}"),
                 })?;
             match chunk {
-                Some(bytes) => self.parser.push(&bytes, &mut self.ready),
+                Some(bytes) => {
+                    if let Err(TooLarge { cap }) = self.parser.push(&bytes, &mut self.ready) {
+                        self.broken = Some(Error::Protocol {
+                            method: "GET".into(),
+                            path: self.path.clone(),
+                            status: 200,
+                            message: format!(
+                                "an event of the stream is larger than {}, the most this client buffers for one event",
+                                crate::client::size(cap)
+                            ),
+                        });
+                    }
+                }
                 None => return Ok(None),
             }
         }
@@ -149,7 +215,7 @@ mod tests {
         let mut p = Parser::default();
         let mut out = VecDeque::new();
         for c in chunks {
-            p.push(c, &mut out);
+            p.push(c, &mut out).expect("within the cap");
         }
         (out.into_iter().collect(), p.retry_ms)
     }
@@ -191,6 +257,29 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    /// Neither one endless line nor many lines of one event are held past the cap.
+    #[test]
+    fn an_event_past_the_cap_is_refused_however_it_grows() {
+        let cases: [&[u8]; 3] = [
+            &[b'a'; 200],
+            &b"data: 0123456789\n".repeat(6),
+            b"event: 0123456789012345678901234567890123456789\ndata: 0123456789\n",
+        ];
+        for bytes in cases {
+            let mut p = Parser::with_cap(50);
+            let mut out = VecDeque::new();
+            assert_eq!(p.push(bytes, &mut out), Err(TooLarge { cap: 50 }));
+        }
+        // Events dispatched free their bytes: many small ones pass a small cap.
+        let mut p = Parser::with_cap(50);
+        let mut out = VecDeque::new();
+        for _ in 0..100 {
+            p.push(b"data: 0123456789\n\n", &mut out)
+                .expect("within the cap");
+        }
+        assert_eq!(out.len(), 100);
     }
 
     #[test]

@@ -141,6 +141,21 @@ impl Metrics {
         }
     }
 
+    /// Removes the series [`Metrics::one_hot`] wrote for `labels`, one per state of
+    /// `states`: the object they describe is gone, so they are no longer rendered.
+    pub fn forget_one_hot<'a>(
+        &self,
+        name: &str,
+        labels: &Labels,
+        states: impl IntoIterator<Item = &'a str>,
+    ) {
+        for state in states {
+            let mut series = labels.clone();
+            series.push(("phase", state.to_owned()));
+            self.forget(name, &series);
+        }
+    }
+
     /// Observes `seconds` in the histogram `name`.
     pub fn observe(&self, name: &str, labels: Labels, seconds: f64) {
         let family = {
@@ -259,6 +274,27 @@ mod tests {
         m.forget("never_written", &a);
         assert_eq!(m.sample("x_info", &[("v", "1")]), None);
         assert_eq!(m.sample("x_info", &[("v", "2")]), Some(1.0));
+    }
+
+    #[test]
+    fn the_one_hot_series_of_a_deleted_object_go_and_its_neighbours_stay() {
+        let m = Metrics::new();
+        let of = |o: &str| vec![("name", o.to_owned())];
+        let states = ["Up", "Down"];
+        m.one_hot("x_phase_state", &of("a"), states, Some("Up"));
+        m.one_hot("x_phase_state", &of("b"), states, Some("Down"));
+        m.forget_one_hot("x_phase_state", &of("a"), states);
+        for s in states {
+            assert_eq!(
+                m.sample("x_phase_state", &[("name", "a"), ("phase", s)]),
+                None
+            );
+        }
+        assert_eq!(
+            m.sample("x_phase_state", &[("name", "b"), ("phase", "Down")]),
+            Some(1.0)
+        );
+        assert!(!m.render().contains("name=\"a\""), "{}", m.render());
     }
 
     #[test]

@@ -69,7 +69,18 @@ pub async fn run(ctx: Arc<Context>) {
 pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ctx = &*ctx;
     let apply = |c: Arc<StorageCluster>| async move { apply(&c, ctx).await };
-    let cleanup = |c: Arc<StorageCluster>| async move { cleanup(&c, ctx).await };
+    let cleanup = |c: Arc<StorageCluster>| async move {
+        let done = cleanup(&c, ctx).await;
+        // Done: the finalizer goes next, and the cluster's series with it.
+        if done.is_ok() {
+            forget_phase(
+                &ctx.metrics,
+                &c.namespace().unwrap_or_default(),
+                &c.name_any(),
+            );
+        }
+        done
+    };
     kit::finalized(&ctx.kube, FINALIZER, cluster, apply, cleanup).await
 }
 
@@ -91,6 +102,24 @@ pub fn record_phase(m: &Metrics, namespace: &str, cluster: &str, phase: Option<C
         ],
         names.iter().map(String::as_str),
         phase.map(name).as_deref(),
+    );
+}
+
+/// The cluster is gone: its `phase_state` series are no longer rendered.
+pub fn forget_phase(m: &Metrics, namespace: &str, cluster: &str) {
+    let names = ClusterPhase::ALL.map(|p| {
+        serde_json::to_value(p)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    });
+    m.forget_one_hot(
+        "simplyblock_storagecluster_phase_state",
+        &vec![
+            ("namespace", namespace.to_owned()),
+            ("cluster", cluster.to_owned()),
+        ],
+        names.iter().map(String::as_str),
     );
 }
 
@@ -276,5 +305,11 @@ mod tests {
         assert_eq!(ones, 1.0, "one phase at a time, every phase present");
         record_phase(&m, "m", "sb", None);
         assert_eq!(of("Online"), Some(0.0));
+        forget_phase(&m, "m", "sb");
+        assert!(
+            ClusterPhase::ALL
+                .iter()
+                .all(|p| of(&format!("{p:?}")).is_none())
+        );
     }
 }

@@ -157,7 +157,7 @@ async fn ignore(cp: &ControlPlane, ctx: &Context, why: String) -> Result<Action,
             message: why.clone(),
             observed_generation: cp.metadata.generation,
         };
-        kit::apply_status(&ctx.kube, cp, MANAGER, &status, Guard::None).await?;
+        kit::apply_status(&ctx.kube, cp, MANAGER, &status, Guard::ResourceVersion).await?;
         ctx.event(cp, true, reason::IGNORED, why).await;
     }
     Ok(Action::await_change())
@@ -189,7 +189,7 @@ async fn install(
             next.message = Some(format!(
                 "the stored install step cannot be resumed: {e}; clear status.step to start the installation again"
             ));
-            write(ctx, cp, &next, Guard::None).await?;
+            write(ctx, cp, &next, Guard::ResourceVersion).await?;
             return Ok(Action::await_change());
         }
     };
@@ -367,6 +367,7 @@ async fn steady(
     if let Some(note) = plan::transition(before, &verdict, &endpoint) {
         ctx.event(cp, note.warning, note.reason, note.message).await;
     }
+    forget(&ctx.metrics, &ns, status, Some(&next));
     record(ctx, &ns, &next, &components, &probe);
     Ok(Action::requeue(match verdict.phase {
         ControlPlanePhase::Available => requeue::RESYNC,
@@ -391,17 +392,18 @@ async fn cleanup(cp: &ControlPlane, ctx: &Context) -> Result<Action, Error> {
         if status.message.as_deref() != Some(message.as_str()) {
             let mut next = status;
             next.message = Some(message.clone());
-            write(ctx, cp, &next, Guard::None).await?;
+            write(ctx, cp, &next, Guard::ResourceVersion).await?;
             ctx.event(cp, true, reason::CLUSTERS, message.clone()).await;
         }
         return Err(Error::Held(message));
     }
     ctx.link.publish(None);
     let ns = cp.namespace().unwrap_or_default();
-    ctx.metrics.set(
-        &format!("{METRIC_PREFIX}ready_state"),
-        vec![("namespace", ns)],
-        0.0,
+    forget(
+        &ctx.metrics,
+        &ns,
+        &cp.status.clone().unwrap_or_default(),
+        None,
     );
     Ok(Action::await_change())
 }
@@ -442,6 +444,42 @@ async fn probe(cp: &ControlPlane, ctx: &Context) -> Result<(Probe, Option<Reach>
         );
     }
     Ok((probe, reached))
+}
+
+/// Removes the series of `before` that `after` does not have (a component gone, a version
+/// replaced); all of them when the control plane is gone (`after` is `None`).
+fn forget(
+    m: &crate::metrics::Metrics,
+    ns: &str,
+    before: &ControlPlaneStatus,
+    after: Option<&ControlPlaneStatus>,
+) {
+    let name = |item: &str| format!("{METRIC_PREFIX}{item}");
+    if after.is_none() {
+        m.forget(&name("ready_state"), &vec![("namespace", ns.to_owned())]);
+    }
+    for c in &before.components {
+        let kept = after.is_some_and(|a| {
+            a.components
+                .iter()
+                .any(|k| k.name == c.name && k.essential == c.essential)
+        });
+        if !kept {
+            let labels = vec![
+                ("namespace", ns.to_owned()),
+                ("component", c.name.clone()),
+                ("essential", c.essential.to_string()),
+            ];
+            m.forget(&name("component_ready_count"), &labels);
+            m.forget(&name("component_desired_count"), &labels);
+        }
+    }
+    if let Some(version) = &before.version
+        && after.and_then(|a| a.version.as_ref()) != Some(version)
+    {
+        let labels = vec![("namespace", ns.to_owned()), ("version", version.clone())];
+        m.forget(&name("version_info"), &labels);
+    }
 }
 
 fn record(
@@ -783,5 +821,56 @@ mod tests {
             named.contains("only the ControlPlane named simplyblock"),
             "{named}"
         );
+    }
+
+    #[test]
+    fn a_replaced_version_or_component_and_a_deleted_control_plane_leave_no_series() {
+        let m = crate::metrics::Metrics::new();
+        let name = |item: &str| format!("{METRIC_PREFIX}{item}");
+        let component = |n: &str| Component {
+            name: n.into(),
+            desired: 1,
+            ready: 1,
+            essential: true,
+        };
+        let status = |version: &str, components: Vec<Component>| ControlPlaneStatus {
+            version: Some(version.into()),
+            components,
+            ..ControlPlaneStatus::default()
+        };
+        let write = |s: &ControlPlaneStatus| {
+            m.set(&name("ready_state"), vec![("namespace", "sb".into())], 1.0);
+            let version = s.version.clone().unwrap_or_default();
+            let v = vec![("namespace", "sb".into()), ("version", version)];
+            m.set(&name("version_info"), v, 1.0);
+            for c in &s.components {
+                let l = vec![
+                    ("namespace", "sb".to_owned()),
+                    ("component", c.name.clone()),
+                    ("essential", c.essential.to_string()),
+                ];
+                m.set(&name("component_ready_count"), l, 1.0);
+            }
+        };
+        let version = |v| {
+            m.sample(
+                &name("version_info"),
+                &[("namespace", "sb"), ("version", v)],
+            )
+        };
+        let ready = |c| {
+            let l = [("namespace", "sb"), ("component", c), ("essential", "true")];
+            m.sample(&name("component_ready_count"), &l)
+        };
+        let before = status("1.0", vec![component("api"), component("old")]);
+        write(&before);
+        let after = status("1.1", vec![component("api")]);
+        forget(&m, "sb", &before, Some(&after));
+        write(&after);
+        assert_eq!((version("1.0"), version("1.1")), (None, Some(1.0)));
+        assert_eq!((ready("old"), ready("api")), (None, Some(1.0)));
+        forget(&m, "sb", &after, None);
+        assert_eq!((version("1.1"), ready("api")), (None, None));
+        assert_eq!(m.sample(&name("ready_state"), &[("namespace", "sb")]), None);
     }
 }

@@ -94,7 +94,10 @@ pub async fn reconcile(
     if !doc.spec.approved {
         return draft(&doc, &status, &ctx).await;
     }
-    label_ready(&doc, &ctx).await?;
+    // The label write moves the resourceVersion; the status writes go onto the new one.
+    let doc = label_ready(&doc, &ctx)
+        .await?
+        .unwrap_or_else(|| (*doc).clone());
     expand(&doc, &status, &ctx).await
 }
 
@@ -153,15 +156,31 @@ async fn draft(
     Ok(Action::requeue(requeue::RESYNC))
 }
 
-async fn label_ready(doc: &ClusterDeploymentConfig, ctx: &Context) -> Result<(), Error> {
+/// Labels the document ready; returns it as stored when it wrote. The patch carries the
+/// resourceVersion read, so the status read with it is still the stored one.
+async fn label_ready(
+    doc: &ClusterDeploymentConfig,
+    ctx: &Context,
+) -> Result<Option<ClusterDeploymentConfig>, Error> {
     if doc.labels().get(READY_LABEL).map(String::as_str) == Some("true") {
-        return Ok(());
+        return Ok(None);
     }
-    let ready = Patch::Merge(json!({"metadata": {"labels": {READY_LABEL: "true"}}}));
+    let ready = Patch::Merge(json!({"metadata": {
+        "resourceVersion": doc.resource_version(),
+        "labels": {READY_LABEL: "true"},
+    }}));
     let docs: Api<ClusterDeploymentConfig> = kit::api_of(&ctx.kube, doc);
-    docs.patch(&doc.name_any(), &PatchParams::default(), &ready)
-        .await?;
-    Ok(())
+    match docs
+        .patch(&doc.name_any(), &PatchParams::default(), &ready)
+        .await
+    {
+        Ok(labelled) => Ok(Some(labelled)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(format!(
+            "ClusterDeploymentConfig {}",
+            doc.name_any()
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What one status write changes; what it leaves `None` is restated as stored.
@@ -188,7 +207,7 @@ async fn write_status(
     machine: Option<&Machine<'_, ExpansionStep>>,
     change: Change,
     started: Option<Timestamp>,
-) -> Result<(), Error> {
+) -> Result<ClusterDeploymentConfig, Error> {
     let current = doc.status.clone().unwrap_or_default();
     // Every apply restates every field: a field this manager owns and leaves out is
     // removed.
@@ -201,8 +220,7 @@ async fn write_status(
         observed_generation: doc.metadata.generation,
         expansion_started_at: started.map(Time),
     };
-    kit::apply_status(&ctx.kube, doc, MANAGER, &status, Guard::None).await?;
-    Ok(())
+    kit::apply_status(&ctx.kube, doc, MANAGER, &status, Guard::ResourceVersion).await
 }
 
 /// One pass of the expansion: restore the step, observe, plan, execute.
@@ -214,6 +232,7 @@ async fn expand(
     let now = Timestamp::now();
     let pass = Pass {
         doc,
+        written: std::sync::Mutex::new(None),
         ctx,
         // The stored start, or this first pass after approval.
         started: status.expansion_started_at.as_ref().map_or(now, |t| t.0),
@@ -295,6 +314,8 @@ async fn cluster_nodes(ctx: &Context, ns: &str, cluster: &str) -> Result<Vec<Sto
 /// What one expansion pass writes with: the document, and when the expansion began.
 struct Pass<'a> {
     doc: &'a ClusterDeploymentConfig,
+    /// The document as this pass last stored it: a second write goes onto that version.
+    written: std::sync::Mutex<Option<ClusterDeploymentConfig>>,
     ctx: &'a Context,
     started: Timestamp,
     now: Timestamp,
@@ -421,7 +442,16 @@ impl Pass<'_> {
         change: Change,
     ) -> Result<(), Error> {
         let started = Some(self.started);
-        write_status(self.ctx, self.doc, phase, Some(machine), change, started).await
+        let base = self.latest();
+        let written = write_status(self.ctx, &base, phase, Some(machine), change, started).await?;
+        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = Some(written);
+        Ok(())
+    }
+
+    /// The document to write onto: as this pass last stored it, or as read.
+    fn latest(&self) -> ClusterDeploymentConfig {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.clone().unwrap_or_else(|| self.doc.clone())
     }
 
     async fn fail(

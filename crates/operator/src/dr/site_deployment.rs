@@ -764,7 +764,7 @@ impl<'a> Site<'a> {
         let phase = next.phase;
         if next != current {
             let message = next.message.clone().unwrap_or_default();
-            kit::apply_status(&ctx.kube, req, MANAGER, &next, Guard::None).await?;
+            kit::apply_status(&ctx.kube, req, MANAGER, &next, Guard::ResourceVersion).await?;
             if phase != current.phase || req.status.is_none() {
                 let warning = phase == SitePhase::Failed;
                 ctx.event(req, warning, phase_reason(phase), message).await;

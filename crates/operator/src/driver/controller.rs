@@ -260,7 +260,7 @@ async fn report(
         ctx.event(driver, warning, reason, message).await;
     }
     if previous != Some(status) {
-        kit::apply_status(&ctx.kube, driver, MANAGER, status, Guard::None).await?;
+        kit::apply_status(&ctx.kube, driver, MANAGER, status, Guard::ResourceVersion).await?;
     }
     metrics::record(
         &ctx.metrics,

@@ -85,7 +85,14 @@ pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Acti
         FINALIZER,
         node,
         |n| async move { apply(&n, ctx).await },
-        |n| async move { cleanup(&n, ctx).await },
+        |n| async move {
+            let done = cleanup(&n, ctx).await;
+            // Done: the finalizer goes next, and the node's series with it.
+            if done.is_ok() {
+                forget_phase_state(ctx, &n);
+            }
+            done
+        },
     )
     .await
 }
@@ -244,18 +251,33 @@ const PHASES: [NodePhase; 8] = [
     NodePhase::Failed,
 ];
 
-/// `simplyblock_storagenode_phase_state{cluster,node,phase}`: 1 for the node's phase.
-fn phase_state(ctx: &Context, node: &StorageNode, phase: NodePhase) {
-    let labels = vec![
+const PHASE_STATE: &str = "simplyblock_storagenode_phase_state";
+
+fn phase_labels(node: &StorageNode) -> crate::metrics::Labels {
+    vec![
         ("cluster", node.spec.cluster_ref.clone()),
         ("node", node.name_any()),
-    ];
+    ]
+}
+
+/// `simplyblock_storagenode_phase_state{cluster,node,phase}`: 1 for the node's phase.
+fn phase_state(ctx: &Context, node: &StorageNode, phase: NodePhase) {
     let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
     ctx.metrics.one_hot(
-        "simplyblock_storagenode_phase_state",
-        &labels,
+        PHASE_STATE,
+        &phase_labels(node),
         names.iter().map(String::as_str),
         Some(&format!("{phase:?}")),
+    );
+}
+
+/// The node is gone: its phase series are no longer rendered.
+fn forget_phase_state(ctx: &Context, node: &StorageNode) {
+    let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
+    ctx.metrics.forget_one_hot(
+        PHASE_STATE,
+        &phase_labels(node),
+        names.iter().map(String::as_str),
     );
 }
 

@@ -94,19 +94,22 @@ fn cluster_uuid(cluster: &StorageCluster) -> Option<Uuid> {
     cluster.status.as_ref()?.uuid.as_deref()?.parse().ok()
 }
 
-/// Writes `next` as the pool's status when it differs from what is stored.
+/// Writes `next` as the pool's status when it differs from what is stored, only onto the
+/// version read (a 409 is [`Error::Stale`]). Returns the pool as stored when it wrote: a
+/// later write in the same pass goes onto that version.
 async fn write_status(
     ctx: &Context,
     pool: &StoragePool,
     next: &StoragePoolStatus,
-) -> Result<(), Error> {
+) -> Result<Option<StoragePool>, Error> {
     let mut next = next.clone();
     next.observed_generation = pool.metadata.generation;
     if pool.status.as_ref() == Some(&next) {
-        return Ok(());
+        return Ok(None);
     }
-    kit::apply_status(&ctx.kube, pool, MANAGER, &next, Guard::None).await?;
-    Ok(())
+    let written =
+        kit::apply_status(&ctx.kube, pool, MANAGER, &next, Guard::ResourceVersion).await?;
+    Ok(Some(written))
 }
 
 /// Records why the pool waits, with one event when the reason is new.
@@ -121,7 +124,7 @@ async fn hold(
         ctx.event(pool, true, reason, message.clone()).await;
     }
     status.message = Some(message);
-    write_status(ctx, pool, &status).await
+    write_status(ctx, pool, &status).await.map(drop)
 }
 
 async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
@@ -159,6 +162,7 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         cluster: cluster_id,
     })?;
     let mut next = status.clone();
+    let mut written = None;
     let found = match status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
         Some(uuid) => match cp.get_pool(cluster_id, uuid).await {
             Ok(found) => found,
@@ -193,10 +197,11 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             };
             // The durable record first: everything after it is re-entrant.
             next.uuid = Some(found.id.to_string());
-            write_status(ctx, pool, &next).await?;
+            written = write_status(ctx, pool, &next).await?;
             found
         }
     };
+    let pool = written.as_ref().unwrap_or(pool);
     if let Some(update) = class::limits_update(pool, &found) {
         cp.update_pool(cluster_id, found.id, &update).await?;
     }

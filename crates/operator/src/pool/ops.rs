@@ -52,7 +52,14 @@ async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action,
         completed_at: Time(jiff::Timestamp::now()),
         observed_generation: op.metadata.generation,
     };
-    kit::apply_status(&ctx.kube, op.as_ref(), MANAGER, &refusal, Guard::None).await?;
+    kit::apply_status(
+        &ctx.kube,
+        op.as_ref(),
+        MANAGER,
+        &refusal,
+        Guard::ResourceVersion,
+    )
+    .await?;
     ctx.event(&*op, true, "ActionUnsupported", UNSUPPORTED.to_owned())
         .await;
     Ok(Action::await_change())

@@ -195,3 +195,68 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
     cluster_controller.abort();
     deployment_controller.abort();
 }
+
+/// A status decided on a read that another writer has since overtaken is refused by the
+/// resourceVersion it carries (409, a requeue), not written over the newer status; decided
+/// again on a fresh read, it lands.
+#[tokio::test]
+async fn a_status_decided_on_a_stale_read_is_refused_not_written_over_a_newer_one() {
+    const NS: &str = "deploy-stale";
+    let env = crate::support::api_server().await;
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, NS)
+        .await
+        .expect("namespace");
+    // A draft's status is written from the API server alone: no control plane is asked.
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube().await,
+            crate::support::cp_client("http://127.0.0.1:9"),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
+            NS.into(),
+        )
+        .watching(NS),
+    );
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    let doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("draft");
+    let name = doc.metadata.name.clone().expect("name");
+
+    let seen = docs.get(&name).await.expect("read");
+    let newer = "written by someone else after the read";
+    docs.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Draft", "message": newer}})),
+    )
+    .await
+    .expect("a concurrent status write");
+
+    let stale = deployment::controller::reconcile(Arc::new(seen), ctx.clone())
+        .await
+        .expect_err("a write onto a stale read");
+    assert!(stale.is_stale(), "{stale}");
+    let stored = docs.get(&name).await.expect("read").status.expect("status");
+    assert_eq!(
+        stored.message.as_deref(),
+        Some(newer),
+        "the newer status stays"
+    );
+
+    let fresh = docs.get(&name).await.expect("read");
+    deployment::controller::reconcile(Arc::new(fresh), ctx)
+        .await
+        .expect("a write onto a fresh read");
+    let stored = docs.get(&name).await.expect("read").status.expect("status");
+    let message = stored.message.expect("message");
+    assert_ne!(message, newer);
+    assert!(message.contains("approv"), "{message}");
+}

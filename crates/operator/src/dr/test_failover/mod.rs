@@ -282,10 +282,9 @@ async fn write(
     drill: &TestFailover,
     mut status: TestFailoverStatus,
     guard: Guard,
-) -> Result<(), Error> {
+) -> Result<TestFailover, Error> {
     status.observed_generation = drill.meta().generation;
-    kit::apply_status(&ctx.kube, drill, MANAGER, &status, guard).await?;
-    Ok(())
+    kit::apply_status(&ctx.kube, drill, MANAGER, &status, guard).await
 }
 
 /// A merge patch of the drill's metadata, conditional on the version read.
@@ -795,6 +794,10 @@ fn encode<K: serde::Serialize>(object: &K) -> Result<Value, Error> {
 /// Releasing: removes what the drill made, in order, then the finalizer.
 async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> {
     let mut status = status_of(drill);
+    // Every write below goes onto the version it was decided on; after the first, that is
+    // the version this pass stored.
+    let stored;
+    let mut drill = drill;
     if status.phase != FailoverPhase::TearingDown {
         let graph = GRAPHS
             .graph(FailoverStage::Teardown)
@@ -802,7 +805,8 @@ async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> 
         status.phase = FailoverPhase::TearingDown;
         status.step = graph.start(Timestamp::now()).snapshot();
         status.message = Some("tearing down the bubble".into());
-        write(ctx, drill, status.clone(), Guard::None).await?;
+        stored = write(ctx, drill, status.clone(), Guard::ResourceVersion).await?;
+        drill = &stored;
     }
     let outcome = release(drill, ctx, &status).await;
     if forced(drill) {
@@ -840,7 +844,7 @@ async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> 
         Ok(Some(waiting)) => {
             if status.message.as_deref() != Some(waiting.as_str()) {
                 status.message = Some(waiting);
-                write(ctx, drill, status, Guard::None).await?;
+                write(ctx, drill, status, Guard::ResourceVersion).await?;
             }
             return Ok(Action::requeue(WAIT));
         }
@@ -848,7 +852,7 @@ async fn teardown(drill: &TestFailover, ctx: &Context) -> Result<Action, Error> 
             let message = format!("teardown is holding: {what} failed: {e}; it is tried again");
             if status.message.as_deref() != Some(message.as_str()) {
                 status.message = Some(message.clone());
-                write(ctx, drill, status, Guard::None).await?;
+                write(ctx, drill, status, Guard::ResourceVersion).await?;
                 ctx.event(drill, true, "ReclaimPending", message).await;
             }
             return Ok(Action::requeue(requeue::RETRY));
