@@ -119,6 +119,27 @@ pub fn report_config_map(
     }
 }
 
+/// Whether `cm` is the report `run` asked of `node`: controlled by the run itself (its UID,
+/// not only its name) and named as the run names that node's report. The probe's account
+/// may create any ConfigMap, and a deleted same-named run's reports may linger until the
+/// garbage collector comes, so the run's labels alone prove nothing.
+pub fn is_report_of(
+    cm: &k8s_openapi::api::core::v1::ConfigMap,
+    run: RunRef<'_>,
+    node: &str,
+) -> bool {
+    let controlled = cm.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.api_version == keys::API_VERSION
+            && o.kind == "OperatorOps"
+            && o.name == run.name
+            && o.uid == run.uid
+    });
+    controlled
+        && !run.uid.is_empty()
+        && cm.metadata.name.as_deref() == Some(config_map_name(run.name, node).as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +209,37 @@ mod tests {
         );
         assert_eq!(o.uid, run.uid);
         assert_eq!(o.controller, Some(true));
+    }
+
+    #[test]
+    fn only_a_report_the_run_itself_owns_under_its_name_is_taken() {
+        let run = RunRef {
+            name: "initial-discovery",
+            uid: "6f1c0c1e-0000-4000-8000-000000000001",
+        };
+        let name = config_map_name(run.name, "w1");
+        let cm = report_config_map("ns", &name, run, "w1", "{}".into());
+        assert!(is_report_of(&cm, run, "w1"));
+        // Another node's name for it.
+        assert!(!is_report_of(&cm, run, "w2"));
+        // A same-named run's, or one owned by nothing.
+        let earlier = RunRef {
+            uid: "6f1c0c1e-0000-4000-8000-000000000002",
+            ..run
+        };
+        assert!(!is_report_of(&cm, earlier, "w1"));
+        let mut unowned = cm.clone();
+        unowned.metadata.owner_references = None;
+        assert!(!is_report_of(&unowned, run, "w1"));
+        let mut not_controller = cm.clone();
+        if let Some(o) = not_controller.metadata.owner_references.as_mut() {
+            o[0].controller = None;
+        }
+        assert!(!is_report_of(&not_controller, run, "w1"));
+        // Under the run's labels but another name.
+        let mut renamed = cm;
+        renamed.metadata.name = Some("simplyblock-upgrade".into());
+        assert!(!is_report_of(&renamed, run, "w1"));
     }
 
     #[test]

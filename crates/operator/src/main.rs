@@ -335,16 +335,23 @@ async fn main() -> anyhow::Result<()> {
                         &report.node,
                         text,
                     );
-                    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+                    // Created, never updated: the probe's account may only create
+                    // ConfigMaps, so it cannot change any other of the namespace.
+                    match kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
                         client, &namespace,
                     )
-                    .patch(
-                        &name,
-                        &kube::api::PatchParams::apply("simplyblock-probe").force(),
-                        &kube::api::Patch::Apply(&cm),
-                    )
-                    .await?;
-                    tracing::info!(config_map = %name, "wrote the probe report");
+                    .create(&kube::api::PostParams::default(), &cm)
+                    .await
+                    {
+                        Ok(_) => tracing::info!(config_map = %name, "wrote the probe report"),
+                        // An earlier pod of this Job wrote it; the operator takes a report
+                        // only if this run owns it.
+                        Err(kube::Error::Api(e)) if e.code == 409 => tracing::info!(
+                            config_map = %name,
+                            "the probe report was already written"
+                        ),
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 (Some(_), None, _) => anyhow::bail!(
                     "--config-map needs --run, the discovery run the report belongs to"

@@ -51,6 +51,8 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
         "ValidatingWebhookConfiguration/simplyblock-operator",
         "ValidatingAdmissionPolicy/simplyblock-served-namespaces",
         "ValidatingAdmissionPolicyBinding/simplyblock-served-namespaces",
+        "ValidatingAdmissionPolicy/simplyblock-nodeprobe-reports",
+        "ValidatingAdmissionPolicyBinding/simplyblock-nodeprobe-reports",
     ];
     let installs = ["ControlPlane/simplyblock", "SimplyblockDriver/simplyblock"];
     for profile in PROFILES {
@@ -78,7 +80,7 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
     assert!(
         !everywhere
             .iter()
-            .any(|n| n.starts_with("ValidatingAdmissionPolicy")),
+            .any(|n| n.ends_with("/simplyblock-served-namespaces")),
         "{everywhere:?}"
     );
 

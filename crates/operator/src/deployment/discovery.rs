@@ -300,7 +300,7 @@ pub async fn observe(
                 .map(|g| g.groups.into_iter().map(|g| g.name).collect());
         }
         OperatorOpsStep::Probing => {
-            obs.reports = reports(ctx, &ns, &name).await?;
+            obs.reports = reports(ctx, &ns, op).await?;
             obs.probe_pods = Api::<Pod>::namespaced(ctx.kube.clone(), &ns)
                 .list(&of_run)
                 .await?
@@ -315,7 +315,7 @@ pub async fn observe(
         }
         OperatorOpsStep::Writing => {
             obs.nodes = nodes().await?;
-            obs.reports = reports(ctx, &ns, &name).await?;
+            obs.reports = reports(ctx, &ns, op).await?;
             let spec = op.spec.discover.clone().unwrap_or_default();
             obs.existing_draft = Api::<ClusterDeploymentConfig>::namespaced(ctx.kube.clone(), &ns)
                 .get_opt(&config_name(&name, &spec))
@@ -330,12 +330,17 @@ pub async fn observe(
 async fn reports(
     ctx: &Context,
     ns: &str,
-    run: &str,
+    op: &OperatorOps,
 ) -> Result<BTreeMap<String, WorkerReport>, ops::Error> {
     let maps: Api<ConfigMap> = Api::namespaced(ctx.kube.clone(), ns);
+    let (name, uid) = (op.name_any(), op.uid().unwrap_or_default());
+    let run = configmap::RunRef {
+        name: &name,
+        uid: &uid,
+    };
     let mut out = BTreeMap::new();
     for cm in maps
-        .list(&ListParams::default().labels(&configmap::run_selector(run)))
+        .list(&ListParams::default().labels(&configmap::run_selector(&name)))
         .await?
         .items
     {
@@ -347,6 +352,11 @@ async fn reports(
         else {
             continue;
         };
+        // Not this run's report, whatever its labels say: left out, so the worker's
+        // report is still missing.
+        if !configmap::is_report_of(&cm, run, &worker) {
+            continue;
+        }
         let report = run::read_report(&worker, &cm.name_any(), cm.data.as_ref());
         out.insert(worker, report);
     }

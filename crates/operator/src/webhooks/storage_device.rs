@@ -1,6 +1,7 @@
 //! StorageDevice admission: the objects are the operator's mirror of the control plane's
-//! drives, so a DELETE is allowed only to the operator's namespace's service accounts, to
-//! the garbage collector (the cascade from a deleted StorageNode), and while the namespace
+//! drives, so a DELETE is allowed only to the operator's own account (the exact user name,
+//! as the StorageNode webhook checks it: any other account of its namespace, such as the
+//! probe Jobs', is refused), to the garbage collector (the cascade from a deleted StorageNode), and while the namespace
 //! itself is being deleted. Anyone else is refused: a deleted device would be created
 //! again on the next pass, and nothing would have happened to the drive.
 //!
@@ -63,17 +64,10 @@ pub async fn review(
     .await
 }
 
-/// Whether `user` may delete any StorageDevice: a service account of the operator's
-/// namespace (`operator_user` is the operator's own), or the garbage collector.
+/// Whether `user` may delete any StorageDevice: the operator itself (`operator_user`, the
+/// exact user name [`WebhookContext::is_operator`] compares), or the garbage collector.
 pub fn by_identity(user: &str, operator_user: &str) -> bool {
-    let namespace_of = |u: &str| {
-        u.strip_prefix("system:serviceaccount:")
-            .and_then(|rest| rest.split_once(':'))
-            .map(|(ns, _)| ns.to_owned())
-    };
-    let operator_namespace = namespace_of(operator_user);
-    GARBAGE_COLLECTORS.contains(&user)
-        || (operator_namespace.is_some() && namespace_of(user) == operator_namespace)
+    GARBAGE_COLLECTORS.contains(&user) || (!operator_user.is_empty() && user == operator_user)
 }
 
 /// Whether a namespace is being deleted.
@@ -108,10 +102,9 @@ mod tests {
     const OPERATOR: &str = "system:serviceaccount:simplyblock-system:simplyblock-operator";
 
     #[test]
-    fn the_operators_namespace_and_the_garbage_collector_may_delete() {
+    fn only_the_operator_itself_and_the_garbage_collector_may_delete() {
         for user in [
             OPERATOR,
-            "system:serviceaccount:simplyblock-system:another",
             "system:serviceaccount:kube-system:generic-garbage-collector",
             "system:kube-controller-manager",
         ] {
@@ -119,14 +112,16 @@ mod tests {
         }
         for user in [
             "admin",
+            // Another account of the operator's namespace is not the operator.
+            "system:serviceaccount:simplyblock-system:simplyblock-nodeprobe",
+            "system:serviceaccount:simplyblock-system:another",
             "system:serviceaccount:default:simplyblock-operator",
             "system:serviceaccount:simplyblock-system-2:x",
             "system:serviceaccount:kube-system:namespace-controller",
         ] {
             assert!(!by_identity(user, OPERATOR), "{user}");
         }
-        // An operator whose identity is not a service account grants its namespace nothing.
-        assert!(!by_identity("system:serviceaccount:ns:x", "admin"));
+        assert!(!by_identity("", ""));
     }
 
     #[test]

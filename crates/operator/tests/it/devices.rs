@@ -262,9 +262,33 @@ async fn only_the_operator_the_garbage_collector_and_a_terminating_namespace_del
         Some((OPERATOR_NAMESPACE, "sd-neighbour")),
     )
     .await;
-    delete_as(&neighbour, "a")
+    // Another account of the operator's namespace (as the probe Jobs' is) is not the operator.
+    let Err(kube::Error::Api(refused)) = delete_as(&neighbour, "a").await else {
+        panic!("another account of the operator's namespace deleted a device")
+    };
+    assert!(
+        refused
+            .message
+            .contains(&format!("{neighbour_name} may not delete it")),
+        "{}",
+        refused.message
+    );
+    let operator_name = format!(
+        "system:serviceaccount:{OPERATOR_NAMESPACE}:{}",
+        simplyblock_testenv::chart::OPERATOR_ACCOUNT
+    );
+    let operator = as_user(
+        &h,
+        &operator_name,
+        Some((
+            OPERATOR_NAMESPACE,
+            simplyblock_testenv::chart::OPERATOR_ACCOUNT,
+        )),
+    )
+    .await;
+    delete_as(&operator, "a")
         .await
-        .expect("an account of the operator's namespace deletes");
+        .expect("the operator's own account deletes");
     let collector = as_user(
         &h,
         "system:serviceaccount:kube-system:generic-garbage-collector",

@@ -176,3 +176,146 @@ fn the_chart_grants_what_the_driver_controller_uses() {
         [simplyblock_operator::driver::names::CONTROLLER_ROLE]
     );
 }
+
+/// The probe Jobs' account creates its report and nothing more: it can neither read,
+/// change nor delete the namespace's other ConfigMaps (`simplyblock-upgrade` among them),
+/// nor write over a report already there.
+#[tokio::test]
+async fn the_probe_account_creates_its_report_and_no_other_config_map_is_open_to_it() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use simplyblock_discovery::configmap;
+
+    let ns = "rbac-nodeprobe";
+    let (env, admin) = crate::support::own_api_server(ns).await;
+    let probe = env
+        .service_account_client(ns, "simplyblock-nodeprobe")
+        .await
+        .expect("the probe's client");
+    let upgrade: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "simplyblock-upgrade"},
+        "data": {"state": "kept"}
+    }))
+    .expect("config map");
+    Api::<ConfigMap>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &upgrade)
+        .await
+        .expect("the operator's ConfigMap");
+
+    let maps: Api<ConfigMap> = Api::namespaced(probe, ns);
+    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{what}: {status:?}"),
+        other => panic!("the probe's account was allowed to {what}: {other:?}"),
+    };
+    let mut changed = upgrade.clone();
+    changed.data = Some([("state".to_string(), "changed".to_string())].into());
+    forbidden("read it", maps.get("simplyblock-upgrade").await.map(|_| ()));
+    forbidden(
+        "list ConfigMaps",
+        maps.list(&ListParams::default()).await.map(|_| ()),
+    );
+    forbidden(
+        "replace it",
+        maps.replace("simplyblock-upgrade", &PostParams::default(), &changed)
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "patch it",
+        maps.patch(
+            "simplyblock-upgrade",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"state": "changed"}})),
+        )
+        .await
+        .map(|_| ()),
+    );
+    forbidden(
+        "apply over it",
+        maps.patch(
+            "simplyblock-upgrade",
+            &PatchParams::apply("probe").force(),
+            &Patch::Apply(&changed),
+        )
+        .await
+        .map(|_| ()),
+    );
+    forbidden(
+        "delete it",
+        maps.delete("simplyblock-upgrade", &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    );
+
+    // Its own report it creates, once: a second write is refused, not applied.
+    let run = configmap::RunRef {
+        name: "initial-discovery",
+        uid: "6f1c0c1e-0000-4000-8000-000000000001",
+    };
+    let name = configmap::config_map_name(run.name, "w1");
+    let report = configmap::report_config_map(ns, &name, run, "w1", "{}".into());
+    maps.create(&PostParams::default(), &report)
+        .await
+        .expect("the probe creates its report");
+    match maps.create(&PostParams::default(), &report).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
+        other => panic!("a report was written twice: {other:?}"),
+    }
+
+    let kept = Api::<ConfigMap>::namespaced(admin.clone(), ns)
+        .get("simplyblock-upgrade")
+        .await
+        .expect("the operator's ConfigMap");
+    assert_eq!(kept.data, upgrade.data);
+
+    // Nor may it create a ConfigMap that is not a report, such as one the operator has yet
+    // to create: the chart's admission policy refuses it.
+    let chart = simplyblock_testenv::chart::render(ns, &[("deployment.profile", "empty")])
+        .expect("the chart renders");
+    let policy: Vec<_> = chart
+        .into_iter()
+        .filter(|o| {
+            simplyblock_testenv::chart::kind_and_name(o).ends_with("/simplyblock-nodeprobe-reports")
+        })
+        .collect();
+    assert_eq!(policy.len(), 2, "the policy and its binding");
+    simplyblock_testenv::chart::apply(&admin, &policy, "rbac-test", false)
+        .await
+        .expect("the chart's policy");
+    let squatter: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "simplyblock-later", "labels": report.metadata.labels},
+        "data": {"state": "forged"}
+    }))
+    .expect("config map");
+    // Dry runs until the API server enforces the policy it was just given.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refusal = crate::support::until(
+        "the policy refuses a ConfigMap that is no report",
+        async || match maps.create(&dry, &squatter).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => Some(status.message),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("simplyblock-later is not one"),
+        "{refusal}"
+    );
+    forbidden(
+        "create a ConfigMap that is no report",
+        maps.create(&PostParams::default(), &squatter)
+            .await
+            .map(|_| ()),
+    );
+    let w2 = configmap::config_map_name(run.name, "w2");
+    maps.create(
+        &PostParams::default(),
+        &configmap::report_config_map(ns, &w2, run, "w2", "{}".into()),
+    )
+    .await
+    .expect("a report is still created");
+}

@@ -27,7 +27,7 @@ async fn the_storage_kinds_are_refused_outside_the_served_namespace() {
         .expect("the chart renders")
         .into_iter()
         .filter(|o| {
-            simplyblock_testenv::chart::kind_and_name(o).starts_with("ValidatingAdmissionPolicy")
+            simplyblock_testenv::chart::kind_and_name(o).ends_with("/simplyblock-served-namespaces")
         })
         .collect();
     assert_eq!(policy.len(), 2, "a policy and its binding");
