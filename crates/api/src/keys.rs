@@ -71,9 +71,14 @@ pub const NODEPROBE_RUN_LABEL: &str = "storage.simplyblock.io/nodeprobe-run";
 /// have been cut; [`NODEPROBE_NODE_ANNOTATION`] holds it whole).
 pub const NODEPROBE_NODE_LABEL: &str = "storage.simplyblock.io/nodeprobe-node";
 /// Label on a Kubernetes Node: the StorageCluster (by name) whose storage-node DaemonSet
-/// runs there; the DaemonSet's nodeSelector. The reference's name, kept so the
-/// DaemonSets of existing installations keep selecting their nodes.
-pub const ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
+/// runs there; the DaemonSet's nodeSelector. Under `node-restriction.kubernetes.io/`, which
+/// the NodeRestriction admission plugin keeps a kubelet from setting on its own Node: a
+/// compromised worker cannot enrol itself and receive a storage-node pod and its key.
+pub const ENROLLMENT_LABEL: &str = "node-restriction.kubernetes.io/simplyblock-storage-node";
+/// Label on a Kubernetes Node: the enrollment label of earlier releases (and of the Go
+/// operator). A kubelet may set it on its own Node, so nothing selects on it any more; the
+/// operator removes it once no storage-node pod scheduled by it is left on the worker.
+pub const LEGACY_ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
 
 // Annotations.
 
@@ -270,6 +275,15 @@ mod tests {
                 "{key} is not a valid label key name"
             );
         }
+    }
+
+    #[test]
+    fn the_enrollment_label_is_one_a_kubelet_may_not_set_on_its_own_node() {
+        // NodeRestriction refuses a kubelet any label under this prefix.
+        let (prefix, name) = ENROLLMENT_LABEL.split_once('/').expect("a prefixed key");
+        assert_eq!(prefix, "node-restriction.kubernetes.io");
+        assert!(!name.is_empty() && name.len() <= 63, "{name}");
+        assert_ne!(ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL);
     }
 
     #[test]

@@ -31,7 +31,7 @@ async fn control_plane(dir: &std::path::Path) -> anyhow::Result<(Server, Client)
     let mut workers = String::from("workers:\n");
     for i in 1..=2 {
         workers.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.20.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: {}}}\n",
+            "  - hostname: w{i}\n    addresses: [10.20.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{node-restriction.kubernetes.io/simplyblock-storage-node: {}}}\n",
             go_installation::NODE_SET
         ));
     }

@@ -59,7 +59,7 @@ async fn main() {
     let mut yaml = String::from("workers:\n");
     for i in 1..=3 {
         yaml.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.0.0.{i}, 10.1.0.{i}]\n    labels: {{io.simplyblock.storagenodeset: bench}}\n"
+            "  - hostname: w{i}\n    addresses: [10.0.0.{i}, 10.1.0.{i}]\n    labels: {{node-restriction.kubernetes.io/simplyblock-storage-node: bench}}\n"
         ));
     }
     std::fs::write(&fleet, yaml).expect("fleet");

@@ -8,7 +8,7 @@
 //!     cpus: 32                              # default 16
 //!     memory_gib: 128                       # default 64
 //!     storage_nodes: 1                      # storage nodes (sockets) per worker, default 1
-//!     labels: {io.simplyblock.storagenodeset: cluster-a}
+//!     labels: {node-restriction.kubernetes.io/simplyblock-storage-node: cluster-a}
 //!     devices:                              # only without a profile: synthetic devices
 //!       count: 4                            # default 2
 //!       size: 1.92T                         # bytes or SI/IEC string, default 1T

@@ -91,7 +91,8 @@ pub struct SimConfig {
 
 /// The label the storage-node DaemonSet's nodeSelector uses; its value is the
 /// StorageCluster (node-set) name.
-pub const DEFAULT_ENROLLMENT_LABEL: &str = "io.simplyblock.storagenodeset";
+pub const DEFAULT_ENROLLMENT_LABEL: &str =
+    "node-restriction.kubernetes.io/simplyblock-storage-node";
 
 impl SimConfig {
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {

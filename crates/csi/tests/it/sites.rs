@@ -40,7 +40,7 @@ async fn four_workers(seed: u64) -> (Server, Client, PathBuf, tempfile::TempDir)
     let mut fleet = String::from("workers:\n");
     for i in 1..=4 {
         fleet.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: c1}}\n"
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{node-restriction.kubernetes.io/simplyblock-storage-node: c1}}\n"
         ));
     }
     let fleet_path = dir.path().join("fleet.yaml");

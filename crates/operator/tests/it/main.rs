@@ -13,6 +13,7 @@ mod devices;
 mod discovery;
 mod driver;
 mod driver_tls;
+mod enrollment;
 mod events;
 mod hub;
 mod leader;

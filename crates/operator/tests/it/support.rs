@@ -26,7 +26,7 @@ use tokio::sync::OnceCell;
 
 pub const TOKEN: &str = "operator-test-token";
 /// The label that puts a simulated worker in storage-node set `c1`.
-pub const LABEL: &str = "io.simplyblock.storagenodeset";
+pub const LABEL: &str = simplyblock_api::keys::ENROLLMENT_LABEL;
 /// The operator namespace the webhooks are served for.
 pub const OPERATOR_NAMESPACE: &str = "simplyblock-system";
 

@@ -8,7 +8,7 @@ use simplyblock_controlplane::{Client, ClientConfig, ClusterCreate, StorageNodeA
 use simplyblock_simulator::{Server, Sim, SimConfig};
 
 pub const TOKEN: &str = "test-admin-token";
-pub const LABEL: &str = "io.simplyblock.storagenodeset";
+pub const LABEL: &str = "node-restriction.kubernetes.io/simplyblock-storage-node";
 
 pub struct Env {
     pub server: Server,

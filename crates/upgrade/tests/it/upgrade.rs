@@ -54,7 +54,7 @@ async fn sbsim() -> Sbsim {
     let mut workers = String::from("workers:\n");
     for i in 1..=2 {
         workers.push_str(&format!(
-            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{io.simplyblock.storagenodeset: prod-nodes}}\n"
+            "  - hostname: w{i}\n    addresses: [10.10.0.{i}]\n    devices: {{count: 2, size: 2T}}\n    labels: {{node-restriction.kubernetes.io/simplyblock-storage-node: prod-nodes}}\n"
         ));
     }
     std::fs::write(&fleet, workers).expect("fleet");

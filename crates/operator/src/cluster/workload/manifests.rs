@@ -609,6 +609,42 @@ mod tests {
     }
 
     #[test]
+    fn the_daemonset_selects_only_on_a_label_a_kubelet_may_not_set() {
+        let nodes = [node("w1", 0, Some("n-1"), json!({}))];
+        let workers = [worker("w1", Some("10.0.0.11"), true)];
+        let objects = manifests(&cluster(json!({})), &nodes, &workers, PORT, "");
+        let selector = objects
+            .daemonset
+            .spec
+            .template
+            .spec
+            .and_then(|s| s.node_selector)
+            .unwrap_or_default();
+        assert_eq!(
+            selector.get(ENROLLMENT_LABEL).map(String::as_str),
+            Some("sb")
+        );
+        assert!(!selector.contains_key(simplyblock_api::keys::LEGACY_ENROLLMENT_LABEL));
+        // A worker labelled as earlier releases enrolled it, as its kubelet may label it.
+        let self_labelled = BTreeMap::from([
+            (
+                simplyblock_api::keys::LEGACY_ENROLLMENT_LABEL.to_string(),
+                "sb".to_string(),
+            ),
+            (NAMESPACE_LABEL.to_string(), "storage".to_string()),
+        ]);
+        assert!(
+            !selector
+                .iter()
+                .all(|(k, v)| self_labelled.get(k) == Some(v)),
+            "{selector:?}"
+        );
+        // What the operator writes on the worker is what the DaemonSet selects.
+        let written = &enrollment(&cluster(json!({})), &nodes)["w1"];
+        assert!(selector.iter().all(|(k, v)| written.get(k) == Some(v)));
+    }
+
+    #[test]
     fn a_worker_is_enrolled_at_once_and_labelled_per_named_slot() {
         let nodes = [
             node("w1", 0, Some("n-1"), json!({})),

@@ -9,6 +9,10 @@
 //! Enrollment comes first: the DaemonSet only schedules on workers carrying the
 //! enrollment label, and a node waits at CheckingHost for the pod that DaemonSet runs, so
 //! a label nobody writes is a deadlock in which neither side reports anything wrong.
+//!
+//! The enrollment label is one a kubelet may not set on its own Node. Earlier releases
+//! used one it may ([`LEGACY_ENROLLMENT_LABEL`]): the new label is written before the
+//! DaemonSet selects on it, and the old one removed only after, so no pod is evicted.
 
 pub mod manifests;
 pub mod names;
@@ -18,7 +22,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -28,7 +32,10 @@ use serde_json::json;
 use simplyblock_api::{StorageCluster, StorageNode};
 
 pub use manifests::{Manifests, Worker, manifests};
-pub use names::{DEFAULT_IMAGE, ENROLLMENT_LABEL, NAMESPACE_LABEL, SERVICE_NAME, topology_label};
+pub use names::{
+    DEFAULT_IMAGE, ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL, NAMESPACE_LABEL, SERVICE_NAME,
+    topology_label,
+};
 use serving::{Decision, Recorded};
 
 use crate::context::{Context, requeue};
@@ -104,6 +111,7 @@ pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Resul
     let nodes = crate::node::ops::migrate::with_targets(&ctx.kube, &ns, nodes).await?;
     enroll(&ctx, &cluster, &nodes).await?;
     render(&ctx, &cluster, &nodes).await?;
+    retire_legacy_label(&ctx, &cluster, &nodes).await?;
     Ok(Action::requeue(requeue::RESYNC))
 }
 
@@ -164,14 +172,78 @@ async fn enroll(
     Ok(())
 }
 
+/// Removes the enrollment label of earlier releases from this cluster's workers, once the
+/// DaemonSet selects on [`ENROLLMENT_LABEL`] (it was applied just before). A worker whose
+/// storage-node pod was scheduled by the old selector keeps the label until that pod is
+/// gone: a kubelet admits its pods again when it restarts, and would refuse the pod on a
+/// worker without the label. A worker that left the cluster loses the namespace label too.
+async fn retire_legacy_label(
+    ctx: &Context,
+    cluster: &StorageCluster,
+    nodes: &[StorageNode],
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let workers: Api<Node> = Api::all(ctx.kube.clone());
+    let labelled: Vec<_> = workers
+        .list_metadata(&ListParams::default().labels(&format!("{LEGACY_ENROLLMENT_LABEL}={name}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| enrolled_elsewhere(n.labels(), &name, &ns).is_none())
+        .collect();
+    if labelled.is_empty() {
+        return Ok(());
+    }
+    // Every pod of the namespace, not only this workload's: an earlier release's DaemonSet
+    // may have labelled its pods otherwise.
+    let pods: Api<Pod> = Api::namespaced(ctx.kube.clone(), &ns);
+    let held: BTreeSet<String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.spec)
+        .filter(|s| {
+            s.node_selector
+                .as_ref()
+                .and_then(|sel| sel.get(LEGACY_ENROLLMENT_LABEL))
+                == Some(&name)
+        })
+        .filter_map(|s| s.node_name)
+        .collect();
+    let wanted = manifests::enrollment(cluster, nodes);
+    for worker in labelled {
+        let Some(worker_name) = worker.metadata.name.as_deref() else {
+            continue;
+        };
+        if held.contains(worker_name) {
+            continue;
+        }
+        let mut labels = serde_json::Map::new();
+        labels.insert(LEGACY_ENROLLMENT_LABEL.into(), serde_json::Value::Null);
+        if !wanted.contains_key(worker_name) && !worker.labels().contains_key(ENROLLMENT_LABEL) {
+            labels.insert(NAMESPACE_LABEL.into(), serde_json::Value::Null);
+        }
+        let patch = json!({"metadata": {"labels": labels}});
+        workers
+            .patch(worker_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
 /// The StorageCluster (`namespace/name`) a worker with `labels` is enrolled in when it is
-/// not the cluster `name` of `ns`; `None` when it is free or this cluster's.
+/// not the cluster `name` of `ns`; `None` when it is free or this cluster's. A worker not
+/// yet carrying the enrollment label is judged by the label of earlier releases.
 pub fn enrolled_elsewhere(
     labels: &std::collections::BTreeMap<String, String>,
     name: &str,
     ns: &str,
 ) -> Option<String> {
-    let cluster = labels.get(ENROLLMENT_LABEL)?;
+    let cluster = labels
+        .get(ENROLLMENT_LABEL)
+        .or_else(|| labels.get(LEGACY_ENROLLMENT_LABEL))?;
     let namespace = labels.get(NAMESPACE_LABEL);
     if cluster == name && namespace.is_none_or(|n| n == ns) {
         return None;
@@ -373,5 +445,19 @@ mod tests {
             enrolled_elsewhere(&unrecorded, "other", "a"),
             Some("(a namespace not recorded)/sb".into())
         );
+        // An installation of an earlier release: the old label decides until the new one
+        // is written, and the new one decides after.
+        let legacy = labels(&[(LEGACY_ENROLLMENT_LABEL, "sb"), (NAMESPACE_LABEL, "a")]);
+        assert_eq!(enrolled_elsewhere(&legacy, "sb", "a"), None);
+        assert_eq!(
+            enrolled_elsewhere(&legacy, "other", "a"),
+            Some("a/sb".into())
+        );
+        let both = labels(&[
+            (ENROLLMENT_LABEL, "sb"),
+            (LEGACY_ENROLLMENT_LABEL, "old"),
+            (NAMESPACE_LABEL, "a"),
+        ]);
+        assert_eq!(enrolled_elsewhere(&both, "sb", "a"), None);
     }
 }

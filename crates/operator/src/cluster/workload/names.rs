@@ -3,7 +3,7 @@
 //! of those.
 
 pub use simplyblock_api::keys::{
-    CLUSTER_LABEL, ENROLLMENT_LABEL, MANAGED_BY_LABEL, NAMESPACE_LABEL,
+    CLUSTER_LABEL, ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL, MANAGED_BY_LABEL, NAMESPACE_LABEL,
 };
 /// The headless Service through which the control plane reaches each worker.
 pub const SERVICE_NAME: &str = "simplyblock-storage-node-api";

@@ -18,7 +18,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
-use simplyblock_api::keys::{ENROLLMENT_LABEL, NAMESPACE_LABEL, WORKER_LABEL};
+use simplyblock_api::keys::{
+    ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL, NAMESPACE_LABEL, WORKER_LABEL,
+};
 use simplyblock_api::names::label_value;
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
@@ -313,6 +315,7 @@ pub fn plan(
                 && from != target
                 && obs.source_labels.as_ref().is_some_and(|l| {
                     l.contains_key(ENROLLMENT_LABEL)
+                        || l.contains_key(LEGACY_ENROLLMENT_LABEL)
                         || topology.as_ref().is_some_and(|t| l.contains_key(t))
                 });
             if obs.unpromoted_devices.is_none_or(|n| n > 0) {
@@ -432,6 +435,7 @@ pub async fn execute(
         Call::Unenroll { worker, topology } => {
             let mut labels = serde_json::Map::new();
             labels.insert(ENROLLMENT_LABEL.into(), serde_json::Value::Null);
+            labels.insert(LEGACY_ENROLLMENT_LABEL.into(), serde_json::Value::Null);
             labels.insert(NAMESPACE_LABEL.into(), serde_json::Value::Null);
             if let Some(t) = topology {
                 labels.insert(t.clone(), serde_json::Value::Null);
