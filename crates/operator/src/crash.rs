@@ -13,6 +13,9 @@ pub const ENV: &str = "SIMPLYBLOCK_CRASH_AFTER";
 pub const CLUSTER_CREATE: &str = "StorageCluster/create";
 /// A StorageNode's add call.
 pub const NODE_ADD: &str = "StorageNode/add";
+/// A StorageNode's control-plane node recorded in its status, before its provisioning
+/// slot is given back.
+pub const NODE_RECORDED: &str = "StorageNode/recorded";
 /// A StoragePool's create call.
 pub const POOL_CREATE: &str = "StoragePool/create";
 /// A StoragePool's delete call.

@@ -133,6 +133,11 @@ async fn apply(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(requeue::RESYNC));
     };
     if let Some(uuid) = status.uuid.as_deref().and_then(|u| u.parse::<Uuid>().ok()) {
+        // A recorded node holds no slot: the add gives it back right after the record, and
+        // a pass killed in between leaves it here for any later pass to give back.
+        if holds_slot(&cluster, node) {
+            release_slot(ctx, node, &cluster).await?;
+        }
         return steady(node, &status, cluster_id, uuid, ctx).await;
     }
     provision(node, &status, &cluster, cluster_id, ctx).await
@@ -593,6 +598,7 @@ async fn execute(
             if !record(ctx, node, &found, message).await? {
                 return Ok(Action::requeue(requeue::CONFLICT));
             }
+            crate::crash::point(crate::crash::NODE_RECORDED);
             if let Some(created) = &node.metadata.creation_timestamp {
                 let took = jiff::Timestamp::now().duration_since(created.0);
                 ctx.metrics.observe(
@@ -778,6 +784,15 @@ async fn write_slots<S: Serialize>(
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The cluster as read lists a provisioning slot of this node.
+fn holds_slot(cluster: &StorageCluster, node: &StorageNode) -> bool {
+    cluster.status.as_ref().is_some_and(|s| {
+        s.provisioning_slots
+            .iter()
+            .any(|slot| slot.node == node.name_any())
+    })
 }
 
 /// Gives this node's worker's slot back, on a fresh read, retried on conflict.

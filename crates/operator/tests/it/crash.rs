@@ -292,12 +292,15 @@ pub(crate) async fn until_deployed(d: &Deployment) {
                     s.phase == PoolPhase::Ready && !s.storage_class_names.is_empty()
                 })
             });
-        let settled = Api::<StorageCluster>::namespaced(d.kube.clone(), &d.ns)
+        let held = Api::<StorageCluster>::namespaced(d.kube.clone(), &d.ns)
             .get_opt("simplyblock")
             .await
             .expect("the cluster")
             .and_then(|c| c.status)
-            .is_some_and(|s| s.active_ops_ref.is_none() && s.provisioning_slots.is_empty());
+            .map(|s| (s.active_ops_ref, s.provisioning_slots));
+        let settled = held
+            .as_ref()
+            .is_some_and(|(lock, slots)| lock.is_none() && slots.is_empty());
         if doc.phase == DeploymentPhase::Expanded
             && online == WORKERS.len()
             && pool_ready
@@ -307,7 +310,7 @@ pub(crate) async fn until_deployed(d: &Deployment) {
         }
         assert!(
             start.elapsed() < Duration::from_secs(150),
-            "the deployment did not finish after the kills: document {:?}/{:?} ({:?}), {online} node(s) Online, pool ready {pool_ready}, lock and slots free {settled}",
+            "the deployment did not finish after the kills: document {:?}/{:?} ({:?}), {online} node(s) Online, pool ready {pool_ready}, lock and slots held {held:?}",
             doc.phase,
             doc.step.state,
             doc.message
@@ -496,6 +499,20 @@ pub(crate) async fn abort_at(d: &Deployment, point: &str, done: impl AsyncFn() -
     }
 }
 
+/// Every worker's StorageNode has its control-plane node recorded.
+async fn all_recorded(d: &Deployment) -> bool {
+    let nodes = d
+        .storage_nodes()
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items;
+    nodes.len() == WORKERS.len()
+        && nodes
+            .iter()
+            .all(|n| n.status.as_ref().is_some_and(|s| s.uuid.is_some()))
+}
+
 async fn answered_on(d: &Deployment, on: &str) -> usize {
     calls(&d.cp)
         .await
@@ -514,6 +531,9 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
         crash::NODE_ADD,
         crash::NODE_ADD,
         crash::NODE_ADD,
+        // The last node recorded, its slot not yet given back: no later add takes a slot
+        // and drops it as stale.
+        crash::NODE_RECORDED,
         "StorageClusterOps/Activate/Requesting",
         crash::POOL_CREATE,
     ] {
@@ -522,13 +542,18 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
             continue;
         }
         let adds = answered_on(&d, add).await;
-        let all_added = async || point == crash::NODE_ADD && answered_on(&d, add).await > adds;
+        let all_added = async || match point {
+            crash::NODE_ADD => answered_on(&d, add).await > adds,
+            crash::NODE_RECORDED => all_recorded(&d).await,
+            _ => false,
+        };
         if abort_at(&d, point, all_added).await {
             fired.push(point.to_string());
         }
     }
     for point in [
         crash::CLUSTER_CREATE,
+        crash::NODE_RECORDED,
         crash::NODE_ADD,
         "StorageClusterOps/Activate/Requesting",
         crash::POOL_CREATE,
