@@ -4,14 +4,10 @@
 //! `storage.simplyblock.io/conversion-<path>` annotation that up-conversion restores, are
 //! refused; a v1alpha1 write that keeps to the rules goes through.
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
-
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
-use simplyblock_operator::webhooks::{Endpoint, WebhookContext, WebhookServer};
 
 const NS: &str = "spoke-writes";
 
@@ -40,56 +36,14 @@ fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) -> St
 async fn a_v1alpha1_write_cannot_store_what_v1alpha2_refuses() {
     // An installation moved over from the Go operator: its CRDs stored v1alpha1, so the
     // operator points their conversions at itself.
-    let env = simplyblock_testenv::TestEnv::start()
-        .await
-        .expect("API server");
-    let go_crds: Vec<_> = simplyblock_api::v1alpha1::crds()
-        .into_iter()
-        .filter(|crd| {
-            matches!(
-                crd.metadata.name.as_deref(),
-                Some(
-                    "storageclusters.storage.simplyblock.io"
-                        | "controlplanes.storage.simplyblock.io"
-                )
-            )
-        })
-        .collect();
-    assert_eq!(go_crds.len(), 2, "the Go operator's CRDs");
-    env.install_crds(&go_crds)
-        .await
-        .expect("the Go operator's CRDs");
-    let (env, admin) = crate::support::own_api_server_on(env, NS).await;
-    let operator = crate::support::operator_kube_on(&env, NS).await;
-    let certs = simplyblock_operator::webhooks::tls::ServingCertificates::new(
-        simplyblock_certs::Authority::new("spoke-writes-test-ca").expect("ca"),
-        vec!["localhost".into()],
-        vec![Ipv4Addr::LOCALHOST.into()],
-        Duration::from_secs(3600),
+    let (_env, admin, _serving) = crate::support::moved_over_api_server(
+        NS,
+        &[
+            "storageclusters.storage.simplyblock.io",
+            "controlplanes.storage.simplyblock.io",
+        ],
     )
-    .expect("certificates");
-    let server = WebhookServer::bind(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        certs.clone(),
-        simplyblock_operator::webhooks::router(WebhookContext {
-            client: operator.clone(),
-            operator_user: format!(
-                "system:serviceaccount:{NS}:{}",
-                simplyblock_testenv::chart::OPERATOR_ACCOUNT
-            ),
-            metrics: Default::default(),
-        }),
-    )
-    .await
-    .expect("bind");
-    let endpoint = Endpoint::Url(format!("https://{}", server.local_addr().expect("addr")));
-    let _serving = tokio::spawn(server.run());
-    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("conversions");
-    simplyblock_operator::webhooks::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("admission");
+    .await;
 
     let clusters = at_v1alpha1(&admin, "StorageCluster", "storageclusters");
     let cluster = |name: &str, annotations: Value| {

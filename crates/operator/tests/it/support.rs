@@ -770,3 +770,74 @@ impl Harness {
         .await;
     }
 }
+
+/// An installation moved over from the Go operator, on an API server of its own: the
+/// CRDs named `go_crds` first installed as the Go operator stored them (v1alpha1), then
+/// this release's over them ([`own_api_server_on`]); the operator's webhooks served in this
+/// process as the chart's account, its conversions and admission registered with the API
+/// server. Returns the environment, an admin client and the serving task.
+pub async fn moved_over_api_server(
+    ns: &str,
+    go_crds: &[&str],
+) -> (TestEnv, kube::Client, tokio::task::JoinHandle<()>) {
+    let env = TestEnv::start().await.expect("API server");
+    let old: Vec<_> = simplyblock_api::v1alpha1::crds()
+        .into_iter()
+        .filter(|crd| {
+            crd.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| go_crds.contains(&n))
+        })
+        .map(|mut crd| {
+            for version in &mut crd.spec.versions {
+                version.served = true;
+                version.storage = true;
+            }
+            crd
+        })
+        .collect();
+    assert_eq!(
+        old.len(),
+        go_crds.len(),
+        "the Go operator's CRDs {go_crds:?}"
+    );
+    env.install_crds(&old)
+        .await
+        .expect("the Go operator's CRDs");
+    let (env, admin) = own_api_server_on(env, ns).await;
+    let operator = operator_kube_on(&env, ns).await;
+    let certs = simplyblock_operator::webhooks::tls::ServingCertificates::new(
+        simplyblock_certs::Authority::new(&format!("{ns}-webhook-test-ca")).expect("ca"),
+        vec!["localhost".into()],
+        vec![Ipv4Addr::LOCALHOST.into()],
+        Duration::from_secs(3600),
+    )
+    .expect("certificates");
+    let server = simplyblock_operator::webhooks::WebhookServer::bind(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        certs.clone(),
+        simplyblock_operator::webhooks::router(simplyblock_operator::webhooks::WebhookContext {
+            client: operator.clone(),
+            operator_user: format!(
+                "system:serviceaccount:{ns}:{}",
+                simplyblock_testenv::chart::OPERATOR_ACCOUNT
+            ),
+            metrics: Default::default(),
+        }),
+    )
+    .await
+    .expect("bind");
+    let endpoint = simplyblock_operator::webhooks::Endpoint::Url(format!(
+        "https://{}",
+        server.local_addr().expect("addr")
+    ));
+    let serving = tokio::spawn(server.run());
+    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, &certs.ca_bundle())
+        .await
+        .expect("conversions");
+    simplyblock_operator::webhooks::register(&operator, &endpoint, &certs.ca_bundle())
+        .await
+        .expect("admission");
+    (env, admin, serving)
+}

@@ -912,61 +912,10 @@ async fn a_removal_filter_cannot_be_added_or_changed_after_creation_at_either_ve
     // admitted Remove; v1alpha1's schema has no rule against it, and nothing else looked.
     use kube::api::{Patch, PatchParams};
     const NS: &str = "snops-frozen";
-    // An API server of its own: the conversion webhook is pointed at this process, as in
-    // an installation upgraded from the Go operator (CRDs that stored v1alpha1).
-    let env = simplyblock_testenv::TestEnv::start()
-        .await
-        .expect("API server");
-    let go_crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        simplyblock_api::v1alpha1::crds()
-            .into_iter()
-            .filter(|crd| crd.metadata.name.as_deref() == Some("storagenodeops.storage.simplyblock.io"))
-            .map(|mut crd| {
-                for version in &mut crd.spec.versions {
-                    version.served = true;
-                    version.storage = true;
-                }
-                crd
-            })
-            .collect();
-    assert_eq!(go_crds.len(), 1, "the Go operator's StorageNodeOps CRD");
-    env.install_crds(&go_crds)
-        .await
-        .expect("the Go operator's CRD");
-    let (env, admin) = crate::support::own_api_server_on(env, NS).await;
-    let operator = crate::support::operator_kube_on(&env, NS).await;
-    let certs = simplyblock_operator::webhooks::tls::ServingCertificates::new(
-        simplyblock_certs::Authority::new("frozen-filter-test-ca").expect("ca"),
-        vec!["localhost".into()],
-        vec![Ipv4Addr::LOCALHOST.into()],
-        Duration::from_secs(3600),
-    )
-    .expect("certificates");
-    let server = WebhookServer::bind(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        certs.clone(),
-        simplyblock_operator::webhooks::router(simplyblock_operator::webhooks::WebhookContext {
-            client: operator.clone(),
-            operator_user: format!(
-                "system:serviceaccount:{NS}:{}",
-                simplyblock_testenv::chart::OPERATOR_ACCOUNT
-            ),
-            metrics: Default::default(),
-        }),
-    )
-    .await
-    .expect("bind");
-    let endpoint = simplyblock_operator::webhooks::Endpoint::Url(format!(
-        "https://{}",
-        server.local_addr().expect("addr")
-    ));
-    let serving = tokio::spawn(server.run());
-    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("conversions");
-    simplyblock_operator::webhooks::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("admission");
+    // The conversion webhook is pointed at this process, as in an installation upgraded
+    // from the Go operator (CRDs that stored v1alpha1).
+    let (_env, admin, serving) =
+        crate::support::moved_over_api_server(NS, &["storagenodeops.storage.simplyblock.io"]).await;
     storage_node_in(&admin, NS).await;
 
     let ops = api::<simplyblock_api::StorageNodeOps>(&admin, NS);
