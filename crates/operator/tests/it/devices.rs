@@ -273,19 +273,10 @@ async fn only_the_operator_the_garbage_collector_and_a_terminating_namespace_del
         "{}",
         refused.message
     );
-    let operator_name = format!(
-        "system:serviceaccount:{OPERATOR_NAMESPACE}:{}",
-        simplyblock_testenv::chart::OPERATOR_ACCOUNT
-    );
-    let operator = as_user(
-        &h,
-        &operator_name,
-        Some((
-            OPERATOR_NAMESPACE,
-            simplyblock_testenv::chart::OPERATOR_ACCOUNT,
-        )),
-    )
-    .await;
+    // The operator's own account, under the chart's roles alone: binding it more here
+    // would give every test sharing this API server an operator with more than the chart
+    // grants.
+    let operator = crate::support::operator_kube().await;
     delete_as(&operator, "a")
         .await
         .expect("the operator's own account deletes");
