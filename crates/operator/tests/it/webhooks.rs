@@ -307,7 +307,9 @@ async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
         message.contains("spec.workerNode is written by the simplyblock operator only"),
         "{message}"
     );
-    let operator = as_account(simplyblock_testenv::chart::OPERATOR_ACCOUNT).await;
+    // The operator as the chart's account under the chart's roles alone: a binding of its
+    // own here would give every test sharing this API server a stronger operator.
+    let operator = crate::support::operator_kube().await;
     let as_operator = api::<StorageNode>(&operator, "nodes");
     let mut moved = as_operator.get("sb-w1-0").await.expect("node");
     moved.data["spec"]["workerNode"] = json!("w2");
