@@ -201,12 +201,9 @@ async fn pass_until<T>(
     }
 }
 
-/// One advance of ten minutes runs each scheduled cycle of those ten minutes at its own
-/// moment, as ten minutes at any clock speed would: ten cycles, not the one a jump
-/// straight to the end would start.
-#[tokio::test]
-async fn one_long_advance_runs_every_cycle_of_the_time_it_passes() {
-    let s = two_sites().await;
+/// A volume `name` on site A with a policy replicating it to site B every minute (not
+/// started); returns the volume.
+async fn on_a_one_minute_policy(s: &Sites, name: &str, size: u64) -> Uuid {
     let c = &s.env.client;
     let policy = c
         .create_replication_policy(
@@ -222,11 +219,7 @@ async fn one_long_advance_runs_every_cycle_of_the_time_it_passes() {
         .await
         .expect("policy");
     let vol = c
-        .create_volume(
-            s.a.cluster,
-            s.a.pool,
-            &VolumeCreate::new("tick", 100_000_000),
-        )
+        .create_volume(s.a.cluster, s.a.pool, &VolumeCreate::new(name, size))
         .await
         .expect("volume");
     c.update_volume(
@@ -240,6 +233,17 @@ async fn one_long_advance_runs_every_cycle_of_the_time_it_passes() {
     )
     .await
     .expect("attach the policy");
+    vol
+}
+
+/// One advance of ten minutes runs each scheduled cycle of those ten minutes at its own
+/// moment, as ten minutes at any clock speed would: ten cycles, not the one a jump
+/// straight to the end would start.
+#[tokio::test]
+async fn one_long_advance_runs_every_cycle_of_the_time_it_passes() {
+    let s = two_sites().await;
+    let c = &s.env.client;
+    let vol = on_a_one_minute_policy(&s, "tick", 100_000_000).await;
     clock_scale(&s, 0.0).await;
     c.start_volume_replication(s.a.cluster, s.a.pool, vol, &ReplicationStart::default())
         .await
@@ -301,53 +305,19 @@ async fn walk(c: &Client, cluster: Uuid, lvol: Uuid) -> Result<Vec<(Uuid, Uuid)>
 async fn replication_between_two_sites_follows_the_policy_schedule() {
     let s = two_sites().await;
     let c = &s.env.client;
-    let policy = c
-        .create_replication_policy(
-            s.a.cluster,
-            &ReplicationPolicyCreate {
-                policy_name: "every-minute".into(),
-                target_id: s.a.target,
-                interval_min: 1,
-                mode: None,
-                keep_replicated: None,
-            },
-        )
+    let vol = on_a_one_minute_policy(&s, "app", 1_000_000_000).await;
+    let policies = c
+        .list_replication_policies(s.a.cluster)
         .await
-        .expect("policy");
-    assert_eq!(
-        c.list_replication_policies(s.a.cluster)
-            .await
-            .expect("policies")
-            .iter()
-            .map(|p| p.id)
-            .collect::<Vec<_>>(),
-        vec![policy.id]
-    );
+        .expect("policies");
+    assert_eq!(policies.len(), 1, "{policies:?}");
+    assert_eq!(policies[0].interval_min, 1);
     let targets = c
         .list_replication_targets(s.b.cluster)
         .await
         .expect("targets");
     assert_eq!(targets.len(), 1);
     assert_eq!(targets[0].target_cluster_id, s.a.cluster);
-    let vol = c
-        .create_volume(
-            s.a.cluster,
-            s.a.pool,
-            &VolumeCreate::new("app", 1_000_000_000),
-        )
-        .await
-        .expect("volume");
-    c.update_volume(
-        s.a.cluster,
-        s.a.pool,
-        vol,
-        &VolumeUpdate {
-            replication_policy_id: Some(Some(policy.id)),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("attach the policy");
     c.start_volume_replication(s.a.cluster, s.a.pool, vol, &ReplicationStart::default())
         .await
         .expect("start");
