@@ -32,8 +32,8 @@ pub fn retry_delay(attempt: u32, base: Duration, cap: Duration, draw: f64) -> Du
 }
 
 /// A draw in `[0, 1)`, different at each call and in each process (no dependency for
-/// what needs no cryptographic quality).
-fn draw() -> f64 {
+/// what needs no cryptographic quality): the random part of [`retry_delay`].
+pub fn draw() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -17,7 +17,7 @@ pub mod sse;
 mod tls;
 pub mod types;
 
-pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse};
+pub use client::{Client, ClientConfig, NodeRemoveOptions, RawResponse, draw, retry_delay};
 pub use error::{Error, Result, message_from_body};
 pub use informer::{Changes, Informer, InformerConfig, Scope, Subscription};
 pub use redacted::Redacted;

@@ -40,6 +40,9 @@ pub struct Context {
     /// The first wait before discovery is asked again whether this API server is an OCM
     /// hub ([`crate::dr::hub::FIRST_RETRY`]); tests shorten it.
     pub hub_first_retry: Duration,
+    /// The failed calls in a row of each running operation: how long the next retry
+    /// waits ([`crate::ops::call_retry`]).
+    pub call_failures: Arc<crate::ops::CallFailures>,
 }
 
 /// The namespaces the operator serves: one, or all.
@@ -165,6 +168,7 @@ impl Context {
             shutdown: Shutdown::new(),
             streams: Arc::default(),
             hub_first_retry: crate::dr::hub::FIRST_RETRY,
+            call_failures: Arc::default(),
         }
     }
 

@@ -259,10 +259,11 @@ const PHASES: [NodePhase; 8] = [
 const PHASE_STATE: &str = "simplyblock_storagenode_phase_state";
 
 fn phase_labels(node: &StorageNode) -> crate::metrics::Labels {
-    vec![
-        ("cluster", node.spec.cluster_ref.clone()),
-        ("node", node.name_any()),
-    ]
+    series_labels(&node.spec.cluster_ref, &node.name_any())
+}
+
+fn series_labels(cluster: &str, node: &str) -> crate::metrics::Labels {
+    vec![("cluster", cluster.to_owned()), ("node", node.to_owned())]
 }
 
 /// `simplyblock_storagenode_phase_state{cluster,node,phase}`: 1 for the node's phase.
@@ -276,13 +277,22 @@ fn phase_state(ctx: &Context, node: &StorageNode, phase: NodePhase) {
     );
 }
 
-/// The node is gone: its phase series are no longer rendered.
+/// The node is gone: its phase series and what a drain of it measured are no longer
+/// rendered.
 fn forget_phase_state(ctx: &Context, node: &StorageNode) {
+    forget_series(&ctx.metrics, &node.spec.cluster_ref, &node.name_any());
+}
+
+fn forget_series(m: &crate::metrics::Metrics, cluster: &str, node: &str) {
     let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
-    ctx.metrics.forget_one_hot(
+    m.forget_one_hot(
         PHASE_STATE,
-        &phase_labels(node),
+        &series_labels(cluster, node),
         names.iter().map(String::as_str),
+    );
+    m.forget(
+        super::ops::remove::DRAIN_BLOCKED,
+        &super::ops::remove::labels(node),
     );
 }
 
@@ -1067,6 +1077,37 @@ async fn write_message(ctx: &Context, node: &StorageNode, message: String) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deleted_nodes_series_go_and_its_neighbours_stay() {
+        let m = crate::metrics::Metrics::new();
+        let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
+        for n in ["a", "b"] {
+            m.one_hot(
+                PHASE_STATE,
+                &series_labels("sb", n),
+                names.iter().map(String::as_str),
+                Some("Online"),
+            );
+            m.set(
+                super::super::ops::remove::DRAIN_BLOCKED,
+                super::super::ops::remove::labels(n),
+                2.0,
+            );
+        }
+        forget_series(&m, "sb", "a");
+        let drain = super::super::ops::remove::DRAIN_BLOCKED;
+        let online = |n: &str| {
+            m.sample(
+                PHASE_STATE,
+                &[("cluster", "sb"), ("node", n), ("phase", "Online")],
+            )
+        };
+        assert_eq!(online("a"), None);
+        assert_eq!(m.sample(drain, &[("node", "a")]), None);
+        assert_eq!(online("b"), Some(1.0));
+        assert_eq!(m.sample(drain, &[("node", "b")]), Some(2.0));
+    }
 
     fn capacity(total: i64, used: i64) -> Option<Capacity> {
         Some(Capacity {

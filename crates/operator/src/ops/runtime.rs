@@ -417,10 +417,23 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             tracing::info!(op = %op.name_any(), ?call, "issuing");
             let result = steps.execute(op, target, &call, ctx).await;
             crash_point::<K>(op, machine.state().name());
+            let uid = op.uid().unwrap_or_default();
             match result {
-                Ok(()) => Ok(Action::requeue(after.min(Duration::from_millis(500)))),
+                Ok(()) => {
+                    ctx.call_failures.clear(&uid);
+                    Ok(Action::requeue(after.min(Duration::from_millis(500))))
+                }
                 Err(e) => {
-                    let message = format!("{message}: the call failed ({e}); retrying");
+                    let failures = ctx.call_failures.failed(&uid);
+                    let pause = super::call_retry(failures, simplyblock_controlplane::draw());
+                    // Never past the step's deadline, which then fails the step.
+                    let pause = machine
+                        .requeue_after(Timestamp::now())
+                        .map_or(pause, |left| pause.min(left));
+                    let message = format!(
+                        "{message}: the call failed ({e}); retrying in {} s (failure {failures} in a row)",
+                        pause.as_secs()
+                    );
                     write_status(
                         &ctx.kube,
                         &recorded,
@@ -428,7 +441,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
                         op.kind_status(),
                     )
                     .await?;
-                    Ok(Action::requeue(after.min(super::CALL_RETRY)))
+                    Ok(Action::requeue(pause))
                 }
             }
         }
@@ -532,6 +545,7 @@ async fn finish<K: OpsResource>(
     message: String,
     kind_status: Option<Map<String, Value>>,
 ) -> Result<Action, Error> {
+    ctx.call_failures.clear(&op.uid().unwrap_or_default());
     let status = op.ops_status();
     let started_at = status.started_at.clone();
     let next = OpsStatus {

@@ -301,3 +301,32 @@ fn progress_is_carried_even_when_late_and_restarts_the_steps_budget() {
     assert!(!m.timed_out(ts(600)));
     assert_eq!(m.deadline(), Some(ts(620)));
 }
+
+#[test]
+fn a_failed_call_waits_longer_each_time_in_a_row_at_random_and_at_most_a_minute() {
+    for failures in 1..=12u32 {
+        let ceiling = CALL_RETRY
+            .saturating_mul(1 << (failures - 1).min(20))
+            .min(CALL_RETRY_CAP);
+        assert_eq!(call_retry(failures, 0.0), Duration::from_millis(250));
+        let longest = call_retry(failures, 0.999_999);
+        assert!(longest <= ceiling, "{failures}: {longest:?} > {ceiling:?}");
+        assert!(longest + Duration::from_millis(1) >= ceiling.mul_f64(0.999_999));
+        let middle = call_retry(failures, 0.5);
+        assert!(middle < longest || ceiling <= Duration::from_millis(500));
+    }
+    assert_eq!(call_retry(1, 0.5), Duration::from_millis(1500));
+    assert_eq!(call_retry(3, 0.5), Duration::from_secs(6));
+    assert_eq!(call_retry(u32::MAX, 1.0), CALL_RETRY_CAP);
+}
+
+#[test]
+fn failures_are_counted_per_operation_and_start_over_once_a_call_goes_through() {
+    let failures = CallFailures::default();
+    assert_eq!(failures.failed("a"), 1);
+    assert_eq!(failures.failed("a"), 2);
+    assert_eq!(failures.failed("b"), 1);
+    failures.clear("a");
+    assert_eq!(failures.failed("a"), 1);
+    assert_eq!(failures.failed("b"), 2);
+}

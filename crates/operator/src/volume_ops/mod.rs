@@ -696,18 +696,26 @@ async fn execute(
                 .map(|m| m.state().name())
                 .unwrap_or("Pending");
             match call_once(ctx, op, &recorded, obs, &call, image, step).await {
-                Ok(action) => Ok(action),
+                Ok(action) => {
+                    ctx.call_failures.clear(&op.uid().unwrap_or_default());
+                    Ok(action)
+                }
                 Err(CallError::Retry(why)) => {
+                    let failures = ctx.call_failures.failed(&op.uid().unwrap_or_default());
+                    let pause = crate::ops::call_retry(failures, simplyblock_controlplane::draw());
                     write_status(
                         ctx,
                         &recorded,
                         &PersistentVolumeOpsStatus {
-                            message: Some(format!("{message}: {why}; retrying")),
+                            message: Some(format!(
+                                "{message}: {why}; retrying in {} s (failure {failures} in a row)",
+                                pause.as_secs()
+                            )),
                             ..status
                         },
                     )
                     .await?;
-                    Ok(Action::requeue(crate::ops::CALL_RETRY))
+                    Ok(Action::requeue(pause))
                 }
                 Err(CallError::Deferred(why)) => {
                     let next = PersistentVolumeOpsStatus {

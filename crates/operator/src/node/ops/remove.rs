@@ -263,11 +263,8 @@ pub async fn observe(
                     )
                 })
                 .count();
-            ctx.metrics.set(
-                "simplyblock_storagenode_drain_blocked_volumes_count",
-                labels(&node.name_any()),
-                blocked as f64,
-            );
+            ctx.metrics
+                .set(DRAIN_BLOCKED, labels(&node.name_any()), blocked as f64);
         }
     }
     if matches!(step, MigratingVolumes | Removing) {
@@ -308,8 +305,11 @@ pub async fn observe(
     Ok(obs)
 }
 
+/// Volumes a drain cannot move, per StorageNode; the series goes with the StorageNode.
+pub const DRAIN_BLOCKED: &str = "simplyblock_storagenode_drain_blocked_volumes_count";
+
 /// The labels of the drain's metrics: the StorageNode drained.
-fn labels(node: &str) -> Vec<(&'static str, String)> {
+pub fn labels(node: &str) -> Vec<(&'static str, String)> {
     vec![("node", node.to_owned())]
 }
 
