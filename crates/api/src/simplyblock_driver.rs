@@ -1,5 +1,5 @@
 //! SimplyblockDriver (`sbd`): the simplyblock CSI driver installed in this Kubernetes
-//! cluster: its controller StatefulSet, node DaemonSet, their service accounts and roles,
+//! cluster: its controller StatefulSet, node DaemonSet, their service accounts (the roles are the chart's),
 //! the `CSIDriver` object and, where snapshots are served, a `VolumeSnapshotClass`.
 //!
 //! One per Kubernetes cluster: a second one anywhere is held at Installing.
@@ -28,7 +28,7 @@ pub const DRIVER_IMAGE_PATTERN: &str = r"^(quay\.io/simplyblock-io|docker\.io/si
     status = "SimplyblockDriverStatus",
     shortname = "sbd",
     category = "simplyblock",
-    doc = "The simplyblock CSI driver: its controller and node plugins with their sidecars, service accounts and roles, and the CSIDriver object. One per Kubernetes cluster.",
+    doc = "The simplyblock CSI driver: its controller and node plugins with their sidecars and service accounts, and the CSIDriver object (the roles are the chart's). One per Kubernetes cluster.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
     printcolumn(

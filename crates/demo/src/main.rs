@@ -182,6 +182,10 @@ async fn main() -> anyhow::Result<()> {
             kind == "ControlPlane" || kind == "SimplyblockDriver"
         });
     chart::apply(&client, &rest, "helm", false).await?;
+    // The chart's webhook configuration, empty: its webhooks name the Service, which this
+    // API server cannot reach; the operator fills it in with its own address (its account
+    // may update that configuration, never create one).
+    chart::webhook_placeholder(&client).await?;
     // sbsim answers as the management API of the image the ControlPlane names.
     let version = installs
         .iter()

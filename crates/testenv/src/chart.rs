@@ -172,36 +172,82 @@ pub async fn operator_client(env: &crate::TestEnv, namespace: &str) -> Result<ku
         .await
 }
 
-/// Applies the chart's ServiceAccounts and roles for a release in `namespace`.
+/// Applies the chart's ServiceAccounts, roles and the policy bounding the operator's own
+/// writes for a release in `namespace`, serving that namespace alone, with the chart's
+/// webhook configuration standing empty for the operator to fill ([`webhook_placeholder`]).
 pub async fn install_identity(env: &crate::TestEnv, namespace: &str) -> Result<(), Error> {
-    let identity: Vec<DynamicObject> = render(namespace, &[("deployment.profile", "empty")])
+    install_identity_with(env, namespace, &[]).await
+}
+
+/// [`install_identity`] with chart values `values` (`--set` pairs) besides profile `empty`:
+/// `operator.watchAllNamespaces=true` for an API server whose tests each take a namespace
+/// of their own.
+pub async fn install_identity_with(
+    env: &crate::TestEnv,
+    namespace: &str,
+    values: &[(&str, &str)],
+) -> Result<(), Error> {
+    let mut all = vec![("deployment.profile", "empty")];
+    all.extend_from_slice(values);
+    let identity: Vec<DynamicObject> = render(namespace, &all)
         .map_err(Error::Apply)?
         .into_iter()
         .filter(|o| {
             let kind = o.types.as_ref().map_or("", |t| t.kind.as_str());
+            let name = o.metadata.name.as_deref().unwrap_or_default();
             matches!(
                 kind,
                 "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-            )
+            ) || (matches!(
+                kind,
+                "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding"
+            ) && name == OPERATOR_WRITES_POLICY)
         })
         .collect();
-    apply(
-        &env.client().await?,
-        &identity,
-        "simplyblock-testenv",
-        false,
-    )
-    .await
+    let admin = env.client().await?;
+    apply(&admin, &identity, "simplyblock-testenv", false).await?;
+    webhook_placeholder(&admin).await
+}
+
+/// The policy of the chart that bounds what the operator's account may change of the
+/// objects it may update.
+pub const OPERATOR_WRITES_POLICY: &str = "simplyblock-operator-writes";
+
+/// The chart's ValidatingWebhookConfiguration, by name.
+pub const WEBHOOK_CONFIGURATION: &str = "simplyblock-operator";
+
+/// The chart's webhook configuration with no webhooks yet, unless one is there: the chart's
+/// names the operator's Service, which an API server without a cluster network cannot
+/// reach, so an operator run in place of its pod fills it with its webhooks at its own
+/// address. It may update that configuration only, as in a real install; it may create none.
+pub async fn webhook_placeholder(admin: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    let placeholder = ValidatingWebhookConfiguration {
+        metadata: kube::api::ObjectMeta {
+            name: Some(WEBHOOK_CONFIGURATION.into()),
+            ..Default::default()
+        },
+        webhooks: None,
+    };
+    match api.create(&Default::default(), &placeholder).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Client(format!(
+            "the webhook configuration's placeholder: {e}"
+        ))),
+    }
 }
 
 /// Makes way for webhooks served at a URL: this API server reaches no Service, so an operator
 /// run in place of its pod registers its webhooks at its own address. Waits until the
-/// chart's ValidatingWebhookConfiguration (naming the Service) is installed, then deletes
-/// it; one naming no Service (the operator's) is left alone.
+/// chart's ValidatingWebhookConfiguration (naming the Service) is installed, then puts the
+/// placeholder ([`webhook_placeholder`]) in its place; one naming no Service (the
+/// operator's, or the placeholder) is left alone.
 pub async fn serve_webhooks_here(client: &kube::Client) {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let name = "simplyblock-operator";
+    let name = WEBHOOK_CONFIGURATION;
     let names_service = |c: &ValidatingWebhookConfiguration| {
         c.webhooks
             .iter()
@@ -213,7 +259,12 @@ pub async fn serve_webhooks_here(client: &kube::Client) {
     loop {
         match api.get_opt(name).await {
             Ok(Some(c)) if !names_service(&c) => return,
-            Ok(Some(_)) if api.delete(name, &Default::default()).await.is_ok() => return,
+            Ok(Some(_))
+                if api.delete(name, &Default::default()).await.is_ok()
+                    && webhook_placeholder(client).await.is_ok() =>
+            {
+                return;
+            }
             _ => {}
         }
         assert!(

@@ -47,6 +47,12 @@ fn each_profile_renders_the_operator_and_only_its_own_objects() {
         "ClusterRole/simplyblock-operator",
         "ClusterRoleBinding/simplyblock-operator",
         "Role/simplyblock-operator-leader-election",
+        // The CSI driver's permissions, static, whether or not a driver is installed.
+        "ClusterRole/simplyblock-operator-csi-node",
+        "ClusterRoleBinding/simplyblock-operator-csi-node",
+        "ClusterRoleBinding/simplyblock-operator-csi-addons",
+        "Role/simplyblock-operator-csi-controller",
+        "RoleBinding/simplyblock-operator-csi-controller",
         "Service/simplyblock-operator-webhook",
         "ValidatingWebhookConfiguration/simplyblock-operator",
         "ValidatingAdmissionPolicy/simplyblock-served-namespaces",

@@ -311,7 +311,7 @@ mod tests {
 
     fn refused_with(code: u16) -> kube::Error {
         kube::Error::Api(
-            kube::core::Status::failure("clusterroles is forbidden", "Forbidden")
+            kube::core::Status::failure("csidrivers is forbidden", "Forbidden")
                 .with_code(code)
                 .boxed(),
         )
@@ -319,17 +319,17 @@ mod tests {
 
     #[test]
     fn a_missing_permission_or_an_impossible_field_is_said_in_status_and_the_rest_retried() {
-        let key = ObjectKey::new(Kind::ClusterRole, "simplyblock-csi-node-role");
+        let key = ObjectKey::new(Kind::CsiDriver, "csi.simplyblock.io");
         let forbidden = refusal(&key, &refused_with(403)).expect("403");
         assert_eq!(forbidden.reason, "ApplyRefused");
         assert!(
             forbidden.message.starts_with(
-                "applying ClusterRole/simplyblock-csi-node-role was refused (the operator's ClusterRole lacks"
+                "applying CSIDriver/csi.simplyblock.io was refused (the operator's ClusterRole lacks"
             ),
             "{}",
             forbidden.message
         );
-        assert!(forbidden.message.ends_with("clusterroles is forbidden"));
+        assert!(forbidden.message.ends_with("csidrivers is forbidden"));
         assert!(refusal(&key, &refused_with(422)).is_some());
         assert!(refusal(&key, &refused_with(409)).is_none());
         assert!(refusal(&key, &refused_with(500)).is_none());

@@ -21,9 +21,6 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
     VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
-};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -37,12 +34,10 @@ use simplyblock_api::simplyblock_driver::{DriverTls, SimplyblockDriver};
 pub use crate::controlplane::names::CSI_CLIENT_TLS_SECRET;
 
 use super::names::{
-    CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_ROLE, CONTROLLER_ROLE_BINDING,
-    CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_APP, NODE_DAEMONSET,
-    NODE_SERVER_CONFIG_MAP, SNAPSHOT_CLASS,
+    CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_STATEFULSET, NODE_ACCOUNT, NODE_APP,
+    NODE_DAEMONSET, NODE_SERVER_CONFIG_MAP, SNAPSHOT_CLASS,
 };
 use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
-use super::rbac;
 
 /// The environment variable that says how the driver reaches the control plane:
 /// `disabled`, `anonymous` (TLS) or `authenticated` (mutual TLS). Adoption compares a
@@ -114,15 +109,12 @@ pub struct Settings<'a> {
     pub ca: Option<&'a CaSource>,
 }
 
-/// Every object of the driver.
+/// Every object of the driver. Its accounts' roles and bindings are not among them: they
+/// are the chart's ([`super::rbac`]).
 #[derive(Clone, Debug)]
 pub struct Manifests {
     pub accounts: Vec<ServiceAccount>,
     pub config_maps: Vec<ConfigMap>,
-    pub cluster_roles: Vec<ClusterRole>,
-    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
-    pub role: Role,
-    pub role_binding: RoleBinding,
     pub csi_driver: CSIDriver,
     pub snapshot_class: Option<VolumeSnapshotClass>,
     pub controller: StatefulSet,
@@ -143,18 +135,6 @@ impl Manifests {
         for c in &self.config_maps {
             put(Kind::ConfigMap, &c.metadata, json(c));
         }
-        for r in &self.cluster_roles {
-            put(Kind::ClusterRole, &r.metadata, json(r));
-        }
-        for b in &self.cluster_role_bindings {
-            put(Kind::ClusterRoleBinding, &b.metadata, json(b));
-        }
-        put(Kind::Role, &self.role.metadata, json(&self.role));
-        put(
-            Kind::RoleBinding,
-            &self.role_binding.metadata,
-            json(&self.role_binding),
-        );
         put(
             Kind::CsiDriver,
             &self.csi_driver.metadata,
@@ -187,16 +167,10 @@ pub fn every_key(driver_name: &str, snapshot_api: bool) -> Vec<ObjectKey> {
         ObjectKey::new(Kind::ServiceAccount, NODE_ACCOUNT),
         ObjectKey::new(Kind::ConfigMap, CONFIG_MAP),
         ObjectKey::new(Kind::ConfigMap, NODE_SERVER_CONFIG_MAP),
-        ObjectKey::new(Kind::Role, CONTROLLER_ROLE),
-        ObjectKey::new(Kind::RoleBinding, CONTROLLER_ROLE_BINDING),
         ObjectKey::new(Kind::CsiDriver, driver_name),
         ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET),
         ObjectKey::new(Kind::DaemonSet, NODE_DAEMONSET),
     ];
-    for c in Component::ALL {
-        keys.push(ObjectKey::new(Kind::ClusterRole, c.role()));
-        keys.push(ObjectKey::new(Kind::ClusterRoleBinding, c.binding()));
-    }
     if snapshot_api {
         keys.push(ObjectKey::new(Kind::VolumeSnapshotClass, SNAPSHOT_CLASS));
     }
@@ -216,10 +190,6 @@ pub fn tls_mode(tls: &DriverTls) -> &'static str {
 /// The driver's objects.
 pub fn manifests(driver: &SimplyblockDriver, settings: Settings<'_>) -> Manifests {
     let spec = &driver.spec;
-    let components: Vec<Component> = Component::ALL
-        .into_iter()
-        .filter(|c| *c != Component::Addons || spec.enable_csi_addons)
-        .collect();
     Manifests {
         accounts: [CONTROLLER_ACCOUNT, NODE_ACCOUNT]
             .into_iter()
@@ -237,31 +207,6 @@ pub fn manifests(driver: &SimplyblockDriver, settings: Settings<'_>) -> Manifest
                 NODE_SERVER_CONFIG,
             ),
         ],
-        cluster_roles: components
-            .iter()
-            .map(|c| ClusterRole {
-                metadata: cluster_scoped(&c.role()),
-                rules: Some(rbac::cluster_rules(*c)),
-                ..ClusterRole::default()
-            })
-            .collect(),
-        cluster_role_bindings: components
-            .iter()
-            .map(|c| ClusterRoleBinding {
-                metadata: cluster_scoped(&c.binding()),
-                role_ref: role_ref("ClusterRole", &c.role()),
-                subjects: Some(vec![account_subject(driver, c.account())]),
-            })
-            .collect(),
-        role: Role {
-            metadata: owned(driver, CONTROLLER_ROLE),
-            rules: Some(rbac::controller_namespaced_rules(spec.enable_csi_addons)),
-        },
-        role_binding: RoleBinding {
-            metadata: owned(driver, CONTROLLER_ROLE_BINDING),
-            role_ref: role_ref("Role", CONTROLLER_ROLE),
-            subjects: Some(vec![account_subject(driver, CONTROLLER_ACCOUNT)]),
-        },
         csi_driver: CSIDriver {
             metadata: cluster_scoped(&spec.driver_name),
             spec: CSIDriverSpec {
@@ -310,23 +255,6 @@ fn cluster_scoped(name: &str) -> ObjectMeta {
         name: Some(name.into()),
         labels: Some(labels()),
         ..ObjectMeta::default()
-    }
-}
-
-fn role_ref(kind: &str, name: &str) -> RoleRef {
-    RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: kind.into(),
-        name: name.into(),
-    }
-}
-
-fn account_subject(driver: &SimplyblockDriver, account: &str) -> Subject {
-    Subject {
-        kind: "ServiceAccount".into(),
-        name: account.into(),
-        namespace: driver.namespace(),
-        ..Subject::default()
     }
 }
 

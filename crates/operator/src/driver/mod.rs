@@ -1,8 +1,9 @@
 //! SimplyblockDriver: the CSI driver installed in the cluster, its controller plugin,
-//! node plugins, accounts, roles and registration; one per cluster.
+//! node plugins, accounts and registration; one per cluster. Its accounts' roles and
+//! bindings are the Helm chart's, which the controller checks are in place.
 //!
 //! [`names`], [`objects`] and [`manifests`] say what the driver consists of, [`rbac`]
-//! who may do what, [`adoption`] how a Helm install is taken over and [`compare`] when an
+//! who may do what (and the chart's roles), [`adoption`] how a Helm install is taken over and [`compare`] when an
 //! object needs writing; [`plan`] decides a pass from an [`observe`]d cluster, and
 //! [`controller`] carries it out. Everything but `observe` and `controller` is pure.
 

@@ -18,9 +18,11 @@ pub const NODE_ACCOUNT: &str = "simplyblock-csi-node-sa";
 pub const CONFIG_MAP: &str = "simplyblock-csi-cm";
 /// Mounted by the node plugin.
 pub const NODE_SERVER_CONFIG_MAP: &str = "simplyblock-csi-nodeservercm";
-/// The controller plugin's namespaced permissions: its sidecars' leader-election Leases.
-pub const CONTROLLER_ROLE: &str = "simplyblock-csi-controller-role";
-pub const CONTROLLER_ROLE_BINDING: &str = "simplyblock-csi-controller-binding";
+/// The controller plugin's namespaced permissions (its sidecars' leader-election Leases),
+/// a Role and RoleBinding of the chart (`csi-rbac.yaml`) in the release namespace.
+pub const CONTROLLER_ROLE: &str = "simplyblock-operator-csi-controller";
+/// The chart's RoleBinding of [`CONTROLLER_ROLE`], under the same name.
+pub const CONTROLLER_ROLE_BINDING: &str = CONTROLLER_ROLE;
 /// Written only where the cluster serves `snapshot.storage.k8s.io/v1`.
 pub const SNAPSHOT_CLASS: &str = "simplyblock-csi-snapshotclass";
 
@@ -33,6 +35,15 @@ pub const NODE_APP: &str = "simplyblock-csi-node";
 pub const CSI_REPOSITORY: &str = "simplyblock-csi";
 
 /// Who a cluster-wide role is for: the node plugin or one sidecar of the controller's.
+///
+/// The roles and their bindings are the chart's (`csi-rbac.yaml`, generated from
+/// [`super::rbac`]), named `simplyblock-operator-csi-<component>`: names of their own, so
+/// that `helm install` never collides with the `simplyblock-csi-<component>-role` and
+/// `-binding` (and `simplyblock-csi-controller-role`/`-binding`) that earlier versions of
+/// this operator wrote, or that the CSI driver's own Helm chart and the Go operator's
+/// installed. The operator writes no role or binding: those older ones are left where
+/// they are (it holds no right to delete them); they grant the same accounts what the
+/// chart's do, or more, and an administrator may delete them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Component {
     Node,
@@ -69,14 +80,14 @@ impl Component {
         }
     }
 
-    /// `simplyblock-csi-<component>-role`.
+    /// `simplyblock-operator-csi-<component>`: the chart's ClusterRole.
     pub fn role(self) -> String {
-        format!("simplyblock-csi-{}-role", self.word())
+        format!("simplyblock-operator-csi-{}", self.word())
     }
 
-    /// `simplyblock-csi-<component>-binding`.
+    /// The chart's ClusterRoleBinding of [`Component::role`], under the same name.
     pub fn binding(self) -> String {
-        format!("simplyblock-csi-{}-binding", self.word())
+        self.role()
     }
 
     /// The account the role is bound to.
@@ -181,14 +192,21 @@ mod tests {
     }
 
     #[test]
-    fn role_names_follow_the_pattern_and_fit_a_label_value() {
+    fn role_names_are_the_charts_and_none_an_earlier_installation_used() {
         for c in Component::ALL {
-            assert!(c.role().starts_with("simplyblock-csi-") && c.role().ends_with("-role"));
-            assert!(c.binding().ends_with("-binding") && c.binding().len() <= 63);
+            assert!(c.role().starts_with("simplyblock-operator-csi-"));
+            assert_eq!(c.binding(), c.role());
+            assert!(c.role().len() <= 63);
+            // What earlier operators and the CSI chart wrote: never the same object.
+            assert!(!c.role().ends_with("-role") && !c.binding().ends_with("-binding"));
         }
         assert_eq!(
             Component::HealthMonitor.role(),
-            "simplyblock-csi-health-monitor-role"
+            "simplyblock-operator-csi-health-monitor"
+        );
+        assert_eq!(
+            CONTROLLER_ROLE_BINDING,
+            "simplyblock-operator-csi-controller"
         );
     }
 }

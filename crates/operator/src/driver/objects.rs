@@ -5,16 +5,19 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 
 /// A kind the driver writes. The order is the order of application: identities and
-/// configuration first, then the permissions, the registration, and the workloads last,
-/// so their pods start with everything they use in place.
+/// configuration first, then the registration, and the workloads last, so their pods
+/// start with everything they use in place.
+///
+/// No RBAC kind: the accounts' roles and bindings are the chart's ([`super::rbac`]), and
+/// the controller only checks that they are there. The ClusterRoles, ClusterRoleBindings,
+/// Role and RoleBinding that earlier versions of the operator wrote (or adopted from the
+/// CSI driver's Helm release) under the `simplyblock-csi-*-role` and `-binding` names are
+/// no longer read, changed or deleted: the operator may not touch them, and they stay
+/// until an administrator deletes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     ServiceAccount,
     ConfigMap,
-    ClusterRole,
-    ClusterRoleBinding,
-    Role,
-    RoleBinding,
     CsiDriver,
     VolumeSnapshotClass,
     StatefulSet,
@@ -22,13 +25,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 6] = [
         Kind::ServiceAccount,
         Kind::ConfigMap,
-        Kind::ClusterRole,
-        Kind::ClusterRoleBinding,
-        Kind::Role,
-        Kind::RoleBinding,
         Kind::CsiDriver,
         Kind::VolumeSnapshotClass,
         Kind::StatefulSet,
@@ -40,10 +39,6 @@ impl Kind {
         match self {
             Kind::ServiceAccount => ("", "v1", "ServiceAccount", "serviceaccounts"),
             Kind::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
-            Kind::ClusterRole => (RBAC, "v1", "ClusterRole", "clusterroles"),
-            Kind::ClusterRoleBinding => (RBAC, "v1", "ClusterRoleBinding", "clusterrolebindings"),
-            Kind::Role => (RBAC, "v1", "Role", "roles"),
-            Kind::RoleBinding => (RBAC, "v1", "RoleBinding", "rolebindings"),
             Kind::CsiDriver => ("storage.k8s.io", "v1", "CSIDriver", "csidrivers"),
             Kind::VolumeSnapshotClass => (
                 SNAPSHOT_GROUP,
@@ -71,17 +66,11 @@ impl Kind {
     pub fn namespaced(self) -> bool {
         matches!(
             self,
-            Kind::ServiceAccount
-                | Kind::ConfigMap
-                | Kind::Role
-                | Kind::RoleBinding
-                | Kind::StatefulSet
-                | Kind::DaemonSet
+            Kind::ServiceAccount | Kind::ConfigMap | Kind::StatefulSet | Kind::DaemonSet
         )
     }
 }
 
-const RBAC: &str = "rbac.authorization.k8s.io";
 /// The group of the snapshot API, which the cluster may not serve.
 pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 pub const SNAPSHOT_VERSION: &str = "v1";

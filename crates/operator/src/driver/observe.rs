@@ -1,8 +1,12 @@
 //! Reading what a pass decides from: the cluster's SimplyblockDrivers, whether the
-//! snapshot API is served, each object the driver may have, the CSIDrivers Helm
-//! installed, and where the control plane's CA is kept. No writes.
+//! snapshot API is served, the chart's bindings that give the driver's accounts their
+//! permissions, each object the driver may have, the CSIDrivers Helm installed, and where
+//! the control plane's CA is kept. No writes.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -12,7 +16,8 @@ use simplyblock_api::control_plane::{ControlPlane, SINGLETON_NAME};
 use super::adoption::HELM_LABELS;
 use super::manifests::{CaSource, every_key};
 use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
-use super::plan::{DriverRef, Observation, ca_source};
+use super::plan::{DriverRef, Observation, Seen, ca_source};
+use super::rbac::{self, Scope};
 use crate::kit::Error;
 
 /// The dynamic API of `kind` in `namespace` (ignored for a cluster-scoped kind).
@@ -63,7 +68,7 @@ pub async fn observe(
     let namespace = driver.namespace().unwrap_or_default();
     let drivers = drivers(client).await?;
     let snapshot_api = snapshot_api(client).await?;
-    let mut live = std::collections::BTreeMap::new();
+    let mut live = BTreeMap::new();
     for key in every_key(&driver.spec.driver_name, snapshot_api) {
         if let Some(object) = api(client, key.kind, &namespace).get_opt(&key.name).await? {
             live.insert(key, to_json(&object)?);
@@ -78,12 +83,16 @@ pub async fn observe(
         .map(to_json)
         .collect::<Result<_, _>>()?;
     // A driver elsewhere is held; the operator reads nothing of that namespace for it.
-    let control_plane_ca = if namespace == operator_namespace {
-        control_plane_ca(client, &namespace).await?
+    let (bindings, control_plane_ca) = if namespace == operator_namespace {
+        (
+            bindings(client, &namespace).await?,
+            control_plane_ca(client, &namespace).await?,
+        )
     } else {
-        None
+        (BTreeMap::new(), None)
     };
     Ok(Observation {
+        bindings,
         drivers,
         snapshot_api,
         live,
@@ -92,6 +101,40 @@ pub async fn observe(
         operator_image: operator_image.to_owned(),
         control_plane_ca,
     })
+}
+
+/// Each of the chart's bindings for the driver ([`rbac::grants`]), read by name (all the
+/// operator may read of RBAC); a RoleBinding in `namespace`, the driver's.
+async fn bindings(client: &kube::Client, namespace: &str) -> Result<BTreeMap<String, Seen>, Error> {
+    let mut out = BTreeMap::new();
+    for grant in rbac::grants() {
+        let read = match grant.scope {
+            Scope::Cluster => Api::<ClusterRoleBinding>::all(client.clone())
+                .get_opt(&grant.name)
+                .await
+                .and_then(|b| {
+                    b.map(serde_json::to_value)
+                        .transpose()
+                        .map_err(kube::Error::SerdeError)
+                }),
+            Scope::Namespace => Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                .get_opt(&grant.name)
+                .await
+                .and_then(|b| {
+                    b.map(serde_json::to_value)
+                        .transpose()
+                        .map_err(kube::Error::SerdeError)
+                }),
+        };
+        let seen = match read {
+            Ok(Some(binding)) => Seen::Found(binding),
+            Ok(None) => Seen::Missing,
+            Err(kube::Error::Api(s)) if s.code == 403 => Seen::Forbidden,
+            Err(e) => return Err(e.into()),
+        };
+        out.insert(grant.binding_key(), seen);
+    }
+    Ok(out)
 }
 
 /// Where the CA of the ControlPlane of `namespace` is kept ([`ca_source`]); `None`

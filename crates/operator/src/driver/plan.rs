@@ -1,6 +1,7 @@
 //! What a pass does, decided from the driver and an observation of the cluster: hold it
-//! (a second driver, an adoption refused, no image), or bring the driver's objects to
-//! what the spec describes; and the status that follows. Pure.
+//! (a second driver, the wrong namespace, the chart's permissions missing, no image, an
+//! adoption refused), or bring the driver's objects to what the spec describes; and the
+//! status that follows. Pure.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,7 @@ use super::compare;
 use super::manifests::{self, CaSource, Settings};
 use super::names;
 use super::objects::{Kind, ObjectKey};
+use super::rbac;
 use crate::controlplane::manifests::Tls;
 use crate::controlplane::names::{API_TLS_SECRET, SERVICE_CA_CONFIG_MAP};
 
@@ -55,9 +57,23 @@ pub fn active(drivers: &[DriverRef]) -> Option<&DriverRef> {
     drivers.iter().min_by(|a, b| a.age_key().cmp(&b.age_key()))
 }
 
+/// What a pass found of one of the chart's bindings ([`rbac::grants`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seen {
+    /// The binding, as read.
+    Found(Value),
+    /// There is none.
+    Missing,
+    /// The operator may not read it: its own roles are not this version's chart's.
+    Forbidden,
+}
+
 /// What a pass reads before deciding.
 #[derive(Clone, Debug, Default)]
 pub struct Observation {
+    /// The chart's bindings that give the driver's accounts their permissions, by
+    /// [`rbac::Grant::binding_key`]; one not here counts as missing.
+    pub bindings: BTreeMap<String, Seen>,
     /// Every SimplyblockDriver of the cluster, this one included.
     pub drivers: Vec<DriverRef>,
     /// The cluster serves `snapshot.storage.k8s.io/v1` VolumeSnapshotClasses.
@@ -165,6 +181,16 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
             ),
         });
     }
+    let unbound = permissions_missing(namespace, &obs.bindings);
+    if !unbound.is_empty() {
+        return Plan::Hold(Hold {
+            reason: "PermissionsMissing",
+            message: format!(
+                "the CSI driver's pods would lack their permissions, which the simplyblock-operator chart grants and the operator does not: {}; install or upgrade the simplyblock-operator chart in namespace {namespace}, which creates them",
+                unbound.join("; ")
+            ),
+        });
+    }
     let image = match driver.spec.image.as_deref().filter(|i| !i.is_empty()) {
         Some(image) => image.to_owned(),
         None => match names::default_image(&obs.operator_image) {
@@ -224,6 +250,52 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
         .map(|(key, _)| key.clone())
         .collect();
     Plan::Converge(converge)
+}
+
+/// What is wrong with each of the chart's bindings that does not give its role to its
+/// account in `namespace`; empty when all do.
+fn permissions_missing(namespace: &str, bindings: &BTreeMap<String, Seen>) -> Vec<String> {
+    let mut out = Vec::new();
+    for grant in rbac::grants() {
+        let key = grant.binding_key();
+        let live = match bindings.get(&key) {
+            Some(Seen::Found(live)) => live,
+            Some(Seen::Forbidden) => {
+                out.push(format!(
+                    "{key} cannot be read (the operator's own roles, from an older chart, do not grant it)"
+                ));
+                continue;
+            }
+            Some(Seen::Missing) | None => {
+                out.push(format!("{key} is missing"));
+                continue;
+            }
+        };
+        let role = &live["roleRef"];
+        if role["kind"] != grant.role_kind() || role["name"] != grant.name.as_str() {
+            out.push(format!(
+                "{key} binds {} {} instead of {} {}",
+                role["kind"].as_str().unwrap_or_default(),
+                role["name"].as_str().unwrap_or_default(),
+                grant.role_kind(),
+                grant.name
+            ));
+        }
+        let names_account = live["subjects"].as_array().is_some_and(|subjects| {
+            subjects.iter().any(|s| {
+                s["kind"] == "ServiceAccount"
+                    && s["name"] == grant.account
+                    && s["namespace"] == namespace
+            })
+        });
+        if !names_account {
+            out.push(format!(
+                "{key} does not name ServiceAccount {namespace}/{}",
+                grant.account
+            ));
+        }
+    }
+    out
 }
 
 /// `body` with what `live` holds of the fields that cannot change once written: a

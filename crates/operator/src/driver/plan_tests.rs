@@ -6,7 +6,8 @@ use simplyblock_api::keys::{APPLIED_DIGEST_ANNOTATION, MANAGED_BY_LABEL};
 use super::*;
 use crate::driver::adoption::{RESOURCE_POLICY_ANNOTATION, RESOURCE_POLICY_KEEP};
 use crate::driver::names::{
-    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, NODE_DAEMONSET, SNAPSHOT_CLASS,
+    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_DAEMONSET,
+    SNAPSHOT_CLASS,
 };
 
 const NS: &str = "simplyblock-system";
@@ -36,9 +37,31 @@ fn with_status(mut d: SimplyblockDriver, status: Value) -> SimplyblockDriver {
     d
 }
 
-/// What a pass of `d` sees on a cluster with nothing installed.
+/// The chart's bindings as a release in `namespace` installed them.
+fn chart_bindings(namespace: &str) -> BTreeMap<String, Seen> {
+    rbac::grants()
+        .into_iter()
+        .map(|g| {
+            let mut binding = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": g.binding_kind(),
+                "metadata": {"name": g.name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": g.role_kind(),
+                            "name": g.name},
+                "subjects": [{"kind": "ServiceAccount", "name": g.account,
+                              "namespace": namespace}],
+            });
+            if g.scope == rbac::Scope::Namespace {
+                binding["metadata"]["namespace"] = json!(namespace);
+            }
+            (g.binding_key(), Seen::Found(binding))
+        })
+        .collect()
+}
+
+/// What a pass of `d` sees on a cluster with the chart installed and nothing else.
 fn empty(d: &SimplyblockDriver) -> Observation {
     Observation {
+        bindings: chart_bindings(&d.namespace().unwrap_or_default()),
         drivers: vec![DriverRef::of(d)],
         snapshot_api: false,
         live: BTreeMap::new(),
@@ -146,12 +169,10 @@ fn a_fresh_cluster_gets_every_object_in_order_and_nothing_else() {
             ObjectKey::new(Kind::DaemonSet, NODE_DAEMONSET)
         ]
     );
-    // Six roles and bindings (no csi-addons), no snapshot class: the API is not served.
+    // No snapshot class: the API is not served; no role or binding: they are the chart's.
     let count = |kind| applied.iter().filter(|k| k.kind == kind).count();
-    assert_eq!(count(Kind::ClusterRole), 6);
-    assert_eq!(count(Kind::ClusterRoleBinding), 6);
     assert_eq!(count(Kind::VolumeSnapshotClass), 0);
-    assert_eq!(applied.len(), 2 + 2 + 12 + 2 + 1 + 2);
+    assert_eq!(applied.len(), 2 + 2 + 1 + 2);
     for (key, body) in &c.apply {
         assert!(
             body["metadata"]["annotations"][APPLIED_DIGEST_ANNOTATION].is_string(),
@@ -289,21 +310,144 @@ fn snapshots_follow_the_api_and_the_spec() {
 }
 
 #[test]
-fn csi_addons_turned_off_takes_its_role_away() {
+fn csi_addons_turned_off_takes_only_its_sidecar_away() {
     let d = driver(json!({"enableCSIAddons": true}));
     let obs = installed(&d, false);
     let off = driver(json!({}));
     let c = converge(plan(&off, &obs));
+    // Its role is the chart's, which stays: nothing is the driver's to remove.
+    assert!(c.prune.is_empty(), "{c:?}");
     assert_eq!(
-        c.prune,
-        vec![
-            ObjectKey::new(Kind::ClusterRole, Component::Addons.role()),
-            ObjectKey::new(Kind::ClusterRoleBinding, Component::Addons.binding()),
-        ]
+        keys(&c.apply),
+        vec![ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET)]
     );
-    let applied = keys(&c.apply);
-    assert!(applied.contains(&ObjectKey::new(Kind::Role, names::CONTROLLER_ROLE)));
-    assert!(applied.contains(&ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET)));
+}
+
+#[test]
+fn the_driver_is_held_until_the_charts_bindings_give_its_accounts_their_permissions() {
+    let d = driver(json!({}));
+    // All in place: installed, and no role or binding among what is written.
+    let c = converge(plan(&d, &empty(&d)));
+    assert!(!c.apply.is_empty());
+
+    // One missing: held, and it is named.
+    let node = format!("ClusterRoleBinding/{}", Component::Node.binding());
+    let mut obs = empty(&d);
+    obs.bindings.insert(node.clone(), Seen::Missing);
+    let h = hold(plan(&d, &obs));
+    assert_eq!(h.reason, "PermissionsMissing");
+    assert!(
+        h.message.contains(&format!("{node} is missing")),
+        "{}",
+        h.message
+    );
+    assert!(
+        h.message.contains(
+            "install or upgrade the simplyblock-operator chart in namespace simplyblock-system"
+        ),
+        "{}",
+        h.message
+    );
+    assert!(
+        !h.message
+            .contains("RoleBinding/simplyblock-operator-csi-controller")
+    );
+    let s = status(&d, &obs, &Plan::Hold(h.clone()));
+    assert_eq!(s.phase, DriverPhase::Installing);
+    assert_eq!(s.message, Some(h.message));
+
+    // None there (a chart older than the operator): every one named at once, unread or
+    // missing alike.
+    let mut obs = empty(&d);
+    obs.bindings.clear();
+    obs.bindings.insert(
+        format!("ClusterRoleBinding/{}", Component::Attacher.binding()),
+        Seen::Forbidden,
+    );
+    let h = hold(plan(&d, &obs));
+    for g in rbac::grants() {
+        assert!(
+            h.message.contains(&g.binding_key()),
+            "{}: {}",
+            g.name,
+            h.message
+        );
+    }
+    assert!(h.message.contains("cannot be read"), "{}", h.message);
+    assert_eq!(
+        h.message.matches(" is missing").count(),
+        rbac::grants().len() - 1
+    );
+}
+
+#[test]
+fn a_binding_of_another_account_or_namespace_or_role_holds_the_driver() {
+    let d = driver(json!({}));
+    let controller = "RoleBinding/simplyblock-operator-csi-controller".to_owned();
+    let node = format!("ClusterRoleBinding/{}", Component::Node.binding());
+    let provisioner = format!("ClusterRoleBinding/{}", Component::Provisioner.binding());
+    let mut obs = empty(&d);
+    // The chart installed in another namespace binds that namespace's accounts.
+    let elsewhere = chart_bindings("elsewhere");
+    obs.bindings.insert(node.clone(), elsewhere[&node].clone());
+    let edit = |obs: &mut Observation, key: &str, path: &str, value: Value| {
+        let Some(Seen::Found(b)) = obs.bindings.get_mut(key) else {
+            panic!("{key}")
+        };
+        b.pointer_mut(path).map(|v| *v = value).expect(path);
+    };
+    edit(
+        &mut obs,
+        &controller,
+        "/subjects/0/name",
+        json!(NODE_ACCOUNT),
+    );
+    edit(
+        &mut obs,
+        &provisioner,
+        "/roleRef/name",
+        json!("cluster-admin"),
+    );
+    let h = hold(plan(&d, &obs));
+    assert_eq!(h.reason, "PermissionsMissing");
+    let m = &h.message;
+    assert!(
+        m.contains(&format!(
+            "{node} does not name ServiceAccount simplyblock-system/simplyblock-csi-node-sa"
+        )),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!(
+            "{controller} does not name ServiceAccount simplyblock-system/{CONTROLLER_ACCOUNT}"
+        )),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!(
+            "{provisioner} binds ClusterRole cluster-admin instead of ClusterRole {}",
+            Component::Provisioner.role()
+        )),
+        "{m}"
+    );
+    // A binding that names the account beside others still gives it its permissions.
+    let mut obs = empty(&d);
+    let Some(Seen::Found(b)) = obs.bindings.get_mut(&node) else {
+        panic!("{node}")
+    };
+    b["subjects"]
+        .as_array_mut()
+        .expect("subjects")
+        .insert(0, json!({"kind": "User", "name": "someone"}));
+    converge(plan(&d, &obs));
+}
+
+#[test]
+fn a_duplicate_or_misplaced_driver_is_held_for_that_before_its_permissions() {
+    let d = driver_in("elsewhere", "sbd", 100, json!({}));
+    let mut obs = empty(&d);
+    obs.bindings.clear();
+    assert_eq!(hold(plan(&d, &obs)).reason, "WrongNamespace");
 }
 
 /// `body` as a Helm release `csi` in `NS` installed it, without the driver's metadata.

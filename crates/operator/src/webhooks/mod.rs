@@ -390,9 +390,12 @@ const FIELD_MANAGER: &str = "simplyblock-operator";
 /// Reached through the Service, the webhooks are the Helm chart's: the chart's
 /// configuration carries them without a caBundle, and the operator applies only each one's
 /// caBundle, so a `helm upgrade` and the operator never write the same field and neither
-/// forces the other's away. Where that configuration is absent (an install without the
-/// chart), and where the webhooks are reached by URL (an operator outside the cluster, whose
-/// address only it knows), the operator applies the whole of [`configuration`].
+/// forces the other's away. Where the webhooks are reached by URL (an operator outside the
+/// cluster, whose address only it knows), the operator applies the whole of
+/// [`configuration`] onto it. The chart's account may update that configuration only, and
+/// only with webhooks of the storage kinds (ValidatingAdmissionPolicy
+/// simplyblock-operator-writes): it creates none, so without the chart only an operator
+/// run by an administrator registers its webhooks.
 pub async fn register(
     client: &kube::Client,
     endpoint: &Endpoint,
@@ -401,7 +404,9 @@ pub async fn register(
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use kube::api::{Patch, PatchParams};
     let kube_error = |source| Error::Kube {
-        what: "the webhook configuration".into(),
+        what: format!(
+            "ValidatingWebhookConfiguration {CONFIGURATION_NAME} (the chart installs it; the operator only keeps each webhook's CA bundle current and may create none)"
+        ),
         source,
     };
     let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());

@@ -356,7 +356,7 @@ async fn same_named_clusters_of_two_namespaces_neither_adopt_nor_delete_each_oth
     use simplyblock_operator::context::Scope;
     let (first, second) = ("names-first", "names-second");
     // An API server of its own: the operator serves every namespace of it.
-    let (env, admin) = crate::support::own_api_server(first).await;
+    let (env, admin) = crate::support::own_api_server_serving_all(first).await;
     namespace(&admin, second).await;
     let sim = sbsim("", 0).await;
     let ctx = Arc::new(

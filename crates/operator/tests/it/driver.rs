@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -32,10 +33,12 @@ use simplyblock_operator::driver::adoption::{
 use simplyblock_operator::driver::controller::{self, CONTROLLER};
 use simplyblock_operator::driver::manifests::{self, Settings};
 use simplyblock_operator::driver::names::{
-    CONTROLLER_STATEFULSET, Component, NODE_DAEMONSET, SNAPSHOT_CLASS,
+    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_DAEMONSET,
+    SNAPSHOT_CLASS,
 };
 use simplyblock_operator::driver::objects::{Kind, ObjectKey};
 use simplyblock_operator::driver::observe;
+use simplyblock_operator::driver::rbac::{self, Scope};
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -294,12 +297,18 @@ impl Cluster {
         }
     }
 
-    /// The resourceVersion of each of `keys` that exists.
+    /// What each of `keys` that exists holds, less its status: a write of anyone but the
+    /// workload controllers changes it.
     async fn versions(&self, keys: &[ObjectKey]) -> BTreeMap<ObjectKey, String> {
         let mut out = BTreeMap::new();
         for key in keys {
-            if let Some(o) = self.object(key).await {
-                out.insert(key.clone(), o["metadata"]["resourceVersion"].to_string());
+            if let Some(mut o) = self.object(key).await {
+                // What the stand-in for the workload controllers reports moves the
+                // resourceVersion at any time; only what else the object holds counts.
+                o["status"] = Value::Null;
+                o["metadata"]["resourceVersion"] = Value::Null;
+                o["metadata"]["managedFields"] = Value::Null;
+                out.insert(key.clone(), o.to_string());
             }
         }
         out
@@ -331,9 +340,148 @@ fn driver(name: &str, spec: Value) -> SimplyblockDriver {
 /// Every object a default driver consists of where snapshots are (not) served.
 fn default_keys(snapshot_api: bool) -> Vec<ObjectKey> {
     manifests::every_key(CSI_DRIVER, snapshot_api)
-        .into_iter()
-        .filter(|k| k.name != Component::Addons.role() && k.name != Component::Addons.binding())
-        .collect()
+}
+
+/// Whether the API server lets ServiceAccount `ns/account` do `verb` on `resource` of
+/// `group` (in `namespace`, for a namespaced one).
+async fn may(
+    kube: &kube::Client,
+    ns: &str,
+    account: &str,
+    verb: &str,
+    (group, resource, namespace): (&str, &str, Option<&str>),
+) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{ns}:{account}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}")],
+            "resourceAttributes": {"group": group, "resource": resource, "verb": verb,
+                                   "namespace": namespace},
+        }
+    }))
+    .expect("review");
+    Api::<SubjectAccessReview>::all(kube.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// The operator wrote no role or binding, and the chart's bindings give each of the
+/// driver's accounts in `c.ns` its role: the sidecars may do what they do, and no more.
+async fn the_pods_permissions_are_the_charts(c: &Cluster) {
+    let managed =
+        kube::api::ListParams::default().labels(&format!("{MANAGED_BY_LABEL}=simplyblockdriver"));
+    let written = [
+        Api::<ClusterRole>::all(c.kube.clone())
+            .list(&managed)
+            .await
+            .expect("cluster roles")
+            .items
+            .len(),
+        Api::<ClusterRoleBinding>::all(c.kube.clone())
+            .list(&managed)
+            .await
+            .expect("cluster role bindings")
+            .items
+            .len(),
+        Api::<Role>::namespaced(c.kube.clone(), &c.ns)
+            .list(&managed)
+            .await
+            .expect("roles")
+            .items
+            .len(),
+        Api::<RoleBinding>::namespaced(c.kube.clone(), &c.ns)
+            .list(&managed)
+            .await
+            .expect("role bindings")
+            .items
+            .len(),
+    ];
+    assert_eq!(written, [0; 4], "the operator wrote RBAC objects");
+    for grant in rbac::grants() {
+        let (meta, role_ref, subjects) = match grant.scope {
+            Scope::Cluster => {
+                let b = Api::<ClusterRoleBinding>::all(c.kube.clone())
+                    .get(&grant.name)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", grant.binding_key()));
+                (b.metadata, b.role_ref, b.subjects)
+            }
+            Scope::Namespace => {
+                let b = Api::<RoleBinding>::namespaced(c.kube.clone(), &c.ns)
+                    .get(&grant.name)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", grant.binding_key()));
+                (b.metadata, b.role_ref, b.subjects)
+            }
+        };
+        let labels = meta.labels.unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("Helm"),
+            "{}: the chart's",
+            grant.binding_key()
+        );
+        assert_eq!(
+            (role_ref.kind.as_str(), role_ref.name.as_str()),
+            (grant.role_kind(), grant.name.as_str())
+        );
+        assert!(
+            subjects.iter().flatten().any(|s| s.kind == "ServiceAccount"
+                && s.name == grant.account
+                && s.namespace.as_deref() == Some(c.ns.as_str())),
+            "{}: {subjects:?}",
+            grant.binding_key()
+        );
+    }
+    let ns = c.ns.as_str();
+    let k = &c.kube;
+    assert!(may(k, ns, NODE_ACCOUNT, "get", ("", "nodes", None)).await);
+    assert!(
+        !may(
+            k,
+            ns,
+            NODE_ACCOUNT,
+            "create",
+            ("", "persistentvolumes", None)
+        )
+        .await
+    );
+    assert!(
+        may(
+            k,
+            ns,
+            CONTROLLER_ACCOUNT,
+            "create",
+            ("", "persistentvolumes", None)
+        )
+        .await
+    );
+    assert!(
+        may(
+            k,
+            ns,
+            CONTROLLER_ACCOUNT,
+            "patch",
+            ("storage.k8s.io", "volumeattachments", None)
+        )
+        .await
+    );
+    assert!(
+        may(
+            k,
+            ns,
+            CONTROLLER_ACCOUNT,
+            "update",
+            ("coordination.k8s.io", "leases", Some(ns))
+        )
+        .await
+    );
+    assert!(!may(k, ns, CONTROLLER_ACCOUNT, "get", ("", "secrets", Some(ns))).await);
 }
 
 fn containers(statefulset: &Value) -> Vec<String> {
@@ -362,7 +510,39 @@ async fn an_install_goes_ready_follows_its_plugins_and_goes_with_its_driver() {
     let op = c.operator();
     let _controller = c.start(&op);
     let ctx = &op.ctx;
+    // Without the chart's binding of the node plugin's role: held, and nothing written.
+    let node_binding = Component::Node.binding();
+    Api::<ClusterRoleBinding>::all(c.kube.clone())
+        .delete(&node_binding, &DeleteParams::default())
+        .await
+        .expect("delete the chart's binding");
     let created = c.create(&c.ns, DRIVER, json!({})).await.expect("driver");
+    let held = c
+        .status_where(&c.ns, DRIVER, "held for its permissions", |s| {
+            s.message.as_deref().is_some_and(|m| {
+                m.contains(&format!("ClusterRoleBinding/{node_binding} is missing"))
+            })
+        })
+        .await;
+    assert_eq!(held.phase, DriverPhase::Installing);
+    assert!(
+        held.message
+            .as_deref()
+            .is_some_and(|m| m.contains("install or upgrade the simplyblock-operator chart")),
+        "{held:?}"
+    );
+    assert_eq!(
+        events(&c.kube, &c.ns, Some(DRIVER), "PermissionsMissing")
+            .await
+            .len(),
+        1
+    );
+    assert!(c.versions(&default_keys(false)).await.is_empty());
+    // The chart installed again (`helm upgrade`): the next pass installs.
+    simplyblock_testenv::chart::install_identity(&c.env, &c.ns)
+        .await
+        .expect("the chart's roles again");
+    nudged(&ctx.metrics, &c.drivers(&c.ns), CONTROLLER, DRIVER).await;
 
     let status = c.phase_is(&c.ns, DRIVER, DriverPhase::Ready).await;
     assert_eq!((status.nodes_ready, status.nodes_total), (3, 3));
@@ -414,15 +594,8 @@ async fn an_install_goes_ready_follows_its_plugins_and_goes_with_its_driver() {
         csi_driver["spec"]["volumeLifecycleModes"],
         json!(["Persistent"])
     );
-    // Granted exactly: no sidecar's role names a wildcard.
-    let roles = Api::<ClusterRole>::all(c.kube.clone())
-        .list(
-            &kube::api::ListParams::default()
-                .labels(&format!("{MANAGED_BY_LABEL}=simplyblockdriver")),
-        )
-        .await
-        .expect("roles");
-    assert_eq!(roles.items.len(), 6);
+    // The driver's pods hold what the chart grants them, and the operator granted nothing.
+    the_pods_permissions_are_the_charts(&c).await;
     assert!(
         !events(&c.kube, &c.ns, Some(DRIVER), "Ready")
             .await
@@ -616,6 +789,11 @@ async fn a_cluster_has_one_driver() {
     c.create(&c.ns, "second", json!({}))
         .await
         .expect("second, unchecked");
+    // The operator may create no webhook configuration: the chart's is there again (as a
+    // `helm upgrade` puts it back), and the operator fills it.
+    simplyblock_testenv::chart::webhook_placeholder(&c.kube)
+        .await
+        .expect("the chart's webhook configuration");
     let _webhooks = serve_webhooks(&c.operator, &c.ns).await;
     until("the webhooks registered again", async || {
         c.admitted(&c.ns, "third").await.err()

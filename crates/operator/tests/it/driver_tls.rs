@@ -200,8 +200,20 @@ async fn rendered_controller(kube: &kube::Client, ns: &str) -> StatefulSet {
     let mut obs = observe::observe(kube, &driver, ns, OPERATOR_IMAGE)
         .await
         .expect("observe");
-    // The API server is shared: other tests' drivers are not this namespace's concern.
+    // The API server is shared: other tests' drivers are not this namespace's concern,
+    // and the chart's CSI bindings there name the accounts of the shared release's
+    // namespace; this test plays a release in `ns`, whose bindings name its accounts.
     obs.drivers = vec![DriverRef::of(&driver)];
+    obs.bindings = simplyblock_operator::driver::rbac::grants()
+        .iter()
+        .map(|g| {
+            let binding = json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": g.role_kind(), "name": g.name},
+                "subjects": [{"kind": "ServiceAccount", "name": g.account, "namespace": ns}],
+            });
+            (g.binding_key(), plan::Seen::Found(binding))
+        })
+        .collect();
     let Plan::Converge(converge) = plan::plan(&driver, &obs) else {
         panic!("the driver is held");
     };

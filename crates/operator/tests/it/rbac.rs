@@ -1,6 +1,6 @@
 //! The operator under test is the chart's ServiceAccount, not an administrator: what the
-//! chart's roles do not grant is refused to it, and it grants others more than it holds
-//! only through the CSI driver's roles the chart names.
+//! chart's roles do not grant is refused to it, it grants nobody more than it holds, and
+//! of what it may update it changes only the fields the chart's policy leaves it.
 
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, ListParams};
@@ -35,99 +35,308 @@ async fn the_operator_holds_only_what_the_chart_grants() {
     }
 }
 
-/// The CSI driver's cluster roles grant the sidecars what the operator does not hold
-/// itself; the chart lets it write and bind exactly those roles, by name, and no others.
-#[tokio::test]
-async fn the_operator_grants_more_than_it_holds_only_in_the_csi_roles() {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    use kube::api::{Patch, PatchParams};
-    use serde_json::json;
-
-    let ns = "rbac-csi-roles";
-    let (env, _admin) = crate::support::own_api_server(ns).await;
-    let operator = crate::support::operator_kube_on(&env, ns).await;
-    let chart_role = simplyblock_testenv::chart::render(ns, &[("deployment.profile", "empty")])
-        .expect("the chart renders")
-        .into_iter()
-        .find(|o| {
-            simplyblock_testenv::chart::kind_and_name(o) == "ClusterRole/simplyblock-operator"
-        })
-        .expect("the operator's ClusterRole");
-    let csi_roles: Vec<String> = chart_role.data["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| {
-            r["verbs"]
-                .as_array()
-                .is_some_and(|v| v.contains(&json!("escalate")))
-                && r["resources"]
-                    .as_array()
-                    .is_some_and(|v| v.contains(&json!("clusterroles")))
-        })
-        .flat_map(|r| r["resourceNames"].as_array().cloned().unwrap_or_default())
-        .filter_map(|n| n.as_str().map(str::to_string))
-        .collect();
-    assert!(!csi_roles.is_empty(), "the chart names no CSI role");
-
-    // What a provisioner sidecar needs and the operator has no business with.
-    let role = |name: &str| {
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["persistentvolumes"],
-                       "verbs": ["get", "list", "watch", "create", "delete"]}]
-        })
-    };
-    let binding = |name: &str, role: &str| {
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "simplyblock-csi-controller-sa", "namespace": ns}]
-        })
-    };
-    let apply = PatchParams::apply("simplyblock-operator");
-    let roles: Api<ClusterRole> = Api::all(operator.clone());
-    let bindings: Api<ClusterRoleBinding> = Api::all(operator.clone());
-    for name in &csi_roles {
-        roles
-            .patch(name, &apply, &Patch::Apply(role(name)))
-            .await
-            .unwrap_or_else(|e| panic!("the operator may write {name}: {e}"));
-        let bound = format!("{name}-binding");
-        bindings
-            .patch(&bound, &apply, &Patch::Apply(binding(&bound, name)))
-            .await
-            .unwrap_or_else(|e| panic!("the operator may bind {name}: {e}"));
-    }
-
-    // Any other role granting the same is an escalation, refused.
-    let other = "not-a-csi-role";
-    let refused = roles.patch(other, &apply, &Patch::Apply(role(other))).await;
-    match refused {
-        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
-        other => panic!("the operator wrote a role granting more than it holds: {other:?}"),
+/// The refusal of `result`: a 403 from RBAC or from the chart's admission policy.
+fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => status.message,
+        other => panic!("the operator's account was allowed to {what}: {other:?}"),
     }
 }
 
-/// Every permission the SimplyblockDriver controller uses is granted by the chart's
-/// ClusterRole, and its grants of the CSI roles name exactly the roles it writes. (The
-/// driver's integration tests run under the chart's roles and fail on a missing one; this
-/// names it.)
+/// Run as the chart's operator ServiceAccount, every step from its role to cluster-admin
+/// is refused: it writes, binds and escalates no cluster role, reaches no Secret outside
+/// the namespaces it serves and installs into, mints no token, creates no webhook
+/// configuration, widens its own webhooks to no other kind, and changes nothing of its
+/// CRDs but their conversion. What it does need still works (the controls beside each).
+#[tokio::test]
+async fn the_operators_account_takes_no_step_towards_cluster_admin() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let ns = "rbac-escalation";
+    let elsewhere = "rbac-escalation-tenant";
+    let (env, admin) = crate::support::own_api_server(ns).await;
+    crate::support::namespace(&admin, elsewhere).await;
+    let operator = crate::support::operator_kube_on(&env, ns).await;
+    let me = json!({"kind": "ServiceAccount", "name": "simplyblock-operator", "namespace": ns});
+    let apply = PatchParams::apply("simplyblock-operator");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+
+    // Cluster roles: a CSI role widened to everything, a binding of it or of
+    // cluster-admin to itself, a delete of any role.
+    let csi_role = "simplyblock-operator-csi-provisioner";
+    Api::<ClusterRole>::all(admin.clone())
+        .get(csi_role)
+        .await
+        .expect("the chart installs the CSI driver's roles");
+    let roles: Api<ClusterRole> = Api::all(operator.clone());
+    refused(
+        "widen a CSI role to */*/*",
+        roles
+            .patch(
+                csi_role,
+                &apply,
+                &Patch::Apply(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": csi_role},
+                    "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+                })),
+            )
+            .await,
+    );
+    refused(
+        "create a cluster role",
+        roles
+            .create(
+                &dry,
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "simplyblock-anything"},
+                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+                }))
+                .expect("role"),
+            )
+            .await,
+    );
+    refused(
+        "delete ClusterRole view",
+        roles.delete("view", &DeleteParams::default()).await,
+    );
+    let bindings: Api<ClusterRoleBinding> = Api::all(operator.clone());
+    for role in [csi_role, "cluster-admin"] {
+        refused(
+            &format!("bind {role} to itself"),
+            bindings
+                .create(
+                    &dry,
+                    &serde_json::from_value(json!({
+                        "metadata": {"name": "simplyblock-operator-more"},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                        "subjects": [me]
+                    }))
+                    .expect("binding"),
+                )
+                .await,
+        );
+    }
+
+    // Roles where it works: one granting what it holds is its to write (a storage
+    // cluster's pods read their configuration so) ...
+    let local_roles: Api<Role> = Api::namespaced(operator.clone(), ns);
+    let role = |name: &str, resources: &[&str], verbs: &[&str]| -> Role {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}]
+        }))
+        .expect("role")
+    };
+    local_roles
+        .create(&dry, &role("reads-config", &["configmaps"], &["get"]))
+        .await
+        .expect("a Role granting what the operator holds");
+    // ... but not one granting more (exec into the pods there), nor a binding that makes
+    // it the namespace's administrator.
+    refused(
+        "write a Role granting pods/exec",
+        local_roles
+            .create(&dry, &role("execs", &["pods/exec"], &["create"]))
+            .await,
+    );
+    refused(
+        "bind ClusterRole cluster-admin to itself in its namespace",
+        Api::<RoleBinding>::namespaced(operator.clone(), ns)
+            .create(
+                &dry,
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "simplyblock-operator-admin"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [me]
+                }))
+                .expect("binding"),
+            )
+            .await,
+    );
+
+    // Secrets: its namespace's are its own; no other namespace's, and no token.
+    let secret = |name: &str, type_: Option<&str>, annotations: serde_json::Value| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "type": type_,
+            "stringData": {"k": "v"}
+        }))
+        .expect("secret")
+    };
+    Api::<Secret>::namespaced(operator.clone(), ns)
+        .create(&dry, &secret("mine", None, json!({})))
+        .await
+        .expect("a Secret of the namespace it serves");
+    for other in [elsewhere, "default", "kube-system"] {
+        refused(
+            &format!("create a Secret in {other}"),
+            Api::<Secret>::namespaced(operator.clone(), other)
+                .create(&dry, &secret("theirs", None, json!({})))
+                .await,
+        );
+        refused(
+            &format!("list the Secrets of {other}"),
+            Api::<Secret>::namespaced(operator.clone(), other)
+                .list(&ListParams::default())
+                .await,
+        );
+    }
+    refused(
+        "list every Secret",
+        Api::<Secret>::all(operator.clone())
+            .list(&ListParams::default())
+            .await,
+    );
+    // A token of an account of its own namespace (the CSI controller's holds what the
+    // operator does not): neither by a Secret nor by a TokenRequest.
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "simplyblock-csi-controller-sa"}}))
+                .expect("account"),
+        )
+        .await
+        .expect("the CSI controller's account");
+    let token_secret = secret(
+        "minted",
+        Some("kubernetes.io/service-account-token"),
+        json!({"kubernetes.io/service-account.name": "simplyblock-csi-controller-sa"}),
+    );
+    let secrets: Api<Secret> = Api::namespaced(operator.clone(), ns);
+    let refusal = crate::support::until(
+        "the chart's policy refuses the operator a token Secret",
+        async || match secrets.create(&dry, &token_secret).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => Some(status.message),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("no ServiceAccount token Secret"),
+        "{refusal}"
+    );
+    refused(
+        "mint a token Secret",
+        secrets.create(&PostParams::default(), &token_secret).await,
+    );
+    refused(
+        "request a token of the CSI controller's account",
+        Api::<ServiceAccount>::namespaced(operator.clone(), ns)
+            .create_token_request(
+                "simplyblock-csi-controller-sa",
+                &PostParams::default(),
+                &TokenRequest::default(),
+            )
+            .await,
+    );
+
+    // Webhook configurations: it creates none, and widens its own to no other kind.
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(operator.clone());
+    refused(
+        "create a webhook configuration",
+        configurations
+            .create(
+                &dry,
+                &serde_json::from_value(json!({"metadata": {"name": "simplyblock-anything"}}))
+                    .expect("configuration"),
+            )
+            .await,
+    );
+    let endpoint = simplyblock_operator::webhooks::Endpoint::Url("https://127.0.0.1:9".into());
+    simplyblock_operator::webhooks::register(&operator, &endpoint, "")
+        .await
+        .expect("the operator registers its webhooks in the chart's configuration");
+    let mut widened = configurations
+        .get(simplyblock_testenv::chart::WEBHOOK_CONFIGURATION)
+        .await
+        .expect("the configuration");
+    widened.metadata.managed_fields = None;
+    let webhook = &mut widened.webhooks.as_mut().expect("webhooks")[0];
+    let rules = webhook.rules.as_mut().expect("rules");
+    rules[0].api_groups = Some(vec!["".into()]);
+    rules[0].resources = Some(vec!["secrets".into()]);
+    let refusal = refused(
+        "have every Secret sent to its webhook",
+        configurations
+            .replace(
+                simplyblock_testenv::chart::WEBHOOK_CONFIGURATION,
+                &PostParams::default(),
+                &widened,
+            )
+            .await,
+    );
+    assert!(
+        refusal.contains("only storage.simplyblock.io kinds"),
+        "{refusal}"
+    );
+
+    // Its CRDs: the conversion is its to write, the schema is not.
+    let crd = "storageclusters.storage.simplyblock.io";
+    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, "")
+        .await
+        .expect("the operator points the conversion at itself");
+    let crds: Api<CustomResourceDefinition> = Api::all(operator.clone());
+    let mut versions = serde_json::to_value(&crds.get(crd).await.expect("the CRD").spec.versions)
+        .expect("versions");
+    versions[0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"] =
+        json!(true);
+    let refusal = refused(
+        "let any field into StorageCluster's spec",
+        crds.patch(
+            crd,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"versions": versions}})),
+        )
+        .await,
+    );
+    assert!(refusal.contains("only spec.conversion"), "{refusal}");
+    let stored = Api::<CustomResourceDefinition>::all(admin.clone())
+        .get(crd)
+        .await
+        .expect("the CRD");
+    assert!(
+        stored.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .and_then(|p| p.get("spec"))
+            .and_then(|s| s.x_kubernetes_preserve_unknown_fields)
+            .is_none(),
+        "the schema was widened"
+    );
+}
+
+/// Every permission the SimplyblockDriver controller uses is granted by the chart's roles
+/// for the operator (cluster-wide, or in the namespaces it works in), and none of those
+/// roles lets it bind, escalate or impersonate, or write a cluster role or its binding.
+/// (The driver's integration tests run under the chart's roles and fail on a missing
+/// one; this names it.)
 #[test]
-fn the_chart_grants_what_the_driver_controller_uses() {
+fn the_chart_grants_what_the_driver_controller_uses_and_no_way_up() {
     use simplyblock_operator::driver::rbac;
 
-    let chart_role = simplyblock_testenv::chart::render("rbac", &[("deployment.profile", "empty")])
-        .expect("the chart renders")
-        .into_iter()
-        .find(|o| {
-            simplyblock_testenv::chart::kind_and_name(o) == "ClusterRole/simplyblock-operator"
-        })
-        .expect("the operator's ClusterRole");
-    let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
-        serde_json::from_value(chart_role.data["rules"].clone()).expect("rules");
+    let rendered = simplyblock_testenv::chart::render("rbac", &[("deployment.profile", "empty")])
+        .expect("the chart renders");
+    let role_rules = |name: &str| -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+        let role = rendered
+            .iter()
+            .find(|o| simplyblock_testenv::chart::kind_and_name(o) == format!("ClusterRole/{name}"))
+            .unwrap_or_else(|| panic!("ClusterRole {name}"));
+        serde_json::from_value(role.data["rules"].clone()).expect("rules")
+    };
+    let mut rules = role_rules("simplyblock-operator");
+    rules.extend(role_rules("simplyblock-operator-namespaced"));
     let strings = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
     let granted = |group: &str, resource: &str, verb: &str, name: Option<&str>| {
         rules.iter().any(|r| {
@@ -161,20 +370,25 @@ fn the_chart_grants_what_the_driver_controller_uses() {
     }
     assert!(missing.is_empty(), "the chart does not grant: {missing:#?}");
 
-    // Escalation is allowed on the driver's roles only, and on all of them.
-    let escalated = |resource: &str| -> Vec<String> {
-        rules
+    for rule in &rules {
+        for verb in ["bind", "escalate", "impersonate", "*"] {
+            assert!(!rule.verbs.iter().any(|v| v == verb), "{rule:?}");
+        }
+        let resources = strings(&rule.resources);
+        if resources
             .iter()
-            .filter(|r| r.verbs.iter().any(|v| v == "escalate"))
-            .filter(|r| strings(&r.resources).iter().any(|x| x == resource))
-            .flat_map(|r| strings(&r.resource_names))
-            .collect()
-    };
-    assert_eq!(escalated("clusterroles"), rbac::cluster_role_names());
-    assert_eq!(
-        escalated("roles"),
-        [simplyblock_operator::driver::names::CONTROLLER_ROLE]
-    );
+            .any(|r| r == "clusterroles" || r == "clusterrolebindings")
+        {
+            assert_eq!(rule.verbs, ["get"], "{rule:?}");
+            assert!(rule.resource_names.is_some(), "{rule:?}");
+        }
+        if strings(&rule.api_groups)
+            .iter()
+            .any(|g| g == "admissionregistration.k8s.io")
+        {
+            assert!(!rule.verbs.iter().any(|v| v == "create"), "{rule:?}");
+        }
+    }
 }
 
 /// The probe Jobs' account creates its report and nothing more: it can neither read,

@@ -158,14 +158,31 @@ pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
     own_api_server_on(TestEnv::start().await.expect("API server"), ns).await
 }
 
+/// [`own_api_server`] with the chart installed to serve every namespace
+/// (`operator.watchAllNamespaces`): for an operator run with [`Scope::all`].
+///
+/// [`Scope::all`]: simplyblock_operator::context::Scope::all
+pub async fn own_api_server_serving_all(ns: &str) -> (TestEnv, kube::Client) {
+    let env = TestEnv::start().await.expect("API server");
+    own_api_server_with(env, ns, &[("operator.watchAllNamespaces", "true")]).await
+}
+
 /// [`own_api_server`] on an API server the test started (and perhaps prepared) itself.
 pub async fn own_api_server_on(env: TestEnv, ns: &str) -> (TestEnv, kube::Client) {
+    own_api_server_with(env, ns, &[]).await
+}
+
+async fn own_api_server_with(
+    env: TestEnv,
+    ns: &str,
+    values: &[(&str, &str)],
+) -> (TestEnv, kube::Client) {
     env.install_crds(&simplyblock_api::crds())
         .await
         .expect("CRDs");
     let kube = env.client().await.expect("client");
     namespace(&kube, ns).await;
-    simplyblock_testenv::chart::install_identity(&env, ns)
+    simplyblock_testenv::chart::install_identity_with(&env, ns, values)
         .await
         .expect("the chart's accounts and roles");
     let written = env
@@ -523,7 +540,7 @@ pub struct Served {
 }
 
 /// The operator's ServiceAccount token on the shared API server: the chart's accounts
-/// and roles installed once per process, in the operator's namespace.
+/// and roles installed once per process, in the operator's namespace, serving them all.
 async fn operator_token() -> &'static str {
     static TOKEN: OnceCell<String> = OnceCell::const_new();
     TOKEN
@@ -532,9 +549,15 @@ async fn operator_token() -> &'static str {
             let admin = env.client().await.expect("client");
             // Another test may have made it already.
             let _ = simplyblock_testenv::create_namespace(&admin, OPERATOR_NAMESPACE).await;
-            simplyblock_testenv::chart::install_identity(env, OPERATOR_NAMESPACE)
-                .await
-                .expect("the chart's accounts and roles");
+            // Each test of this server works in a namespace of its own: the chart as it
+            // is installed to serve every namespace.
+            simplyblock_testenv::chart::install_identity_with(
+                env,
+                OPERATOR_NAMESPACE,
+                &[("operator.watchAllNamespaces", "true")],
+            )
+            .await
+            .expect("the chart's accounts and roles");
             env.service_account_token(
                 OPERATOR_NAMESPACE,
                 simplyblock_testenv::chart::OPERATOR_ACCOUNT,

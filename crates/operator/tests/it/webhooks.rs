@@ -492,7 +492,8 @@ fn verify(bundle: &str, leaf: &str, name: &str) -> Result<(), String> {
 /// Installed with the chart, the webhook configuration is Helm's but for the caBundles:
 /// the operator writes those alone, so an upgrade that changes a webhook goes through
 /// without forcing, and the next bundle the operator publishes leaves Helm's change be.
-/// Without the chart's configuration the operator installs the whole of it.
+/// Without the chart's configuration the chart's account installs nothing; an operator run
+/// by an administrator installs the whole of it.
 #[tokio::test]
 async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflict() {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -523,8 +524,18 @@ async fn the_operator_and_helm_share_the_webhook_configuration_without_a_conflic
         .webhooks
         .map_or(0, |w| w.len());
 
-    // No chart: the operator installs every webhook.
-    register(&operator, &endpoint, "first-ca")
+    // No chart: the chart's account creates no configuration, and says whose it is ...
+    configurations
+        .delete(CONFIGURATION_NAME, &DeleteParams::default())
+        .await
+        .expect("the placeholder deleted");
+    let refused = register(&operator, &endpoint, "first-ca")
+        .await
+        .expect_err("the operator's account created a webhook configuration")
+        .to_string();
+    assert!(refused.contains("the chart installs it"), "{refused}");
+    // ... and an operator run by an administrator installs every webhook.
+    register(&admin, &endpoint, "first-ca")
         .await
         .expect("registered");
     let whole = configurations
@@ -1052,11 +1063,10 @@ fn unreachable<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str) {
 /// stays guarded: a spec change and an unmarked deletion are still refused.
 #[tokio::test]
 async fn deletion_finishes_while_the_operator_is_down() {
-    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use kube::api::{DeleteParams, Patch, PatchParams};
     use simplyblock_api::keys::FORCE_DELETE_ANNOTATION;
     use simplyblock_api::{StorageClusterOps, StorageNodeOps};
-    use simplyblock_operator::webhooks::{Endpoint, NAMESPACE_CONTROLLER, configuration};
+    use simplyblock_operator::webhooks::{Endpoint, NAMESPACE_CONTROLLER};
 
     let ns = "wedge";
     let (env, kube) = crate::support::own_api_server(ns).await;
@@ -1092,16 +1102,14 @@ async fn deletion_finishes_while_the_operator_is_down() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
         l.local_addr().expect("addr").port()
     };
-    Api::<ValidatingWebhookConfiguration>::all(kube.clone())
-        .create(
-            &PostParams::default(),
-            &configuration(
-                &Endpoint::Url(format!("https://127.0.0.1:{closed}")),
-                "no one answers",
-            ),
-        )
-        .await
-        .expect("the webhooks registered");
+    // The chart's configuration, its webhooks at an address where no one answers.
+    simplyblock_operator::webhooks::register(
+        &kube,
+        &Endpoint::Url(format!("https://127.0.0.1:{closed}")),
+        "no one answers",
+    )
+    .await
+    .expect("the webhooks registered");
     let merge = |v: Value| Patch::Merge(v);
     let params = PatchParams::default();
 

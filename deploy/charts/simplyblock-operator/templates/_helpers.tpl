@@ -45,15 +45,15 @@ app.kubernetes.io/component: operator
 {{- $endpoint -}}
 {{- end -}}
 
-{{/* The CSI driver's ClusterRoles, which the SimplyblockDriver controller writes and binds. */}}
-{{- define "simplyblock.csiClusterRoles" -}}
-- simplyblock-csi-node-role
-- simplyblock-csi-provisioner-role
-- simplyblock-csi-attacher-role
-- simplyblock-csi-resizer-role
-- simplyblock-csi-snapshotter-role
-- simplyblock-csi-health-monitor-role
-- simplyblock-csi-addons-role
+{{/* The bindings of the CSI driver's ClusterRoles (csi-rbac.yaml), which the operator reads. */}}
+{{- define "simplyblock.csiClusterRoleBindings" -}}
+- simplyblock-operator-csi-node
+- simplyblock-operator-csi-provisioner
+- simplyblock-operator-csi-attacher
+- simplyblock-operator-csi-resizer
+- simplyblock-operator-csi-snapshotter
+- simplyblock-operator-csi-health-monitor
+- simplyblock-operator-csi-addons
 {{- end -}}
 
 {{/* The namespace whose storage objects the operator serves. */}}
