@@ -207,6 +207,8 @@ async fn main() -> anyhow::Result<()> {
     // It finds the control plane the ControlPlane installs, at its in-cluster Service,
     // reached through sbsim as the management API.
     let context = Context::resolving(operator_client, NAMESPACE.into())
+        // The chart's default: the operator serves its own namespace alone.
+        .watching(NAMESPACE)
         .with_control_plane_token(Token::Value(TOKEN.into()))
         .with_control_plane_proxy(sim.addr)
         .with_snode_proxy(sim.addr);
