@@ -18,7 +18,7 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 
 use crate::context::Context;
 use crate::deployment::discovery::{self, ProbeSettings};
-use crate::metrics_server::MetricsServer;
+use crate::metrics_server::{Access, MetricsServer};
 use crate::webhooks::tls::ServingCertificates;
 use crate::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
 use crate::{cluster, controlplane, deployment, driver, node, pool};
@@ -111,8 +111,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let ca = webhooks::ca::ensure(&client, &namespace).await?;
     let mut dns = vec!["localhost".to_string()];
     if let WebhookEndpoint::Service(service) = &config.webhook_endpoint {
-        dns.push(format!("{service}.{namespace}.svc"));
-        dns.push(format!("{service}.{namespace}.svc.cluster.local"));
+        // The metrics port serves the same certificate, behind the chart's Service.
+        for service in [service.as_str(), crate::metrics_server::SERVICE] {
+            dns.push(format!("{service}.{namespace}.svc"));
+            dns.push(format!("{service}.{namespace}.svc.cluster.local"));
+        }
     }
     let certs = ServingCertificates::with_bundle(
         ca.authority,
@@ -153,6 +156,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
     webhooks::conversion::register(&client, &endpoint, &certs.ca_bundle()).await?;
     tracing::info!(listen = %config.webhook_listen, ?endpoint, "serving the admission webhooks");
     background.push(tokio::spawn(certs.clone().rotate_forever()));
+    if let Some(addr) = config.metrics_listen {
+        let server = MetricsServer::bind(addr, ctx.metrics.clone())
+            .await?
+            .secured(certs.clone(), Access::new(client.clone()));
+        tracing::info!(listen = %addr, "serving /metrics (to readers the API server admits) and /healthz over TLS");
+        background.push(tokio::spawn(server.run()));
+    }
     background.push(tokio::spawn(webhooks::ca::keep_fresh(
         client.clone(),
         namespace.clone(),
@@ -160,11 +170,6 @@ pub async fn run(config: Config) -> Result<(), Error> {
         certs,
         Duration::from_secs(3600),
     )));
-    if let Some(addr) = config.metrics_listen {
-        let server = MetricsServer::bind(addr, ctx.metrics.clone()).await?;
-        tracing::info!(listen = %addr, "serving /metrics and /healthz");
-        background.push(tokio::spawn(server.run()));
-    }
 
     let result = lead(
         &ctx,

@@ -69,8 +69,9 @@ struct RunArgs {
         env = "SIMPLYBLOCK_WEBHOOK_LISTEN"
     )]
     webhook_listen: SocketAddr,
-    /// Where `/metrics` (OpenMetrics text format) and `/healthz` are served over plain
-    /// HTTP; empty or `off` serves neither.
+    /// Where `/metrics` (OpenMetrics text format, to a bearer token the API server lets
+    /// `get /metrics`) and `/healthz` are served, over TLS with the webhooks' certificate;
+    /// empty or `off` serves neither.
     #[arg(
         long,
         default_value = "0.0.0.0:8080",

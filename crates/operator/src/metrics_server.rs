@@ -1,32 +1,201 @@
-//! The operator's metrics over plain HTTP: `GET /metrics` renders the operator's registry
+//! The operator's metrics: `GET /metrics` renders the operator's registry
 //! ([`crate::metrics`]) in the OpenMetrics text format, and `GET /healthz` answers while
 //! the process serves.
+//!
+//! The operator binary serves both over TLS with the webhooks' certificate, and `/metrics`
+//! only to whom the API server lets in ([`Access`]): the series name every object the
+//! operator serves. `/healthz` stays open for the kubelet's probes. [`MetricsServer::bind`]
+//! alone serves plain and open, for a process that embeds the operator.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::Error;
 pub use crate::metrics::CONTENT_TYPE;
 use crate::metrics::Metrics;
 use crate::serving::ServerLimits;
+use crate::webhooks::tls::ServingCertificates;
 
-/// `/metrics` and `/healthz`.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+/// The chart's Service in front of the metrics port: its names go into the serving
+/// certificate.
+pub const SERVICE: &str = "simplyblock-operator-metrics";
+/// The chart's ClusterRole that lets a scraper read `/metrics`.
+pub const READER_ROLE: &str = "simplyblock-metrics-reader";
+/// How long the API server's verdict on a token is kept: a scraper asks every few
+/// seconds, and a revoked right stops working within this.
+const VERDICT_TTL: Duration = Duration::from_secs(60);
+/// The most tokens whose verdicts are kept; past it the oldest are forgotten.
+const VERDICTS: usize = 256;
+
+/// Who may read `/metrics`: the holder of a bearer token the API server authenticates
+/// (a TokenReview) and lets `get` the non-resource URL `/metrics` (a SubjectAccessReview),
+/// as kube-rbac-proxy does.
+#[derive(Clone)]
+pub struct Access {
+    client: kube::Client,
+    verdicts: Arc<Mutex<HashMap<String, (Instant, Verdict)>>>,
+}
+
+/// The API server's word on one token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// Not authenticated: why.
+    Unauthenticated(String),
+    /// Authenticated as `user`, who may not read `/metrics`.
+    Forbidden(String),
+}
+
+impl Access {
+    pub fn new(client: kube::Client) -> Access {
+        Access {
+            client,
+            verdicts: Arc::default(),
+        }
+    }
+
+    /// The verdict on `token`, from the API server unless one younger than
+    /// [`VERDICT_TTL`] is kept.
+    pub async fn verdict(&self, token: &str) -> Result<Verdict, kube::Error> {
+        let now = Instant::now();
+        if let Some((at, verdict)) = self.lock().get(token)
+            && now.duration_since(*at) < VERDICT_TTL
+        {
+            return Ok(verdict.clone());
+        }
+        let verdict = self.ask(token).await?;
+        let mut kept = self.lock();
+        kept.retain(|_, (at, _)| now.duration_since(*at) < VERDICT_TTL);
+        if kept.len() >= VERDICTS {
+            kept.clear();
+        }
+        kept.insert(token.to_owned(), (now, verdict.clone()));
+        Ok(verdict)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Verdict)>> {
+        self.verdicts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn ask(&self, token: &str) -> Result<Verdict, kube::Error> {
+        let review = Api::<TokenReview>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &TokenReview {
+                    spec: TokenReviewSpec {
+                        token: token.to_owned(),
+                        ..TokenReviewSpec::default()
+                    },
+                    ..TokenReview::default()
+                },
+            )
+            .await?;
+        let status = review.status.unwrap_or_default();
+        let user = status.user.unwrap_or_default();
+        if status.authenticated != Some(true) || user.username.is_none() {
+            return Ok(Verdict::Unauthenticated(status.error.unwrap_or_else(
+                || "the API server does not know the token".into(),
+            )));
+        }
+        let name = user.username.clone().unwrap_or_default();
+        let access = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &SubjectAccessReview {
+                    spec: SubjectAccessReviewSpec {
+                        user: user.username,
+                        groups: user.groups,
+                        uid: user.uid,
+                        extra: user.extra,
+                        non_resource_attributes: Some(NonResourceAttributes {
+                            path: Some("/metrics".into()),
+                            verb: Some("get".into()),
+                        }),
+                        ..SubjectAccessReviewSpec::default()
+                    },
+                    ..SubjectAccessReview::default()
+                },
+            )
+            .await?;
+        Ok(if access.status.is_some_and(|s| s.allowed) {
+            Verdict::Allowed
+        } else {
+            Verdict::Forbidden(name)
+        })
+    }
+}
+
+/// `/metrics` and `/healthz`; `/metrics` only to whom `access` lets in, when given.
+pub fn router(metrics: Arc<Metrics>, access: Option<Access>) -> Router {
     Router::new()
         .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(metrics)
+        .with_state((metrics, access))
 }
 
-async fn render(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render())
+async fn render(
+    State((metrics, access)): State<(Arc<Metrics>, Option<Access>)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(access) = access {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return (
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "/metrics needs a bearer token: send an account's token whose ClusterRole {READER_ROLE} is bound to it\n"
+                ),
+            )
+                .into_response();
+        };
+        match access.verdict(token).await {
+            Ok(Verdict::Allowed) => {}
+            Ok(Verdict::Unauthenticated(why)) => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    format!("the bearer token is not accepted ({why})\n"),
+                )
+                    .into_response();
+            }
+            Ok(Verdict::Forbidden(user)) => {
+                return (
+                    StatusCode::FORBIDDEN,
+                    format!("{user} may not get /metrics: bind ClusterRole {READER_ROLE} to it\n"),
+                )
+                    .into_response();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the API server did not review a /metrics token");
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the API server could not be asked who the caller is; try again\n",
+                )
+                    .into_response();
+            }
+        }
+    }
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render()).into_response()
 }
 
 /// A bound metrics server; [`MetricsServer::run`] serves until the task is dropped.
@@ -34,10 +203,12 @@ pub struct MetricsServer {
     listener: TcpListener,
     metrics: Arc<Metrics>,
     limits: ServerLimits,
+    secured: Option<(Arc<ServingCertificates>, Access)>,
 }
 
 impl MetricsServer {
-    /// Binds `addr`; port 0 picks a free one (see [`MetricsServer::local_addr`]).
+    /// Binds `addr`; port 0 picks a free one (see [`MetricsServer::local_addr`]). Plain
+    /// and open until [`MetricsServer::secured`].
     pub async fn bind(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<MetricsServer, Error> {
         let listener = TcpListener::bind(addr)
             .await
@@ -50,7 +221,14 @@ impl MetricsServer {
             listener,
             metrics,
             limits: ServerLimits::METRICS,
+            secured: None,
         })
+    }
+
+    /// Serves TLS with `certs`, and `/metrics` only to whom `access` lets in.
+    pub fn secured(mut self, certs: Arc<ServingCertificates>, access: Access) -> MetricsServer {
+        self.secured = Some((certs, access));
+        self
     }
 
     /// Serves within `limits` instead of [`ServerLimits::METRICS`].
@@ -64,14 +242,29 @@ impl MetricsServer {
     }
 
     pub async fn run(self) {
-        crate::serving::serve(
-            "metrics server",
-            self.listener,
-            self.limits,
-            router(self.metrics),
-            |tcp| std::future::ready(Ok(tcp)),
-        )
-        .await;
+        match self.secured {
+            Some((certs, access)) => {
+                let acceptor = TlsAcceptor::from(certs.server_config());
+                crate::serving::serve(
+                    "metrics server",
+                    self.listener,
+                    self.limits,
+                    router(self.metrics, Some(access)),
+                    move |tcp| acceptor.accept(tcp),
+                )
+                .await
+            }
+            None => {
+                crate::serving::serve(
+                    "metrics server",
+                    self.listener,
+                    self.limits,
+                    router(self.metrics, None),
+                    |tcp| std::future::ready(Ok(tcp)),
+                )
+                .await
+            }
+        }
     }
 }
 
@@ -93,7 +286,7 @@ mod tests {
     use tower::ServiceExt;
 
     async fn get(metrics: &Arc<Metrics>, path: &str) -> (StatusCode, Option<String>, String) {
-        let response = router(metrics.clone())
+        let response = router(metrics.clone(), None)
             .oneshot(Request::get(path).body(Body::empty()).expect("request"))
             .await
             .expect("answer");

@@ -1068,16 +1068,10 @@ pub async fn requests(kube: &kube::Client, verb: &str) -> BTreeMap<String, f64> 
     out
 }
 
-/// The ControlPlane controller's passes an operator process counts at its `/metrics`.
-async fn scraped_passes(port: u16) -> Option<f64> {
-    let text = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
+/// The ControlPlane controller's passes an operator process counts at its `/metrics`,
+/// read as a scraper the chart lets in ([`crate::support::scrape`]).
+async fn scraped_passes(env: &simplyblock_testenv::TestEnv, ns: &str, port: u16) -> Option<f64> {
+    let text = crate::support::scrape(env, ns, port).await?;
     Some(
         text.lines()
             .filter(|l| l.starts_with("simplyblock_reconcile_total{controller=\"controlplane\""))
@@ -1171,7 +1165,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
     // (a pass that starts after a change ends after those before it), and none runs after.
     let nudge = async |n: u64| {
         let from = until("the operator's metrics", async || {
-            scraped_passes(port).await
+            scraped_passes(&env, ns, port).await
         })
         .await;
         let stamp = format!("{:?}", Instant::now());
@@ -1185,7 +1179,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
         .await
         .expect("nudged");
         until("the passes after a nudge", async || {
-            let now = scraped_passes(port).await?;
+            let now = scraped_passes(&env, ns, port).await?;
             (now >= from + n as f64).then_some(now)
         })
         .await

@@ -37,17 +37,6 @@ fn operator(
         .expect("the operator starts")
 }
 
-/// The operator's `/metrics` on `port`, or `None` while it does not answer.
-async fn scrape(port: u16) -> Option<String> {
-    let client = reqwest::Client::new();
-    let response = client
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .ok()?;
-    response.text().await.ok()
-}
-
 /// The StorageCluster passes a process's metrics count (0 when none).
 fn cluster_passes(metrics: &str) -> f64 {
     metrics
@@ -115,13 +104,20 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     .await;
     let mut b = operator(&env, &sim, &token_file, "operator-b", b_port);
     // The standby serves too: its metrics answer (and its webhooks admit what follows).
-    until("operator-b serving", async || scrape(b_port).await).await;
+    until("operator-b serving", async || {
+        crate::support::scrape(&env, NS, b_port).await
+    })
+    .await;
 
     create_cluster(&clusters, "first").await;
     created(&clusters, "first").await;
-    let a_metrics = scrape(a_port).await.expect("operator-a's metrics");
+    let a_metrics = crate::support::scrape(&env, NS, a_port)
+        .await
+        .expect("operator-a's metrics");
     assert!(cluster_passes(&a_metrics) >= 1.0, "{a_metrics}");
-    let b_metrics = scrape(b_port).await.expect("operator-b's metrics");
+    let b_metrics = crate::support::scrape(&env, NS, b_port)
+        .await
+        .expect("operator-b's metrics");
     assert_eq!(
         cluster_passes(&b_metrics),
         0.0,
@@ -147,7 +143,9 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
     );
     create_cluster(&clusters, "second").await;
     created(&clusters, "second").await;
-    let b_metrics = scrape(b_port).await.expect("operator-b's metrics");
+    let b_metrics = crate::support::scrape(&env, NS, b_port)
+        .await
+        .expect("operator-b's metrics");
     assert!(cluster_passes(&b_metrics) >= 1.0, "{b_metrics}");
 
     // SIGTERM: the passes in flight finish, the Lease is released, the process ends well.

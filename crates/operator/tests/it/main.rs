@@ -19,6 +19,7 @@ mod hub;
 mod leader;
 mod lock;
 mod maintenance;
+mod metrics;
 mod migrate;
 mod node_ops;
 mod node_remove;

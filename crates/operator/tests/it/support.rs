@@ -864,3 +864,60 @@ pub async fn moved_over_api_server(
         .expect("admission");
     (env, admin, serving)
 }
+
+/// What a scraper the chart lets in reads at the `/metrics` of an operator process on
+/// `port` on [`own_api_server`] `env` (namespace `ns`): over TLS verified against the
+/// operator's webhook CA, with the token of account `scraper`, bound to the chart's
+/// ClusterRole `simplyblock-metrics-reader`. `None` while it does not answer so.
+pub async fn scrape(env: &TestEnv, ns: &str, port: u16) -> Option<String> {
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use simplyblock_operator::metrics_server::READER_ROLE;
+    let admin = env.client().await.ok()?;
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "scraper"}})).ok()?;
+    let _ = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(&Default::default(), &account)
+        .await;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{ns}-scraper")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": ns}],
+    }))
+    .ok()?;
+    let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&Default::default(), &binding)
+        .await;
+    let token = env.service_account_token(ns, "scraper").await.ok()?;
+    let ca = Api::<Secret>::namespaced(admin, ns)
+        .get_opt(simplyblock_operator::webhooks::ca::SECRET)
+        .await
+        .ok()??;
+    let bundle = ca.data?.get("ca.crt")?.0.clone();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&bundle) {
+        roots.add(cert.ok()?).ok()?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .ok()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let response = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .ok()?
+        .get(format!("https://127.0.0.1:{port}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.text().await.ok()
+}
