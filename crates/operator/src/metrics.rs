@@ -14,8 +14,13 @@
 //! | `simplyblock_reconcile_duration_seconds` | histogram | `controller` |
 //!
 //! The Ops kinds add theirs ([`crate::ops::metrics`]), and so do the entities.
+//!
+//! A series keyed by an object's name goes with the object: its controller forgets it
+//! when it sees the deletion ([`Metrics::forget_one_hot`]), or, for a kind without a
+//! finalizer, sweeps the series of every object it no longer holds
+//! ([`Metrics::sweep_one_hot`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
@@ -59,6 +64,10 @@ pub struct Metrics {
     /// Not exported (one series per object would outlive the objects): how a caller in
     /// the same process proves that a controller looked at an object again.
     passes: Mutex<BTreeMap<PassKey, u64>>,
+    /// Family name → the label sets (without `phase`) [`Metrics::one_hot`] has shown and
+    /// nothing has forgotten since: what [`Metrics::sweep_one_hot`] chooses from. Held
+    /// while a one-hot family's series are written or removed, so the two agree.
+    one_hot: Mutex<BTreeMap<String, BTreeSet<Labels>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -74,6 +83,11 @@ impl Metrics {
 
     fn families(&self) -> std::sync::MutexGuard<'_, Families> {
         self.families.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locked before [`Metrics::families`] whenever both are.
+    fn shown(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<Labels>>> {
+        self.one_hot.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds `by` to the counter `name` (which ends in `_total`).
@@ -127,6 +141,7 @@ impl Metrics {
 
     /// Sets the gauge `name` to 1 for the series whose `phase` label is `current` and 0
     /// for every other of `states` (all 0 when `current` is `None`: the object is gone).
+    /// `labels` is remembered as shown until forgotten ([`Metrics::sweep_one_hot`]).
     pub fn one_hot<'a>(
         &self,
         name: &str,
@@ -134,16 +149,57 @@ impl Metrics {
         states: impl IntoIterator<Item = &'a str>,
         current: Option<&str>,
     ) {
+        let mut shown = self.shown();
         for state in states {
             let mut series = labels.clone();
             series.push(("phase", state.to_owned()));
             self.set(name, series, if Some(state) == current { 1.0 } else { 0.0 });
         }
+        shown
+            .entry(name.to_owned())
+            .or_default()
+            .insert(labels.clone());
     }
 
     /// Removes the series [`Metrics::one_hot`] wrote for `labels`, one per state of
     /// `states`: the object they describe is gone, so they are no longer rendered.
     pub fn forget_one_hot<'a>(
+        &self,
+        name: &str,
+        labels: &Labels,
+        states: impl IntoIterator<Item = &'a str>,
+    ) {
+        let mut shown = self.shown();
+        if let Some(sets) = shown.get_mut(name) {
+            sets.remove(labels);
+        }
+        self.forget_states(name, labels, states);
+    }
+
+    /// [`Metrics::forget_one_hot`] for every label set of `name` shown by
+    /// [`Metrics::one_hot`] that `keep` refuses: how a controller that sees no deletions
+    /// (a kind without a finalizer) drops the series of the objects it no longer holds.
+    /// Returns how many label sets went.
+    pub fn sweep_one_hot<'a>(
+        &self,
+        name: &str,
+        states: impl IntoIterator<Item = &'a str>,
+        keep: impl Fn(&Labels) -> bool,
+    ) -> usize {
+        let states: Vec<&str> = states.into_iter().collect();
+        let mut shown = self.shown();
+        let Some(sets) = shown.get_mut(name) else {
+            return 0;
+        };
+        let gone: Vec<Labels> = sets.iter().filter(|l| !keep(l)).cloned().collect();
+        for labels in &gone {
+            sets.remove(labels);
+            self.forget_states(name, labels, states.iter().copied());
+        }
+        gone.len()
+    }
+
+    fn forget_states<'a>(
         &self,
         name: &str,
         labels: &Labels,
@@ -295,6 +351,47 @@ mod tests {
             Some(1.0)
         );
         assert!(!m.render().contains("name=\"a\""), "{}", m.render());
+    }
+
+    #[test]
+    fn a_sweep_forgets_the_one_hot_series_it_is_not_told_to_keep() {
+        let m = Metrics::new();
+        let of = |o: &str| vec![("name", o.to_owned())];
+        let states = ["Up", "Down"];
+        for o in ["a", "b", "c"] {
+            m.one_hot("x_phase_state", &of(o), states, Some("Up"));
+        }
+        m.one_hot("y_phase_state", &of("a"), states, Some("Up"));
+        m.forget_one_hot("x_phase_state", &of("c"), states);
+        let keep_b = |l: &Labels| l.contains(&("name", "b".to_owned()));
+        assert_eq!(
+            m.sweep_one_hot("x_phase_state", states, keep_b),
+            1,
+            "only a"
+        );
+        for s in states {
+            assert_eq!(
+                m.sample("x_phase_state", &[("name", "a"), ("phase", s)]),
+                None
+            );
+        }
+        assert_eq!(
+            m.sample("x_phase_state", &[("name", "b"), ("phase", "Up")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            m.sample("y_phase_state", &[("name", "a"), ("phase", "Up")]),
+            Some(1.0),
+            "another family is not swept"
+        );
+        // What went is no longer shown: a second sweep has nothing to forget, and a
+        // family never written has nothing either.
+        assert_eq!(m.sweep_one_hot("x_phase_state", states, keep_b), 0);
+        assert_eq!(m.sweep_one_hot("never_written", states, |_| false), 0);
+        // Written again, it is shown again.
+        m.one_hot("x_phase_state", &of("a"), states, Some("Down"));
+        assert_eq!(m.sweep_one_hot("x_phase_state", states, |_| false), 2);
+        assert!(!m.render().contains("x_phase_state{"), "{}", m.render());
     }
 
     #[test]

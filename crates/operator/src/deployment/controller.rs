@@ -9,15 +9,21 @@
 //!
 //! A pass of the expansion is `observe` (reads only, what the step needs), the pure
 //! [`plan::plan`] over it, and `Pass::execute`, which performs the plan's writes.
+//!
+//! A document has no finalizer, so the controller never sees one go: after every pass,
+//! and every [`SWEEP_INTERVAL`], the phase series of the documents its cache no longer
+//! holds are forgotten ([`super::metrics::sweep_phases`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use serde_json::json;
 use simplyblock_api::cluster_deployment_config::{
@@ -42,12 +48,16 @@ pub const READY_LABEL: &str = "storage.simplyblock.io/ready-to-deploy";
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "clusterdeploymentconfig";
 
+/// How often the phase series of deleted documents are swept when no pass does it.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(
         ctx.scope.api::<ClusterDeploymentConfig>(&ctx.kube),
         watcher::Config::default(),
     );
+    let docs = controller.store();
     let store = controller.store();
     // A cluster or node changing moves the documents of its namespace on (their uuid and
     // phases are what AwaitingCluster and Activating wait for).
@@ -71,7 +81,62 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             move |n: StorageNode| by_ns_nodes(n.namespace()),
         );
-    kit::run(CONTROLLER, controller, reconcile, ctx).await
+    let swept = docs.clone();
+    let reconcile_and_sweep = move |doc: Arc<ClusterDeploymentConfig>, ctx: Arc<Context>| {
+        let docs = swept.clone();
+        async move {
+            let result = reconcile(doc, ctx.clone()).await;
+            sweep(&docs, &ctx);
+            result
+        }
+    };
+    // The sweeper stops at shutdown; the controller, finishing its passes, ends the run.
+    let sweeper = async {
+        sweep_periodically(docs, ctx.clone()).await;
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = kit::run(CONTROLLER, controller, reconcile_and_sweep, ctx.clone()) => {}
+        () = sweeper => {}
+    }
+}
+
+/// Forgets the phase series of every document `docs` no longer holds.
+fn sweep(docs: &Store<ClusterDeploymentConfig>, ctx: &Context) {
+    let existing: BTreeSet<(String, String)> = docs
+        .state()
+        .iter()
+        .map(|d| (namespace(d), d.name_any()))
+        .collect();
+    let gone = super::metrics::sweep_phases(&ctx.metrics, &existing);
+    if gone > 0 {
+        tracing::debug!(
+            controller = CONTROLLER,
+            gone,
+            "forgot the phases of deleted documents"
+        );
+    }
+}
+
+/// [`sweep`] every [`SWEEP_INTERVAL`] once the cache has synced (an empty cache before
+/// that holds nothing), until the operator stops.
+async fn sweep_periodically(docs: Store<ClusterDeploymentConfig>, ctx: Arc<Context>) {
+    let shutdown = ctx.shutdown.clone();
+    let sweeping = async {
+        if docs.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut every = tokio::time::interval(SWEEP_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            sweep(&docs, &ctx);
+        }
+    };
+    tokio::select! {
+        () = sweeping => {}
+        () = shutdown.wait() => {}
+    }
 }
 
 pub async fn reconcile(

@@ -4,6 +4,11 @@
 //! `validation_failures_total{namespace,reason}` (expansions refused) and
 //! `approval_rejections_total{namespace,reason}` (approving writes refused at admission,
 //! one per problem).
+//!
+//! A document has no finalizer: its `phase_state` series go when the controller sweeps
+//! ([`sweep_phases`]) and no longer holds it.
+
+use std::collections::BTreeSet;
 
 use simplyblock_api::cluster_deployment_config::DeploymentPhase;
 
@@ -37,6 +42,26 @@ pub fn phase(m: &Metrics, namespace: &str, doc: &str, phase: DeploymentPhase) {
         DeploymentPhase::ALL.map(phase_name),
         Some(phase_name(phase)),
     );
+}
+
+/// Forgets the `phase_state` series of every document not in `existing` (namespace,
+/// name); returns how many documents' series went.
+pub fn sweep_phases(m: &Metrics, existing: &BTreeSet<(String, String)>) -> usize {
+    m.sweep_one_hot(
+        &name("phase_state"),
+        DeploymentPhase::ALL.map(phase_name),
+        |l| exists(l, existing),
+    )
+}
+
+/// Whether the series labelled `shown` describe a document of `existing`; a series
+/// without both labels was not written by [`phase`] and stays.
+fn exists(shown: &Labels, existing: &BTreeSet<(String, String)>) -> bool {
+    let label = |key: &str| shown.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+    match (label("namespace"), label("name")) {
+        (Some(ns), Some(doc)) => existing.contains(&(ns.clone(), doc.clone())),
+        _ => true,
+    }
 }
 
 pub fn nodes_created(m: &Metrics, namespace: &str, count: usize) {
@@ -106,5 +131,45 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    fn docs(pairs: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+        pairs
+            .iter()
+            .map(|(ns, n)| ((*ns).to_owned(), (*n).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_series_is_kept_only_while_its_document_exists() {
+        let existing = docs(&[("a-ns", "doc"), ("b-ns", "other")]);
+        let of = |ns: &str, n: &str| labels(&[("namespace", ns), ("name", n)]);
+        assert!(exists(&of("a-ns", "doc"), &existing));
+        assert!(exists(&of("b-ns", "other"), &existing));
+        // The same name in another namespace is another document.
+        assert!(!exists(&of("b-ns", "doc"), &existing));
+        assert!(!exists(&of("a-ns", "gone"), &existing));
+        assert!(!exists(&of("a-ns", "doc"), &docs(&[])));
+        assert!(exists(&labels(&[("name", "doc")]), &docs(&[])));
+    }
+
+    #[test]
+    fn a_sweep_forgets_the_phases_of_deleted_documents_only() {
+        let m = Metrics::new();
+        phase(&m, "m-ns", "kept", DeploymentPhase::Draft);
+        phase(&m, "m-ns", "deleted", DeploymentPhase::Expanding);
+        let of = |doc: &str, p: &str| {
+            m.sample(
+                "simplyblock_clusterdeploymentconfig_phase_state",
+                &[("namespace", "m-ns"), ("name", doc), ("phase", p)],
+            )
+        };
+        assert_eq!(sweep_phases(&m, &docs(&[("m-ns", "kept")])), 1);
+        for p in DeploymentPhase::ALL.map(phase_name) {
+            assert_eq!(of("deleted", p), None, "{p}");
+        }
+        assert_eq!(of("kept", "Draft"), Some(1.0));
+        assert_eq!(of("kept", "Expanded"), Some(0.0));
+        assert_eq!(sweep_phases(&m, &docs(&[("m-ns", "kept")])), 0);
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use simplyblock_api::cluster_deployment_config::{
     ClusterDeploymentConfig, DeploymentPhase, ExpansionStep,
@@ -259,4 +259,85 @@ async fn a_status_decided_on_a_stale_read_is_refused_not_written_over_a_newer_on
     let message = stored.message.expect("message");
     assert_ne!(message, newer);
     assert!(message.contains("approv"), "{message}");
+}
+
+/// A document has no finalizer: its phase series go with it all the same, swept once the
+/// controller's cache no longer holds it, and a neighbour's stay.
+#[tokio::test]
+async fn a_deleted_documents_phase_series_go_and_a_neighbours_stay() {
+    const NS: &str = "deploy-sweep";
+    const PHASE: &str = "simplyblock_clusterdeploymentconfig_phase_state";
+    let env = crate::support::api_server().await;
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, NS)
+        .await
+        .expect("namespace");
+    // Drafts only: their passes read the API server alone, no control plane is asked.
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube().await,
+            crate::support::cp_client("http://127.0.0.1:9"),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
+            NS.into(),
+        )
+        .watching(NS),
+    );
+    let controller = tokio::spawn(deployment::controller::run(ctx.clone()));
+
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    let sample: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    let (kept, deleted) = ("kept", "deleted");
+    for name in [kept, deleted] {
+        let mut doc = sample.clone();
+        doc.metadata.name = Some(name.into());
+        docs.create(&PostParams::default(), &doc)
+            .await
+            .expect("draft");
+    }
+    let draft = |name: &str| {
+        ctx.metrics.sample(
+            PHASE,
+            &[("namespace", NS), ("name", name), ("phase", "Draft")],
+        )
+    };
+    for name in [kept, deleted] {
+        until(&format!("{name}'s phase series"), async || {
+            (draft(name) == Some(1.0)).then_some(())
+        })
+        .await;
+    }
+
+    docs.delete(deleted, &DeleteParams::default())
+        .await
+        .expect("delete");
+    until("the deleted document's phase series to go", async || {
+        DeploymentPhase::ALL
+            .iter()
+            .all(|p| {
+                let phase = format!("{p:?}");
+                ctx.metrics
+                    .sample(
+                        PHASE,
+                        &[("namespace", NS), ("name", deleted), ("phase", &phase)],
+                    )
+                    .is_none()
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(draft(kept), Some(1.0), "the neighbour's series stay");
+    assert_eq!(
+        ctx.metrics.sample(
+            PHASE,
+            &[("namespace", NS), ("name", kept), ("phase", "Expanded")]
+        ),
+        Some(0.0)
+    );
+    controller.abort();
 }
