@@ -198,12 +198,13 @@ async fn main() -> anyhow::Result<()> {
     }
 
     step(
-        "starting the operator as the chart's ServiceAccount: admission webhooks over TLS, and its controllers",
+        "starting the operator as the chart's ServiceAccount (least privilege: no role to grant, no Secret outside its namespaces): admission webhooks over TLS, and its controllers",
     );
     // The operator the binary runs, leader election included, in this process.
     let operator_client = env
         .service_account_client(NAMESPACE, chart::OPERATOR_ACCOUNT)
         .await?;
+    least_privilege(&operator_client).await?;
     // It finds the control plane the ControlPlane installs, at its in-cluster Service,
     // reached through sbsim as the management API.
     let context = Context::resolving(operator_client, NAMESPACE.into())
@@ -777,6 +778,50 @@ async fn follow(
 ) -> anyhow::Result<(OpsPhase, Option<String>, Option<String>)> {
     let s = day_two::follow_until(api, name, |_| false).await?;
     Ok((s.phase, s.step.state, s.message))
+}
+
+/// Shows that the operator's account is refused the first steps towards cluster-admin
+/// (dry runs, so nothing is written even if one were let through, which fails the demo).
+async fn least_privilege(operator: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::api::PostParams;
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "simplyblock-operator-more"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": chart::OPERATOR_ACCOUNT, "namespace": NAMESPACE}],
+    }))?;
+    let secret: Secret =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "simplyblock-probe"}}))?;
+    let attempts = [
+        (
+            "bind cluster-admin to itself",
+            Api::<ClusterRoleBinding>::all(operator.clone())
+                .create(&dry, &binding)
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "write a Secret in kube-system",
+            Api::<Secret>::namespaced(operator.clone(), "kube-system")
+                .create(&dry, &secret)
+                .await
+                .map(|_| ()),
+        ),
+    ];
+    for (what, result) in attempts {
+        match result {
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                eprintln!("    the operator's account may not {what}: Forbidden");
+            }
+            other => anyhow::bail!("the operator's account was not refused to {what}: {other:?}"),
+        }
+    }
+    Ok(())
 }
 
 fn step(text: &str) {
