@@ -538,8 +538,10 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
                     node_selector: non_empty(spec.controller_node_selector.clone()),
                     tolerations: non_empty_list(spec.controller_tolerations.clone()),
                     containers,
-                    volumes: Some(
-                        [
+                    volumes: Some(with_tls_volumes(
+                        driver,
+                        settings,
+                        vec![
                             Volume {
                                 name: "socket-dir".into(),
                                 empty_dir: Some(EmptyDirVolumeSource {
@@ -550,15 +552,8 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
                             },
                             config_map_volume("csi-config", CONFIG_MAP, false),
                             secret_volume(),
-                        ]
-                        .into_iter()
-                        .chain(
-                            tls_material(driver, settings)
-                                .into_iter()
-                                .map(|(v, _, _)| v),
-                        )
-                        .collect(),
-                    ),
+                        ],
+                    )),
                     ..PodSpec::default()
                 }),
             },
@@ -696,8 +691,10 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                     host_network: Some(true),
                     dns_policy: Some("ClusterFirstWithHostNet".into()),
                     containers: vec![registrar, plugin],
-                    volumes: Some(
-                        [
+                    volumes: Some(with_tls_volumes(
+                        driver,
+                        settings,
+                        vec![
                             host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
                             host_path("registration-dir", KUBELET_REGISTRY, Some("Directory")),
                             host_path("plugin-dir", KUBELET_PLUGINS, Some("Directory")),
@@ -712,15 +709,8 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                                 true,
                             ),
                             secret_volume(),
-                        ]
-                        .into_iter()
-                        .chain(
-                            tls_material(driver, settings)
-                                .into_iter()
-                                .map(|(v, _, _)| v),
-                        )
-                        .collect(),
-                    ),
+                        ],
+                    )),
                     ..PodSpec::default()
                 }),
             },
@@ -728,6 +718,20 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
         },
         ..DaemonSet::default()
     }
+}
+
+/// `volumes` and the TLS material the plugins mount ([`tls_material`]).
+fn with_tls_volumes(
+    driver: &SimplyblockDriver,
+    settings: Settings<'_>,
+    mut volumes: Vec<Volume>,
+) -> Vec<Volume> {
+    volumes.extend(
+        tls_material(driver, settings)
+            .into_iter()
+            .map(|(v, _, _)| v),
+    );
+    volumes
 }
 
 fn non_empty(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {

@@ -103,28 +103,35 @@ pub async fn observe(
     })
 }
 
+/// `name` through `api` as JSON, or `None` when there is none.
+async fn get_json<K>(api: Api<K>, name: &str) -> Result<Option<serde_json::Value>, kube::Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    api.get_opt(name).await.and_then(|found| {
+        found
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(kube::Error::SerdeError)
+    })
+}
+
 /// Each of the chart's bindings for the driver ([`rbac::grants`]), read by name (all the
 /// operator may read of RBAC); a RoleBinding in `namespace`, the driver's.
 async fn bindings(client: &kube::Client, namespace: &str) -> Result<BTreeMap<String, Seen>, Error> {
     let mut out = BTreeMap::new();
     for grant in rbac::grants() {
         let read = match grant.scope {
-            Scope::Cluster => Api::<ClusterRoleBinding>::all(client.clone())
-                .get_opt(&grant.name)
+            Scope::Cluster => {
+                get_json(Api::<ClusterRoleBinding>::all(client.clone()), &grant.name).await
+            }
+            Scope::Namespace => {
+                get_json(
+                    Api::<RoleBinding>::namespaced(client.clone(), namespace),
+                    &grant.name,
+                )
                 .await
-                .and_then(|b| {
-                    b.map(serde_json::to_value)
-                        .transpose()
-                        .map_err(kube::Error::SerdeError)
-                }),
-            Scope::Namespace => Api::<RoleBinding>::namespaced(client.clone(), namespace)
-                .get_opt(&grant.name)
-                .await
-                .and_then(|b| {
-                    b.map(serde_json::to_value)
-                        .transpose()
-                        .map_err(kube::Error::SerdeError)
-                }),
+            }
         };
         let seen = match read {
             Ok(Some(binding)) => Seen::Found(binding),

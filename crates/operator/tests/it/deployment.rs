@@ -202,24 +202,8 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
 #[tokio::test]
 async fn a_status_decided_on_a_stale_read_is_refused_not_written_over_a_newer_one() {
     const NS: &str = "deploy-stale";
-    let env = crate::support::api_server().await;
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    simplyblock_testenv::create_namespace(&kube, NS)
-        .await
-        .expect("namespace");
     // A draft's status is written from the API server alone: no control plane is asked.
-    let ctx = Arc::new(
-        Context::new(
-            crate::support::operator_kube().await,
-            crate::support::cp_client("http://127.0.0.1:9"),
-            crate::support::MANAGED_TLS_ENDPOINT.into(),
-            NS.into(),
-        )
-        .watching(NS),
-    );
+    let (kube, ctx) = drafts_only(NS).await;
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
     let doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"
@@ -267,24 +251,8 @@ async fn a_status_decided_on_a_stale_read_is_refused_not_written_over_a_newer_on
 async fn a_deleted_documents_phase_series_go_and_a_neighbours_stay() {
     const NS: &str = "deploy-sweep";
     const PHASE: &str = "simplyblock_clusterdeploymentconfig_phase_state";
-    let env = crate::support::api_server().await;
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs");
-    let kube = env.client().await.expect("client");
-    simplyblock_testenv::create_namespace(&kube, NS)
-        .await
-        .expect("namespace");
     // Drafts only: their passes read the API server alone, no control plane is asked.
-    let ctx = Arc::new(
-        Context::new(
-            crate::support::operator_kube().await,
-            crate::support::cp_client("http://127.0.0.1:9"),
-            crate::support::MANAGED_TLS_ENDPOINT.into(),
-            NS.into(),
-        )
-        .watching(NS),
-    );
+    let (kube, ctx) = drafts_only(NS).await;
     let controller = tokio::spawn(deployment::controller::run(ctx.clone()));
 
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
@@ -340,4 +308,28 @@ async fn a_deleted_documents_phase_series_go_and_a_neighbours_stay() {
         Some(0.0)
     );
     controller.abort();
+}
+
+/// The shared API server's admin client and an operator context watching namespace `ns`
+/// (created), whose control plane answers nothing: for passes over drafts, which read the
+/// API server alone.
+async fn drafts_only(ns: &str) -> (kube::Client, Arc<Context>) {
+    let env = crate::support::api_server().await;
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    let kube = env.client().await.expect("client");
+    simplyblock_testenv::create_namespace(&kube, ns)
+        .await
+        .expect("namespace");
+    let ctx = Arc::new(
+        Context::new(
+            crate::support::operator_kube().await,
+            crate::support::cp_client("http://127.0.0.1:9"),
+            crate::support::MANAGED_TLS_ENDPOINT.into(),
+            ns.into(),
+        )
+        .watching(ns),
+    );
+    (kube, ctx)
 }
