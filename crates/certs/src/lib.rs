@@ -147,6 +147,42 @@ impl Authority {
         self.sign(params)
     }
 
+    /// A peer certificate (server and client auth) for these DNS names, valid from
+    /// `not_before` to `not_after` (seconds since the Unix epoch), issued to the public key
+    /// of the PKCS#10 request `csr_der` (its signature checked; nothing else of it is
+    /// taken: the names and usages are the caller's). The certificate in PEM.
+    pub fn peer_for_request(
+        &self,
+        csr_der: &[u8],
+        common_name: &str,
+        dns: &[&str],
+        not_before: i64,
+        not_after: i64,
+    ) -> Result<String, Error> {
+        let request = rcgen::CertificateSigningRequestParams::from_der(
+            &rustls_pki_types::CertificateSigningRequestDer::from(csr_der.to_vec()),
+        )
+        .map_err(err)?;
+        let names: Vec<String> = dns.iter().map(|d| d.to_string()).collect();
+        let mut params = CertificateParams::new(names).map_err(err)?;
+        let at = |secs: i64| {
+            time::OffsetDateTime::from_unix_timestamp(secs)
+                .map_err(|e| Error(format!("a validity bound is out of range: {e}")))
+        };
+        params.not_before = at(not_before)?;
+        params.not_after = at(not_after)?;
+        params.distinguished_name = name(common_name, None);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let cert = params
+            .signed_by(&request.public_key, &self.issuer)
+            .map_err(err)?;
+        Ok(cert.pem())
+    }
+
     /// A server certificate for loopback: `localhost`, `127.0.0.1` and `::1`.
     pub fn loopback_serving(&self, common_name: &str) -> Result<Pair, Error> {
         self.serving(
@@ -193,6 +229,16 @@ impl Authority {
             key: key.serialize_pem(),
         })
     }
+}
+
+/// A new key and an empty PKCS#10 request of it, as a kubelet makes for a pod's
+/// certificate: (private key PEM, request DER).
+pub fn certificate_request() -> Result<(String, Vec<u8>), Error> {
+    let key = KeyPair::generate().map_err(err)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    let request = params.serialize_request(&key).map_err(err)?;
+    Ok((key.serialize_pem(), request.der().to_vec()))
 }
 
 /// A key pair alone, e.g. for signing service-account tokens: (private PEM, public PEM).
@@ -343,6 +389,71 @@ mod tests {
         assert!(
             clients
                 .verify_client_cert(&leaf(&serving), &[], now)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_certificate_for_a_request_is_the_requesters_key_with_the_callers_names_only() {
+        let ca = Authority::new("request-ca").expect("ca");
+        let key = KeyPair::generate().expect("key");
+        // The request asks for a name of its own; only the caller's are issued.
+        let csr = CertificateParams::new(vec!["everything.example".to_string()])
+            .expect("params")
+            .serialize_request(&key)
+            .expect("request");
+        let now = UnixTime::now().as_secs() as i64;
+        let pem = ca
+            .peer_for_request(csr.der(), "w1", &["w1.nodes.ns.svc"], now - 60, now + 3600)
+            .expect("issued");
+        let leaf = CertificateDer::from_pem_slice(pem.as_bytes()).expect("pem");
+        let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).expect("x509");
+        assert_eq!(
+            parsed.public_key().raw,
+            rcgen::PublicKeyData::subject_public_key_info(&key).as_slice(),
+            "issued to the requester's key"
+        );
+        assert_eq!(parsed.validity().not_before.timestamp(), now - 60);
+        assert_eq!(parsed.validity().not_after.timestamp(), now + 3600);
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
+            .expect("root");
+        let roots = std::sync::Arc::new(roots);
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let servers = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .expect("server verifier");
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
+            .build()
+            .expect("client verifier");
+        let at = UnixTime::now();
+        let named = |n: &str| ServerName::try_from(n.to_string()).expect("name");
+        servers
+            .verify_server_cert(&leaf, &[], &named("w1.nodes.ns.svc"), &[], at)
+            .expect("serves its own name");
+        for other in ["w2.nodes.ns.svc", "everything.example"] {
+            assert!(
+                servers
+                    .verify_server_cert(&leaf, &[], &named(other), &[], at)
+                    .is_err(),
+                "{other}"
+            );
+        }
+        clients
+            .verify_client_cert(&leaf, &[], at)
+            .expect("calls out");
+
+        // A request whose signature does not hold is refused.
+        let mut forged = csr.der().to_vec();
+        let last = forged.len() - 1;
+        forged[last] ^= 0xff;
+        assert!(
+            ca.peer_for_request(&forged, "w1", &["w1.nodes.ns.svc"], now, now + 3600)
                 .is_err()
         );
     }
