@@ -75,6 +75,10 @@ pub const NODEPROBE_NODE_LABEL: &str = "storage.simplyblock.io/nodeprobe-node";
 /// the NodeRestriction admission plugin keeps a kubelet from setting on its own Node: a
 /// compromised worker cannot enrol itself and receive a storage-node pod and its key.
 pub const ENROLLMENT_LABEL: &str = "node-restriction.kubernetes.io/simplyblock-storage-node";
+/// The signer of the storage nodes' own certificates: each storage-node pod asks for one
+/// through a `podCertificate` projected volume (its kubelet makes the PodCertificateRequest)
+/// and the operator issues it from the cluster's CA for that pod's worker alone.
+pub const STORAGE_NODE_SIGNER: &str = "storage.simplyblock.io/storage-node";
 /// Label on a Kubernetes Node: the enrollment label of earlier releases (and of the Go
 /// operator). A kubelet may set it on its own Node, so nothing selects on it any more; the
 /// operator removes it once no storage-node pod scheduled by it is left on the worker.

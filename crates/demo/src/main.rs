@@ -263,15 +263,19 @@ async fn main() -> anyhow::Result<()> {
             }
         },
     );
-    // The storage nodes serve the certificate of their cluster's serving Secret and take
-    // only callers with a certificate from its CA, as the pods that mount it would.
+    // The storage nodes serve the certificate their pods would mount (each its own, issued
+    // by the operator's signer, or their cluster's serving Secret's) and take only callers
+    // with a certificate from its CA.
     let mounted_by = sim.sim.clone();
-    let _mounted = standin::mount_secrets(
+    let _mounted = standin::storage_node_pods(
         client.clone(),
         NAMESPACE.into(),
-        "simplyblock-storage-node-tls-",
-        move |ns, files| {
-            if let Err(e) = mounted_by.named_tls.serve_storage_nodes(ns, files) {
+        move |ns, worker, files| {
+            let served = match worker {
+                None => mounted_by.named_tls.serve_storage_nodes(ns, files),
+                Some(worker) => mounted_by.named_tls.serve_storage_node(ns, worker, files),
+            };
+            if let Err(e) = served {
                 eprintln!("    the storage nodes cannot serve their certificate: {e}");
             }
         },

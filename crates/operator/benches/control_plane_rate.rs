@@ -94,13 +94,16 @@ async fn run_mode(mode: &str, workers: u64, settle: Duration, window: Duration) 
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", None)
         .await
         .expect("sbsim");
+    // The storage nodes serve the certificate their pods would mount.
     let mounted_by = sim.sim.clone();
-    let _mounted = simplyblock_testenv::standin::mount_secrets(
+    let _mounted = simplyblock_testenv::standin::storage_node_pods(
         kube.clone(),
         NS.into(),
-        "simplyblock-storage-node-tls-",
-        move |ns, files| {
-            let _ = mounted_by.named_tls.serve_storage_nodes(ns, files);
+        move |ns, worker, files| {
+            let _ = match worker {
+                None => mounted_by.named_tls.serve_storage_nodes(ns, files),
+                Some(worker) => mounted_by.named_tls.serve_storage_node(ns, worker, files),
+            };
         },
     );
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));

@@ -41,7 +41,9 @@ pub const STORAGE_NODE_SERVICE: &str = "simplyblock-storage-node-api";
 /// The TLS sbsim serves per DNS name, beside its listener's own: what a server does once
 /// it mounts its Secret. A name covers itself and the names under it, so a storage-node
 /// domain (`simplyblock-storage-node-api.<namespace>.svc.cluster.local`) covers its
-/// workers, and the control plane's Service name covers the control plane. A TLS
+/// workers, and the control plane's Service name covers the control plane; where several
+/// served names cover a host, the longest (most specific) wins, so one worker's own name
+/// (`<worker>.simplyblock-storage-node-api.…`) wins over its namespace's domain. A TLS
 /// connection whose server name is covered gets that certificate and must present a client
 /// certificate its CAs signed when they are given; a plain request to a covered name is
 /// refused, as a TLS-only server refuses it.
@@ -96,16 +98,33 @@ impl NamedTls {
         self.serve_mounted(&domain, files, true)
     }
 
-    /// The configuration for `host` (port stripped), if a name covering it is served.
+    /// What the storage-node pod on `worker` of `namespace` serves from the certificate of
+    /// its own (its pod certificate: `tls.crt`, `tls.key`, and `ca.crt` from the cluster's
+    /// serving Secret), with client certificates required from the CAs of `ca.crt`: the
+    /// worker's name alone, `<worker>.<STORAGE_NODE_SERVICE>.<namespace>.svc.cluster.local`,
+    /// whatever the namespace's domain serves.
+    pub fn serve_storage_node(
+        &self,
+        namespace: &str,
+        worker: &str,
+        files: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), SimError> {
+        let host = format!("{worker}.{STORAGE_NODE_SERVICE}.{namespace}.svc.cluster.local");
+        self.serve_mounted(&host, files, true)
+    }
+
+    /// The configuration for `host` (port stripped), if a name covering it is served: that
+    /// of the longest such name.
     fn for_host(&self, host: &str) -> Option<Arc<rustls::ServerConfig>> {
         let host = host.to_ascii_lowercase();
         let served = self.0.read().unwrap_or_else(|e| e.into_inner());
         served
             .iter()
-            .find(|(name, _)| {
+            .filter(|(name, _)| {
                 host.strip_suffix(name.as_str())
                     .is_some_and(|under| under.is_empty() || under.ends_with('.'))
             })
+            .max_by_key(|(name, _)| name.len())
             .map(|(_, c)| c.clone())
     }
 }
@@ -856,4 +875,92 @@ fn record(
         note,
         client,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// What a pod mounts: a self-signed certificate for `name`, its key, and itself as the
+    /// CA of the clients.
+    fn mounted(name: &str) -> BTreeMap<String, Vec<u8>> {
+        let issued = rcgen::generate_simple_self_signed(vec![name.to_string()]).expect("cert");
+        let cert = issued.cert.pem().into_bytes();
+        BTreeMap::from([
+            ("tls.crt".to_string(), cert.clone()),
+            (
+                "tls.key".to_string(),
+                issued.signing_key.serialize_pem().into_bytes(),
+            ),
+            ("ca.crt".to_string(), cert),
+        ])
+    }
+
+    /// The configuration served for exactly `name`.
+    fn served(named: &NamedTls, name: &str) -> Arc<rustls::ServerConfig> {
+        let served = named.0.read().expect("lock");
+        served
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_else(|| panic!("{name} is not served"))
+    }
+
+    #[test]
+    fn a_workers_own_name_wins_over_its_namespaces_domain_in_either_order() {
+        const DOMAIN: &str = "simplyblock-storage-node-api.ns.svc.cluster.local";
+        let w1 = format!("w1.{DOMAIN}");
+        let named = NamedTls::default();
+        named
+            .serve_storage_node("ns", "w1", &mounted(&w1))
+            .expect("the worker's own");
+        named
+            .serve_storage_nodes("ns", &mounted(&format!("*.{DOMAIN}")))
+            .expect("the namespace's");
+        let own = served(&named, &w1);
+        let shared = served(&named, DOMAIN);
+        let at = |host: &str| named.for_host(host);
+        assert!(at(&w1).is_some_and(|c| Arc::ptr_eq(&c, &own)));
+        assert!(at(&w1.to_ascii_uppercase()).is_some_and(|c| Arc::ptr_eq(&c, &own)));
+        assert!(at(&format!("w2.{DOMAIN}")).is_some_and(|c| Arc::ptr_eq(&c, &shared)));
+        // Served again, the namespace's domain comes after the worker's name: still the
+        // worker's own.
+        named
+            .serve_storage_nodes("ns", &mounted(&format!("*.{DOMAIN}")))
+            .expect("the namespace's again");
+        assert!(at(&w1).is_some_and(|c| Arc::ptr_eq(&c, &own)));
+        // Another namespace's worker, and a name merely ending alike, are not covered.
+        assert!(at("w1.simplyblock-storage-node-api.other.svc.cluster.local").is_none());
+        assert!(
+            at(&format!("xw1.{DOMAIN}")).is_some_and(|c| Arc::ptr_eq(&c, &served(&named, DOMAIN)))
+        );
+    }
+
+    #[test]
+    fn a_worker_alone_serves_its_own_name_and_nothing_else() {
+        let named = NamedTls::default();
+        let w1 = "w1.simplyblock-storage-node-api.ns.svc.cluster.local";
+        named
+            .serve_storage_node("ns", "w1", &mounted(w1))
+            .expect("served");
+        assert!(named.for_host(w1).is_some());
+        assert!(
+            named
+                .for_host("w2.simplyblock-storage-node-api.ns.svc.cluster.local")
+                .is_none()
+        );
+        assert!(
+            named
+                .for_host("simplyblock-storage-node-api.ns.svc.cluster.local")
+                .is_none()
+        );
+        let mut incomplete = mounted(w1);
+        incomplete.remove("ca.crt");
+        assert!(
+            named.serve_storage_node("ns", "w1", &incomplete).is_err(),
+            "client certificates are required from the mounted CAs"
+        );
+    }
 }

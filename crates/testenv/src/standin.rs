@@ -7,6 +7,10 @@
 //! number of ready replicas is reported instead: how a test or the demo makes a component
 //! fail. A DaemonSet schedules one pod per Node its node selector matches.
 //!
+//! What kubelets mount into pods is handed to the caller: a Secret's files
+//! ([`mount_secrets`]), and the storage-node pods' certificates, shared or each pod's own
+//! from a PodCertificateRequest ([`storage_node_pods`]).
+//!
 //! ```no_run
 //! # async fn example(client: kube::Client) {
 //! let standin = simplyblock_testenv::standin::StandIn::start(client, Some("ns".into()));
@@ -14,6 +18,10 @@
 //! drop(standin);
 //! # }
 //! ```
+
+mod storage_nodes;
+
+pub use storage_nodes::{DAEMONSET_LABEL, storage_node_pods};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -148,7 +156,8 @@ where
     StandIn { task }
 }
 
-/// A Secret's files as a pod that mounts it sees them: key to content.
+/// A Secret's files as a pod that mounts it sees them: key to content. (A pod's storage-node
+/// certificate is mounted by [`storage_node_pods`].)
 pub type Files = BTreeMap<String, Vec<u8>>;
 
 /// What a kubelet does for a pod that mounts a Secret: hands `on_change` the files of

@@ -174,3 +174,204 @@ async fn a_worker_labelled_as_its_kubelet_may_label_it_is_not_selected_and_the_o
     assert!(!w1.contains_key(LEGACY_ENROLLMENT_LABEL), "{w1:?}");
     assert!(selects(&selector, &w1), "{w1:?}");
 }
+
+/// Each storage-node pod gets a certificate of its own worker's name from the cluster's CA
+/// (the operator signs the PodCertificateRequest its kubelet makes); a pod of another
+/// account, or on a worker the cluster did not enrol, gets none. Requests are made here
+/// by the admin, standing in for the kubelets (the Node authorizer lets a kubelet make
+/// them for its own pods only).
+#[tokio::test]
+async fn each_storage_node_gets_its_own_workers_certificate_and_nothing_else_gets_one() {
+    use k8s_openapi::api::certificates::v1::PodCertificateRequest;
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use simplyblock_api::keys::STORAGE_NODE_SIGNER;
+    use workload::signer;
+
+    let ns = "node-certificates";
+    let (env, admin) = support::own_api_server(ns).await;
+    let operator = support::operator_kube_on(&env, ns).await;
+    let ctx = Arc::new(
+        Context::new(
+            operator,
+            support::cp_client("http://127.0.0.1:9"),
+            support::MANAGED_TLS_ENDPOINT.into(),
+            ns.into(),
+        )
+        .watching(ns),
+    );
+    let signing = tokio::spawn(signer::run(ctx.clone()));
+
+    // Cluster sb, its CA, its storage-node account; nc-w1 enrolled in it, nc-w2 not.
+    let cluster: StorageCluster = serde_json::from_value(json!({
+        "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageCluster",
+        "metadata": {"name": "sb"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4, "stripe": {"dataChunks": 1, "parityChunks": 1}}
+    }))
+    .expect("cluster");
+    Api::<StorageCluster>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("cluster");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let ca_meta = kube::api::ObjectMeta {
+        name: Some(workload::serving::ca_secret_name("sb")),
+        ..Default::default()
+    };
+    let ca = simplyblock_operator::ca::ensure(&secrets, &ca_meta, &workload::serving::CA_POLICY)
+        .await
+        .expect("the cluster's CA");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for (worker, labels) in [
+        (
+            "nc-w1",
+            json!({ENROLLMENT_LABEL: "sb", NAMESPACE_LABEL: ns}),
+        ),
+        ("nc-w2", json!({})),
+    ] {
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": worker, "labels": labels}}))
+                .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("worker");
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    for account in [signer::account("sb"), "simplyblock-csi-node-sa".to_string()] {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": account}})).expect("account");
+        accounts
+            .create(&PostParams::default(), &sa)
+            .await
+            .expect("account");
+    }
+
+    // A pod on `worker` as `account`, and the request its kubelet makes: its key's PEM and
+    // the request's name.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let requests: Api<PodCertificateRequest> = Api::namespaced(admin.clone(), ns);
+    let ask = async |pod_name: &str, worker: &str, account: &str| -> (String, String) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": pod_name},
+            "spec": {"nodeName": worker, "serviceAccountName": account,
+                     "containers": [{"name": "storage-node", "image": "simplyblock:test"}]}
+        }))
+        .expect("pod");
+        let pod = pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("pod");
+        let node = nodes.get(worker).await.expect("worker");
+        let sa = accounts.get(account).await.expect("account");
+        let (key, csr) = simplyblock_certs::certificate_request().expect("request");
+        let pcr: PodCertificateRequest = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{pod_name}-")},
+            "spec": {
+                "signerName": STORAGE_NODE_SIGNER,
+                "podName": pod_name, "podUID": pod.metadata.uid,
+                "serviceAccountName": account, "serviceAccountUID": sa.metadata.uid,
+                "nodeName": worker, "nodeUID": node.metadata.uid,
+                "maxExpirationSeconds": 86400,
+                "stubPKCS10Request": k8s_openapi::ByteString(csr),
+            }
+        }))
+        .expect("request");
+        let made = requests
+            .create(&PostParams::default(), &pcr)
+            .await
+            .expect("the kubelet's request");
+        (key, made.metadata.name.expect("name"))
+    };
+    let answered = async |name: &str| -> PodCertificateRequest {
+        support::until(&format!("request {name} answered"), async || {
+            let pcr = requests.get(name).await.ok()?;
+            let conditions = pcr.status.as_ref()?.conditions.clone()?;
+            (!conditions.is_empty()).then_some(pcr)
+        })
+        .await
+    };
+    let condition = |pcr: &PodCertificateRequest| {
+        let c = &pcr
+            .status
+            .as_ref()
+            .expect("status")
+            .conditions
+            .as_ref()
+            .expect("conditions")[0];
+        (c.type_.clone(), c.reason.clone(), c.message.clone())
+    };
+
+    let (key, w1) = ask("storage-node-w1", "nc-w1", &signer::account("sb")).await;
+    let issued = answered(&w1).await;
+    assert_eq!(condition(&issued).0, "Issued", "{:?}", condition(&issued));
+    let chain = issued
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate_chain.clone())
+        .expect("a chain");
+    let leaf = CertificateDer::from_pem_slice(chain.as_bytes()).expect("leaf");
+    let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).expect("x509");
+    let requested = rcgen::KeyPair::from_pem(&key).expect("key");
+    assert_eq!(
+        parsed.public_key().raw,
+        rcgen::PublicKeyData::subject_public_key_info(&requested).as_slice(),
+        "issued to the pod's key"
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.bundle.as_bytes()).expect("ca"))
+        .expect("root");
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        roots.into(),
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .build()
+    .expect("verifier");
+    let named = |n: &str| ServerName::try_from(n.to_string()).expect("name");
+    verifier
+        .verify_server_cert(
+            &leaf,
+            &[],
+            &named(&format!(
+                "nc-w1.simplyblock-storage-node-api.{ns}.svc.cluster.local"
+            )),
+            &[],
+            UnixTime::now(),
+        )
+        .expect("the certificate names its own worker");
+    for other in [
+        format!("nc-w2.simplyblock-storage-node-api.{ns}.svc.cluster.local"),
+        format!("simplyblock-storage-node-api.{ns}.svc"),
+    ] {
+        assert!(
+            verifier
+                .verify_server_cert(&leaf, &[], &named(&other), &[], UnixTime::now())
+                .is_err(),
+            "the certificate also serves {other}"
+        );
+    }
+
+    // A worker the cluster did not enrol, and another account of the namespace.
+    let (_, w2) = ask("storage-node-w2", "nc-w2", &signer::account("sb")).await;
+    let (_, csi) = ask("csi-node-w1", "nc-w1", "simplyblock-csi-node-sa").await;
+    for (name, reason) in [(w2, "WorkerNotEnrolled"), (csi, "NotAStorageNode")] {
+        let denied = answered(&name).await;
+        let (type_, why, message) = condition(&denied);
+        assert_eq!(
+            (type_.as_str(), why.as_str()),
+            ("Denied", reason),
+            "{message}"
+        );
+        assert!(
+            denied
+                .status
+                .as_ref()
+                .and_then(|s| s.certificate_chain.as_ref())
+                .is_none()
+        );
+    }
+    signing.abort();
+}

@@ -256,8 +256,12 @@ impl Fleet {
         let into = seen.clone();
         let stream = watcher::watcher(self.ops(), watcher::Config::default());
         tokio::spawn(async move {
-            let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
-            while let Some(Ok(op)) = stream.next().await {
+            use kube::runtime::WatchStreamExt;
+            let mut stream = std::pin::pin!(stream.default_backoff().applied_objects());
+            while let Some(item) = stream.next().await {
+                // A watch the API server ends (410 Expired: a new watch cache starting after
+                // the list's resourceVersion) is listed and watched again.
+                let Ok(op) = item else { continue };
                 let Some(s) = op.status else { continue };
                 let entry = (op.metadata.name.unwrap_or_default(), s.phase, s.step.state);
                 let mut seen = into.lock().expect("lock");

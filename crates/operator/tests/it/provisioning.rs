@@ -337,14 +337,32 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         Some("OnDelete"),
         "storage nodes restart only through the control plane"
     );
+    // This API server serves PodCertificateRequests: each pod asks the operator's signer
+    // for a certificate of its own, and takes only the CAs from the serving Secret.
+    let tls_volume = pod_spec
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "tls")
+        .expect("the tls volume");
+    let sources = tls_volume
+        .projected
+        .and_then(|p| p.sources)
+        .unwrap_or_default();
     assert!(
-        pod_spec
-            .volumes
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
-                == Some("simplyblock-storage-node-tls-simplyblock"))
+        sources.iter().any(|s| s
+            .pod_certificate
+            .as_ref()
+            .is_some_and(|c| c.signer_name == simplyblock_api::keys::STORAGE_NODE_SIGNER)),
+        "{sources:?}"
+    );
+    assert!(
+        sources.iter().any(|s| s
+            .secret
+            .as_ref()
+            .is_some_and(|s| s.name == "simplyblock-storage-node-tls-simplyblock")),
+        "{sources:?}"
     );
     // A lost serving Secret is issued again from the same CA; the CA itself stays.
     secrets

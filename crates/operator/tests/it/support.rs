@@ -374,22 +374,28 @@ pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
     sbsim_tls(faults, workers).await.0
 }
 
-/// The storage-node APIs of `ns`'s workers serve, as the storage-node pods that mount it
-/// would, what the cluster's serving Secret holds: its certificate, requiring client
-/// certificates from its CAs. Until the Secret exists they answer plain HTTP.
+/// The storage-node APIs of `ns`'s workers serve what the storage-node pods would mount
+/// (see [`simplyblock_testenv::standin::storage_node_pods`]): each worker its own
+/// certificate, once the operator's signer has issued it, or, where the DaemonSet mounts
+/// the cluster's serving Secret, that Secret's for all of them; either way requiring client
+/// certificates from the CAs of its `ca.crt`. Until then they answer plain HTTP.
 pub fn storage_nodes_mount(
     kube: &kube::Client,
     ns: &str,
     sim: &Arc<Sim>,
 ) -> simplyblock_testenv::standin::StandIn {
     let sim = sim.clone();
-    simplyblock_testenv::standin::mount_secrets(
+    simplyblock_testenv::standin::storage_node_pods(
         kube.clone(),
         ns.into(),
-        "simplyblock-storage-node-tls-",
-        move |ns, files| {
-            if let Err(e) = sim.named_tls.serve_storage_nodes(ns, files) {
-                eprintln!("the storage nodes of {ns} cannot serve the mounted Secret: {e}");
+        move |ns, worker, files| {
+            let served = match worker {
+                None => sim.named_tls.serve_storage_nodes(ns, files),
+                Some(worker) => sim.named_tls.serve_storage_node(ns, worker, files),
+            };
+            if let Err(e) = served {
+                let who = worker.unwrap_or("every worker");
+                eprintln!("the storage node of {ns} on {who} cannot serve what it mounts: {e}");
             }
         },
     )

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    ObjectFieldSelector, PodSpec, PodTemplateSpec, SecretVolumeSource, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
+    ObjectFieldSelector, PodCertificateProjection, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
+    SecretProjection, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -28,6 +29,11 @@ use super::serving;
 const APP_LABEL: &str = "app.kubernetes.io/name";
 const APP: &str = "simplyblock-storage-node";
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// The key a storage-node pod's kubelet generates for its own certificate.
+pub const POD_CERTIFICATE_KEY_TYPE: &str = "ECDSAP256";
+/// The longest a storage node's own certificate may live (30 days); its kubelet asks for a
+/// new one before it ends.
+pub const POD_CERTIFICATE_MAX_EXPIRATION_SECONDS: i32 = 30 * 24 * 60 * 60;
 
 /// A worker as its endpoint: name, first internal address, readiness.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,15 +60,18 @@ pub struct Manifests {
 
 /// The workload of `cluster` for its `nodes` on `workers`, serving the storage-node API on
 /// `port`, its pods of the serving certificate whose Secret is at `certificate_version`.
+/// With `pod_certificates` (the API server serves PodCertificateRequests) each pod gets a
+/// certificate of its own instead of the Secret's shared one; see [`tls_volume`].
 pub fn manifests(
     cluster: &StorageCluster,
     nodes: &[StorageNode],
     workers: &[Worker],
     port: u16,
     certificate_version: &str,
+    pod_certificates: bool,
 ) -> Manifests {
     let name = cluster.name_any();
-    let account = format!("simplyblock-storage-node-{name}");
+    let account = super::names::account(&name);
     let config_name = format!("simplyblock-storage-node-config-{name}");
     Manifests {
         config: ConfigMap {
@@ -108,7 +117,14 @@ pub fn manifests(
                 ..Subject::default()
             }]),
         },
-        daemonset: daemonset(cluster, &account, &config_name, port, certificate_version),
+        daemonset: daemonset(
+            cluster,
+            &account,
+            &config_name,
+            port,
+            certificate_version,
+            pod_certificates,
+        ),
     }
 }
 
@@ -260,6 +276,7 @@ fn daemonset(
     config_name: &str,
     port: u16,
     certificate_version: &str,
+    pod_certificates: bool,
 ) -> DaemonSet {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
@@ -362,15 +379,7 @@ fn daemonset(
                             }),
                             ..Volume::default()
                         },
-                        Volume {
-                            name: "tls".into(),
-                            secret: Some(SecretVolumeSource {
-                                secret_name: Some(serving::tls_secret_name(&name)),
-                                default_mode: Some(0o400),
-                                ..SecretVolumeSource::default()
-                            }),
-                            ..Volume::default()
-                        },
+                        tls_volume(&name, pod_certificates),
                     ]),
                     ..PodSpec::default()
                 }),
@@ -378,6 +387,66 @@ fn daemonset(
             ..DaemonSetSpec::default()
         },
         ..DaemonSet::default()
+    }
+}
+
+/// The volume `tls` the storage-node container mounts at `/etc/simplyblock/tls`: `tls.crt`,
+/// `tls.key` and `ca.crt` (the CAs whose certificates it takes from callers), whichever
+/// way they arrive, so the container is the same either way.
+///
+/// With `pod_certificates`, a projected volume: the pod's kubelet generates the key and asks
+/// [`STORAGE_NODE_SIGNER`] for a certificate (a PodCertificateRequest naming the pod and its
+/// worker), which the operator issues for that worker's name alone; only `ca.crt` comes
+/// from the serving Secret. A compromised worker then holds its own certificate and no
+/// other node's. Without the API, the serving Secret of the cluster, whose one certificate
+/// covers every worker.
+///
+/// [`STORAGE_NODE_SIGNER`]: simplyblock_api::keys::STORAGE_NODE_SIGNER
+fn tls_volume(cluster_name: &str, pod_certificates: bool) -> Volume {
+    let secret_name = serving::tls_secret_name(cluster_name);
+    if !pod_certificates {
+        return Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name),
+                default_mode: Some(0o400),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        };
+    }
+    Volume {
+        name: "tls".into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o400),
+            sources: Some(vec![
+                VolumeProjection {
+                    pod_certificate: Some(PodCertificateProjection {
+                        signer_name: simplyblock_api::keys::STORAGE_NODE_SIGNER.into(),
+                        key_type: POD_CERTIFICATE_KEY_TYPE.into(),
+                        max_expiration_seconds: Some(POD_CERTIFICATE_MAX_EXPIRATION_SECONDS),
+                        key_path: Some("tls.key".into()),
+                        certificate_chain_path: Some("tls.crt".into()),
+                        ..PodCertificateProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    secret: Some(SecretProjection {
+                        name: secret_name,
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".into(),
+                            path: "ca.crt".into(),
+                            ..KeyToPath::default()
+                        }]),
+                        ..SecretProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 
@@ -499,6 +568,8 @@ mod tests {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
+    /// Each pod with a certificate of its own: what an API server with PodCertificateRequests
+    /// (Kubernetes 1.37 and later) gets.
     #[test]
     fn a_cluster_of_defaults_renders_as_its_snapshot() {
         let nodes = [
@@ -515,10 +586,13 @@ mod tests {
             &workers,
             PORT,
             CERTIFICATE_VERSION,
+            true,
         ));
         assert_eq!(rendered, expected("defaults.yaml", &rendered));
     }
 
+    /// The pods share the serving Secret's certificate: what an API server without
+    /// PodCertificateRequests gets.
     #[test]
     fn a_tuned_cluster_renders_as_its_snapshot() {
         let tuned = cluster(json!({
@@ -574,6 +648,7 @@ mod tests {
             &workers,
             PORT,
             CERTIFICATE_VERSION,
+            false,
         ));
         assert_eq!(rendered, expected("tuned.yaml", &rendered));
     }
@@ -612,7 +687,7 @@ mod tests {
     fn the_daemonset_selects_only_on_a_label_a_kubelet_may_not_set() {
         let nodes = [node("w1", 0, Some("n-1"), json!({}))];
         let workers = [worker("w1", Some("10.0.0.11"), true)];
-        let objects = manifests(&cluster(json!({})), &nodes, &workers, PORT, "");
+        let objects = manifests(&cluster(json!({})), &nodes, &workers, PORT, "", true);
         let selector = objects
             .daemonset
             .spec
@@ -679,6 +754,78 @@ mod tests {
                 .keys()
                 .all(|k| k == ENROLLMENT_LABEL || k == NAMESPACE_LABEL)),
             "without the cluster's UUID there is no topology key: {wanted:?}"
+        );
+    }
+
+    /// The `tls` volume of the storage-node pods, and the mounts of their container.
+    fn tls_of(pod_certificates: bool) -> (Volume, Vec<VolumeMount>) {
+        let nodes = [node("w1", 0, Some("n-1"), json!({}))];
+        let workers = [worker("w1", Some("10.0.0.11"), true)];
+        let objects = manifests(
+            &cluster(json!({})),
+            &nodes,
+            &workers,
+            PORT,
+            CERTIFICATE_VERSION,
+            pod_certificates,
+        );
+        let pod = objects.daemonset.spec.template.spec.expect("pod spec");
+        let volume = pod
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .find(|v| v.name == "tls")
+            .expect("the tls volume");
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap_or_default();
+        (volume, mounts)
+    }
+
+    #[test]
+    fn with_pod_certificates_each_pod_asks_for_its_own_and_trusts_the_secrets_cas() {
+        let (volume, mounts) = tls_of(true);
+        assert!(volume.secret.is_none(), "{volume:?}");
+        let projected = volume.projected.expect("a projected volume");
+        assert_eq!(projected.default_mode, Some(0o400));
+        let sources = projected.sources.unwrap_or_default();
+        assert_eq!(sources.len(), 2, "{sources:?}");
+        let certificate = sources[0].pod_certificate.clone().expect("podCertificate");
+        assert_eq!(
+            certificate,
+            PodCertificateProjection {
+                signer_name: simplyblock_api::keys::STORAGE_NODE_SIGNER.into(),
+                key_type: "ECDSAP256".into(),
+                max_expiration_seconds: Some(2_592_000),
+                key_path: Some("tls.key".into()),
+                certificate_chain_path: Some("tls.crt".into()),
+                ..PodCertificateProjection::default()
+            }
+        );
+        let secret = sources[1].secret.clone().expect("the Secret's CAs");
+        assert_eq!(secret.name, "simplyblock-storage-node-tls-sb");
+        assert_eq!(
+            secret.items.unwrap_or_default(),
+            [KeyToPath {
+                key: "ca.crt".into(),
+                path: "ca.crt".into(),
+                ..KeyToPath::default()
+            }],
+            "the Secret's shared certificate and key stay out of the pod"
+        );
+        // The container reads the same files at the same place either way.
+        assert_eq!(mounts, tls_of(false).1);
+    }
+
+    #[test]
+    fn without_pod_certificates_the_pods_mount_the_serving_secret() {
+        let (volume, _) = tls_of(false);
+        assert!(volume.projected.is_none(), "{volume:?}");
+        assert_eq!(
+            volume.secret,
+            Some(SecretVolumeSource {
+                secret_name: Some("simplyblock-storage-node-tls-sb".into()),
+                default_mode: Some(0o400),
+                ..SecretVolumeSource::default()
+            })
         );
     }
 }

@@ -17,6 +17,7 @@
 pub mod manifests;
 pub mod names;
 pub mod serving;
+pub mod signer;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -91,7 +92,12 @@ pub async fn run(ctx: Arc<Context>) {
                 )
             },
         );
-    kit::run(CONTROLLER, controller, reconcile, ctx).await
+    // The storage nodes' own certificates are signed beside the workload that asks for
+    // them.
+    tokio::join!(
+        kit::run(CONTROLLER, controller, reconcile, ctx.clone()),
+        signer::run(ctx)
+    );
 }
 
 pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -262,15 +268,18 @@ async fn render(
     nodes: &[StorageNode],
 ) -> Result<(), Error> {
     let workers = workers(ctx, nodes).await?;
-    // Only the DaemonSet names the certificate: when it cannot be issued, everything else
-    // is still brought up to date (the endpoints above all) before the error is reported.
+    // Only the DaemonSet names the certificate and says how its pods get theirs: when
+    // either cannot be told, everything else is still brought up to date (the endpoints
+    // above all) before the error is reported.
     let certificate = serving_certificate(ctx, cluster).await;
+    let pod_certificates = pod_certificates_api(&ctx.kube).await;
     let objects = manifests(
         cluster,
         nodes,
         &workers,
         ctx.snode.port,
         certificate.as_deref().unwrap_or_default(),
+        pod_certificates.as_ref().is_ok_and(|served| *served),
     );
     apply_changed(ctx, MANAGER, &objects.config).await?;
     let service_manager = format!("{MANAGER}-{}", cluster.name_any());
@@ -280,6 +289,7 @@ async fn render(
     apply_changed(ctx, MANAGER, &objects.role).await?;
     apply_changed(ctx, MANAGER, &objects.binding).await?;
     certificate?;
+    pod_certificates?;
     apply_changed(ctx, MANAGER, &objects.daemonset).await
 }
 
@@ -327,6 +337,25 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     )
     .await;
     Ok(written.metadata.resource_version.unwrap_or_default())
+}
+
+/// The API group and version of PodCertificateRequests.
+const POD_CERTIFICATES_API: &str = "certificates.k8s.io/v1";
+
+/// Whether the API server serves PodCertificateRequests ([`POD_CERTIFICATES_API`]): then
+/// each storage-node pod gets a certificate of its own through a `podCertificate` projected
+/// volume, issued by the operator's signer, rather than the cluster's shared one. Asked of
+/// API discovery on every pass, so an upgraded API server is noticed without a restart; a
+/// group version it does not serve (404) is `false`, any other error is an error.
+pub async fn pod_certificates_api(client: &kube::Client) -> Result<bool, Error> {
+    match client.list_api_group_resources(POD_CERTIFICATES_API).await {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "podcertificaterequests")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The cluster's workers, read from their Nodes; a worker whose Node is gone is left out.

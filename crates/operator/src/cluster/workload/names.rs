@@ -12,6 +12,11 @@ pub const MANAGED_BY: &str = simplyblock_api::keys::MANAGED_BY_STORAGE_CLUSTER;
 /// The storage-node image used when neither the cluster nor the ControlPlane names one.
 pub const DEFAULT_IMAGE: &str = "quay.io/simplyblock-io/simplyblock:latest";
 
+/// The ServiceAccount the storage-node pods of `cluster` run as.
+pub fn account(cluster: &str) -> String {
+    format!("simplyblock-storage-node-{cluster}")
+}
+
 /// `simplyblock.io/storage-node-uuid.<cluster uuid>.<slot>`: the topology label the CSI
 /// driver reads. Its key never changes for a worker's lifetime.
 pub fn topology_label(cluster_uuid: &str, slot: i32) -> String {
