@@ -47,7 +47,6 @@ pub const MAX_LIFETIME: SignedDuration =
 /// controller writes the CA with the cluster's first pass).
 const CA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-
 /// The names a storage node on `worker` is reached by, and no other's.
 pub fn names(worker: &str, namespace: &str) -> Vec<String> {
     let host = format!("{worker}.{SERVICE_NAME}.{namespace}.svc");
