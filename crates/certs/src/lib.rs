@@ -271,6 +271,31 @@ mod tests {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
+    /// What verifies a server's and a client's certificate against `ca` alone.
+    fn verifiers(
+        ca: &Authority,
+    ) -> (
+        std::sync::Arc<rustls::client::WebPkiServerVerifier>,
+        std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    ) {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
+            .expect("root");
+        let roots = std::sync::Arc::new(roots);
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let servers = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            roots.clone(),
+            provider.clone(),
+        )
+        .build()
+        .expect("server verifier");
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
+            .build()
+            .expect("client verifier");
+        (servers, clients)
+    }
+
     #[test]
     fn a_serving_certificate_verifies_against_its_ca_for_its_names_only() {
         let ca = Authority::new("test-ca").expect("ca");
@@ -353,21 +378,7 @@ mod tests {
     #[test]
     fn a_peer_certificate_verifies_as_a_server_and_as_a_client_a_serving_one_only_as_a_server() {
         let ca = Authority::new("peer-ca").expect("ca");
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
-            .expect("root");
-        let roots = std::sync::Arc::new(roots);
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let servers = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            roots.clone(),
-            provider.clone(),
-        )
-        .build()
-        .expect("server verifier");
-        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
-            .build()
-            .expect("client verifier");
+        let (servers, clients) = verifiers(&ca);
         let now = UnixTime::now();
         let later = now.as_secs() as i64 + 3600;
         let name = ServerName::try_from("w1.nodes.ns.svc").expect("name");
@@ -416,21 +427,7 @@ mod tests {
         assert_eq!(parsed.validity().not_before.timestamp(), now - 60);
         assert_eq!(parsed.validity().not_after.timestamp(), now + 3600);
 
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("ca pem"))
-            .expect("root");
-        let roots = std::sync::Arc::new(roots);
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let servers = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            roots.clone(),
-            provider.clone(),
-        )
-        .build()
-        .expect("server verifier");
-        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
-            .build()
-            .expect("client verifier");
+        let (servers, clients) = verifiers(&ca);
         let at = UnixTime::now();
         let named = |n: &str| ServerName::try_from(n.to_string()).expect("name");
         servers
