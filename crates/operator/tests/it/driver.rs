@@ -9,10 +9,8 @@
 //! scheduled on every Node its selector matches.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Node;
@@ -39,9 +37,7 @@ use simplyblock_operator::driver::names::{
 use simplyblock_operator::driver::objects::{Kind, ObjectKey};
 use simplyblock_operator::driver::observe;
 use simplyblock_operator::driver::rbac::{self, Scope};
-use simplyblock_operator::webhooks::{
-    self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
-};
+use simplyblock_operator::webhooks;
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::{READY_ANNOTATION, StandIn};
 
@@ -135,38 +131,7 @@ struct Cluster {
 
 /// The operator's webhooks, served from this test's runtime and registered as `operator`.
 async fn serve_webhooks(operator: &kube::Client, ns: &str) -> Running {
-    let authority = simplyblock_certs::Authority::new("simplyblock-webhook-ca").expect("ca");
-    let certs = ServingCertificates::new(
-        authority,
-        vec!["localhost".into()],
-        vec![Ipv4Addr::LOCALHOST.into()],
-        Duration::from_secs(3600),
-    )
-    .expect("serving certificates");
-    let server = WebhookServer::bind(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        certs.clone(),
-        webhooks::router(WebhookContext {
-            client: operator.clone(),
-            operator_user: format!(
-                "system:serviceaccount:{ns}:{}",
-                simplyblock_testenv::chart::OPERATOR_ACCOUNT
-            ),
-            metrics: Default::default(),
-        }),
-    )
-    .await
-    .expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let task = tokio::spawn(server.run());
-    webhooks::register(
-        operator,
-        &Endpoint::Url(format!("https://{addr}")),
-        &certs.ca_bundle(),
-    )
-    .await
-    .expect("webhook configuration");
-    Running(task)
+    Running(crate::support::serve_webhooks(operator, ns, false).await)
 }
 
 async fn cluster(ns: &str) -> Cluster {
@@ -373,31 +338,21 @@ async fn may(
 async fn the_pods_permissions_are_the_charts(c: &Cluster) {
     let managed =
         kube::api::ListParams::default().labels(&format!("{MANAGED_BY_LABEL}=simplyblockdriver"));
+    async fn count<K>(api: Api<K>, selector: &kube::api::ListParams) -> usize
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        api.list_metadata(selector).await.expect("list").items.len()
+    }
     let written = [
-        Api::<ClusterRole>::all(c.kube.clone())
-            .list(&managed)
-            .await
-            .expect("cluster roles")
-            .items
-            .len(),
-        Api::<ClusterRoleBinding>::all(c.kube.clone())
-            .list(&managed)
-            .await
-            .expect("cluster role bindings")
-            .items
-            .len(),
-        Api::<Role>::namespaced(c.kube.clone(), &c.ns)
-            .list(&managed)
-            .await
-            .expect("roles")
-            .items
-            .len(),
-        Api::<RoleBinding>::namespaced(c.kube.clone(), &c.ns)
-            .list(&managed)
-            .await
-            .expect("role bindings")
-            .items
-            .len(),
+        count(Api::<ClusterRole>::all(c.kube.clone()), &managed).await,
+        count(Api::<ClusterRoleBinding>::all(c.kube.clone()), &managed).await,
+        count(Api::<Role>::namespaced(c.kube.clone(), &c.ns), &managed).await,
+        count(
+            Api::<RoleBinding>::namespaced(c.kube.clone(), &c.ns),
+            &managed,
+        )
+        .await,
     ];
     assert_eq!(written, [0; 4], "the operator wrote RBAC objects");
     for grant in rbac::grants() {

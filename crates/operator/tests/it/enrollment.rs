@@ -33,6 +33,17 @@ async fn labels(nodes: &Api<Node>, worker: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Creates the Node of `worker` with `labels`.
+async fn create_worker(nodes: &Api<Node>, worker: &str, labels: serde_json::Value) {
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": worker, "labels": labels}}))
+            .expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("worker Node");
+}
+
 /// Whether a DaemonSet with `selector` places a pod on a Node with `labels`.
 fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -52,13 +63,7 @@ async fn a_worker_labelled_as_its_kubelet_may_label_it_is_not_selected_and_the_o
         ("en-w2", json!({})),
         ("en-w3", old.clone()),
     ] {
-        let node: Node =
-            serde_json::from_value(json!({"metadata": {"name": worker, "labels": labels}}))
-                .expect("node");
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .expect("worker Node");
+        create_worker(&nodes, worker, labels).await;
     }
     let sc: StorageCluster = serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageCluster",
@@ -231,13 +236,7 @@ async fn each_storage_node_gets_its_own_workers_certificate_and_nothing_else_get
         ),
         ("nc-w2", json!({})),
     ] {
-        let node: Node =
-            serde_json::from_value(json!({"metadata": {"name": worker, "labels": labels}}))
-                .expect("node");
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .expect("worker");
+        create_worker(&nodes, worker, labels).await;
     }
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     for account in [signer::account("sb"), "simplyblock-csi-node-sa".to_string()] {

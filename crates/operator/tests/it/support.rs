@@ -836,17 +836,29 @@ pub async fn moved_over_api_server(
         .expect("the Go operator's CRDs");
     let (env, admin) = own_api_server_on(env, ns).await;
     let operator = operator_kube_on(&env, ns).await;
-    let certs = simplyblock_operator::webhooks::tls::ServingCertificates::new(
+    let serving = serve_webhooks(&operator, ns, true).await;
+    (env, admin, serving)
+}
+
+/// The operator's webhooks served from this runtime on a loopback port, as the chart's
+/// account of namespace `ns` (`operator`), which registers them with the API server: the
+/// admission webhooks, and the conversions too with `conversions`. The serving task.
+pub async fn serve_webhooks(
+    operator: &kube::Client,
+    ns: &str,
+    conversions: bool,
+) -> tokio::task::JoinHandle<()> {
+    let certs = ServingCertificates::new(
         simplyblock_certs::Authority::new(&format!("{ns}-webhook-test-ca")).expect("ca"),
         vec!["localhost".into()],
         vec![Ipv4Addr::LOCALHOST.into()],
         Duration::from_secs(3600),
     )
     .expect("certificates");
-    let server = simplyblock_operator::webhooks::WebhookServer::bind(
+    let server = WebhookServer::bind(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         certs.clone(),
-        simplyblock_operator::webhooks::router(simplyblock_operator::webhooks::WebhookContext {
+        webhooks::router(WebhookContext {
             client: operator.clone(),
             operator_user: format!(
                 "system:serviceaccount:{ns}:{}",
@@ -857,18 +869,17 @@ pub async fn moved_over_api_server(
     )
     .await
     .expect("bind");
-    let endpoint = simplyblock_operator::webhooks::Endpoint::Url(format!(
-        "https://{}",
-        server.local_addr().expect("addr")
-    ));
+    let endpoint = Endpoint::Url(format!("https://{}", server.local_addr().expect("addr")));
     let serving = tokio::spawn(server.run());
-    simplyblock_operator::webhooks::conversion::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("conversions");
-    simplyblock_operator::webhooks::register(&operator, &endpoint, &certs.ca_bundle())
+    if conversions {
+        webhooks::conversion::register(operator, &endpoint, &certs.ca_bundle())
+            .await
+            .expect("conversions");
+    }
+    webhooks::register(operator, &endpoint, &certs.ca_bundle())
         .await
         .expect("admission");
-    (env, admin, serving)
+    serving
 }
 
 /// What a scraper the chart lets in reads at the `/metrics` of an operator process on

@@ -1118,36 +1118,8 @@ async fn a_drill_whose_teardown_cannot_finish_goes_when_forced_naming_what_is_le
 /// The operator's admission webhooks on the hub, served as the chart's account; they
 /// answer until the returned task is dropped with the test's runtime.
 async fn serve_webhooks(d: &Drill) -> tokio::task::JoinHandle<()> {
-    use simplyblock_operator::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
-    use std::net::{Ipv4Addr, SocketAddr};
     let operator = operator_kube_on(&d.env, NS).await;
-    let certs = webhooks::tls::ServingCertificates::new(
-        simplyblock_certs::Authority::new("tfo-webhook-ca").expect("ca"),
-        vec!["localhost".into()],
-        vec![Ipv4Addr::LOCALHOST.into()],
-        Duration::from_secs(3600),
-    )
-    .expect("certificates");
-    let server = WebhookServer::bind(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        certs.clone(),
-        webhooks::router(WebhookContext {
-            client: operator.clone(),
-            operator_user: format!(
-                "system:serviceaccount:{NS}:{}",
-                simplyblock_testenv::chart::OPERATOR_ACCOUNT
-            ),
-            metrics: Default::default(),
-        }),
-    )
-    .await
-    .expect("bind");
-    let endpoint = Endpoint::Url(format!("https://{}", server.local_addr().expect("addr")));
-    let serving = tokio::spawn(server.run());
-    webhooks::register(&operator, &endpoint, &certs.ca_bundle())
-        .await
-        .expect("the webhooks registered");
-    serving
+    crate::support::serve_webhooks(&operator, NS, false).await
 }
 
 /// Applies `objects` (RBAC objects, accounts) as the admin.
