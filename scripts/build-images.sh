@@ -2,20 +2,27 @@
 # Builds the operator and CSI driver container images without a container engine or a
 # registry: the base filesystems come from Debian bookworm's packages (mmdebstrap), buildah
 # (vfs storage, chroot isolation) assembles and commits them, and each image is checked by
-# running its binaries inside it before it is written out as an OCI archive.
+# running its binaries inside it before it is written out as an OCI archive. For a cluster
+# with no registry (testenv's node), it builds the same way the CSI sidecars the
+# SimplyblockDriver renders, from their Go modules, and the pods' sandbox (pause) image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
     cat <<'EOF'
-Usage: scripts/build-images.sh [--out DIR] [--only operator|csi] [--skip-build] [--reuse-rootfs]
+Usage: scripts/build-images.sh [--out DIR] [--only NAME[,NAME...]] [--skip-build] [--reuse-rootfs]
 
 Builds quay.io/simplyblock-io/simplyblock-operator:<version> and
 quay.io/simplyblock-io/simplyblock-csi:<version> (<version> is the workspace version) and
 writes each as an OCI archive, <name>-<version>.oci.tar, into the output directory.
+With --only, also the images a cluster without a registry needs: pause (the pods' sandbox,
+registry.k8s.io/pause, a static busybox that sleeps) and sidecars (the CSI sidecars this
+machine's Go module proxy serves at the versions the SimplyblockDriver renders, built by
+testenv into its cache; `cargo run -p simplyblock-testenv --bin testenv -- sidecars` lists
+them).
 
   --out DIR        output directory (default: $IMAGES_OUT, else target/images)
-  --only NAME      build one image: operator or csi
+  --only NAMES     build these images only: operator, csi, pause, sidecars (comma-separated)
   --skip-build     use the release binaries already built (no cargo build)
   --reuse-rootfs   reuse the base filesystems of an earlier run in DIR/rootfs
   -h, --help       this text
@@ -42,7 +49,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
         --out=*) out=${1#--out=}; shift ;;
-        --only) [ $# -ge 2 ] || die "--only needs operator or csi"; only=$2; shift 2 ;;
+        --only) [ $# -ge 2 ] || die "--only needs image names"; only=$2; shift 2 ;;
         --only=*) only=${1#--only=}; shift ;;
         --skip-build) skip_build=true; shift ;;
         --reuse-rootfs) reuse_rootfs=true; shift ;;
@@ -50,11 +57,18 @@ while [ $# -gt 0 ]; do
         *) usage >&2; exit 2 ;;
     esac
 done
-case "$only" in
-    "") images=(operator csi) ;;
-    operator | csi) images=("$only") ;;
-    *) die "--only takes operator or csi, not '$only'" ;;
-esac
+images=()
+IFS=, read -r -a requested <<<"${only:-operator,csi}"
+for image in "${requested[@]}"; do
+    case "$image" in
+        operator | csi | pause | sidecars) images+=("$image") ;;
+        *) die "--only takes operator, csi, pause or sidecars, not '$image'" ;;
+    esac
+done
+rust_images=()
+for image in "${images[@]}"; do
+    case "$image" in operator | csi) rust_images+=("$image") ;; esac
+done
 # The OCI archive transport splits its argument at the first colon.
 case "$out" in *:*) die "the output directory may not contain ':' ($out)" ;; esac
 
@@ -99,15 +113,15 @@ image_pattern='^(quay\.io/simplyblock-io|docker\.io/simplyblock|public\.ecr\.aws
 repository="https://github.com/simplyblock/simplyblock-rs"
 
 target_dir=${CARGO_TARGET_DIR:-target}
-if ! $skip_build; then
+if ! $skip_build && [ ${#rust_images[@]} -gt 0 ]; then
     build_args=()
-    for image in "${images[@]}"; do
+    for image in "${rust_images[@]}"; do
         build_args+=(-p "simplyblock-$image" --bin "simplyblock-$image")
     done
     echo "==> cargo build --release --locked ${build_args[*]}"
     cargo build --release --locked "${build_args[@]}"
 fi
-for image in "${images[@]}"; do
+for image in "${rust_images[@]}"; do
     [ -x "$target_dir/release/simplyblock-$image" ] \
         || die "no $target_dir/release/simplyblock-$image; build it or drop --skip-build"
 done
@@ -190,6 +204,20 @@ customize_operator() {
 }
 customize_csi() { :; }
 
+# The static images' base: what a static Go program or busybox needs (CA bundle, users,
+# time zones), unpacked only, like the operator's.
+rootfs_static() {
+    # shellcheck disable=SC2016 # "$1" is the hook's argument, expanded by mmdebstrap's shell
+    mmdebstrap --quiet --variant=extract \
+        --include=base-files,ca-certificates,tzdata,busybox-static \
+        "${trim[@]}" \
+        --extract-hook='for deb in "$1"/var/cache/apt/archives/*.deb; do
+                dpkg-deb --field "$deb"; printf "Status: install ok unpacked\n\n"
+            done > "$1/var/lib/dpkg/status"' \
+        --format=tar bookworm "$1" "${mirrors[@]}"
+}
+customize_static() { customize_operator "$1"; }
+
 # Runs a command in the check container (as the image's user), showing its output on failure.
 run_in() {
     local output
@@ -199,30 +227,34 @@ run_in() {
     fi
 }
 
-declare -A title=(
-    [operator]="simplyblock operator"
-    [csi]="simplyblock CSI driver"
-)
-
-summary=()
-for image in "${images[@]}"; do
-    name="simplyblock-$image"
-    version=$(crate_version "$name")
-    ref="quay.io/simplyblock-io/$name:$version"
-    [[ $ref =~ $image_pattern ]] || die "$ref does not match the API's image pattern"
-
-    rootfs="$out/rootfs/$image.tar"
-    if $reuse_rootfs && [ -s "$rootfs" ]; then
-        echo "==> $name: reusing $rootfs"
+# The base filesystem of a kind (operator, csi, static), made once per run.
+base_rootfs() {
+    local kind=$1 rootfs="$out/rootfs/$1.tar"
+    if { $reuse_rootfs || [ -n "${made_rootfs[$kind]:-}" ]; } && [ -s "$rootfs" ]; then
+        echo "==> reusing the $kind base filesystem ($rootfs)" >&2
     else
-        echo "==> $name: base filesystem (mmdebstrap, bookworm)"
+        echo "==> the $kind base filesystem (mmdebstrap, bookworm)" >&2
         rm -f "$rootfs"
-        if ! "rootfs_$image" "$rootfs.part" >"$work/$image-mmdebstrap.log" 2>&1; then
-            tail -n 40 "$work/$image-mmdebstrap.log" >&2
-            die "$name: mmdebstrap failed (log: $work/$image-mmdebstrap.log)"
+        if ! "rootfs_$kind" "$rootfs.part" >"$work/$kind-mmdebstrap.log" 2>&1; then
+            tail -n 40 "$work/$kind-mmdebstrap.log" >&2
+            die "the $kind base filesystem: mmdebstrap failed (log: $work/$kind-mmdebstrap.log)"
         fi
         mv "$rootfs.part" "$rootfs"
     fi
+    made_rootfs[$kind]=1
+    echo "$rootfs"
+}
+declare -A made_rootfs=()
+
+summary=()
+# build_image NAME REF KIND TITLE USER ENTRYPOINT-JSON [SOURCE DEST]...: the base
+# filesystem of KIND, each SOURCE file installed at DEST, committed as REF and written out
+# as <name>-<tag>.oci.tar.
+build_image() {
+    local name=$1 ref=$2 kind=$3 image_title=$4 user=$5 entrypoint=$6
+    shift 6
+    local rootfs ctr mnt version=${ref##*:}
+    rootfs=$(base_rootfs "$kind")
 
     echo "==> $name: assembling $ref"
     ctr="$name-build"
@@ -235,61 +267,118 @@ for image in "${images[@]}"; do
     : >"$mnt/etc/resolv.conf"
     : >"$mnt/etc/hostname"
     chmod 0644 "$mnt/etc/resolv.conf" "$mnt/etc/hostname"
-    "customize_$image" "$mnt"
-    install -D -m 0755 "$target_dir/release/$name" "$mnt/usr/local/bin/$name"
+    "customize_$kind" "$mnt"
+    while [ $# -ge 2 ]; do
+        install -D -m 0755 "$1" "$mnt$2"
+        shift 2
+    done
     bah umount "$ctr" >/dev/null
 
-    config=(
-        --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-        --entrypoint "[\"/usr/local/bin/$name\"]"
-        --label "org.opencontainers.image.title=${title[$image]}"
-        --label "org.opencontainers.image.version=$version"
-        --label "org.opencontainers.image.source=$repository"
-        --label "org.opencontainers.image.revision=$revision"
-        --label "org.opencontainers.image.licenses=Apache-2.0"
-    )
-    if [ "$image" = operator ]; then
-        config+=(--cmd run --user 65532:65532)
-    else
-        # The node plugin mounts and formats: root.
-        config+=(--user 0:0)
-    fi
-    bah config "${config[@]}" "$ctr"
+    bah config \
+        --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --entrypoint "$entrypoint" \
+        --user "$user" \
+        --label "org.opencontainers.image.title=$image_title" \
+        --label "org.opencontainers.image.version=$version" \
+        --label "org.opencontainers.image.source=$repository" \
+        --label "org.opencontainers.image.revision=$revision" \
+        "${extra_config[@]}" \
+        "$ctr"
     bah rmi --force "$ref" >/dev/null 2>&1 || true
     bah commit --quiet --format oci --timestamp "$SOURCE_DATE_EPOCH" "$ctr" "$ref" >/dev/null
     bah rm "$ctr" >/dev/null
 
-    echo "==> $name: checking the image"
     check="$name-check"
     new_container "$check" "$ref"
-    run_in "/usr/local/bin/$name" --help
-    if [ "$image" = operator ]; then
-        user=$(bah inspect --type image --format '{{.OCIv1.Config.User}}' "$ref")
-        case "${user%%:*}" in
-            "" | 0 | root) die "$name runs as '$user'; it must not run as root" ;;
-        esac
-    else
-        # Every program the node plugin executes, found through PATH as the driver finds it.
-        # shellcheck disable=SC2016 # expanded by the image's shell
-        run_in sh -c 'for tool in mkfs.ext4 mkfs.xfs blkid mount umount losetup tune2fs \
-                resize2fs xfs_growfs nvme; do
-            command -v "$tool" >/dev/null || { echo "missing: $tool"; exit 1; }
-        done'
-        run_in mkfs.ext4 -V
-        run_in mkfs.xfs -V
-        run_in blkid -V
-        run_in mount -V
-        run_in nvme version
-    fi
-    bah rm "$check" >/dev/null
+}
 
-    archive="$out/$name-$version.oci.tar"
+# Writes the image checked last out as an OCI archive.
+write_archive() {
+    local name=$1 ref=$2 archive digest size
+    bah rm "$check" >/dev/null
+    archive="$out/$name-${ref##*:}.oci.tar"
     rm -f "$archive"
-    bah push --quiet --format oci --digestfile "$work/$image.digest" "$ref" \
+    bah push --quiet --format oci --digestfile "$work/$name.digest" "$ref" \
         "oci-archive:$archive:$ref"
-    digest=$(cat "$work/$image.digest")
+    digest=$(cat "$work/$name.digest")
     size=$(bah images --noheading --format '{{.Size}}' "$ref")
     summary+=("$ref $digest $size (archive $(du -h "$archive" | cut -f1): $archive)")
+}
+
+declare -A title=(
+    [operator]="simplyblock operator"
+    [csi]="simplyblock CSI driver"
+)
+
+for image in "${images[@]}"; do
+    case "$image" in
+    operator | csi)
+        name="simplyblock-$image"
+        version=$(crate_version "$name")
+        ref="quay.io/simplyblock-io/$name:$version"
+        [[ $ref =~ $image_pattern ]] || die "$ref does not match the API's image pattern"
+        extra_config=(--label "org.opencontainers.image.licenses=Apache-2.0")
+        if [ "$image" = operator ]; then
+            extra_config+=(--cmd run)
+            # The operator runs as nobody in particular.
+            user=65532:65532
+        else
+            # The node plugin mounts and formats: root.
+            user=0:0
+        fi
+        build_image "$name" "$ref" "$image" "${title[$image]}" "$user" \
+            "[\"/usr/local/bin/$name\"]" \
+            "$target_dir/release/$name" "/usr/local/bin/$name"
+        echo "==> $name: checking the image"
+        run_in "/usr/local/bin/$name" --help
+        if [ "$image" = operator ]; then
+            user=$(bah inspect --type image --format '{{.OCIv1.Config.User}}' "$ref")
+            case "${user%%:*}" in
+                "" | 0 | root) die "$name runs as '$user'; it must not run as root" ;;
+            esac
+        else
+            # Every program the node plugin executes, found through PATH as the driver finds it.
+            # shellcheck disable=SC2016 # expanded by the image's shell
+            run_in sh -c 'for tool in mkfs.ext4 mkfs.xfs blkid mount umount losetup tune2fs \
+                    resize2fs xfs_growfs nvme; do
+                command -v "$tool" >/dev/null || { echo "missing: $tool"; exit 1; }
+            done'
+            run_in mkfs.ext4 -V
+            run_in mkfs.xfs -V
+            run_in blkid -V
+            run_in mount -V
+            run_in nvme version
+        fi
+        write_archive "$name" "$ref"
+        ;;
+    pause)
+        # The sandbox process only holds the pod's namespaces; the runtime kills it.
+        ref=registry.k8s.io/pause:3.10
+        extra_config=()
+        build_image pause "$ref" static "pod sandbox (busybox sleep)" 65535:65535 \
+            '["/bin/busybox", "sleep", "2147483647"]'
+        echo "==> pause: checking the image"
+        run_in /bin/busybox true
+        write_archive pause "$ref"
+        ;;
+    sidecars)
+        listing=$(cargo run --quiet --locked -p simplyblock-testenv --bin testenv -- sidecars) \
+            || die "testenv could not build the CSI sidecars"
+        while read -r ref binary; do
+            [ -n "$ref" ] || continue
+            name=${ref##*/}
+            name=${name%%:*}
+            extra_config=()
+            # As upstream's (distroless static, root): they open the driver's socket, which
+            # the plugin (root) creates.
+            build_image "$name" "$ref" static "$name (CSI sidecar, built from its Go module)" \
+                0:0 "[\"/$name\"]" "$binary" "/$name"
+            echo "==> $name: checking the image"
+            run_in "/$name" --help
+            write_archive "$name" "$ref"
+        done <<<"$listing"
+        ;;
+    esac
 done
 # Images replaced by this run's commits.
 bah rmi --prune >/dev/null 2>&1 || true

@@ -39,6 +39,27 @@ if ! command -v mkfs.xfs >/dev/null 2>&1; then
     }
 fi
 
+step "a node's programs: containerd, runc, CNI plugins, iptables, conntrack; image tools: mmdebstrap, buildah"
+# testenv's one-node cluster runs them as root; scripts/build-images.sh builds the images
+# it imports (no registry is reached).
+node_packages=()
+for pair in containerd:containerd runc:runc iptables:iptables conntrack:conntrack \
+    mmdebstrap:mmdebstrap buildah:buildah; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || node_packages+=("${pair#*:}")
+done
+[ -x /usr/lib/cni/bridge ] || node_packages+=(containernetworking-plugins)
+if [ ${#node_packages[@]} -gt 0 ]; then
+    echo "installing ${node_packages[*]} (apt-get, needs root)" >&2
+    { apt-get install -y "${node_packages[@]}" >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y "${node_packages[@]}" >/dev/null; }; } || {
+        echo "Could not install ${node_packages[*]}; install them and rerun." >&2
+        exit 2
+    }
+fi
+
+step "images for the node (scripts/build-images.sh --only pause)"
+scripts/build-images.sh --only pause --reuse-rootfs
+
 step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 

@@ -93,7 +93,7 @@ pub fn csi_sanity() -> Result<PathBuf, Error> {
     tool(
         &format!("csi-sanity-{CSI_TEST_VERSION}"),
         "csi-sanity",
-        Recipe::csi_sanity,
+        || Ok(Recipe::csi_sanity()),
     )
 }
 
@@ -103,11 +103,115 @@ pub const HELM_VERSION: &str = "v4.3.2";
 /// helm, the chart's peer tool: found in the cache, or built there once under the same
 /// lock as the API server's binaries.
 pub fn helm() -> Result<PathBuf, Error> {
-    tool(&format!("helm-{HELM_VERSION}"), "helm", Recipe::helm)
+    tool(&format!("helm-{HELM_VERSION}"), "helm", || {
+        Ok(Recipe::helm())
+    })
+}
+
+/// The binaries of a node beside the API server: what schedules pods, runs the
+/// controllers that own them, starts their containers and routes their Services.
+#[derive(Debug, Clone)]
+pub struct NodeBinaries {
+    pub kubelet: PathBuf,
+    pub kube_controller_manager: PathBuf,
+    pub kube_scheduler: PathBuf,
+    pub kube_proxy: PathBuf,
+}
+
+/// kubelet, kube-controller-manager, kube-scheduler and kube-proxy at [`KUBERNETES_VERSION`]: found in
+/// the cache, or built there once (same recipe as kube-apiserver; several minutes each on a
+/// cold cache, much less once kube-apiserver's packages are compiled).
+pub fn node() -> Result<NodeBinaries, Error> {
+    let component = |command: &str| {
+        let command = command.to_string();
+        tool(
+            &format!("{command}-{KUBERNETES_VERSION}"),
+            &command.clone(),
+            move || Recipe::kubernetes(&command),
+        )
+    };
+    Ok(NodeBinaries {
+        kubelet: component("kubelet")?,
+        kube_controller_manager: component("kube-controller-manager")?,
+        kube_scheduler: component("kube-scheduler")?,
+        kube_proxy: component("kube-proxy")?,
+    })
+}
+
+/// A CSI sidecar built from its Go module: the image it is tagged as, and its binary.
+#[derive(Debug, Clone)]
+pub struct Sidecar {
+    pub image: &'static str,
+    pub binary: PathBuf,
+}
+
+/// The CSI sidecars as (image, Go module, version, package). The images and versions are
+/// the ones the SimplyblockDriver renders by default (a test of the operator's holds the
+/// two lists together), plus the snapshot controller, which a cluster serving
+/// VolumeSnapshots runs once.
+///
+/// Not here, because this machine's Go module proxy refuses every version of them
+/// (`go list -m -versions` and `go mod download` answer 403 "This module version is not
+/// available"): csi-attacher v4.8.1 (the proxy serves only v4.12.0 and v4.13.0),
+/// csi-resizer, csi-external-health-monitor-controller, csi-node-driver-registrar and
+/// livenessprobe.
+pub const SIDECARS: [(&str, &str, &str, &str); 3] = [
+    (
+        "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
+        "github.com/kubernetes-csi/external-provisioner/v5",
+        "v5.2.0",
+        "github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner",
+    ),
+    (
+        "registry.k8s.io/sig-storage/csi-snapshotter:v8.2.1",
+        "github.com/kubernetes-csi/external-snapshotter/v8",
+        "v8.2.1",
+        "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter",
+    ),
+    (
+        "registry.k8s.io/sig-storage/snapshot-controller:v8.2.1",
+        "github.com/kubernetes-csi/external-snapshotter/v8",
+        "v8.2.1",
+        "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller",
+    ),
+];
+
+/// Every sidecar of [`SIDECARS`]: found in the cache, or built there once.
+pub fn sidecars() -> Result<Vec<Sidecar>, Error> {
+    SIDECARS
+        .iter()
+        .map(|&(image, module, version, package)| {
+            let command = package.rsplit('/').next().unwrap_or(package);
+            let binary = tool(&format!("{command}-{version}"), command, || {
+                Ok(Recipe {
+                    what: format!("{command} {version}"),
+                    go_mod: format!(
+                        "module local/testenv-{command}\n\ngo 1.26.0\n\nrequire {module} {version}\n"
+                    ),
+                    tools_go: tools_go(&[package]),
+                    package: package.to_string(),
+                    ldflags: format!("-s -w -X main.version={version}"),
+                })
+            })?;
+            Ok(Sidecar { image, binary })
+        })
+        .collect()
+}
+
+/// A node binary (`kubelet`, `kube-proxy`, …) when it is in the cache; never builds.
+pub fn cached_node_binary(command: &str) -> Option<PathBuf> {
+    let bin = cache_dir()
+        .join(format!("{command}-{KUBERNETES_VERSION}"))
+        .join(command);
+    bin.is_file().then_some(bin)
 }
 
 /// The binary `name` in the cache folder `folder`, built from `recipe` when missing.
-fn tool(folder: &str, name: &str, recipe: fn() -> Recipe) -> Result<PathBuf, Error> {
+fn tool(
+    folder: &str,
+    name: &str,
+    recipe: impl FnOnce() -> Result<Recipe, Error>,
+) -> Result<PathBuf, Error> {
     let cache = cache_dir();
     let bin = cache.join(folder).join(name);
     if bin.is_file() {
@@ -125,7 +229,7 @@ fn tool(folder: &str, name: &str, recipe: fn() -> Recipe) -> Result<PathBuf, Err
     }
     if !bin.is_file() {
         check_go()?;
-        build(&recipe(), &bin)?;
+        build(&recipe()?, &bin)?;
     }
     drop(lock);
     Ok(bin)
@@ -136,7 +240,7 @@ struct Recipe {
     what: String,
     go_mod: String,
     tools_go: String,
-    package: &'static str,
+    package: String,
     ldflags: String,
 }
 
@@ -150,7 +254,7 @@ impl Recipe {
                 "module local/testenv-etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n"
             ),
             tools_go: tools_go(&["go.etcd.io/etcd/server/v3"]),
-            package: "go.etcd.io/etcd/server/v3",
+            package: "go.etcd.io/etcd/server/v3".to_string(),
             ldflags: "-s -w".to_string(),
         }
     }
@@ -163,7 +267,7 @@ impl Recipe {
                 "module local/testenv-csi-sanity\n\ngo 1.26.0\n\nrequire github.com/kubernetes-csi/csi-test/v5 {CSI_TEST_VERSION}\n"
             ),
             tools_go: tools_go(&[package]),
-            package,
+            package: package.to_string(),
             ldflags: "-s -w".to_string(),
         }
     }
@@ -176,28 +280,34 @@ impl Recipe {
                 "module local/testenv-helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 {HELM_VERSION}\n"
             ),
             tools_go: tools_go(&[package]),
-            package,
+            package: package.to_string(),
             // Without the stamp `helm version` reports a bare minor version.
             ldflags: format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
         }
     }
 
     fn kube_apiserver() -> Result<Recipe, Error> {
+        Recipe::kubernetes("kube-apiserver")
+    }
+
+    /// One command of `k8s.io/kubernetes` (`cmd/<command>`), stamped with the release.
+    fn kubernetes(command: &str) -> Result<Recipe, Error> {
         // k8s.io/kubernetes requires every staging module at v0.0.0, which only resolves
         // inside its own repository; pin each one to the matching published release.
         let staging = staging_modules()?;
         let mut go_mod = format!(
-            "module local/testenv-kube-apiserver\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
+            "module local/testenv-{command}\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
         );
         for module in staging {
             go_mod.push_str(&format!("replace {module} => {module} {STAGING_VERSION}\n"));
         }
         let minor = KUBERNETES_VERSION.split('.').nth(1).unwrap_or("0");
+        let package = format!("k8s.io/kubernetes/cmd/{command}");
         Ok(Recipe {
-            what: format!("kube-apiserver {KUBERNETES_VERSION}"),
+            what: format!("{command} {KUBERNETES_VERSION}"),
             go_mod,
-            tools_go: tools_go(&["k8s.io/kubernetes/cmd/kube-apiserver"]),
-            package: "k8s.io/kubernetes/cmd/kube-apiserver",
+            tools_go: tools_go(&[&package]),
+            package,
             // Without the version stamp /version reports v0.0.0-master and clients that
             // check the server version misbehave.
             ldflags: format!(
@@ -351,7 +461,7 @@ fn build(recipe: &Recipe, target: &Path) -> Result<(), Error> {
         "compiling",
         go().args(["build", "-trimpath", "-ldflags", &recipe.ldflags, "-o"])
             .arg(&partial)
-            .arg(recipe.package),
+            .arg(&recipe.package),
     )?;
     // Rename last, so a build killed half-way never leaves a binary that looks complete.
     fs::rename(&partial, target)

@@ -18,13 +18,14 @@ pub mod assets;
 pub mod certmanager;
 pub mod chart;
 pub mod kubelet;
+pub mod node;
 pub mod ocm;
 pub mod process;
 pub mod standin;
 pub mod wait;
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -75,6 +76,8 @@ pub enum Error {
     Crd { name: String, reason: String },
     #[error("a pod's container cannot be started as its kubelet would: {0}")]
     Kubelet(String),
+    #[error("the node: {0}")]
+    Node(String),
 }
 
 impl Error {
@@ -96,12 +99,35 @@ pub struct TestEnv {
     kubeconfig: PathBuf,
     config: kube::Config,
     url: String,
+    /// The CA that signs the API server's certificate and every client's.
+    authority: simplyblock_certs::Pair,
 }
+
+/// How the API server serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Profile {
+    /// On loopback, for tests with no node: no Service endpoints, no token admission.
+    Loopback,
+    /// On a node's address, as a cluster's API server: the `kubernetes` Service points at
+    /// it, pods get ServiceAccount tokens, kubelets are authorized as nodes.
+    Node(Ipv4Addr),
+}
+
+/// The `kubernetes` Service's address in a cluster with a node (the first of the
+/// Service range).
+pub const NODE_API_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+const NODE_SERVICE_RANGE: &str = "10.96.0.0/24";
+/// The CA's common name, under which [`simplyblock_certs::Authority::from_pair`] reads it.
+const CA_NAME: &str = "simplyblock-testenv-ca";
 
 impl TestEnv {
     /// Builds the binaries if needed, then starts etcd and kube-apiserver and waits until the
     /// API server reports ready.
     pub async fn start() -> Result<TestEnv, Error> {
+        Self::start_as(Profile::Loopback).await
+    }
+
+    async fn start_as(profile: Profile) -> Result<TestEnv, Error> {
         let binaries = tokio::task::spawn_blocking(assets::ensure)
             .await
             .map_err(|e| Error::Client(format!("the asset build task failed: {e}")))??;
@@ -111,7 +137,7 @@ impl TestEnv {
         let mut attempts = 3;
         loop {
             let dir = run_dir()?;
-            match Self::start_in(&binaries, dir.clone()).await {
+            match Self::start_in(&binaries, dir.clone(), profile).await {
                 Ok(env) => return Ok(env),
                 Err(e) => {
                     let _ = fs::remove_dir_all(&dir);
@@ -147,9 +173,32 @@ impl TestEnv {
         env.as_ref().map_err(|e| Error::Client(e.clone()))
     }
 
-    async fn start_in(binaries: &assets::Binaries, dir: PathBuf) -> Result<TestEnv, Error> {
-        let ca = simplyblock_certs::Authority::new("simplyblock-testenv-ca")?;
-        let serving = ca.loopback_serving("kube-apiserver")?;
+    async fn start_in(
+        binaries: &assets::Binaries,
+        dir: PathBuf,
+        profile: Profile,
+    ) -> Result<TestEnv, Error> {
+        let ca = simplyblock_certs::Authority::new(CA_NAME)?;
+        let authority = ca.pair();
+        let serving = match profile {
+            Profile::Loopback => ca.loopback_serving("kube-apiserver")?,
+            // What pods reach it by: the Service's address and names.
+            Profile::Node(address) => ca.serving(
+                "kube-apiserver",
+                &[
+                    "localhost",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                ],
+                &[
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    IpAddr::V4(address),
+                    IpAddr::V4(NODE_API_SERVICE_IP),
+                ],
+            )?,
+        };
         let admin = ca.client("admin", Some("system:masters"))?;
         let (service_account_key, service_account_public_key) = simplyblock_certs::key_pair()?;
         let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
@@ -192,7 +241,11 @@ impl TestEnv {
         wait_for_etcd(&mut etcd, etcd_client, &etcd_log).await?;
 
         let port = free_port()?;
-        let url = format!("https://127.0.0.1:{port}");
+        let address = match profile {
+            Profile::Loopback => Ipv4Addr::LOCALHOST,
+            Profile::Node(address) => address,
+        };
+        let url = format!("https://{address}:{port}");
         let apiserver_log = dir.join("kube-apiserver.log");
         let mut api_cmd = Command::new(&binaries.kube_apiserver);
         api_cmd
@@ -202,15 +255,9 @@ impl TestEnv {
             .arg(format!("--tls-private-key-file={}", serving_key.display()))
             .arg(format!("--client-ca-file={}", ca.display()))
             .arg(format!("--secure-port={port}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            // The kubernetes Service endpoints cannot point at loopback; nothing here needs them.
-            .arg("--endpoint-reconciler-type=none")
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg(format!("--bind-address={address}"))
+            .arg(format!("--advertise-address={address}"))
             .arg("--allow-privileged=true")
-            .arg("--authorization-mode=RBAC")
-            // No token controller runs here, so pods would be refused with it on.
-            .arg("--disable-admission-plugins=ServiceAccount")
             .arg(format!("--service-account-issuer={url}/"))
             .arg(format!("--service-account-key-file={}", sa_pub.display()))
             .arg(format!(
@@ -218,6 +265,42 @@ impl TestEnv {
                 sa_key.display()
             ))
             .arg("--v=1");
+        match profile {
+            Profile::Loopback => {
+                api_cmd
+                    // The kubernetes Service endpoints cannot point at loopback; nothing
+                    // here needs them.
+                    .arg("--endpoint-reconciler-type=none")
+                    .arg("--service-cluster-ip-range=10.0.0.0/24")
+                    .arg("--authorization-mode=RBAC")
+                    // No token controller runs here, so pods would be refused with it on.
+                    .arg("--disable-admission-plugins=ServiceAccount");
+            }
+            Profile::Node(_) => {
+                api_cmd
+                    .arg(format!("--service-cluster-ip-range={NODE_SERVICE_RANGE}"))
+                    .arg("--authorization-mode=Node,RBAC")
+                    .arg("--enable-admission-plugins=NodeRestriction")
+                    // Webhooks and aggregated APIs are called at their Service's endpoint
+                    // addresses, as on a control plane host that runs no kube-proxy.
+                    .arg("--enable-aggregator-routing=true")
+                    // The node has no name in DNS.
+                    .arg("--kubelet-preferred-address-types=InternalIP")
+                    // Controllers read the aggregation layer's CA; the API server never
+                    // proxies to an aggregated API here, so its own CA stands in.
+                    .arg(format!("--requestheader-client-ca-file={}", ca.display()))
+                    .arg("--requestheader-allowed-names=front-proxy-client")
+                    .arg("--requestheader-username-headers=X-Remote-User")
+                    .arg("--requestheader-group-headers=X-Remote-Group")
+                    .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+                    // Logs and exec: the API server calls the kubelet as an administrator.
+                    .arg(format!(
+                        "--kubelet-client-certificate={}",
+                        admin_cert.display()
+                    ))
+                    .arg(format!("--kubelet-client-key={}", admin_key.display()));
+            }
+        }
         let mut apiserver = spawn_logged("kube-apiserver", api_cmd, &apiserver_log)?;
 
         let kubeconfig_text = kubeconfig_yaml(&url, &ca, &admin_cert, &admin_key);
@@ -235,6 +318,7 @@ impl TestEnv {
             kubeconfig,
             config,
             url,
+            authority,
         })
     }
 

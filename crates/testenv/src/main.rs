@@ -27,9 +27,33 @@ enum Cmd {
         #[arg(long = "crds")]
         crds: Vec<PathBuf>,
     },
-    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity and helm, then print
-    /// their paths.
+    /// A one-node cluster on this machine (root): kubelet, containerd, CNI, kube-proxy,
+    /// the scheduler and the controller manager beside the API server.
+    Node {
+        #[command(subcommand)]
+        command: NodeCmd,
+    },
+    /// Build (or find in the cache) the CSI sidecars this machine can build, and print
+    /// each as `<image> <binary>`, for scripts/build-images.sh.
+    Sidecars,
+    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm and a node's
+    /// binaries (kubelet, kube-controller-manager, kube-scheduler), then print their paths.
     Build,
+}
+
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Clean what an earlier run left, start the node, import the images, print the
+    /// kubeconfig path, run until Ctrl-C (which removes everything again).
+    Up {
+        /// A directory of OCI image archives (`*.oci.tar`) to import; it must hold the
+        /// pause image. `scripts/build-images.sh` writes them.
+        #[arg(long, default_value = "target/images")]
+        images: PathBuf,
+    },
+    /// Remove everything a node made: processes, containers, mounts, network devices,
+    /// iptables rules, cgroups, files, kernel settings.
+    Down,
 }
 
 #[tokio::main]
@@ -52,6 +76,51 @@ async fn main() -> anyhow::Result<()> {
             println!("csi-sanity: {}", sanity.display());
             let helm = tokio::task::spawn_blocking(simplyblock_testenv::assets::helm).await??;
             println!("helm: {}", helm.display());
+            let node = tokio::task::spawn_blocking(simplyblock_testenv::assets::node).await??;
+            println!("kubelet: {}", node.kubelet.display());
+            println!(
+                "kube-controller-manager: {}",
+                node.kube_controller_manager.display()
+            );
+            println!("kube-scheduler: {}", node.kube_scheduler.display());
+            println!("kube-proxy: {}", node.kube_proxy.display());
+        }
+        Cmd::Sidecars => {
+            for sidecar in
+                tokio::task::spawn_blocking(simplyblock_testenv::assets::sidecars).await??
+            {
+                println!("{} {}", sidecar.image, sidecar.binary.display());
+            }
+        }
+        Cmd::Node {
+            command: NodeCmd::Down,
+        } => {
+            tokio::task::spawn_blocking(simplyblock_testenv::node::down).await??;
+            println!("the node and everything it made are gone");
+        }
+        Cmd::Node {
+            command: NodeCmd::Up { images },
+        } => {
+            let node = simplyblock_testenv::node::Node::up(&images).await?;
+            let env = node.env();
+            println!(
+                "node {} is Ready at {}",
+                simplyblock_testenv::node::NODE_NAME,
+                simplyblock_testenv::node::NODE_IP
+            );
+            println!("API server: {}", env.url());
+            println!("kubeconfig: {}", env.kubeconfig_path().display());
+            for (name, pid) in node.pids() {
+                println!("process: {name} {pid}");
+            }
+            println!(
+                "try: KUBECONFIG={} kubectl get nodes,pods -A",
+                env.kubeconfig_path().display()
+            );
+            println!("Ctrl-C stops it and removes everything it made.");
+            tokio::signal::ctrl_c().await?;
+            tokio::task::spawn_blocking(move || drop(node)).await?;
+            eprintln!("stopped");
         }
         Cmd::Up { crds } => {
             let env = TestEnv::start().await?;

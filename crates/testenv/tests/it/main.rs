@@ -2,5 +2,6 @@
 
 mod certmanager;
 mod lifecycle;
+mod node;
 mod ocm;
 mod standin;

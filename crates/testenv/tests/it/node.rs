@@ -1,0 +1,74 @@
+//! The one-node cluster: `Node::up` gives a Ready node whose pods run on the bridge network,
+//! reach the API server through the `kubernetes` Service (kube-proxy) with their own
+//! ServiceAccount token, and whose logs the API server reads from the kubelet; dropping it
+//! leaves nothing behind. Runs as root, with the images scripts/build-images.sh writes.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams, PostParams};
+use simplyblock_testenv::node::{self, Node};
+
+#[tokio::test]
+async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
+    let node = Node::up(&node::default_images_dir())
+        .await
+        .expect("node up");
+    let client = node.env().client().await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hello"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "hello",
+                "image": node::PAUSE_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/busybox", "sh", "-c", concat!(
+                    "echo from $(/bin/busybox hostname) at $(/bin/busybox hostname -i); ",
+                    "token=$(/bin/busybox cat /var/run/secrets/kubernetes.io/serviceaccount/token); ",
+                    "/bin/busybox wget -qO- --no-check-certificate ",
+                    "--header \"Authorization: Bearer $token\" ",
+                    "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version",
+                )],
+            }],
+        },
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("created");
+
+    let mut phase = String::new();
+    for _ in 0..240 {
+        let status = pods
+            .get("hello")
+            .await
+            .expect("pod")
+            .status
+            .unwrap_or_default();
+        phase = status.phase.unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = pods
+        .logs("hello", &LogParams::default())
+        .await
+        .expect("the API server reads the log from the kubelet");
+    assert_eq!(phase, "Succeeded", "the pod ended {phase}; its log:\n{log}");
+    assert!(log.contains("from hello at 10.244.0."), "{log}");
+    assert!(
+        log.contains(r#""gitVersion": "v1.37.2""#),
+        "the API server's version through the kubernetes Service: {log}"
+    );
+
+    tokio::task::spawn_blocking(move || drop(node))
+        .await
+        .expect("node down");
+    let left = node::leftovers();
+    assert!(left.is_empty(), "the node left: {left:#?}");
+}
