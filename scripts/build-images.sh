@@ -16,13 +16,15 @@ Builds quay.io/simplyblock-io/simplyblock-operator:<version> and
 quay.io/simplyblock-io/simplyblock-csi:<version> (<version> is the workspace version) and
 writes each as an OCI archive, <name>-<version>.oci.tar, into the output directory.
 With --only, also the images a cluster without a registry needs: pause (the pods' sandbox,
-registry.k8s.io/pause, a static busybox that sleeps) and sidecars (the CSI sidecars this
+registry.k8s.io/pause, a static busybox that sleeps), coredns (the cluster's DNS, built by
+testenv from its Go module) and sidecars (the CSI sidecars this
 machine's Go module proxy serves at the versions the SimplyblockDriver renders, built by
 testenv into its cache; `cargo run -p simplyblock-testenv --bin testenv -- sidecars` lists
 them).
 
   --out DIR        output directory (default: $IMAGES_OUT, else target/images)
-  --only NAMES     build these images only: operator, csi, pause, sidecars (comma-separated)
+  --only NAMES     build these images only: operator, csi, pause, coredns, sidecars
+                   (comma-separated)
   --skip-build     use the release binaries already built (no cargo build)
   --reuse-rootfs   reuse the base filesystems of an earlier run in DIR/rootfs
   -h, --help       this text
@@ -61,8 +63,8 @@ images=()
 IFS=, read -r -a requested <<<"${only:-operator,csi}"
 for image in "${requested[@]}"; do
     case "$image" in
-        operator | csi | pause | sidecars) images+=("$image") ;;
-        *) die "--only takes operator, csi, pause or sidecars, not '$image'" ;;
+        operator | csi | pause | coredns | sidecars) images+=("$image") ;;
+        *) die "--only takes operator, csi, pause, coredns or sidecars, not '$image'" ;;
     esac
 done
 rust_images=()
@@ -361,22 +363,23 @@ for image in "${images[@]}"; do
         run_in /bin/busybox true
         write_archive pause "$ref"
         ;;
-    sidecars)
-        listing=$(cargo run --quiet --locked -p simplyblock-testenv --bin testenv -- sidecars) \
-            || die "testenv could not build the CSI sidecars"
-        while read -r ref binary; do
+    sidecars | coredns)
+        listing=$(cargo run --quiet --locked -p simplyblock-testenv --bin testenv -- "$image") \
+            || die "testenv could not build $image"
+        # On its own descriptor: buildah run reads standard input.
+        while read -r ref binary <&3; do
             [ -n "$ref" ] || continue
             name=${ref##*/}
             name=${name%%:*}
             extra_config=()
-            # As upstream's (distroless static, root): they open the driver's socket, which
-            # the plugin (root) creates.
-            build_image "$name" "$ref" static "$name (CSI sidecar, built from its Go module)" \
+            # As upstream's (distroless static, root): the sidecars open the driver's
+            # socket, which the plugin (root) creates; CoreDNS binds port 53.
+            build_image "$name" "$ref" static "$name (built from its Go module)" \
                 0:0 "[\"/$name\"]" "$binary" "/$name"
             echo "==> $name: checking the image"
-            run_in "/$name" --help
+            if [ "$name" = coredns ]; then run_in /coredns -version; else run_in "/$name" --version; fi
             write_archive "$name" "$ref"
-        done <<<"$listing"
+        done 3<<<"$listing"
         ;;
     esac
 done

@@ -198,6 +198,25 @@ pub fn sidecars() -> Result<Vec<Sidecar>, Error> {
         .collect()
 }
 
+/// The CoreDNS release a node's cluster DNS runs, and the image it is tagged as.
+pub const COREDNS_VERSION: &str = "v1.12.1";
+pub const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.12.1";
+
+/// CoreDNS, the node's cluster DNS: found in the cache, or built there once.
+pub fn coredns() -> Result<PathBuf, Error> {
+    tool(&format!("coredns-{COREDNS_VERSION}"), "coredns", || {
+        Ok(Recipe {
+            what: format!("coredns {COREDNS_VERSION}"),
+            go_mod: format!(
+                "module local/testenv-coredns\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns {COREDNS_VERSION}\n"
+            ),
+            tools_go: tools_go(&["github.com/coredns/coredns"]),
+            package: "github.com/coredns/coredns".into(),
+            ldflags: "-s -w".into(),
+        })
+    })
+}
+
 /// A node binary (`kubelet`, `kube-proxy`, …) when it is in the cache; never builds.
 pub fn cached_node_binary(command: &str) -> Option<PathBuf> {
     let bin = cache_dir()

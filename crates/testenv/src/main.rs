@@ -36,6 +36,9 @@ enum Cmd {
     /// Build (or find in the cache) the CSI sidecars this machine can build, and print
     /// each as `<image> <binary>`, for scripts/build-images.sh.
     Sidecars,
+    /// Build (or find in the cache) CoreDNS, the node's cluster DNS, and print it as
+    /// `<image> <binary>`, for scripts/build-images.sh.
+    Coredns,
     /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm and a node's
     /// binaries (kubelet, kube-controller-manager, kube-scheduler), then print their paths.
     Build,
@@ -91,6 +94,14 @@ async fn main() -> anyhow::Result<()> {
             {
                 println!("{} {}", sidecar.image, sidecar.binary.display());
             }
+        }
+        Cmd::Coredns => {
+            let binary = tokio::task::spawn_blocking(simplyblock_testenv::assets::coredns).await??;
+            println!(
+                "{} {}",
+                simplyblock_testenv::assets::COREDNS_IMAGE,
+                binary.display()
+            );
         }
         Cmd::Node {
             command: NodeCmd::Down,

@@ -42,6 +42,11 @@ const POD_BRIDGE: &str = "sbtestcni0";
 const CNI_NETWORK: &str = "simplyblock-testenv";
 /// The sandbox ("pause") image every pod starts from; `scripts/build-images.sh` builds it.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// The cluster DNS Service's address and the cluster's domain, as kubeadm sets them.
+pub const CLUSTER_DNS_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// The images a node cannot start without: every pod's sandbox, and the cluster DNS.
+const REQUIRED_IMAGES: [&str; 2] = [PAUSE_IMAGE, assets::COREDNS_IMAGE];
 /// Fixed by the CSI driver's manifests (hostPath volumes): the kubelet's root directory.
 const KUBELET_DIR: &str = "/var/lib/kubelet";
 /// Everything else the node writes: configuration, logs, containerd's store.
@@ -139,6 +144,9 @@ impl Node {
         control.push(node.processes.remove(0));
         node.processes = control;
         node.wait_ready().await?;
+        let client = node.env().client().await?;
+        crate::chart::apply(&client, &cluster_dns()?, "simplyblock-testenv", false).await?;
+        node.wait_for_dns(&client).await?;
         Ok(node)
     }
 
@@ -208,6 +216,34 @@ impl Node {
 }
 
 impl Node {
+    async fn wait_for_dns(&mut self, client: &kube::Client) -> Result<(), Error> {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+        let started = Instant::now();
+        let limit = Duration::from_secs(120);
+        loop {
+            let available = deployments
+                .get_opt("coredns")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|d| d.status)
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            if available > 0 {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(Error::Node(format!(
+                    "the cluster DNS (Deployment kube-system/coredns) is not available after \
+                     {limit:?}; the kubelet's log: {}",
+                    log_path("kubelet").display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// What a pod of namespace `default` still waits for, if anything: its ServiceAccount
     /// and the CA its token volume carries, which the controller manager makes.
     async fn pods_admitted(&self) -> Option<String> {
@@ -351,20 +387,27 @@ fn image_archives(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         .filter(|p| p.to_string_lossy().ends_with(".oci.tar"))
         .collect();
     archives.sort();
-    let pause = PAUSE_IMAGE.rsplit('/').next().unwrap_or(PAUSE_IMAGE);
-    let pause_file = pause.replace(':', "-") + ".oci.tar";
-    if !archives
-        .iter()
-        .any(|a| a.file_name().is_some_and(|n| n == pause_file.as_str()))
-    {
-        return Err(Error::Node(format!(
-            "{} holds no {pause_file}: every pod starts from the sandbox image {PAUSE_IMAGE}; \
-             build it with scripts/build-images.sh --out {}",
-            dir.display(),
-            dir.display()
-        )));
+    for image in REQUIRED_IMAGES {
+        let file = archive_name(image);
+        if !archives
+            .iter()
+            .any(|a| a.file_name().is_some_and(|n| n == file.as_str()))
+        {
+            return Err(Error::Node(format!(
+                "{} holds no {file}, the image {image} a node cannot start without; build it \
+                 with scripts/build-images.sh --only pause,coredns --out {}",
+                dir.display(),
+                dir.display()
+            )));
+        }
     }
     Ok(archives)
+}
+
+/// The archive scripts/build-images.sh writes for `image`: `<name>-<tag>.oci.tar`.
+pub fn archive_name(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    format!("{}.oci.tar", last.replacen(':', "-", 1))
 }
 
 /// Runs a host command, failing with its output.
@@ -535,6 +578,81 @@ impl NodeFiles {
     }
 }
 
+/// The cluster DNS as kubeadm installs it: CoreDNS answering for the cluster's Services
+/// and pods (and nothing else: no upstream is forwarded to, so no query leaves the
+/// machine), behind the Service kube-system/kube-dns at [`CLUSTER_DNS_IP`].
+fn cluster_dns() -> Result<Vec<kube::api::DynamicObject>, Error> {
+    let corefile = format!(
+        ".:53 {{\n    errors\n    ready :8181\n    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n    }}\n    cache 30\n}}\n"
+    );
+    let labels = serde_json::json!({"k8s-app": "kube-dns"});
+    let objects = serde_json::json!([
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "coredns", "namespace": "kube-system"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "system:coredns"},
+         "rules": [
+            {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+             "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+             "verbs": ["list", "watch"]}
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "system:coredns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "system:coredns"},
+         "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}]},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "coredns", "namespace": "kube-system"},
+         "data": {"Corefile": corefile}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "coredns", "namespace": "kube-system", "labels": labels},
+         "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": "coredns",
+                    "priorityClassName": "system-cluster-critical",
+                    "dnsPolicy": "Default",
+                    "containers": [{
+                        "name": "coredns",
+                        "image": assets::COREDNS_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "args": ["-conf", "/etc/coredns/Corefile"],
+                        "ports": [
+                            {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                            {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"}
+                        ],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}},
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+                        },
+                        "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns",
+                                          "readOnly": true}]
+                    }],
+                    "volumes": [{"name": "config", "configMap": {"name": "coredns"}}]
+                }
+            }
+         }},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
+         "spec": {
+            "selector": labels,
+            "clusterIP": CLUSTER_DNS_IP.to_string(),
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}
+            ]
+         }}
+    ]);
+    serde_json::from_value(objects)
+        .map_err(|e| Error::Node(format!("the cluster DNS objects do not parse: {e}")))
+}
+
 fn containerd_toml(dir: &Path, socket: &Path, cni_conf_dir: &Path) -> String {
     format!(
         r#"version = 2
@@ -620,6 +738,8 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
+clusterDNS: ["{CLUSTER_DNS_IP}"]
+clusterDomain: {CLUSTER_DOMAIN}
 "#,
         ca = ca.display()
     )

@@ -1,6 +1,6 @@
 //! The one-node cluster: `Node::up` gives a Ready node whose pods run on the bridge network,
-//! reach the API server through the `kubernetes` Service (kube-proxy) with their own
-//! ServiceAccount token, and whose logs the API server reads from the kubelet; dropping it
+//! reach the API server by the `kubernetes` Service's name (CoreDNS, kube-proxy) with their
+//! own ServiceAccount token, and whose logs the API server reads from the kubelet; dropping it
 //! leaves nothing behind. Runs as root, with the images scripts/build-images.sh writes.
 
 use std::time::Duration;
@@ -31,7 +31,7 @@ async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
                     "token=$(/bin/busybox cat /var/run/secrets/kubernetes.io/serviceaccount/token); ",
                     "/bin/busybox wget -qO- --no-check-certificate ",
                     "--header \"Authorization: Bearer $token\" ",
-                    "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version",
+                    "https://kubernetes.default.svc.cluster.local/version",
                 )],
             }],
         },
@@ -63,7 +63,7 @@ async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
     assert!(log.contains("from hello at 10.244.0."), "{log}");
     assert!(
         log.contains(r#""gitVersion": "v1.37.2""#),
-        "the API server's version through the kubernetes Service: {log}"
+        "the API server's version through the kubernetes Service, by its name: {log}"
     );
 
     tokio::task::spawn_blocking(move || drop(node))
