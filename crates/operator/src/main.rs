@@ -140,6 +140,14 @@ struct RunArgs {
         default_value = ProbeSettings::IMAGE
     )]
     probe_image: String,
+    /// The pull policy of the operator's own image, which probe Jobs run with.
+    #[arg(
+        long,
+        env = "SIMPLYBLOCK_OPERATOR_IMAGE_PULL_POLICY",
+        default_value = ProbeSettings::PULL_POLICY,
+        value_parser = ["Always", "IfNotPresent", "Never"]
+    )]
+    probe_image_pull_policy: String,
     /// The service account probe Jobs run as.
     #[arg(long, default_value = ProbeSettings::SERVICE_ACCOUNT)]
     probe_service_account: String,
@@ -195,6 +203,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         watch_namespace,
         watch_all_namespaces,
         probe_image,
+        probe_image_pull_policy,
         probe_service_account,
         disable_initial_discovery,
         storage_node_proxy,
@@ -235,6 +244,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         metrics_listen: metrics_addr.0,
         probe: ProbeSettings {
             image: probe_image,
+            pull_policy: probe_image_pull_policy,
             service_account: probe_service_account,
         },
         initial_discovery: !disable_initial_discovery,

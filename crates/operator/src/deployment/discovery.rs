@@ -52,6 +52,10 @@ const PROBE_POLL: Duration = Duration::from_secs(2);
 pub struct ProbeSettings {
     /// The operator's own image: it carries the probe.
     pub image: String,
+    /// The operator's own pull policy (the chart's `image.pullPolicy`): an installation
+    /// from a mirror, or with images imported into the runtime, pulls the probe as it
+    /// pulled the operator.
+    pub pull_policy: String,
     pub service_account: String,
 }
 
@@ -60,12 +64,15 @@ impl ProbeSettings {
     pub const IMAGE: &str = "quay.io/simplyblock-io/simplyblock-operator:latest";
     /// The service account the chart gives probe Jobs.
     pub const SERVICE_ACCOUNT: &str = "simplyblock-nodeprobe";
+    /// The pull policy when none is given: a tagged image once on each worker.
+    pub const PULL_POLICY: &str = "IfNotPresent";
 }
 
 impl Default for ProbeSettings {
     fn default() -> ProbeSettings {
         ProbeSettings {
             image: Self::IMAGE.into(),
+            pull_policy: Self::PULL_POLICY.into(),
             service_account: Self::SERVICE_ACCOUNT.into(),
         }
     }
@@ -690,7 +697,7 @@ fn probe_job(
                         "containers": [{
                             "name": "probe",
                             "image": probe.image,
-                            "imagePullPolicy": "Always",
+                            "imagePullPolicy": probe.pull_policy,
                             "args": ["probe", "--root", "/host", "--node", worker, "--run", run, "--run-uid", op.uid().unwrap_or_default(), "--config-map", name],
                             "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                             "securityContext": {"privileged": true},

@@ -349,6 +349,7 @@ fn a_deleted_run_and_a_late_probe_say_what_is_left() {
         probe: ProbeSettings {
             image: IMAGE.into(),
             service_account: "sa".into(),
+            ..ProbeSettings::default()
         },
     };
     let late = steps.deadline_message(&run, Probing).expect("a message");
@@ -364,6 +365,7 @@ fn a_deleted_run_and_a_late_probe_say_what_is_left() {
 fn probe_settings() -> ProbeSettings {
     ProbeSettings {
         image: IMAGE.into(),
+        pull_policy: "Never".into(),
         service_account: ProbeSettings::SERVICE_ACCOUNT.into(),
     }
 }
@@ -383,6 +385,11 @@ fn a_probe_job_is_built_pinned_to_its_worker_and_owned_by_its_run() {
         .expect("a pod spec");
     assert_eq!(pod.node_name.as_deref(), Some("w1"));
     assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
+    // The operator's own pull policy: images imported or mirrored are not pulled anew.
+    assert_eq!(
+        pod.containers[0].image_pull_policy.as_deref(),
+        Some("Never")
+    );
 }
 
 #[test]

@@ -106,6 +106,7 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     let probe = ProbeSettings {
         image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
         service_account: "simplyblock-nodeprobe".into(),
+        ..ProbeSettings::default()
     };
     tokio::spawn(discovery::run(ctx.clone(), probe));
 

@@ -124,6 +124,7 @@ async fn site() -> Site {
     let probe = ProbeSettings {
         image: "quay.io/simplyblock-io/simplyblock-operator:latest".into(),
         service_account: "simplyblock-nodeprobe".into(),
+        ..ProbeSettings::default()
     };
     tokio::spawn(discovery::run(ctx.clone(), probe));
     tokio::spawn(deployment::controller::run(ctx.clone()));
