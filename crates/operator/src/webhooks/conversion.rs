@@ -4,10 +4,15 @@
 //! is always a success with one object per object sent.
 //!
 //! [`register`] points each converting CRD's `spec.conversion` at this server and gives it
-//! the CA bundle, at start and whenever the CA changes, once objects may be stored at
-//! v1alpha1 (the CRD's `status.storedVersions` lists it: an installation of the Go
-//! operator being moved over). A fresh install stores v1alpha2 only and needs no
-//! conversion; its CRDs, and one installed without a v1alpha1 version, are left alone.
+//! the CA bundle, at start and whenever the CA changes. An operator in the cluster (its
+//! webhooks behind a Service) does so for every CRD that serves v1alpha1: a client may
+//! read or write at v1alpha1 even when nothing is stored there, and the chart's CRDs (not
+//! templated) name a placeholder Service in no release's namespace, so every such request
+//! would fail. An operator reached by URL runs outside the cluster (development, the
+//! tests' shared API servers): it registers only once objects are stored at v1alpha1 (the
+//! CRD's `status.storedVersions` lists it: an installation of the Go operator being moved
+//! over), so that operators sharing one API server do not take each other's conversions.
+//! A CRD installed without a v1alpha1 version is left alone.
 
 use std::sync::Arc;
 
@@ -144,14 +149,13 @@ pub async fn register(
             tracing::warn!(crd = %name, "installed without v1alpha1, so nothing converts; upgrade the chart's CRDs");
             continue;
         }
-        // A fresh install stores v1alpha2 only, and nothing converts: its CRDs are left as
-        // installed, so no operator start rewrites them.
         let stored_v1alpha1 = crd
             .status
             .as_ref()
             .and_then(|s| s.stored_versions.as_ref())
             .is_some_and(|v| v.iter().any(|v| v == simplyblock_api::v1alpha1::VERSION));
-        if !stored_v1alpha1 || registered(&crd, endpoint, ca_bundle) {
+        let in_cluster = matches!(endpoint, Endpoint::Service { .. });
+        if !(in_cluster || stored_v1alpha1) || registered(&crd, endpoint, ca_bundle) {
             continue;
         }
         api.patch(
