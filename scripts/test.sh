@@ -57,8 +57,9 @@ if [ ${#node_packages[@]} -gt 0 ]; then
     }
 fi
 
-step "images for the node (scripts/build-images.sh --only pause)"
-scripts/build-images.sh --only pause --reuse-rootfs
+step "images for the node: operator, CSI driver, pause, CoreDNS, CSI sidecars (scripts/build-images.sh)"
+# The real-node tests install the chart with these, imported into the node's containerd.
+scripts/build-images.sh --only operator,csi,pause,coredns,sidecars --reuse-rootfs
 
 step "lints (cargo clippy -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings

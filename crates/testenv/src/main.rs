@@ -96,7 +96,8 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Coredns => {
-            let binary = tokio::task::spawn_blocking(simplyblock_testenv::assets::coredns).await??;
+            let binary =
+                tokio::task::spawn_blocking(simplyblock_testenv::assets::coredns).await??;
             println!(
                 "{} {}",
                 simplyblock_testenv::assets::COREDNS_IMAGE,

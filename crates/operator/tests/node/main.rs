@@ -1,0 +1,349 @@
+//! The chart as a user installs it, on a real node: testenv's one-node cluster (kubelet,
+//! containerd, CNI, kube-proxy, CoreDNS, the scheduler and the controller manager), the
+//! images built by scripts/build-images.sh and imported (never pulled), and `helm install`
+//! of deploy/charts/simplyblock-operator. Nothing of the operator is started by the test:
+//! the kubelet runs its pods with the arguments, environment, files and account the chart
+//! renders.
+//!
+//! What the test sets that a user would not, and why:
+//! - the control plane is sbsim (the one stand-in: the simplyblock management API needs
+//!   FoundationDB and SPDK storage nodes, which do not run here), served over TLS on the
+//!   node's address and given to the chart as a managed control plane
+//!   (`controlplane.managed.*`), with its CA and a bearer token in Secrets, as a user of a
+//!   managed control plane gives them;
+//! - `image.pullPolicy=Never` and `driver.image.pullPolicy=Never`: the images are imported,
+//!   no registry exists to ask.
+//!
+//! What it does not reach yet, and why: the SimplyblockDriver's pods cannot start here, for
+//! csi-attacher v4.8.1, csi-resizer, csi-external-health-monitor-controller and
+//! csi-node-driver-registrar cannot be built (the Go module proxy refuses them; see
+//! `simplyblock_testenv::assets::SIDECARS`), and discovery finds no drive to deploy on,
+//! for the machine has no NVMe device (nor the modules for one over a loop target).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use simplyblock_api::control_plane::ControlPlane;
+use simplyblock_simulator::{Server, ServerTls, Sim, SimConfig};
+use simplyblock_testenv::node::{self, Node};
+
+const NAMESPACE: &str = "simplyblock-system";
+const RELEASE: &str = "simplyblock-operator";
+const TOKEN: &str = "node-test-token";
+
+/// sbsim on the node's address, serving TLS with a certificate for that address.
+async fn control_plane(dir: &std::path::Path) -> (Server, String) {
+    simplyblock_simulator::install_crypto_provider();
+    let ca = simplyblock_certs::Authority::new("sbsim CA").expect("CA");
+    let serving = ca
+        .serving("control-plane", &[], &[std::net::IpAddr::V4(node::NODE_IP)])
+        .expect("serving certificate");
+    let tls = ServerTls {
+        cert_pem: serving.cert.into_bytes(),
+        key_pem: serving.key.into_bytes(),
+        client_ca_pem: None,
+        plain_too: false,
+    };
+    let config = SimConfig {
+        tokens: vec![TOKEN.into()],
+        ..SimConfig::new(dir.join("state"))
+    };
+    let server = Server::start(
+        Sim::open(config).expect("sim"),
+        &format!("{}:0", node::NODE_IP),
+        Some(tls),
+    )
+    .await
+    .expect("sbsim on the node's address");
+    (server, ca.cert_pem())
+}
+
+async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let started = Instant::now();
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(state) if started.elapsed() > limit => {
+                panic!("{what}: not after {limit:?}; last seen: {state}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let helm = simplyblock_testenv::assets::helm().expect("helm");
+    let out = std::process::Command::new(helm)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("helm runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "helm {args:?} failed:\n{text}");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_on_a_real_node_as_installed() {
+    let node = Node::up(&node::default_images_dir())
+        .await
+        .expect("node up");
+    let env = node.env();
+    let kube = env.client().await.expect("client");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sbsim, ca_pem) = control_plane(dir.path()).await;
+    let endpoint = format!("https://{}:{}", node::NODE_IP, sbsim.addr.port());
+
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("namespace");
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), NAMESPACE);
+    for (name, key, value) in [
+        ("control-plane-ca", "ca.crt", ca_pem.as_str()),
+        ("control-plane-credentials", "token", TOKEN),
+    ] {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {key: value}}))
+                .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("secret");
+    }
+
+    let chart = simplyblock_testenv::chart::dir();
+    let chart = chart.display().to_string();
+    helm(
+        env.kubeconfig_path(),
+        &[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "deployment.profile=managed",
+            "--set",
+            &format!("controlplane.managed.endpoint={endpoint}"),
+            "--set",
+            "controlplane.managed.credentialsSecretRef=control-plane-credentials",
+            "--set",
+            "controlplane.managed.caBundleSecretRef=control-plane-ca",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "driver.image.pullPolicy=Never",
+        ],
+    );
+
+    // The operator's pods run as the chart renders them, and become ready.
+    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
+    eventually(
+        "the operator's two replicas are ready",
+        Duration::from_secs(180),
+        || async {
+            let status = deployments
+                .get(RELEASE)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if status.ready_replicas == Some(2) {
+                return Ok(());
+            }
+            let waiting: Vec<String> = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .flat_map(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                        .map(|c| format!("{:?}", c.state))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            Err(format!("{status:?}; containers: {waiting:?}"))
+        },
+    )
+    .await;
+
+    // One of them leads.
+    let operator_pods: Vec<String> = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await
+        .expect("pods")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), NAMESPACE);
+    let holder = eventually(
+        "a pod holds the leader Lease",
+        Duration::from_secs(60),
+        || async {
+            let lease = leases
+                .get_opt(simplyblock_api::LEADER_LEASE)
+                .await
+                .map_err(|e| e.to_string())?;
+            lease
+                .and_then(|l| l.spec?.holder_identity)
+                .ok_or_else(|| "no holder".to_string())
+        },
+    )
+    .await;
+    assert!(
+        operator_pods.contains(&holder),
+        "the Lease is held by {holder}, not one of the operator's pods {operator_pods:?}"
+    );
+
+    // The leader reaches the managed control plane at its endpoint over TLS.
+    let control_planes: Api<ControlPlane> = Api::namespaced(kube.clone(), NAMESPACE);
+    eventually(
+        "the ControlPlane is Available at the endpoint given",
+        Duration::from_secs(120),
+        || async {
+            let cp = control_planes
+                .get("simplyblock")
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = serde_json::to_value(&cp.status).unwrap_or_default();
+            if status["phase"] == "Available" && status["endpoint"] == endpoint.as_str() {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+
+    // Over TLS, with the token of the chart's credentials Secret (sbsim answers 401 to any
+    // other): every call the operator's pod made was answered.
+    let calls = sbsim.sim.calls.lock().expect("call log").since(0);
+    assert!(
+        calls.iter().any(|c| c.path.starts_with("/api/v2/")),
+        "the operator called the control plane: {calls:?}"
+    );
+    let refused: Vec<_> = calls.iter().filter(|c| c.status == 401).collect();
+    assert!(refused.is_empty(), "calls refused their token: {refused:?}");
+
+    // The API server reaches the webhooks through the chart's Service: a v1alpha1 write is
+    // converted (the conversion webhook, which the operator pointed at its Service) and
+    // meets v1alpha2's rules (the validating webhooks).
+    let v1alpha1 = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.simplyblock.io", "v1alpha1", "StorageCluster"),
+        "storageclusters",
+    );
+    let clusters: Api<DynamicObject> = Api::namespaced_with(kube.clone(), NAMESPACE, &v1alpha1);
+    let cluster = |name: &str, annotations: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha1", "kind": "StorageCluster",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"maxSubsystemCount": 10, "vcpuCount": 8}
+        }))
+        .expect("cluster")
+    };
+    eventually(
+        "a v1alpha1 write is converted",
+        Duration::from_secs(60),
+        || async {
+            clusters
+                .create(&PostParams::default(), &cluster("at-v1alpha1", json!({})))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    let refused = clusters
+        .create(
+            &PostParams::default(),
+            &cluster(
+                "elsewhere",
+                json!({"storage.simplyblock.io/conversion-spec.storageNodes.image": "\"evil.example.com/x\""}),
+            ),
+        )
+        .await
+        .expect_err("an image from another registry, carried at v1alpha1");
+    assert!(
+        refused.to_string().contains("evil.example.com/x"),
+        "refused for its image: {refused}"
+    );
+    Api::<DynamicObject>::namespaced_with(kube.clone(), NAMESPACE, &v1alpha1)
+        .delete("at-v1alpha1", &Default::default())
+        .await
+        .expect("deleted");
+
+    // Discovery's probe Job ran on the node and read this machine, as installed (hostPID,
+    // the host's root read-only): its report has this machine's processors. The machine
+    // has no NVMe drive, so the run ends saying no worker has a device it would use.
+    let ops: Api<simplyblock_api::operator_ops::OperatorOps> =
+        Api::namespaced(kube.clone(), NAMESPACE);
+    let message = eventually(
+        "initial discovery ends",
+        Duration::from_secs(180),
+        || async {
+            let op = ops
+                .get_opt("initial-discovery")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not raised yet")?;
+            let status = serde_json::to_value(&op.status).unwrap_or_default();
+            match status["phase"].as_str() {
+                Some("Failed" | "Succeeded") => {
+                    Ok(status["message"].as_str().unwrap_or_default().to_owned())
+                }
+                _ => Err(status.to_string()),
+            }
+        },
+    )
+    .await;
+    let reports: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(kube.clone(), NAMESPACE);
+    let report = reports
+        .list(&ListParams::default())
+        .await
+        .expect("config maps")
+        .items
+        .into_iter()
+        .find_map(|cm| cm.data?.remove("report.json"))
+        .expect("the probe's report");
+    let report: serde_json::Value = serde_json::from_str(&report).expect("a JSON report");
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    assert_eq!(report["node"], node::NODE_NAME, "{report}");
+    assert_eq!(
+        report["cpu"]["onlineCpus"], cpus,
+        "this machine's processors: {report}"
+    );
+    assert!(
+        message.contains(node::NODE_NAME) && message.contains("no candidate disk"),
+        "discovery on a machine without NVMe drives: {message}"
+    );
+
+    drop(sbsim);
+    tokio::task::spawn_blocking(move || drop(node))
+        .await
+        .expect("node down");
+    let left = node::leftovers();
+    assert!(left.is_empty(), "the node left: {left:#?}");
+}
