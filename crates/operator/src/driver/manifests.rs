@@ -744,6 +744,32 @@ fn non_empty_list<T>(list: Vec<T>) -> Option<Vec<T>> {
 
 #[cfg(test)]
 mod tests {
+    /// The sidecar images testenv builds for its node are the ones rendered by default: a
+    /// default moved to another version is built at that version too, or the real-node test
+    /// runs a sidecar this driver does not.
+    #[test]
+    fn the_sidecars_built_for_a_node_are_the_ones_rendered() {
+        let defaults = simplyblock_api::simplyblock_driver::SidecarImages::default();
+        let rendered = [
+            defaults.provisioner,
+            defaults.attacher,
+            defaults.resizer,
+            defaults.snapshotter,
+            defaults.health_monitor,
+            defaults.node_driver_registrar,
+        ];
+        for (image, ..) in simplyblock_testenv::assets::SIDECARS {
+            // The one a cluster serving VolumeSnapshots runs once; no driver renders it.
+            if image.contains("/snapshot-controller:") {
+                continue;
+            }
+            assert!(
+                rendered.iter().any(|r| r == image),
+                "testenv builds {image}, which the SimplyblockDriver does not render: {rendered:?}"
+            );
+        }
+    }
+
     use super::*;
     use serde_json::json;
 
