@@ -178,7 +178,21 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         .path()
         .join(format!("helm-{HELM_VERSION}"))
         .join("helm");
-    for bin in [&apiserver, &etcd, &sanity, &helm] {
+    let node: Vec<std::path::PathBuf> = [
+        "kubelet",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+    ]
+    .iter()
+    .map(|c| {
+        cache
+            .path()
+            .join(format!("{c}-{KUBERNETES_VERSION}"))
+            .join(c)
+    })
+    .collect();
+    for bin in [&apiserver, &etcd, &sanity, &helm].into_iter().chain(&node) {
         std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
         std::fs::write(bin, "built by the lock holder").expect("write");
     }
@@ -203,7 +217,11 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         stdout.contains(&format!("helm: {}", helm.display())),
         "{stdout}"
     );
-    for bin in [&apiserver, &etcd, &sanity, &helm] {
+    assert!(
+        stdout.contains(&format!("kubelet: {}", node[0].display())),
+        "{stdout}"
+    );
+    for bin in [&apiserver, &etcd, &sanity, &helm].into_iter().chain(&node) {
         assert_eq!(
             std::fs::read_to_string(bin).expect("read"),
             "built by the lock holder"
