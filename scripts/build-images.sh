@@ -119,14 +119,22 @@ if ! $skip_build && [ ${#rust_images[@]} -gt 0 ]; then
     build_args=()
     for image in "${rust_images[@]}"; do
         build_args+=(-p "simplyblock-$image" --bin "simplyblock-$image")
+        # The operator image also carries the upgrade from the Go operator.
+        if [ "$image" = operator ]; then
+            build_args+=(-p simplyblock-upgrade --bin simplyblock-upgrade)
+        fi
     done
     echo "==> cargo build --release --locked ${build_args[*]}"
     cargo build --release --locked "${build_args[@]}"
 fi
-for image in "${rust_images[@]}"; do
-    [ -x "$target_dir/release/simplyblock-$image" ] \
-        || die "no $target_dir/release/simplyblock-$image; build it or drop --skip-build"
+for binary in "${rust_images[@]/#/simplyblock-}"; do
+    [ -x "$target_dir/release/$binary" ] \
+        || die "no $target_dir/release/$binary; build it or drop --skip-build"
 done
+case " ${rust_images[*]} " in
+    *" operator "*) [ -x "$target_dir/release/simplyblock-upgrade" ] \
+        || die "no $target_dir/release/simplyblock-upgrade; build it or drop --skip-build" ;;
+esac
 
 # Exported only now: the cc crate's build scripts rerun when it changes, so cargo would
 # rebuild them (ring among others) here and again in the next ordinary build.
@@ -328,11 +336,15 @@ for image in "${images[@]}"; do
             # The node plugin mounts and formats: root.
             user=0:0
         fi
+        binaries=("$target_dir/release/$name" "/usr/local/bin/$name")
+        if [ "$image" = operator ]; then
+            binaries+=("$target_dir/release/simplyblock-upgrade" /usr/local/bin/simplyblock-upgrade)
+        fi
         build_image "$name" "$ref" "$image" "${title[$image]}" "$user" \
-            "[\"/usr/local/bin/$name\"]" \
-            "$target_dir/release/$name" "/usr/local/bin/$name"
+            "[\"/usr/local/bin/$name\"]" "${binaries[@]}"
         echo "==> $name: checking the image"
         run_in "/usr/local/bin/$name" --help
+        [ "$image" != operator ] || run_in /usr/local/bin/simplyblock-upgrade --help
         if [ "$image" = operator ]; then
             user=$(bah inspect --type image --format '{{.OCIv1.Config.User}}' "$ref")
             case "${user%%:*}" in
