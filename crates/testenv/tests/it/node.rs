@@ -42,7 +42,7 @@ async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
         .expect("created");
 
     let mut phase = String::new();
-    for _ in 0..240 {
+    for _ in 0..480 {
         let status = pods
             .get("hello")
             .await
