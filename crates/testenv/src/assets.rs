@@ -124,11 +124,9 @@ pub struct NodeBinaries {
 pub fn node() -> Result<NodeBinaries, Error> {
     let component = |command: &str| {
         let command = command.to_string();
-        tool(
-            &format!("{command}-{KUBERNETES_VERSION}"),
-            &command.clone(),
-            move || Recipe::kubernetes(&command),
-        )
+        tool(&node_binary_folder(&command), &command.clone(), move || {
+            Recipe::kubernetes(&command)
+        })
     };
     Ok(NodeBinaries {
         kubelet: component("kubelet")?,
@@ -155,23 +153,21 @@ pub struct Sidecar {
 /// available"): csi-attacher v4.8.1 (the proxy serves only v4.12.0 and v4.13.0),
 /// csi-resizer, csi-external-health-monitor-controller, csi-node-driver-registrar and
 /// livenessprobe.
-pub const SIDECARS: [(&str, &str, &str, &str); 3] = [
+/// The module's version is the image's tag.
+pub const SIDECARS: [(&str, &str, &str); 3] = [
     (
         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
         "github.com/kubernetes-csi/external-provisioner/v5",
-        "v5.2.0",
         "github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner",
     ),
     (
         "registry.k8s.io/sig-storage/csi-snapshotter:v8.2.1",
         "github.com/kubernetes-csi/external-snapshotter/v8",
-        "v8.2.1",
         "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter",
     ),
     (
         "registry.k8s.io/sig-storage/snapshot-controller:v8.2.1",
         "github.com/kubernetes-csi/external-snapshotter/v8",
-        "v8.2.1",
         "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller",
     ),
 ];
@@ -180,18 +176,17 @@ pub const SIDECARS: [(&str, &str, &str, &str); 3] = [
 pub fn sidecars() -> Result<Vec<Sidecar>, Error> {
     SIDECARS
         .iter()
-        .map(|&(image, module, version, package)| {
+        .map(|&(image, module, package)| {
             let command = package.rsplit('/').next().unwrap_or(package);
+            let version = image.rsplit(':').next().unwrap_or_default();
             let binary = tool(&format!("{command}-{version}"), command, || {
-                Ok(Recipe {
-                    what: format!("{command} {version}"),
-                    go_mod: format!(
-                        "module local/testenv-{command}\n\ngo 1.26.0\n\nrequire {module} {version}\n"
-                    ),
-                    tools_go: tools_go(&[package]),
-                    package: package.to_string(),
-                    ldflags: format!("-s -w -X main.version={version}"),
-                })
+                Ok(Recipe::module(
+                    command,
+                    module,
+                    version,
+                    package,
+                    format!("-s -w -X main.version={version}"),
+                ))
             })?;
             Ok(Sidecar { image, binary })
         })
@@ -204,25 +199,27 @@ pub const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.12.1";
 
 /// CoreDNS, the node's cluster DNS: found in the cache, or built there once.
 pub fn coredns() -> Result<PathBuf, Error> {
+    let module = "github.com/coredns/coredns";
     tool(&format!("coredns-{COREDNS_VERSION}"), "coredns", || {
-        Ok(Recipe {
-            what: format!("coredns {COREDNS_VERSION}"),
-            go_mod: format!(
-                "module local/testenv-coredns\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns {COREDNS_VERSION}\n"
-            ),
-            tools_go: tools_go(&["github.com/coredns/coredns"]),
-            package: "github.com/coredns/coredns".into(),
-            ldflags: "-s -w".into(),
-        })
+        Ok(Recipe::module(
+            "coredns",
+            module,
+            COREDNS_VERSION,
+            module,
+            "-s -w".into(),
+        ))
     })
 }
 
 /// A node binary (`kubelet`, `kube-proxy`, …) when it is in the cache; never builds.
 pub fn cached_node_binary(command: &str) -> Option<PathBuf> {
-    let bin = cache_dir()
-        .join(format!("{command}-{KUBERNETES_VERSION}"))
-        .join(command);
+    let bin = cache_dir().join(node_binary_folder(command)).join(command);
     bin.is_file().then_some(bin)
+}
+
+/// The cache folder of a Kubernetes command at [`KUBERNETES_VERSION`].
+fn node_binary_folder(command: &str) -> String {
+    format!("{command}-{KUBERNETES_VERSION}")
 }
 
 /// The binary `name` in the cache folder `folder`, built from `recipe` when missing.
@@ -264,45 +261,46 @@ struct Recipe {
 }
 
 impl Recipe {
-    fn etcd() -> Recipe {
+    /// `package` of `module` at `version`, required from a module of our own named after
+    /// `name`.
+    fn module(name: &str, module: &str, version: &str, package: &str, ldflags: String) -> Recipe {
         Recipe {
-            what: format!("etcd {ETCD_VERSION}"),
-            // etcd's server module carries relative replace lines, so `go install pkg@v`
-            // refuses it; requiring it from a module of our own works.
+            what: format!("{name} {version}"),
             go_mod: format!(
-                "module local/testenv-etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n"
+                "module local/testenv-{name}\n\ngo 1.26.0\n\nrequire {module} {version}\n"
             ),
-            tools_go: tools_go(&["go.etcd.io/etcd/server/v3"]),
-            package: "go.etcd.io/etcd/server/v3".to_string(),
-            ldflags: "-s -w".to_string(),
+            tools_go: tools_go(&[package]),
+            package: package.to_string(),
+            ldflags,
         }
+    }
+
+    fn etcd() -> Recipe {
+        // etcd's server module carries relative replace lines, so `go install pkg@v`
+        // refuses it; requiring it from a module of our own works.
+        let module = "go.etcd.io/etcd/server/v3";
+        Recipe::module("etcd", module, ETCD_VERSION, module, "-s -w".into())
     }
 
     fn csi_sanity() -> Recipe {
-        let package = "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity";
-        Recipe {
-            what: format!("csi-sanity {CSI_TEST_VERSION}"),
-            go_mod: format!(
-                "module local/testenv-csi-sanity\n\ngo 1.26.0\n\nrequire github.com/kubernetes-csi/csi-test/v5 {CSI_TEST_VERSION}\n"
-            ),
-            tools_go: tools_go(&[package]),
-            package: package.to_string(),
-            ldflags: "-s -w".to_string(),
-        }
+        Recipe::module(
+            "csi-sanity",
+            "github.com/kubernetes-csi/csi-test/v5",
+            CSI_TEST_VERSION,
+            "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity",
+            "-s -w".into(),
+        )
     }
 
     fn helm() -> Recipe {
-        let package = "helm.sh/helm/v4/cmd/helm";
-        Recipe {
-            what: format!("helm {HELM_VERSION}"),
-            go_mod: format!(
-                "module local/testenv-helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 {HELM_VERSION}\n"
-            ),
-            tools_go: tools_go(&[package]),
-            package: package.to_string(),
+        Recipe::module(
+            "helm",
+            "helm.sh/helm/v4",
+            HELM_VERSION,
+            "helm.sh/helm/v4/cmd/helm",
             // Without the stamp `helm version` reports a bare minor version.
-            ldflags: format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
-        }
+            format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
+        )
     }
 
     fn kube_apiserver() -> Result<Recipe, Error> {
