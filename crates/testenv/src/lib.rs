@@ -116,7 +116,7 @@ enum Profile {
 /// The `kubernetes` Service's address in a cluster with a node (the first of the
 /// Service range).
 pub const NODE_API_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
-const NODE_SERVICE_RANGE: &str = "10.96.0.0/24";
+pub(crate) const NODE_SERVICE_RANGE: &str = "10.96.0.0/24";
 /// The CA's common name, under which [`simplyblock_certs::Authority::from_pair`] reads it.
 const CA_NAME: &str = "simplyblock-testenv-ca";
 

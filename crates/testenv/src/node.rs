@@ -51,8 +51,11 @@ const REQUIRED_IMAGES: [&str; 2] = [PAUSE_IMAGE, assets::COREDNS_IMAGE];
 const KUBELET_DIR: &str = "/var/lib/kubelet";
 /// Everything else the node writes: configuration, logs, containerd's store.
 const NODE_DIR: &str = "/var/lib/simplyblock-testenv-node";
-/// containerd's state (sockets, task bundles) and the lock.
+/// containerd's state (sockets, task bundles).
 const RUN_DIR: &str = "/run/simplyblock-testenv-node";
+/// Held by the process whose node is up. Outside every directory [`down`] removes: a lock
+/// file removed while held would let a second node start, and `down` tear down a live one.
+const LOCK_PATH: &str = "/run/simplyblock-testenv-node.lock";
 /// The kubelet's pod log directories (its defaults).
 const POD_LOG_DIRS: [&str; 2] = ["/var/log/pods", "/var/log/containers"];
 /// Where containerd's CRI puts each sandbox's network namespace.
@@ -95,16 +98,9 @@ impl Node {
             .map_err(|e| Error::Node(format!("the asset build task failed: {e}")))??;
         check_host_tools()?;
         let archives = image_archives(images)?;
-        fs::create_dir_all(RUN_DIR).map_err(|e| Error::io(format!("creating {RUN_DIR}"), e))?;
-        let lock_path = Path::new(RUN_DIR).join("lock");
-        let lock = File::create(&lock_path)
-            .map_err(|e| Error::io(format!("creating {}", lock_path.display()), e))?;
-        if lock.try_lock().is_err() {
-            return Err(Error::Node(format!(
-                "another node is up on this machine (it holds {}); stop it (`testenv node down`) first",
-                lock_path.display()
-            )));
-        }
+        let lock = take_lock(
+            "another node is up on this machine; stop it (Ctrl-C in the process that started it) first",
+        )?;
         down_unlocked()?;
         fs::create_dir_all(RUN_DIR).map_err(|e| Error::io(format!("creating {RUN_DIR}"), e))?;
         let dir = PathBuf::from(NODE_DIR);
@@ -123,26 +119,21 @@ impl Node {
         node.env = Some(env);
 
         let containerd = start_containerd(&files)?;
-        node.processes.push(containerd);
-        import_images(&files.containerd_socket, &archives)?;
-        let mut control = vec![
-            start_component(
-                "kube-controller-manager",
-                &node_binaries.kube_controller_manager,
-                &files.controller_manager_args(),
-            )?,
-            start_component(
-                "kube-scheduler",
-                &node_binaries.kube_scheduler,
-                &files.scheduler_args(),
-            )?,
-            start_component("kube-proxy", &node_binaries.kube_proxy, &files.proxy_args())?,
-        ];
+        import_images(&archives)?;
+        let controller_manager = start_component(
+            "kube-controller-manager",
+            &node_binaries.kube_controller_manager,
+            &files.controller_manager_args(),
+        )?;
+        let scheduler = start_component(
+            "kube-scheduler",
+            &node_binaries.kube_scheduler,
+            &files.scheduler_args(),
+        )?;
+        let proxy = start_component("kube-proxy", &node_binaries.kube_proxy, &files.proxy_args())?;
         let kubelet = start_component("kubelet", &node_binaries.kubelet, &files.kubelet_args())?;
-        // Stopped in reverse: the kubelet first, containerd last.
-        control.insert(0, kubelet);
-        control.push(node.processes.remove(0));
-        node.processes = control;
+        // Dropped in this order: the kubelet first, containerd last.
+        node.processes = vec![kubelet, proxy, scheduler, controller_manager, containerd];
         node.wait_ready().await?;
         let client = node.env().client().await?;
         crate::chart::apply(&client, &cluster_dns()?, "simplyblock-testenv", false).await?;
@@ -159,7 +150,7 @@ impl Node {
 
     /// Imports more images into the node's containerd.
     pub fn import(&self, archives: &[PathBuf]) -> Result<(), Error> {
-        import_images(&Path::new(RUN_DIR).join("containerd.sock"), archives)
+        import_images(archives)
     }
 
     /// The process ids of the node's components, by name.
@@ -169,7 +160,7 @@ impl Node {
 
     async fn wait_ready(&mut self) -> Result<(), Error> {
         let client = self.env().client().await?;
-        let nodes: Api<KubeNode> = Api::all(client);
+        let nodes: Api<KubeNode> = Api::all(client.clone());
         let started = Instant::now();
         let limit = Duration::from_secs(120);
         loop {
@@ -191,7 +182,7 @@ impl Node {
                         .into_iter()
                         .find(|c| c.type_ == "Ready");
                     match ready {
-                        Some(c) if c.status == "True" => match self.pods_admitted().await {
+                        Some(c) if c.status == "True" => match pods_admitted(&client).await {
                             None => return Ok(()),
                             Some(missing) => missing,
                         },
@@ -230,35 +221,56 @@ impl Node {
                 .and_then(|d| d.status)
                 .and_then(|s| s.available_replicas)
                 .unwrap_or(0);
-            if available > 0 {
+            // Available is not enough: a pod's query reaches CoreDNS once kube-proxy
+            // translates the Service's address, which it does a moment later.
+            if available > 0 && dns_service_routed() {
                 return Ok(());
             }
             if started.elapsed() > limit {
                 return Err(Error::Node(format!(
-                    "the cluster DNS (Deployment kube-system/coredns) is not available after \
-                     {limit:?}; the kubelet's log: {}",
-                    log_path("kubelet").display()
+                    "the cluster DNS (Deployment kube-system/coredns behind Service \
+                     kube-system/kube-dns) is not available after {limit:?}; the logs of the \
+                     kubelet and kube-proxy: {}, {}",
+                    log_path("kubelet").display(),
+                    log_path("kube-proxy").display()
                 )));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
 
-    /// What a pod of namespace `default` still waits for, if anything: its ServiceAccount
-    /// and the CA its token volume carries, which the controller manager makes.
-    async fn pods_admitted(&self) -> Option<String> {
-        use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-        let client = self.env().client().await.ok()?;
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-        let maps: Api<ConfigMap> = Api::namespaced(client, "default");
-        if !matches!(accounts.get_opt("default").await, Ok(Some(_))) {
-            return Some("no ServiceAccount default/default yet".into());
-        }
-        if !matches!(maps.get_opt("kube-root-ca.crt").await, Ok(Some(_))) {
-            return Some("no ConfigMap default/kube-root-ca.crt yet".into());
-        }
-        None
+/// Whether kube-proxy sends both of the kube-dns Service's ports (UDP and TCP) to an
+/// endpoint: without one it rejects them instead.
+fn dns_service_routed() -> bool {
+    let Ok(rules) = run("iptables", &["-t", "nat", "-S", "KUBE-SERVICES"]) else {
+        return false;
+    };
+    [
+        "kube-system/kube-dns:dns cluster IP",
+        "kube-system/kube-dns:dns-tcp cluster IP",
+    ]
+    .iter()
+    .all(|comment| {
+        rules
+            .lines()
+            .any(|r| r.contains(comment) && r.contains("-j KUBE-SVC-"))
+    })
+}
+
+/// What a pod of namespace `default` still waits for, if anything: its ServiceAccount and
+/// the CA its token volume carries, which the controller manager makes.
+async fn pods_admitted(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    if !matches!(accounts.get_opt("default").await, Ok(Some(_))) {
+        return Some("no ServiceAccount default/default yet".into());
     }
+    if !matches!(maps.get_opt("kube-root-ca.crt").await, Ok(Some(_))) {
+        return Some("no ConfigMap default/kube-root-ca.crt yet".into());
+    }
+    None
 }
 
 impl Drop for Node {
@@ -292,6 +304,9 @@ pub fn leftovers() -> Vec<String> {
         if Path::new("/sys/class/net").join(device).exists() {
             found.push(format!("network device {device}"));
         }
+    }
+    if service_route() {
+        found.push(format!("blackhole route {}", crate::NODE_SERVICE_RANGE));
     }
     for dir in [KUBELET_DIR, NODE_DIR].into_iter().chain(POD_LOG_DIRS) {
         if Path::new(dir).exists() {
@@ -444,7 +459,28 @@ fn network_device() -> Result<(), Error> {
         &["addr", "add", &format!("{NODE_IP}/32"), "dev", NODE_DEVICE],
     )?;
     run("ip", &["link", "set", NODE_DEVICE, "up"])?;
+    // A packet for a Service address that kube-proxy has not (yet) translated to a pod's
+    // is dropped here, never sent off the machine by the default route.
+    run(
+        "ip",
+        &["route", "add", "blackhole", crate::NODE_SERVICE_RANGE],
+    )?;
     Ok(())
+}
+
+/// Whether the blackhole route of [`network_device`] is there.
+fn service_route() -> bool {
+    run(
+        "ip",
+        &[
+            "route",
+            "show",
+            "type",
+            "blackhole",
+            crate::NODE_SERVICE_RANGE,
+        ],
+    )
+    .is_ok_and(|out| !out.trim().is_empty())
 }
 
 /// The files the node's components read: kubeconfigs (each its own client certificate),
@@ -453,7 +489,6 @@ struct NodeFiles {
     dir: PathBuf,
     ca: PathBuf,
     containerd_config: PathBuf,
-    containerd_socket: PathBuf,
     kubelet_config: PathBuf,
     kubeconfig: std::collections::BTreeMap<&'static str, PathBuf>,
 }
@@ -487,13 +522,13 @@ impl NodeFiles {
             kubeconfig.insert(component, write(&format!("{component}.kubeconfig"), &text)?);
         }
 
-        let containerd_socket = Path::new(RUN_DIR).join("containerd.sock");
+        let socket = containerd_socket();
         let cni_conf_dir = dir.join("cni");
         fs::create_dir_all(&cni_conf_dir)
             .map_err(|e| Error::io(format!("creating {}", cni_conf_dir.display()), e))?;
         let containerd_config = write(
             "containerd.toml",
-            &containerd_toml(dir, &containerd_socket, &cni_conf_dir),
+            &containerd_toml(dir, &socket, &cni_conf_dir),
         )?;
         let conflist = cni_conflist(&dir.join("cni-ipam"));
         let path = cni_conf_dir.join("10-simplyblock-testenv.conflist");
@@ -504,7 +539,6 @@ impl NodeFiles {
             dir: dir.to_path_buf(),
             ca,
             containerd_config,
-            containerd_socket,
             kubelet_config,
             kubeconfig,
         })
@@ -567,7 +601,7 @@ impl NodeFiles {
             format!("--kubeconfig={}", self.kubeconfig("kubelet")),
             format!(
                 "--container-runtime-endpoint=unix://{}",
-                self.containerd_socket.display()
+                containerd_socket().display()
             ),
             format!("--hostname-override={NODE_NAME}"),
             format!("--node-ip={NODE_IP}"),
@@ -750,7 +784,8 @@ fn start_containerd(files: &NodeFiles) -> Result<Guarded, Error> {
     cmd.arg("--config").arg(&files.containerd_config);
     let mut process = spawn_logged("containerd", cmd, &log_path("containerd"))?;
     let started = Instant::now();
-    while !files.containerd_socket.exists() {
+    let socket = containerd_socket();
+    while !socket.exists() {
         if let Some(status) = process.exited() {
             return Err(Error::Node(format!(
                 "containerd exited ({status}); its log: {}",
@@ -760,7 +795,7 @@ fn start_containerd(files: &NodeFiles) -> Result<Guarded, Error> {
         if started.elapsed() > Duration::from_secs(30) {
             return Err(Error::Node(format!(
                 "containerd did not open {} within 30s; its log: {}",
-                files.containerd_socket.display(),
+                socket.display(),
                 log_path("containerd").display()
             )));
         }
@@ -775,8 +810,13 @@ fn start_component(name: &'static str, binary: &Path, args: &[String]) -> Result
     spawn_logged(name, cmd, &log_path(name))
 }
 
-fn import_images(socket: &Path, archives: &[PathBuf]) -> Result<(), Error> {
-    let address = socket.display().to_string();
+/// Where the node's containerd serves CRI and its own API.
+fn containerd_socket() -> PathBuf {
+    Path::new(RUN_DIR).join("containerd.sock")
+}
+
+fn import_images(archives: &[PathBuf]) -> Result<(), Error> {
+    let address = containerd_socket().display().to_string();
     for archive in archives {
         let path = archive.display().to_string();
         run(
@@ -800,18 +840,20 @@ fn import_images(socket: &Path, archives: &[PathBuf]) -> Result<(), Error> {
 /// devices and namespaces, iptables rules, cgroups, files, and the kernel settings it
 /// changed. Refused while a node is up (its process holds the lock).
 pub fn down() -> Result<(), Error> {
-    let lock_path = Path::new(RUN_DIR).join("lock");
-    if lock_path.exists() {
-        let lock = File::open(&lock_path)
-            .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
-        if lock.try_lock().is_err() {
-            return Err(Error::Node(format!(
-                "a node is up (its process holds {}); stop that process (Ctrl-C) instead",
-                lock_path.display()
-            )));
-        }
-    }
+    let _lock = take_lock("a node is up; stop the process that started it (Ctrl-C) instead")?;
     down_unlocked()
+}
+
+/// The machine's node lock, or `Error::Node(held)` when another process holds it.
+fn take_lock(held: &str) -> Result<File, Error> {
+    let lock =
+        File::create(LOCK_PATH).map_err(|e| Error::io(format!("creating {LOCK_PATH}"), e))?;
+    if lock.try_lock().is_err() {
+        return Err(Error::Node(format!(
+            "{held} (its process holds {LOCK_PATH})"
+        )));
+    }
+    Ok(lock)
 }
 
 fn down_unlocked() -> Result<(), Error> {
@@ -836,6 +878,14 @@ fn down_unlocked() -> Result<(), Error> {
         {
             problems.push(e.to_string());
         }
+    }
+    if service_route()
+        && let Err(e) = run(
+            "ip",
+            &["route", "del", "blackhole", crate::NODE_SERVICE_RANGE],
+        )
+    {
+        problems.push(e.to_string());
     }
     remove_chains(&mut problems);
     remove_cgroups(&mut problems);
