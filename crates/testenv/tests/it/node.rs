@@ -3,11 +3,10 @@
 //! own ServiceAccount token, and whose logs the API server reads from the kubelet; dropping it
 //! leaves nothing behind. Runs as root, with the images scripts/build-images.sh writes.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
 use simplyblock_testenv::node::{self, Node};
+use simplyblock_testenv::wait;
 
 #[tokio::test]
 async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
@@ -41,20 +40,11 @@ async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
         .await
         .expect("created");
 
-    let mut phase = String::new();
-    for _ in 0..480 {
-        let status = pods
-            .get("hello")
-            .await
-            .expect("pod")
-            .status
-            .unwrap_or_default();
-        phase = status.phase.unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let phase = wait::until("the pod to end", async || {
+        let phase = pods.get("hello").await.ok()?.status?.phase?;
+        matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+    })
+    .await;
     let log = pods
         .logs("hello", &LogParams::default())
         .await
@@ -64,6 +54,16 @@ async fn a_pod_runs_on_the_node_and_nothing_stays_after_it() {
     assert!(
         log.contains(r#""gitVersion": "v1.37.2""#),
         "the API server's version through the kubernetes Service, by its name: {log}"
+    );
+
+    // The node is the machine's while it is up: nobody else takes it down.
+    let refused = node::down().expect_err("down while a node is up");
+    assert!(refused.to_string().contains("a node is up"), "{refused}");
+    let running = node::leftovers();
+    assert!(
+        running.iter().any(|l| l.starts_with("network device"))
+            && running.iter().any(|l| l.starts_with("process")),
+        "the refused down removed the node's device or processes: {running:#?}"
     );
 
     tokio::task::spawn_blocking(move || drop(node))
