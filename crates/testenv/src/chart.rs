@@ -66,6 +66,27 @@ pub fn lint(values: &[(&str, &str)]) -> Result<String, String> {
     helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
+/// `helm install` of the chart as release `simplyblock-operator` in `namespace` (which
+/// must exist) of the cluster `kubeconfig` names, with `values`; helm's refusal as the
+/// error.
+pub fn install(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    values: &[(&str, &str)],
+) -> Result<String, String> {
+    let mut args = vec![
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "install".to_string(),
+        "simplyblock-operator".to_string(),
+        dir().display().to_string(),
+        "--namespace".to_string(),
+        namespace.to_string(),
+    ];
+    args.extend(sets(values));
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// The chart rendered as release `simplyblock-operator` in `namespace` with `values`
 /// (`--set` pairs); helm's refusal as the error.
 pub fn render(namespace: &str, values: &[(&str, &str)]) -> Result<Vec<DynamicObject>, String> {

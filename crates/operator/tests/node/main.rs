@@ -20,7 +20,7 @@
 //! `simplyblock_testenv::assets::SIDECARS`), and discovery finds no drive to deploy on,
 //! for the machine has no NVMe device (nor the modules for one over a loop target).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -33,7 +33,8 @@ use simplyblock_simulator::{Server, ServerTls, Sim, SimConfig};
 use simplyblock_testenv::node::{self, Node};
 
 const NAMESPACE: &str = "simplyblock-system";
-const RELEASE: &str = "simplyblock-operator";
+/// The chart's operator Deployment.
+const OPERATOR_DEPLOYMENT: &str = "simplyblock-operator";
 const TOKEN: &str = "node-test-token";
 
 /// sbsim on the node's address, serving TLS with a certificate for that address.
@@ -63,38 +64,27 @@ async fn control_plane(dir: &std::path::Path) -> (Server, String) {
     (server, ca.cert_pem())
 }
 
+/// testenv's wait for a fact, for checks that say what they saw instead of the fact: the
+/// last of those is in the failure.
 async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let started = Instant::now();
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(state) if started.elapsed() > limit => {
-                panic!("{what}: not after {limit:?}; last seen: {state}")
+    let last = std::sync::Mutex::new(String::new());
+    simplyblock_testenv::wait::until_explained(
+        what,
+        limit,
+        async || match check().await {
+            Ok(value) => Some(value),
+            Err(state) => {
+                *last.lock().expect("last state") = state;
+                None
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
-
-fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> String {
-    let helm = simplyblock_testenv::assets::helm().expect("helm");
-    let out = std::process::Command::new(helm)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("helm runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "helm {args:?} failed:\n{text}");
-    text
+        },
+        || format!("last seen: {}", last.lock().expect("last state")),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,31 +118,22 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
             .expect("secret");
     }
 
-    let chart = simplyblock_testenv::chart::dir();
-    let chart = chart.display().to_string();
-    helm(
+    simplyblock_testenv::chart::install(
         env.kubeconfig_path(),
+        NAMESPACE,
         &[
-            "install",
-            RELEASE,
-            &chart,
-            "--namespace",
-            NAMESPACE,
-            "--set",
-            "deployment.profile=managed",
-            "--set",
-            &format!("controlplane.managed.endpoint={endpoint}"),
-            "--set",
-            "controlplane.managed.credentialsSecretRef=control-plane-credentials",
-            "--set",
-            "controlplane.managed.caBundleSecretRef=control-plane-ca",
-            "--set",
-            "image.pullPolicy=Never",
-            "--set",
-            "driver.image.pullPolicy=Never",
+            ("deployment.profile", "managed"),
+            ("controlplane.managed.endpoint", &endpoint),
+            (
+                "controlplane.managed.credentialsSecretRef",
+                "control-plane-credentials",
+            ),
+            ("controlplane.managed.caBundleSecretRef", "control-plane-ca"),
+            ("image.pullPolicy", "Never"),
+            ("driver.image.pullPolicy", "Never"),
         ],
-    );
-
+    )
+    .expect("helm install");
     // The operator's pods run as the chart renders them, and become ready.
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
@@ -161,7 +142,7 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
         Duration::from_secs(180),
         || async {
             let status = deployments
-                .get(RELEASE)
+                .get(OPERATOR_DEPLOYMENT)
                 .await
                 .map_err(|e| e.to_string())?
                 .status
