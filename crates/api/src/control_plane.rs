@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -20,9 +20,14 @@ use simplyblock_statemachine::{Graph, GraphDef, StateDef, StepSnapshot, state_en
 /// The one name a ControlPlane may have.
 pub const SINGLETON_NAME: &str = "simplyblock";
 
-/// The registries simplyblock publishes its images to, as the image pattern of every
-/// simplyblock image field: `<registry>/<name>:<tag>[@sha256:<digest>]`.
-pub const IMAGE_PATTERN: &str = r"^(quay\.io/simplyblock-io|docker\.io/simplyblock|public\.ecr\.aws/simply-block)/[a-z0-9][a-z0-9._-]*:[a-zA-Z0-9][a-zA-Z0-9._-]*(@sha256:[a-f0-9]{64})?$";
+/// The pattern of every image field: a fully qualified reference,
+/// `<registry>[:<port>]/<path>` with a tag, a digest or both (`:<tag>@sha256:<digest>`).
+/// Which registries a cluster accepts is not the schema's to say: the chart's admission
+/// policy holds the list (its value `allowedRegistries`), so a mirror needs no new CRDs.
+pub const IMAGE_PATTERN: &str = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$";
+
+/// [`IMAGE_PATTERN`] or the empty string (an image left to its default).
+pub const OPTIONAL_IMAGE_PATTERN: &str = r"^($|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64}))$";
 
 /// Where the control plane runs and how the operator reaches it.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -90,13 +95,17 @@ impl Source {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalSource {
-    /// The management API's image, from a simplyblock registry; a ControlPlaneOps Upgrade
-    /// changes it.
+    /// The management API's image (from a registry the chart allows); a ControlPlaneOps
+    /// Upgrade changes it.
     #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub image: String,
     /// When the kubelet pulls the image.
     #[serde(default = "if_not_present")]
     pub image_pull_policy: String,
+    /// Secrets (in this namespace) the kubelet pulls the control plane's images with: a
+    /// private registry or mirror.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
     /// How many replicas of the management API run.
     #[serde(default = "two")]
     #[schemars(range(min = 1))]

@@ -97,6 +97,11 @@ pub struct DiscoverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub config_name: Option<String>,
+    /// The StorageCluster the draft proposes; by default the run's (the OperatorOps's)
+    /// name. Ignored with `clusterRef`, which grows an existing cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub cluster_name: Option<String>,
     /// The workers to inspect, by node name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128), inner(length(max = 253)))]

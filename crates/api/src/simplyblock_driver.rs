@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::control_plane::TlsProvider;
 
-/// The image pattern of the driver and its sidecars: a simplyblock registry, or the
-/// Kubernetes project's registry the CSI sidecars are published to.
-pub const DRIVER_IMAGE_PATTERN: &str = r"^(quay\.io/simplyblock-io|docker\.io/simplyblock|public\.ecr\.aws/simply-block|registry\.k8s\.io/sig-storage)/[a-z0-9][a-z0-9._-]*:[a-zA-Z0-9][a-zA-Z0-9._-]*(@sha256:[a-f0-9]{64})?$";
+/// The image pattern of the driver and its sidecars (any registry; the chart's admission
+/// policy says which are allowed).
+pub const DRIVER_IMAGE_PATTERN: &str = crate::control_plane::IMAGE_PATTERN;
 
 /// The simplyblock CSI driver.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -63,6 +63,10 @@ pub struct SimplyblockDriverSpec {
     /// When the kubelet pulls the images.
     #[serde(default = "always")]
     pub image_pull_policy: String,
+    /// Secrets (in this namespace) the kubelet pulls the driver's and its sidecars'
+    /// images with: a private registry or mirror.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
     /// The name the driver registers under and StorageClasses name as provisioner.
     /// Immutable: volumes record it.
     #[serde(default = "driver_name")]
@@ -93,6 +97,24 @@ pub struct SimplyblockDriverSpec {
     /// Resources of the node plugin's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_resources: Option<ResourceRequirements>,
+    /// The kubelet's root directory on the workers, where the node plugin registers and
+    /// mounts (k0s, microk8s and some distributions move it).
+    #[serde(default = "kubelet_dir")]
+    #[schemars(length(min = 1), regex(pattern = r"^/[^\s]*[^/\s]$"))]
+    pub kubelet_dir: String,
+    /// The node plugin pods' PriorityClass; `system-node-critical` when unset (mounted
+    /// volumes stall when the plugin is evicted), none when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_priority_class_name: Option<String>,
+    /// The controller plugin pods' PriorityClass; `system-cluster-critical` when unset,
+    /// none when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_priority_class_name: Option<String>,
+    /// The plugins' log format: `text` (for a person at a terminal) or `json` (one object
+    /// a line, for a log pipeline).
+    #[serde(default = "text")]
+    #[schemars(regex(pattern = "^(json|text)$"))]
+    pub log_format: String,
     /// The CSI sidecars' images; each has a default.
     #[serde(default)]
     pub sidecar_images: SidecarImages,
@@ -110,6 +132,14 @@ pub struct SimplyblockDriverSpec {
     /// TLS between the driver and the control plane.
     #[serde(default)]
     pub tls: DriverTls,
+}
+
+fn text() -> String {
+    "text".into()
+}
+
+fn kubelet_dir() -> String {
+    "/var/lib/kubelet".into()
 }
 
 fn always() -> String {

@@ -475,14 +475,22 @@ pub enum BaselineColdStart {
 pub struct StorageNodesSpec {
     /// The storage-node image; defaults to the ControlPlane's image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(
-        pattern = r"^($|(quay\.io/simplyblock-io|docker\.io/simplyblock|public\.ecr\.aws/simply-block)/[a-z0-9][a-z0-9._-]*:[a-zA-Z0-9][a-zA-Z0-9._-]*(@sha256:[a-f0-9]{64})?)$"
-    ))]
+    #[schemars(regex(pattern = crate::control_plane::OPTIONAL_IMAGE_PATTERN))]
     pub image: Option<String>,
 
     /// When the image is pulled. Always by default: released images are moving tags.
     #[serde(default)]
     pub image_pull_policy: PullPolicy,
+
+    /// Secrets (in this namespace) the kubelet pulls the storage nodes' image with; when
+    /// empty, the operator's own (the chart's `imagePullSecrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// The storage nodes' PriorityClass; `system-node-critical` when unset (an evicted
+    /// storage node takes its volumes' paths with it), none when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
 
     /// The management interface storage nodes bind. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]

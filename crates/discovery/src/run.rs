@@ -266,6 +266,7 @@ pub fn bootstrap(
     configs: usize,
     clusters: usize,
     nodes: &[Node],
+    cluster_name: Option<String>,
 ) -> Result<OperatorOps, BootstrapDecline> {
     if operator_ops > 0 {
         return Err(BootstrapDecline(format!(
@@ -304,6 +305,7 @@ pub fn bootstrap(
                     enable_partitioned_devices: Some(true),
                     ..DeviceFilter::default()
                 }),
+                cluster_name,
                 ..DiscoverSpec::default()
             }),
         },
@@ -451,7 +453,7 @@ mod tests {
     fn the_bootstrap_declines_with_the_first_reason_that_holds() {
         let usable = [node("w1", &[], false)];
         let decline = |ops, docs, clusters, nodes: &[Node]| {
-            bootstrap("ns", ops, docs, clusters, nodes)
+            bootstrap("ns", ops, docs, clusters, nodes, None)
                 .expect_err("declined")
                 .to_string()
         };
@@ -479,7 +481,7 @@ mod tests {
             decline(0, 0, 0, &[]),
             "none of the 0 node(s) hold storage without being asked to"
         );
-        let op = bootstrap("ns", 0, 0, 0, &usable).expect("raised");
+        let op = bootstrap("ns", 0, 0, 0, &usable, None).expect("raised");
         assert_eq!(op.metadata.name.as_deref(), Some(INITIAL_DISCOVERY));
         assert_eq!(op.metadata.namespace.as_deref(), Some("ns"));
         let filter = op

@@ -66,6 +66,8 @@ pub struct Config {
     pub probe: ProbeSettings,
     /// Raise the first-install discovery run once leading.
     pub initial_discovery: bool,
+    /// The StorageCluster that run drafts; `None`: named after the run.
+    pub discovery_cluster_name: Option<String>,
     /// `None`: this process leads alone (one replica, a test).
     pub leader_election: Option<LeaderElection>,
 }
@@ -83,6 +85,7 @@ impl Config {
             metrics_listen: None,
             probe: ProbeSettings::default(),
             initial_discovery: false,
+            discovery_cluster_name: None,
             leader_election: None,
         }
     }
@@ -175,7 +178,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
         &ctx,
         config.leader_election,
         config.probe,
-        config.initial_discovery,
+        config
+            .initial_discovery
+            .then_some(config.discovery_cluster_name),
     )
     .await;
     for task in background {
@@ -189,7 +194,7 @@ async fn lead(
     ctx: &Arc<Context>,
     election: Option<LeaderElection>,
     probe: ProbeSettings,
-    initial_discovery: bool,
+    initial_discovery: Option<Option<String>>,
 ) -> Result<(), Error> {
     let lease = match election {
         None => None,
@@ -207,11 +212,11 @@ async fn lead(
             Some((manager, duration, grace))
         }
     };
-    if initial_discovery {
+    if let Some(cluster_name) = initial_discovery {
         let client = ctx.kube.clone();
         let namespace = ctx.namespace.clone();
         tokio::spawn(async move {
-            match discovery::bootstrap(&client, &namespace).await {
+            match discovery::bootstrap(&client, &namespace, cluster_name).await {
                 Ok(done) => tracing::info!("initial discovery: {done}"),
                 Err(why) => tracing::info!("initial discovery declined: {why}"),
             }

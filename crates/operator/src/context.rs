@@ -43,6 +43,12 @@ pub struct Context {
     /// The failed calls in a row of each running operation: how long the next retry
     /// waits ([`crate::ops::call_retry`]).
     pub call_failures: Arc<crate::ops::CallFailures>,
+    /// The operator's own pull secrets (the chart's `imagePullSecrets`): what the
+    /// workloads it renders pull with when their objects name none.
+    pub image_pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
+    /// The StorageClass marked the cluster's default when the operator writes it (the
+    /// chart's `operator.defaultStorageClass`).
+    pub default_storage_class: Option<String>,
 }
 
 /// The namespaces the operator serves: one, or all.
@@ -169,6 +175,8 @@ impl Context {
             streams: Arc::default(),
             hub_first_retry: crate::dr::hub::FIRST_RETRY,
             call_failures: Arc::default(),
+            image_pull_secrets: Vec::new(),
+            default_storage_class: None,
         }
     }
 
@@ -181,6 +189,21 @@ impl Context {
     /// Watch what `scope` says.
     pub fn with_scope(mut self, scope: Scope) -> Context {
         self.scope = scope;
+        self
+    }
+
+    /// Render workloads with `secrets` as their pull secrets when their objects name none.
+    pub fn with_image_pull_secrets(mut self, secrets: &[String]) -> Context {
+        self.image_pull_secrets = secrets
+            .iter()
+            .map(|name| k8s_openapi::api::core::v1::LocalObjectReference { name: name.clone() })
+            .collect();
+        self
+    }
+
+    /// Mark the StorageClass `name` the cluster's default when writing it.
+    pub fn with_default_storage_class(mut self, name: Option<String>) -> Context {
+        self.default_storage_class = name;
         self
     }
 

@@ -31,6 +31,10 @@ pub mod webhooks;
 
 pub use assembly::{Config, run};
 
+/// The environment variable naming the log format of every binary (the chart's
+/// `logFormat`): `json` or `text`.
+pub const LOG_FORMAT_ENV: &str = "SIMPLYBLOCK_LOG_FORMAT";
+
 /// What can go wrong in the operator's own machinery (controllers report their domain
 /// errors in status and events instead).
 #[derive(Debug, thiserror::Error)]

@@ -148,12 +148,24 @@ struct RunArgs {
         value_parser = ["Always", "IfNotPresent", "Never"]
     )]
     probe_image_pull_policy: String,
+    /// The operator's pull secrets (comma-separated names in its namespace): every
+    /// workload it renders that names none pulls with them (probe Jobs, storage nodes).
+    #[arg(long, env = "SIMPLYBLOCK_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+    image_pull_secrets: Vec<String>,
     /// The service account probe Jobs run as.
     #[arg(long, default_value = ProbeSettings::SERVICE_ACCOUNT)]
     probe_service_account: String,
     /// Do not raise the first-install discovery run.
     #[arg(long)]
     disable_initial_discovery: bool,
+    /// The StorageCluster the first-install discovery run drafts (the chart's
+    /// `operator.discoveryClusterName`); by default the run's name, initial-discovery.
+    #[arg(long, env = "SIMPLYBLOCK_DISCOVERY_CLUSTER_NAME")]
+    discovery_cluster_name: Option<String>,
+    /// Mark this StorageClass, when the operator writes it for a pool, as the cluster's
+    /// default (the chart's `operator.defaultStorageClass`).
+    #[arg(long, env = "SIMPLYBLOCK_DEFAULT_STORAGE_CLASS")]
+    default_storage_class: Option<String>,
     /// Reach the workers' storage-node APIs through this HTTP proxy instead of their
     /// Service names (an operator outside the cluster, e.g. against sbsim).
     #[arg(long)]
@@ -204,8 +216,11 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         watch_all_namespaces,
         probe_image,
         probe_image_pull_policy,
+        image_pull_secrets,
         probe_service_account,
         disable_initial_discovery,
+        discovery_cluster_name,
+        default_storage_class,
         storage_node_proxy,
         disable_leader_election,
         leader_identity,
@@ -221,6 +236,8 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         .with_control_plane_token(Token::File(control_plane_token_file))
         .with_control_plane_audience(control_plane_token_audience)
         .with_scope(scope)
+        .with_image_pull_secrets(&image_pull_secrets)
+        .with_default_storage_class(default_storage_class.filter(|n| !n.is_empty()))
         .with_shutdown(Shutdown::new());
     if let Some(proxy) = control_plane_proxy {
         context = context.with_control_plane_proxy(proxy);
@@ -245,9 +262,11 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         probe: ProbeSettings {
             image: probe_image,
             pull_policy: probe_image_pull_policy,
+            pull_secrets: image_pull_secrets,
             service_account: probe_service_account,
         },
         initial_discovery: !disable_initial_discovery,
+        discovery_cluster_name: discovery_cluster_name.filter(|n| !n.is_empty()),
         leader_election,
     })
 }
@@ -279,12 +298,14 @@ async fn stop_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    // The chart's logFormat: json for a log pipeline (the default), text for a person.
+    let logs = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+    );
+    match std::env::var(simplyblock_operator::LOG_FORMAT_ENV).as_deref() {
+        Ok("text") => logs.init(),
+        _ => logs.json().init(),
+    }
     match Cli::parse().command {
         Command::Run(args) => {
             let config = config(*args).await?;

@@ -17,6 +17,7 @@
 pub mod assets;
 pub mod certmanager;
 pub mod chart;
+pub mod chart_readme;
 pub mod kubelet;
 pub mod node;
 pub mod ocm;

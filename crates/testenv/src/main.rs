@@ -42,6 +42,8 @@ enum Cmd {
     /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm and a node's
     /// binaries (kubelet, kube-controller-manager, kube-scheduler), then print their paths.
     Build,
+    /// Write the chart's README.md from its values.schema.json and values.yaml.
+    ChartReadme,
 }
 
 #[derive(Subcommand)]
@@ -70,6 +72,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Cmd::ChartReadme => {
+            let path = simplyblock_testenv::chart_readme::write().map_err(anyhow::Error::msg)?;
+            println!("wrote {}", path.display());
+        }
         Cmd::Build => {
             let bins = tokio::task::spawn_blocking(simplyblock_testenv::assets::ensure).await??;
             println!("kube-apiserver: {}", bins.kube_apiserver.display());

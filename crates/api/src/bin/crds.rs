@@ -1,4 +1,6 @@
-//! Writes every CRD to `deploy/charts/simplyblock-operator/crds/<plural>.yaml` (or to the directory given).
+//! Writes every CRD as a chart template to
+//! `deploy/charts/simplyblock-operator/templates/crds/<plural>.yaml` (or to the directory
+//! given).
 
 use std::path::PathBuf;
 
@@ -8,7 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../deploy/charts/simplyblock-operator/crds")
+                .join("../..")
+                .join(simplyblock_api::CHART_CRDS_DIR)
         });
     std::fs::create_dir_all(&dir)?;
     for crd in simplyblock_api::crds() {

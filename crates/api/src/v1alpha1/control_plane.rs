@@ -39,9 +39,7 @@ pub struct ControlPlaneSpec {
     /// The image of the control-plane and storage-node workloads, from a simplyblock
     /// registry.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(regex(
-        pattern = r"^($|(quay\.io/simplyblock-io|docker\.io/simplyblock|public\.ecr\.aws/simply-block)/[a-z0-9][a-z0-9._-]*:[a-zA-Z0-9][a-zA-Z0-9._-]*(@sha256:[a-f0-9]{64})?)$"
-    ))]
+    #[schemars(regex(pattern = crate::control_plane::OPTIONAL_IMAGE_PATTERN))]
     pub image: String,
 }
 

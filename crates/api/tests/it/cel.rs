@@ -740,7 +740,7 @@ async fn a_pool_cannot_ask_for_compression() {
 /// What runs privileged on a worker comes from simplyblock's registries, and a worker is
 /// named as a Node is before its name becomes part of a host name.
 #[tokio::test]
-async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
+async fn images_are_full_references_and_workers_are_node_names() {
     use simplyblock_api::StorageNode;
     let (client, ns) = crate::support::namespace("cel-host-reach").await;
     let should_match = |causes: Vec<String>, field: &str| {
@@ -754,8 +754,9 @@ async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
 
     let nodes = dynamic::<StorageNode>(&client, &ns);
     let mut node = storage_node("n");
-    node["spec"]["config"]["spdkImage"] = json!("evil.example.com/spdk:1");
-    node["spec"]["config"]["spdkProxyImage"] = json!("quay.io/someone-else/proxy:1");
+    // No registry; no tag or digest. Which registries are allowed is the chart's policy.
+    node["spec"]["config"]["spdkImage"] = json!("spdk:1");
+    node["spec"]["config"]["spdkProxyImage"] = json!("quay.io/simplyblock-io/proxy");
     let causes = refusal(create(&nodes, node).await);
     should_match(causes.clone(), "spec.config.spdkImage");
     should_match(causes, "spec.config.spdkProxyImage");
@@ -765,15 +766,19 @@ async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
         should_match(refusal(create(&nodes, node).await), "spec.workerNode");
     }
     let mut node = storage_node("n");
-    node["spec"]["config"]["spdkImage"] = json!("quay.io/simplyblock-io/spdk:v25.10");
+    node["spec"]["config"]["spdkImage"] = json!("mirror.example.com:5000/sb/spdk:v25.10");
+    node["spec"]["config"]["spdkProxyImage"] = json!(format!(
+        "quay.io/simplyblock-io/proxy@sha256:{}",
+        "a".repeat(64)
+    ));
     create(&nodes, node)
         .await
-        .expect("an image of a simplyblock registry");
+        .expect("a mirror's image, and one pinned by its digest alone");
 
     let clusters = dynamic::<StorageCluster>(&client, &ns);
     let foreign = cluster(
         "sb",
-        json!({"volumeMigrationSettings": {"rebalancerImage": "evil.example.com/x:1"}}),
+        json!({"volumeMigrationSettings": {"rebalancerImage": "Registry.example.com/x:1"}}),
     );
     should_match(
         refusal(create(&clusters, foreign).await),
@@ -782,7 +787,7 @@ async fn images_come_from_simplyblock_registries_and_workers_are_node_names() {
 
     let docs = dynamic::<ClusterDeploymentConfig>(&client, &ns);
     let mut doc = cdc("doc", json!([nvme_group("g")]));
-    doc["spec"]["images"] = json!({"spdk": {"image": "evil.example.com/spdk:1"}});
+    doc["spec"]["images"] = json!({"spdk": {"image": "registry.example.com/spdk:1;reboot"}});
     should_match(refusal(create(&docs, doc).await), "spec.images.spdk.image");
 }
 

@@ -18,7 +18,7 @@ fn repo_root() -> PathBuf {
 
 #[test]
 fn checked_in_crds_match_the_types() {
-    let dir = repo_root().join("deploy/charts/simplyblock-operator/crds");
+    let dir = repo_root().join(simplyblock_api::CHART_CRDS_DIR);
     let mut stale = Vec::new();
     for crd in crds() {
         let file = dir.join(crd_file_name(&crd));
@@ -33,12 +33,13 @@ fn checked_in_crds_match_the_types() {
         "these CRDs differ from what the types generate: {stale:?}\nregenerate them with `cargo run -p simplyblock-api --bin crds` and commit the result"
     );
     let files = std::fs::read_dir(&dir)
-        .expect("deploy/charts/simplyblock-operator/crds")
+        .expect("the chart's CRD templates")
         .count();
     assert_eq!(
         files,
         crds().len(),
-        "deploy/charts/simplyblock-operator/crds holds a file no type generates"
+        "{} holds a file no type generates",
+        simplyblock_api::CHART_CRDS_DIR
     );
 }
 

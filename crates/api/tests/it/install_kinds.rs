@@ -166,23 +166,34 @@ async fn a_managed_endpoint_is_https_unless_insecure_is_said() {
 }
 
 #[tokio::test]
-async fn images_come_from_a_simplyblock_registry() {
+async fn images_are_full_references() {
+    // Which registries are allowed is the chart's admission policy (a value); the schema
+    // takes a full reference from any registry, and nothing else.
     let (client, ns) = crate::support::namespace("cel-cp-image").await;
     let api = dynamic::<ControlPlane>(&client, &ns);
-    let foreign = create(
+    let partial = create(
         &api,
         control_plane(
             "simplyblock",
-            json!({"local": {"image": "evil.example.com/simplyblock:1"}}),
+            json!({"local": {"image": "simplyblock:26.2.1"}}),
         ),
     )
     .await;
-    let lines = refusal(foreign);
+    let lines = refusal(partial);
     assert_eq!(lines.len(), 1);
     assert!(
-        lines[0].starts_with("spec.source.local.image: Invalid value: \"evil.example.com/simplyblock:1\": spec.source.local.image in body should match"),
+        lines[0].starts_with("spec.source.local.image: Invalid value: \"simplyblock:26.2.1\": spec.source.local.image in body should match"),
         "{lines:?}"
     );
+    create(
+        &api,
+        control_plane(
+            "simplyblock",
+            json!({"local": {"image": "registry.example.com/mirror/simplyblock:26.2.1"}}),
+        ),
+    )
+    .await
+    .expect("a mirror's image");
 
     let drivers = dynamic::<SimplyblockDriver>(&client, &ns);
     let sidecar = create(
@@ -190,13 +201,13 @@ async fn images_come_from_a_simplyblock_registry() {
         json!({
             "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "SimplyblockDriver",
             "metadata": {"name": "simplyblock"},
-            "spec": {"sidecarImages": {"provisioner": "docker.io/someone/csi-provisioner:v5"}}
+            "spec": {"sidecarImages": {"provisioner": "docker.io/someone/csi-provisioner"}}
         }),
     )
     .await;
     assert!(
         refusal(sidecar)[0].starts_with("spec.sidecarImages.provisioner: Invalid value"),
-        "a sidecar from an unknown registry is refused"
+        "a sidecar without a tag or digest is refused"
     );
 }
 

@@ -182,7 +182,7 @@ proptest! {
         );
         pool.metadata.namespace = Some("storage".into());
         let cluster = Uuid::from_u128(0xc1);
-        let written = class::storage_class(&pool, &cluster.to_string());
+        let written = class::storage_class(&pool, &cluster.to_string(), "simplyblock-fast", false);
         prop_assert_eq!(written.provisioner.as_str(), keys::CSI_DRIVER_NAME);
         let parameters: HashMap<String, String> =
             written.parameters.unwrap_or_default().into_iter().collect();

@@ -249,8 +249,62 @@ fn bad_values_are_refused_with_what_to_do() {
         unknown.contains("additional properties 'replica' not allowed"),
         "{unknown}"
     );
-    let foreign = refused(&[("controlplane.local.image", "evil.example.com/api:1")]);
-    assert!(foreign.contains("/controlplane/local/image"), "{foreign}");
+    // An image that is no full reference, and images from registries not listed: every one
+    // named at once, with the values to set.
+    let partial = refused(&[("controlplane.local.image", "simplyblock:26.2.1")]);
+    assert!(partial.contains("/controlplane/local/image"), "{partial}");
+    let foreign = refused(&[
+        ("controlplane.local.image", "evil.example.com/api:1"),
+        ("driver.sidecarImages.provisioner", "evil.example.com/p:1"),
+    ]);
+    for named in [
+        "controlplane.local.image (evil.example.com/api:1)",
+        "driver.sidecarImages.provisioner (evil.example.com/p:1)",
+        "add their registry to allowedRegistries",
+    ] {
+        assert!(foreign.contains(named), "{named}: {foreign}");
+    }
+    // A mirror, listed, with every image there (the sidecars too: their default registry
+    // is not listed).
+    let mut mirrored = vec![
+        ("allowedRegistries[0]", "mirror.example.com/sb"),
+        ("imagePullSecrets[0].name", "mirror-pull"),
+        (
+            "image.repository",
+            "mirror.example.com/sb/simplyblock-operator",
+        ),
+        (
+            "driver.image.repository",
+            "mirror.example.com/sb/simplyblock-csi",
+        ),
+        (
+            "controlplane.local.image",
+            "mirror.example.com/sb/simplyblock:26.2.1",
+        ),
+    ];
+    let sidecars: Vec<(String, String)> = [
+        "provisioner",
+        "attacher",
+        "resizer",
+        "snapshotter",
+        "healthMonitor",
+        "nodeDriverRegistrar",
+    ]
+    .iter()
+    .map(|s| {
+        (
+            format!("driver.sidecarImages.{s}"),
+            format!("mirror.example.com/sb/{}:v1", s.to_lowercase()),
+        )
+    })
+    .collect();
+    let unmirrored = refused(&mirrored);
+    assert!(
+        unmirrored.contains("driver.sidecarImages.provisioner (registry.k8s.io/sig-storage/"),
+        "{unmirrored}"
+    );
+    mirrored.extend(sidecars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    chart::render("simplyblock-system", &mirrored).expect("every image from the listed mirror");
     // A token the API server would refuse to issue (under ten minutes).
     let short = refused(&[("operator.controlPlaneToken.expirationSeconds", "60")]);
     assert!(
@@ -309,6 +363,10 @@ fn every_value_a_template_reads_is_defined() {
     let mut read = 0;
     for entry in std::fs::read_dir(dir.join("templates")).expect("templates") {
         let path = entry.expect("entry").path();
+        if path.is_dir() {
+            // templates/crds: generated CRDs, which read crds.install alone.
+            continue;
+        }
         let text = std::fs::read_to_string(&path).expect("template");
         for p in paths_read(&text) {
             read += 1;

@@ -481,7 +481,13 @@ pub fn plan(input: &Input<'_>) -> Result<Plan, Error> {
         ));
         None
     } else {
-        Some(cluster_block(&name, &workers, &mut notes))
+        let cluster = input
+            .spec
+            .cluster_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| input.run.to_owned());
+        Some(cluster_block(&cluster, &workers, &mut notes))
     };
     let mut labels = BTreeMap::new();
     labels.insert(
@@ -776,12 +782,14 @@ fn fleet_networks(
 const VCPU_FLOOR: u32 = 4;
 const GIB: u64 = 1 << 30;
 
-fn cluster_block(doc: &str, workers: &[Worker], notes: &mut Vec<String>) -> ClusterTemplate {
-    let mut name = format!("{doc}-cluster");
+/// The cluster block, for a cluster named `wanted` (`spec.discover.clusterName`, or the
+/// run's name).
+fn cluster_block(wanted: &str, workers: &[Worker], notes: &mut Vec<String>) -> ClusterTemplate {
+    let mut name = wanted.to_owned();
     if name.len() > 63 {
         name = crate::configmap::label_value(&name);
         notes.push(format!(
-            "cluster.name is {name}: {doc}-cluster is longer than the 63 characters a cluster name may have"
+            "cluster.name is {name}: {wanted} is longer than the 63 characters a cluster name may have"
         ));
     }
     // vcpuCount: the smallest chosen memory node's cores, from workers whose devices are

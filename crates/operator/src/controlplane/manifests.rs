@@ -189,6 +189,9 @@ pub fn foundation_db(cp: &ControlPlane, local: &LocalSource) -> Manifest {
     if !local.node_selector.is_empty() {
         pod["nodeSelector"] = json!(local.node_selector);
     }
+    if !local.image_pull_secrets.is_empty() {
+        pod["imagePullSecrets"] = json!(local.image_pull_secrets);
+    }
     let resource = foundationdb_cluster_resource();
     Manifest::dynamic(
         &resource.group,
@@ -302,6 +305,7 @@ pub fn datastore(cp: &ControlPlane, local: &LocalSource) -> Vec<Manifest> {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    image_pull_secrets: non_empty(local.image_pull_secrets.clone()),
                     tolerations: non_empty(local.tolerations.clone()),
                     node_selector: non_empty_map(local.node_selector.clone()),
                     ..PodSpec::default()
@@ -557,6 +561,7 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
                 spec: Some(PodSpec {
                     service_account_name: Some(API.into()),
                     containers: vec![container],
+                    image_pull_secrets: non_empty(local.image_pull_secrets.clone()),
                     tolerations: non_empty(local.tolerations.clone()),
                     node_selector: non_empty_map(local.node_selector.clone()),
                     volumes: Some(volumes),

@@ -56,6 +56,8 @@ pub struct ProbeSettings {
     /// from a mirror, or with images imported into the runtime, pulls the probe as it
     /// pulled the operator.
     pub pull_policy: String,
+    /// The operator's own pull secrets (the chart's `imagePullSecrets`).
+    pub pull_secrets: Vec<String>,
     pub service_account: String,
 }
 
@@ -73,6 +75,7 @@ impl Default for ProbeSettings {
         ProbeSettings {
             image: Self::IMAGE.into(),
             pull_policy: Self::PULL_POLICY.into(),
+            pull_secrets: Vec::new(),
             service_account: Self::SERVICE_ACCOUNT.into(),
         }
     }
@@ -692,6 +695,9 @@ fn probe_job(
                         "nodeName": worker,
                         "restartPolicy": "Never",
                         "serviceAccountName": probe.service_account,
+                        "imagePullSecrets": probe.pull_secrets.iter()
+                            .map(|name| json!({"name": name}))
+                            .collect::<Vec<_>>(),
                         "hostPID": true,
                         "tolerations": tolerations,
                         "containers": [{
@@ -727,7 +733,11 @@ mod tests;
 
 /// The first-install guard: raises `initial-discovery` in `namespace` only on a fresh
 /// installation with a usable worker, and says why not otherwise. A read error declines.
-pub async fn bootstrap(client: &kube::Client, namespace: &str) -> Result<String, String> {
+pub async fn bootstrap(
+    client: &kube::Client,
+    namespace: &str,
+    cluster_name: Option<String>,
+) -> Result<String, String> {
     let read = async {
         let ops = Api::<OperatorOps>::all(client.clone())
             .list_metadata(&ListParams::default())
@@ -753,7 +763,8 @@ pub async fn bootstrap(client: &kube::Client, namespace: &str) -> Result<String,
     let (ops, docs, clusters, nodes) = read
         .await
         .map_err(|e| format!("the installation could not be read ({e})"))?;
-    let op = run::bootstrap(namespace, ops, docs, clusters, &nodes).map_err(|d| d.to_string())?;
+    let op = run::bootstrap(namespace, ops, docs, clusters, &nodes, cluster_name)
+        .map_err(|d| d.to_string())?;
     let api = Api::<OperatorOps>::namespaced(client.clone(), namespace);
     let give_up = tokio::time::Instant::now() + BOOTSTRAP_RETRY_FOR;
     loop {

@@ -366,6 +366,7 @@ fn probe_settings() -> ProbeSettings {
     ProbeSettings {
         image: IMAGE.into(),
         pull_policy: "Never".into(),
+        pull_secrets: vec!["mirror-pull".into()],
         service_account: ProbeSettings::SERVICE_ACCOUNT.into(),
     }
 }
@@ -390,6 +391,14 @@ fn a_probe_job_is_built_pinned_to_its_worker_and_owned_by_its_run() {
         pod.containers[0].image_pull_policy.as_deref(),
         Some("Never")
     );
+    // And its pull secrets: a mirror that wants credentials serves the probe too.
+    let secrets: Vec<_> = pod
+        .image_pull_secrets
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(secrets, ["mirror-pull"]);
 }
 
 #[test]

@@ -52,9 +52,28 @@ const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccou
 /// Where each plugin serves CSI, inside its containers.
 const SOCKET_DIR: &str = "/csi";
 const SOCKET: &str = "/csi/csi.sock";
-const KUBELET_PLUGINS: &str = "/var/lib/kubelet/plugins";
-const KUBELET_PODS: &str = "/var/lib/kubelet/pods";
-const KUBELET_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
+/// Under the kubelet's directory (`spec.kubeletDir`): the plugins' sockets, the pods'
+/// volumes, and the registration sockets the kubelet watches. The node plugin sees them at
+/// the host's paths, which are the ones the kubelet hands it.
+const KUBELET_PLUGINS: &str = "plugins";
+const KUBELET_PODS: &str = "pods";
+const KUBELET_REGISTRY: &str = "plugins_registry";
+
+fn kubelet_path(
+    spec: &simplyblock_api::simplyblock_driver::SimplyblockDriverSpec,
+    dir: &str,
+) -> String {
+    format!("{}/{dir}", spec.kubelet_dir.trim_end_matches('/'))
+}
+
+/// A PriorityClass name: `default` when unset, none when empty.
+fn priority_class(set: &Option<String>, default: &str) -> Option<String> {
+    match set.as_deref() {
+        None => Some(default.to_owned()),
+        Some("") => None,
+        Some(name) => Some(name.to_owned()),
+    }
+}
 /// The node plugin's stage records: on the host, so a restarted plugin finds them.
 const STATE_DIR: &str = "/var/lib/simplyblock-csi";
 const SECRET_DIR: &str = "/etc/spdkcsi-secret";
@@ -418,7 +437,10 @@ fn tls_material(
 /// The environment both plugins share: the TLS mode, and the service-account token as
 /// the control plane's credential when asked for.
 fn plugin_env(driver: &SimplyblockDriver) -> Vec<EnvVar> {
-    let mut out = vec![env(TLS_MODE_ENV, tls_mode(&driver.spec.tls))];
+    let mut out = vec![
+        env(TLS_MODE_ENV, tls_mode(&driver.spec.tls)),
+        env("SIMPLYBLOCK_LOG_FORMAT", &driver.spec.log_format),
+    ];
     if driver.spec.enable_service_account_auth {
         out.push(env(API_TOKEN_ENV, SERVICE_ACCOUNT_TOKEN));
     }
@@ -535,6 +557,11 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(CONTROLLER_ACCOUNT.into()),
+                    priority_class_name: priority_class(
+                        &spec.controller_priority_class_name,
+                        "system-cluster-critical",
+                    ),
+                    image_pull_secrets: non_empty_list(spec.image_pull_secrets.clone()),
                     node_selector: non_empty(spec.controller_node_selector.clone()),
                     tolerations: non_empty_list(spec.controller_tolerations.clone()),
                     containers,
@@ -597,7 +624,10 @@ fn addons_sidecar(driver: &SimplyblockDriver) -> Container {
 
 fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
     let spec = &driver.spec;
-    let plugin_dir = format!("{KUBELET_PLUGINS}/{}", spec.driver_name);
+    let plugins = kubelet_path(spec, KUBELET_PLUGINS);
+    let pods = kubelet_path(spec, KUBELET_PODS);
+    let registry = kubelet_path(spec, KUBELET_REGISTRY);
+    let plugin_dir = format!("{plugins}/{}", spec.driver_name);
     let registrar = Container {
         name: "csi-registrar".into(),
         image: Some(spec.sidecar_images.node_driver_registrar.clone()),
@@ -651,8 +681,8 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
         volume_mounts: Some(
             [
                 mount("socket-dir", SOCKET_DIR, false),
-                shared_mount("plugin-dir", KUBELET_PLUGINS),
-                shared_mount("pod-dir", KUBELET_PODS),
+                shared_mount("plugin-dir", &plugins),
+                shared_mount("pod-dir", &pods),
                 mount("host-dev", "/dev", false),
                 mount("host-sys", "/sys", false),
                 mount("csi-state", STATE_DIR, false),
@@ -685,6 +715,11 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(NODE_ACCOUNT.into()),
+                    priority_class_name: priority_class(
+                        &spec.node_priority_class_name,
+                        "system-node-critical",
+                    ),
+                    image_pull_secrets: non_empty_list(spec.image_pull_secrets.clone()),
                     node_selector: non_empty(spec.node_selector.clone()),
                     tolerations: non_empty_list(spec.tolerations.clone()),
                     // NVMe/TCP connections are made from the host's network.
@@ -696,9 +731,9 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                         settings,
                         vec![
                             host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
-                            host_path("registration-dir", KUBELET_REGISTRY, Some("Directory")),
-                            host_path("plugin-dir", KUBELET_PLUGINS, Some("Directory")),
-                            host_path("pod-dir", KUBELET_PODS, Some("Directory")),
+                            host_path("registration-dir", &registry, Some("Directory")),
+                            host_path("plugin-dir", &plugins, Some("Directory")),
+                            host_path("pod-dir", &pods, Some("Directory")),
                             host_path("host-dev", "/dev", None),
                             host_path("host-sys", "/sys", None),
                             host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),

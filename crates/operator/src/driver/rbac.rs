@@ -467,7 +467,8 @@ mod chart_tests {
                 )
                 .replace(
                     &format!("    {LABELS}: \"\""),
-                    "    {{- include \"simplyblock.labels\" . | nindent 4 }}",
+                    "    {{- include \"simplyblock.labels\" . | nindent 4 }}\n  \
+                     {{- include \"simplyblock.annotations\" . | nindent 2 }}",
                 );
             out.push_str(&line);
             out.push('\n');

@@ -18,14 +18,48 @@ pub const LABEL_POOL: &str = keys::POOL_LABEL;
 pub const LABEL_MANAGED_BY: &str = keys::MANAGED_BY_LABEL;
 /// The managed-by value of the classes this controller writes (and may delete).
 pub const MANAGED_BY: &str = keys::MANAGED_BY_STORAGE_POOL;
-/// Object names are at most 253 bytes.
-const MAX_OBJECT_NAME: usize = 253;
+/// A class name a person types and reads in `kubectl get sc`: at most 63 characters.
+const MAX_CLASS_NAME: usize = 63;
 
-/// `simplyblock-<namespace>-<cluster>-<pool>`: StorageClasses are cluster-scoped, so the
-/// name carries all three; cut and hashed when it would pass 253 bytes.
-pub fn storage_class_name(namespace: &str, cluster: &str, pool: &str) -> String {
-    derived_name(&["simplyblock", namespace, cluster, pool], MAX_OBJECT_NAME)
+/// The names a pool's class may take, in the order they are tried: the short one
+/// (`simplyblock-<cluster>` for a cluster's default pool, `simplyblock-<pool>` for
+/// another), then, when another pool's class holds it (StorageClasses are cluster-scoped,
+/// pools are not), `simplyblock-<namespace>-<cluster>-<pool>`. Both are cut and hashed
+/// past 63 characters.
+pub fn storage_class_names(namespace: &str, cluster: &str, pool: &str) -> [String; 2] {
+    let short = if pool == super::controller::default_pool_name(cluster) {
+        cluster
+    } else {
+        pool
+    };
+    [
+        derived_name(&["simplyblock", short], MAX_CLASS_NAME),
+        derived_name(&["simplyblock", namespace, cluster, pool], MAX_CLASS_NAME),
+    ]
 }
+
+/// The first of `candidates` that is free or already this pool's class; `None` when
+/// every one belongs to something else.
+pub fn pick_class_name<'a>(
+    candidates: &'a [String],
+    existing: &[Option<StorageClass>],
+    namespace: &str,
+    cluster: &str,
+    pool: &str,
+) -> Option<&'a String> {
+    candidates
+        .iter()
+        .zip(existing)
+        .find(|(_, class)| {
+            class
+                .as_ref()
+                .is_none_or(|c| is_managed(c) && is_assigned(c, namespace, cluster, pool))
+        })
+        .map(|(name, _)| name)
+}
+
+/// The annotation that makes a class the cluster's default.
+pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 
 /// The three labels that assign a class to a pool (authored classes carry them too).
 pub fn assignment_labels(namespace: &str, cluster: &str, pool: &str) -> BTreeMap<String, String> {
@@ -110,8 +144,14 @@ pub fn parameters(
     p
 }
 
-/// The class the controller writes for a pool whose cluster has `cluster_uuid`.
-pub fn storage_class(pool: &StoragePool, cluster_uuid: &str) -> StorageClass {
+/// The class `name` the controller writes for a pool whose cluster has `cluster_uuid`;
+/// marked the cluster's default when `default` (the chart's `operator.defaultStorageClass`).
+pub fn storage_class(
+    pool: &StoragePool,
+    cluster_uuid: &str,
+    name_of_class: &str,
+    default: bool,
+) -> StorageClass {
     let namespace = pool.metadata.namespace.clone().unwrap_or_default();
     let name = pool.metadata.name.clone().unwrap_or_default();
     let cluster = &pool.spec.cluster_ref;
@@ -120,8 +160,11 @@ pub fn storage_class(pool: &StoragePool, cluster_uuid: &str) -> StorageClass {
     let defaults = pool.spec.volume_defaults.clone().unwrap_or_default();
     StorageClass {
         metadata: ObjectMeta {
-            name: Some(storage_class_name(&namespace, cluster, &name)),
+            name: Some(name_of_class.to_owned()),
             labels: Some(labels),
+            annotations: default.then(|| {
+                BTreeMap::from([(DEFAULT_CLASS_ANNOTATION.to_owned(), "true".to_owned())])
+            }),
             ..ObjectMeta::default()
         },
         provisioner: PROVISIONER.to_owned(),
@@ -205,21 +248,46 @@ mod tests {
     }
 
     #[test]
-    fn the_class_name_carries_namespace_cluster_and_pool() {
+    fn a_class_is_named_after_its_pool_or_its_clusters_default_pool_after_the_cluster() {
         assert_eq!(
-            storage_class_name("storage", "prod", "fast"),
-            "simplyblock-storage-prod-fast"
+            storage_class_names("storage", "prod", "fast"),
+            ["simplyblock-fast", "simplyblock-storage-prod-fast"]
         );
-        let long = storage_class_name("n".repeat(63).as_str(), &"c".repeat(63), &"p".repeat(63));
-        assert!(long.len() <= 253);
-        let longer = storage_class_name(&"n".repeat(200), "c", "p");
-        assert!(longer.len() <= 253, "{}", longer.len());
-        assert_ne!(longer, storage_class_name(&"n".repeat(201), "c", "p"));
+        let default_pool = crate::pool::controller::default_pool_name("prod");
+        assert_eq!(
+            storage_class_names("storage", "prod", &default_pool)[0],
+            "simplyblock-prod"
+        );
+        for [short, long] in [
+            storage_class_names(&"n".repeat(63), &"c".repeat(63), &"p".repeat(63)),
+            storage_class_names(&"n".repeat(200), "c", "p"),
+        ] {
+            assert!(short.len() <= 63 && long.len() <= 63, "{short} {long}");
+        }
+        assert_ne!(
+            storage_class_names(&"n".repeat(200), "c", "p")[1],
+            storage_class_names(&"n".repeat(201), "c", "p")[1]
+        );
+    }
+
+    #[test]
+    fn a_name_another_pool_holds_is_passed_over_and_the_pools_own_is_kept() {
+        let names = storage_class_names("storage", "prod", "fast");
+        let ours = storage_class(&pool(None, None), "c1", &names[0], false);
+        let mut theirs = ours.clone();
+        theirs.metadata.labels = Some(assignment_labels("other", "prod", "fast"));
+        let pick = |existing: &[Option<StorageClass>]| {
+            pick_class_name(&names, existing, "storage", "prod", "fast").cloned()
+        };
+        assert_eq!(pick(&[None, None]), Some(names[0].clone()));
+        assert_eq!(pick(&[Some(ours.clone()), None]), Some(names[0].clone()));
+        assert_eq!(pick(&[Some(theirs.clone()), None]), Some(names[1].clone()));
+        assert_eq!(pick(&[Some(theirs.clone()), Some(theirs)]), None);
     }
 
     #[test]
     fn the_class_is_labelled_for_its_pool_and_names_it() {
-        let class = storage_class(&pool(None, None), "c1");
+        let class = storage_class(&pool(None, None), "c1", "simplyblock-fast", false);
         assert!(is_managed(&class));
         assert!(is_assigned(&class, "storage", "prod", "fast"));
         assert!(!is_assigned(&class, "storage", "prod", "slow"));

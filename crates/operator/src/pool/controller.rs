@@ -208,30 +208,37 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
 
     let classes: Api<StorageClass> = Api::all(ctx.kube.clone());
     if next.default_storage_class_name.is_none() {
-        let want = class::storage_class(pool, &cluster_id.to_string());
-        let class_name = want.name_any();
-        match classes.get_opt(&class_name).await? {
-            Some(existing)
-                if !(class::is_managed(&existing)
-                    && class::is_assigned(&existing, &ns, &pool.spec.cluster_ref, &name)) =>
-            {
-                let message = format!(
-                    "StorageClass {class_name} exists and belongs to something else; the pool gets no class of its own until it is renamed or removed"
-                );
-                hold(ctx, pool, next, "StorageClassNameTaken", message).await?;
-                return Ok(Action::requeue(requeue::RESYNC));
-            }
-            Some(_) => {}
-            None => {
-                classes.create(&PostParams::default(), &want).await?;
-                ctx.event(
-                    pool,
-                    false,
-                    "StorageClassCreated",
-                    format!("created StorageClass {class_name} for the pool"),
-                )
-                .await;
-            }
+        let cluster = &pool.spec.cluster_ref;
+        let candidates = class::storage_class_names(&ns, cluster, &name);
+        let mut existing = Vec::with_capacity(candidates.len());
+        for candidate in &candidates {
+            existing.push(classes.get_opt(candidate).await?);
+        }
+        let Some(class_name) =
+            class::pick_class_name(&candidates, &existing, &ns, cluster, &name).cloned()
+        else {
+            let message = format!(
+                "StorageClasses {} exist and belong to something else; the pool gets no class of its own until one is renamed or removed",
+                candidates.join(" and ")
+            );
+            hold(ctx, pool, next, "StorageClassNameTaken", message).await?;
+            return Ok(Action::requeue(requeue::RESYNC));
+        };
+        let ours = candidates
+            .iter()
+            .zip(&existing)
+            .any(|(n, c)| *n == class_name && c.is_some());
+        if !ours {
+            let default = ctx.default_storage_class.as_deref() == Some(class_name.as_str());
+            let want = class::storage_class(pool, &cluster_id.to_string(), &class_name, default);
+            classes.create(&PostParams::default(), &want).await?;
+            ctx.event(
+                pool,
+                false,
+                "StorageClassCreated",
+                format!("created StorageClass {class_name} for the pool"),
+            )
+            .await;
         }
         next.default_storage_class_name = Some(class_name);
     }

@@ -526,7 +526,8 @@ mod chart_tests {
                 )
                 .replace(
                     "    LABELS: \"\"",
-                    "    {{- include \"simplyblock.labels\" . | nindent 4 }}",
+                    "    {{- include \"simplyblock.labels\" . | nindent 4 }}\n  \
+                     {{- include \"simplyblock.annotations\" . | nindent 2 }}",
                 );
             out.push_str(&line);
             out.push('\n');

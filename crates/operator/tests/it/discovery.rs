@@ -110,7 +110,8 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     };
     tokio::spawn(discovery::run(ctx.clone(), probe));
 
-    let raised = discovery::bootstrap(&kube, NS)
+    // The chart's operator.discoveryClusterName names the cluster the draft proposes.
+    let raised = discovery::bootstrap(&kube, NS, Some("fleet".into()))
         .await
         .expect("the bootstrap raises a run");
     assert_eq!(raised, "raised OperatorOps initial-discovery");
@@ -132,6 +133,11 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     assert!(
         !doc.spec.approved,
         "a discovered document is a draft nobody approved"
+    );
+    assert_eq!(
+        doc.spec.cluster.as_ref().map(|c| c.name.as_str()),
+        Some("fleet"),
+        "the cluster is named as the value says"
     );
     let workers: Vec<&String> = doc
         .spec
@@ -304,7 +310,7 @@ async fn a_fresh_install_discovers_the_fleet_into_a_draft_once() {
     );
 
     // A second start finds the run and declines.
-    let again = discovery::bootstrap(&kube, NS)
+    let again = discovery::bootstrap(&kube, NS, None)
         .await
         .expect_err("no second run");
     assert_eq!(again, "1 operator operation(s) have already run");

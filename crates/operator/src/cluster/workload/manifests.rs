@@ -367,6 +367,14 @@ fn daemonset(
                         (NAMESPACE_LABEL.into(), namespace.clone()),
                     ])),
                     service_account_name: Some(account.into()),
+                    // An evicted storage node takes its volumes' paths with it.
+                    priority_class_name: match storage.priority_class_name.as_deref() {
+                        None => Some("system-node-critical".into()),
+                        Some("") => None,
+                        Some(name) => Some(name.into()),
+                    },
+                    image_pull_secrets: (!storage.image_pull_secrets.is_empty())
+                        .then(|| storage.image_pull_secrets.clone()),
                     host_network: Some(true),
                     tolerations: Some(storage.tolerations),
                     containers: vec![container],

@@ -273,6 +273,7 @@ async fn render(
     // above all) before the error is reported.
     let certificate = serving_certificate(ctx, cluster).await;
     let pod_certificates = pod_certificates_api(&ctx.kube).await;
+    let cluster = &with_default_pull_secrets(cluster, &ctx.image_pull_secrets);
     let objects = manifests(
         cluster,
         nodes,
@@ -291,6 +292,21 @@ async fn render(
     certificate?;
     pod_certificates?;
     apply_changed(ctx, MANAGER, &objects.daemonset).await
+}
+
+/// `cluster` with the operator's pull secrets for its storage nodes when it names none:
+/// whoever installed the operator from a private registry mirrors the storage nodes'
+/// image there too.
+fn with_default_pull_secrets(
+    cluster: &StorageCluster,
+    defaults: &[k8s_openapi::api::core::v1::LocalObjectReference],
+) -> StorageCluster {
+    let mut cluster = cluster.clone();
+    let storage = cluster.spec.storage_nodes.get_or_insert_default();
+    if storage.image_pull_secrets.is_empty() {
+        storage.image_pull_secrets = defaults.to_vec();
+    }
+    cluster
 }
 
 /// Makes sure the serving Secret holds a current certificate from the cluster's CA (kept
