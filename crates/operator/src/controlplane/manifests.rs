@@ -762,8 +762,9 @@ mod tests {
     #[test]
     fn a_tuned_control_plane_without_tls_renders_as_its_snapshot() {
         let cp = control_plane(json!({
-            "image": "quay.io/simplyblock-io/simplyblock:25.10.1",
+            "image": "mirror.example.com/sb/simplyblock:25.10.1",
             "imagePullPolicy": "Always",
+            "imagePullSecrets": [{"name": "mirror-pull"}],
             "replicas": 3,
             "foundationDB": {"replicas": 5, "storageClassName": "fast",
                              "resources": {"requests": {"cpu": "1", "memory": "4Gi"}}},

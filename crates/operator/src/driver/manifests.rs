@@ -870,6 +870,11 @@ mod tests {
             &driver(json!({
                 "driverName": "csi.example.simplyblock.io",
                 "imagePullPolicy": "IfNotPresent",
+                "imagePullSecrets": [{"name": "mirror-pull"}],
+                "kubeletDir": "/var/lib/k0s/kubelet",
+                "nodePriorityClassName": "storage-critical",
+                "controllerPriorityClassName": "",
+                "logFormat": "json",
                 "controllerReplicas": 2,
                 "nodeSelector": {"storage": "yes"},
                 "tolerations": [{"key": "storage", "operator": "Exists", "effect": "NoSchedule"}],

@@ -607,8 +607,10 @@ mod tests {
             "minHugePagesSize": "8G",
             "enableFailureDomains": true,
             "storageNodes": {
-                "image": "quay.io/simplyblock-io/simplyblock:25.10.1",
+                "image": "mirror.example.com/sb/simplyblock:25.10.1",
                 "imagePullPolicy": "IfNotPresent",
+                "imagePullSecrets": [{"name": "mirror-pull"}],
+                "priorityClassName": "",
                 "reservedSystemCPU": "0-1",
                 "tolerations": [
                     {"key": "storage", "operator": "Exists", "effect": "NoSchedule"},
