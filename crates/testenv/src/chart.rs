@@ -86,6 +86,45 @@ pub fn install(
     helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
+/// `helm upgrade` of release `simplyblock-operator` in `namespace` to the chart at `chart`
+/// (this one, or a copy a test changed), keeping the values it was installed with
+/// (`--reuse-values`) besides `values`; helm's refusal as the error.
+pub fn upgrade(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    chart: &std::path::Path,
+    values: &[(&str, &str)],
+) -> Result<String, String> {
+    let mut args = vec![
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "upgrade".to_string(),
+        "simplyblock-operator".to_string(),
+        chart.display().to_string(),
+        "--namespace".to_string(),
+        namespace.to_string(),
+        "--reuse-values".to_string(),
+    ];
+    args.extend(sets(values));
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `helm uninstall` of release `simplyblock-operator` in `namespace`, waiting for what it
+/// deletes to be gone; helm's refusal as the error.
+pub fn uninstall(kubeconfig: &std::path::Path, namespace: &str) -> Result<String, String> {
+    helm(&[
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "uninstall",
+        "simplyblock-operator",
+        "--namespace",
+        namespace,
+        "--wait",
+        "--timeout",
+        "5m",
+    ])
+}
+
 /// The chart rendered as release `simplyblock-operator` in `namespace` with `values`
 /// (`--set` pairs); helm's refusal as the error.
 pub fn render(namespace: &str, values: &[(&str, &str)]) -> Result<Vec<DynamicObject>, String> {

@@ -1,0 +1,286 @@
+//! The chart as a platform team runs it with `helm`: installed from their own registry
+//! with a pull secret, refused from a registry they did not list, and upgraded to a release
+//! whose CRDs changed. On an API server alone (no kubelet), so nothing here runs a pod: the
+//! release's objects and the API server's admission are what is checked.
+
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::json;
+use simplyblock_testenv::{TestEnv, chart};
+
+use crate::support::{namespace, serve_webhooks};
+
+const MIRROR: &str = "mirror.example.com/sb";
+
+/// What a user sets to install from a mirror: the list, the secret, the operator's image.
+/// The profile is `empty` because the standalone one asks for a ControlPlane, whose
+/// webhook needs the operator's pod; the preflight hook Job needs a kubelet.
+fn mirror_values() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("deployment.profile", "empty"),
+        ("preflight.enabled", "false"),
+        ("allowedRegistries[0]", MIRROR),
+        ("imagePullSecrets[0].name", "mirror-pull"),
+        (
+            "image.repository",
+            "mirror.example.com/sb/simplyblock-operator",
+        ),
+    ]
+}
+
+async fn pull_secret(admin: &kube::Client, ns: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "mirror-pull"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson":
+            r#"{"auths":{"mirror.example.com":{"auth":"cHVsbDpwdWxs"}}}"#},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the pull secret");
+}
+
+fn control_plane(image: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+        "metadata": {"name": "simplyblock"},
+        "spec": {"source": {"local": {"image": image}}},
+    }))
+    .expect("control plane")
+}
+
+fn control_planes(admin: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &kube::discovery::ApiResource::erase::<simplyblock_api::ControlPlane>(&()),
+    )
+}
+
+#[tokio::test]
+async fn a_listed_mirror_installs_with_its_pull_secret_and_an_unlisted_registry_is_refused() {
+    let env = TestEnv::start().await.expect("API server");
+    let admin = env.client().await.expect("client");
+    let ns = "simplyblock";
+    namespace(&admin, ns).await;
+    pull_secret(&admin, ns).await;
+    let kubeconfig = env.kubeconfig_path();
+
+    // The operator's image from a registry nobody listed: helm refuses before it writes.
+    let mut unlisted = mirror_values();
+    unlisted.retain(|(k, _)| *k != "image.repository");
+    unlisted.push((
+        "image.repository",
+        "elsewhere.example.com/simplyblock-operator",
+    ));
+    let refused = chart::install(kubeconfig, ns, &unlisted).expect_err("an unlisted registry");
+    assert!(
+        refused.contains("image.repository/image.tag (elsewhere.example.com/simplyblock-operator:")
+            && refused.contains("add their registry to allowedRegistries"),
+        "{refused}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    assert!(
+        deployments
+            .get_opt("simplyblock-operator")
+            .await
+            .expect("read")
+            .is_none(),
+        "nothing of a refused release is written"
+    );
+
+    // Listed: installed, the operator pulled with the secret and told to hand it on.
+    chart::install(kubeconfig, ns, &mirror_values()).expect("the mirror's release installs");
+    let operator = deployments
+        .get("simplyblock-operator")
+        .await
+        .expect("the operator");
+    let pod = operator.spec.template.spec.expect("pod spec");
+    let secrets: Vec<_> = pod
+        .image_pull_secrets
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(secrets, ["mirror-pull"]);
+    let container = &pod.containers[0];
+    assert!(
+        container
+            .image
+            .as_deref()
+            .is_some_and(|i| i.starts_with("mirror.example.com/sb/simplyblock-operator:")),
+        "{:?}",
+        container.image
+    );
+    let handed_on = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "SIMPLYBLOCK_IMAGE_PULL_SECRETS")
+        .and_then(|e| e.value.clone());
+    assert_eq!(handed_on.as_deref(), Some("mirror-pull"));
+
+    // The storage kinds' images: the API server holds them to the list. The operator's
+    // webhooks are served from here, as no Service is reachable from this API server.
+    chart::serve_webhooks_here(&admin).await;
+    let operator = env
+        .service_account_client(ns, chart::OPERATOR_ACCOUNT)
+        .await
+        .expect("the operator's account");
+    let serving = serve_webhooks(&operator, ns, false).await;
+    let api = control_planes(&admin, ns);
+    let message = simplyblock_testenv::wait::until("the registry policy enforced", async || {
+        match api
+            .create(
+                &PostParams::default(),
+                &control_plane("quay.io/simplyblock-io/simplyblock:26.2.1"),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("allowedRegistries") => Some(s.message),
+            Ok(_) => {
+                // Admitted before the policy took effect: try again.
+                api.delete("simplyblock", &Default::default()).await.ok();
+                None
+            }
+            Err(_) => None,
+        }
+    })
+    .await;
+    assert!(
+        message.contains(&format!(
+            "ControlPlane simplyblock: quay.io/simplyblock-io/simplyblock:26.2.1 is not from an allowed registry ({MIRROR})"
+        )) && message.contains("helm upgrade --reuse-values --set allowedRegistries"),
+        "{message}"
+    );
+    api.create(
+        &PostParams::default(),
+        &control_plane("mirror.example.com/sb/simplyblock:26.2.1"),
+    )
+    .await
+    .expect("the mirror's image is admitted");
+
+    // Listing the registry is a value, applied by an upgrade; no CRD changes. The chart's
+    // webhook configuration is put back first (helm owns it; the harness replaced it to
+    // reach the webhooks served here), and taken over again after.
+    serving.abort();
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+        admin.clone(),
+    )
+    .delete(chart::WEBHOOK_CONFIGURATION, &Default::default())
+    .await
+    .expect("the harness's webhook configuration");
+    chart::upgrade(
+        kubeconfig,
+        ns,
+        &chart::dir(),
+        &[(
+            "allowedRegistries",
+            "{mirror.example.com/sb,quay.io/simplyblock-io}",
+        )],
+    )
+    .expect("the upgrade");
+    chart::serve_webhooks_here(&admin).await;
+    let _serving = serve_webhooks(&operator, ns, false).await;
+    let mut upgraded = api.get("simplyblock").await.expect("the control plane");
+    upgraded.data["spec"]["source"]["local"]["image"] =
+        json!("quay.io/simplyblock-io/simplyblock:26.2.1");
+    simplyblock_testenv::wait::until("the new list in force", async || {
+        api.replace("simplyblock", &PostParams::default(), &upgraded)
+            .await
+            .ok()
+    })
+    .await;
+}
+
+/// The chart copied to `dir` as its next release: version bumped, and one CRD with a new
+/// printer column, as a release that changes a schema ships it.
+fn next_release(dir: &Path) -> String {
+    let copy = std::process::Command::new("cp")
+        .args([
+            "-r",
+            &chart::dir().display().to_string(),
+            &dir.display().to_string(),
+        ])
+        .status()
+        .expect("cp");
+    assert!(copy.success());
+    let chart_yaml = dir.join("Chart.yaml");
+    let text = std::fs::read_to_string(&chart_yaml).expect("Chart.yaml");
+    std::fs::write(
+        &chart_yaml,
+        text.replace("version: 0.1.0", "version: 0.1.1"),
+    )
+    .expect("Chart.yaml");
+    let crd = dir.join("templates/crds/storagepools.yaml");
+    let text = std::fs::read_to_string(&crd).expect("the pools' CRD");
+    let cluster_column = "    - jsonPath: .spec.clusterRef\n      name: Cluster\n";
+    let changed = text.replacen(
+        cluster_column,
+        &format!("    - jsonPath: .spec.clusterRef\n      name: NextRelease\n      type: string\n{cluster_column}"),
+        1,
+    );
+    assert!(
+        changed != text,
+        "the pools' CRD has the Cluster column to add beside"
+    );
+    std::fs::write(&crd, changed).expect("the pools' CRD");
+    "NextRelease".into()
+}
+
+#[tokio::test]
+async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
+    let env = TestEnv::start().await.expect("API server");
+    let admin = env.client().await.expect("client");
+    let ns = "simplyblock";
+    namespace(&admin, ns).await;
+    let kubeconfig = env.kubeconfig_path();
+    let values = [
+        ("deployment.profile", "empty"),
+        ("preflight.enabled", "false"),
+    ];
+    chart::install(kubeconfig, ns, &values).expect("release N installs");
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let pools = "storagepools.storage.simplyblock.io";
+    let columns = |crd: &CustomResourceDefinition| -> Vec<String> {
+        crd.spec
+            .versions
+            .iter()
+            .flat_map(|v| v.additional_printer_columns.iter().flatten())
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let installed = crds.get(pools).await.expect("the chart installed its CRDs");
+    assert_eq!(
+        installed
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("helm.sh/resource-policy"))
+            .map(String::as_str),
+        Some("keep")
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = dir.path().join("simplyblock-operator");
+    let column = next_release(&next);
+    assert!(!columns(&installed).contains(&column));
+    chart::upgrade(kubeconfig, ns, &next, &[]).expect("release N+1 upgrades");
+    let upgraded = crds.get(pools).await.expect("the CRD");
+    assert!(
+        columns(&upgraded).contains(&column),
+        "helm upgrade applied the new schema: {:?}",
+        columns(&upgraded)
+    );
+
+    // Uninstalling keeps the CRDs, and with them every storage object.
+    chart::uninstall(kubeconfig, ns).expect("the release uninstalls");
+    let kept = crds.get(pools).await.expect("the CRD is kept");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+}
