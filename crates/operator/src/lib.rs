@@ -26,6 +26,7 @@ pub mod pool;
 pub mod serving;
 pub mod site;
 pub mod streams;
+pub mod uninstall;
 pub mod volume_ops;
 pub mod webhooks;
 

@@ -48,6 +48,20 @@ enum Command {
         #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
         namespace: String,
     },
+    /// Release what the operator holds before its release goes (the chart's pre-delete
+    /// hook): remove the SimplyblockDriver, and with --delete-data every storage object,
+    /// the ControlPlane and the CRDs, waiting for the operator to finish each.
+    Uninstall {
+        /// The namespace the operator serves; every namespace when absent.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Remove every storage object, the control plane and the CRDs: all data is lost.
+        #[arg(long)]
+        delete_data: bool,
+        /// How long to wait for the operator to release what is deleted.
+        #[arg(long, default_value = "270s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// Check that every `--address host:port` answers a TCP connect from here (what a
     /// volume migration's validation Job does on a consuming node); fails naming those
     /// that do not.
@@ -316,6 +330,26 @@ async fn main() -> anyhow::Result<()> {
                 shutdown.fire();
             });
             simplyblock_operator::run(config).await?;
+        }
+        Command::Uninstall {
+            namespace,
+            delete_data,
+            timeout,
+        } => {
+            let client = kube::Client::try_default().await?;
+            let removal = if delete_data {
+                simplyblock_operator::uninstall::Removal::Everything
+            } else {
+                simplyblock_operator::uninstall::Removal::Driver
+            };
+            simplyblock_operator::uninstall::run(
+                &client,
+                removal,
+                namespace.as_deref(),
+                timeout,
+                Duration::from_secs(2),
+            )
+            .await?;
         }
         Command::Reach { addresses, timeout } => {
             let mut unreachable = Vec::new();

@@ -126,8 +126,37 @@ pub fn uninstall(kubeconfig: &std::path::Path, namespace: &str) -> Result<String
 }
 
 /// The chart rendered as release `simplyblock-operator` in `namespace` with `values`
-/// (`--set` pairs); helm's refusal as the error.
+/// (`--set` pairs): what `helm install` leaves installed, its hooks (Jobs helm runs at
+/// install, upgrade or uninstall, then removes) left out; helm's refusal as the error.
 pub fn render(namespace: &str, values: &[(&str, &str)]) -> Result<Vec<DynamicObject>, String> {
+    Ok(render_all(namespace, values)?
+        .into_iter()
+        .filter(|o| hook(o).is_none())
+        .collect())
+}
+
+/// The chart's hooks rendered as [`render`] renders the rest: each with its
+/// `helm.sh/hook` (when helm runs it).
+pub fn hooks(
+    namespace: &str,
+    values: &[(&str, &str)],
+) -> Result<Vec<(String, DynamicObject)>, String> {
+    Ok(render_all(namespace, values)?
+        .into_iter()
+        .filter_map(|o| hook(&o).map(|h| (h, o)))
+        .collect())
+}
+
+fn hook(object: &DynamicObject) -> Option<String> {
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get("helm.sh/hook")
+        .cloned()
+}
+
+fn render_all(namespace: &str, values: &[(&str, &str)]) -> Result<Vec<DynamicObject>, String> {
     let dir = dir();
     let mut args = vec![
         "template".to_string(),

@@ -447,3 +447,83 @@ async fn a_real_api_server_accepts_every_rendered_object() {
             .unwrap_or_else(|e| panic!("profile {profile}: {e}"));
     }
 }
+
+/// The uninstall hook's Job args for `values`, or `None` when there is no hook.
+fn uninstall_args(values: &[(&str, &str)]) -> Option<Vec<String>> {
+    let hooks = chart::hooks("simplyblock-system", values).expect("render");
+    let (when, job) = hooks
+        .iter()
+        .find(|(_, o)| kind_and_name(o) == "Job/simplyblock-uninstall")?;
+    assert_eq!(when, "pre-delete");
+    let args = job.data["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap_or_default().to_owned())
+        .collect();
+    Some(args)
+}
+
+fn control_plane_kept(values: &[(&str, &str)]) -> bool {
+    chart::render("simplyblock-system", values)
+        .expect("render")
+        .iter()
+        .find(|o| kind_and_name(o) == "ControlPlane/simplyblock")
+        .expect("a ControlPlane")
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("helm.sh/resource-policy"))
+        .is_some_and(|p| p == "keep")
+}
+
+#[test]
+fn uninstall_releases_the_driver_and_keeps_the_data_unless_asked_twice() {
+    // By default: the hook removes the driver in the served namespace; the control plane
+    // is kept, the data with it.
+    let standalone = values("standalone");
+    assert_eq!(
+        uninstall_args(&standalone).expect("a hook"),
+        [
+            "uninstall",
+            "--namespace=simplyblock-system",
+            "--timeout=270s"
+        ]
+    );
+    assert!(control_plane_kept(&standalone));
+    assert!(
+        uninstall_args(&values("managed")).is_some(),
+        "the managed profile installs a driver too"
+    );
+    assert_eq!(
+        uninstall_args(&values("empty")),
+        None,
+        "the empty profile installs nothing the operator holds"
+    );
+    // Asked once: refused, saying what the pair means.
+    for one in ["uninstall.deleteData", "uninstall.confirmDeleteData"] {
+        let mut v = standalone.clone();
+        v.push((one, "true"));
+        let refused = chart::render("simplyblock-system", &v).expect_err("asked once");
+        assert!(
+            refused.contains("must be set together") && refused.contains("cannot be undone"),
+            "{refused}"
+        );
+    }
+    // Asked twice: everything goes, the control plane is no longer kept.
+    let mut twice = standalone.clone();
+    twice.extend([
+        ("uninstall.deleteData", "true"),
+        ("uninstall.confirmDeleteData", "true"),
+    ]);
+    assert_eq!(
+        uninstall_args(&twice).expect("a hook"),
+        [
+            "uninstall",
+            "--namespace=simplyblock-system",
+            "--delete-data",
+            "--timeout=270s"
+        ]
+    );
+    assert!(!control_plane_kept(&twice));
+}

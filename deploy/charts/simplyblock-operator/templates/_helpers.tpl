@@ -81,3 +81,24 @@ app.kubernetes.io/component: operator
 {{- define "simplyblock.servedNamespace" -}}
 {{- .Values.operator.watchNamespace | default .Release.Namespace -}}
 {{- end -}}
+
+{{/* The names of the chart's CRDs (templates/crds), as a YAML list; a test holds it to the
+     types. */}}
+{{- define "simplyblock.crdNames" -}}
+- clusterdeploymentconfigs.storage.simplyblock.io
+- controlplaneops.storage.simplyblock.io
+- controlplanes.storage.simplyblock.io
+- operatorops.storage.simplyblock.io
+- persistentvolumeops.storage.simplyblock.io
+- simplyblockdrivers.storage.simplyblock.io
+- storageclusterops.storage.simplyblock.io
+- storageclusters.storage.simplyblock.io
+- storagedeviceops.storage.simplyblock.io
+- storagedevices.storage.simplyblock.io
+- storagenodeops.storage.simplyblock.io
+- storagenodes.storage.simplyblock.io
+- storagepoolops.storage.simplyblock.io
+- storagepools.storage.simplyblock.io
+- storagesitedeployments.storage.simplyblock.io
+- testfailovers.storage.simplyblock.io
+{{- end -}}
