@@ -23,6 +23,7 @@ pub mod metrics_server;
 pub mod node;
 pub mod ops;
 pub mod pool;
+pub mod preflight;
 pub mod serving;
 pub mod site;
 pub mod streams;

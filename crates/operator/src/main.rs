@@ -72,6 +72,40 @@ enum Command {
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Check what this node and the cluster need before the operator is installed: the
+    /// NVMe/TCP modules, hugepages and the kernel here; cert-manager, the FoundationDB
+    /// operator, volume snapshots and a default StorageClass in the cluster (as the profile
+    /// needs). Reports every check, each problem with what to do; exits 0 when no problem
+    /// is found, 2 when one is.
+    Preflight(PreflightArgs),
+}
+
+#[derive(clap::Args)]
+struct PreflightArgs {
+    /// The chart's deployment.profile: which cluster checks apply.
+    #[arg(long, value_enum, default_value = "standalone")]
+    profile: simplyblock_operator::preflight::Profile,
+    /// The local control plane's TLS provider (none: enableTLS false); cert-manager is
+    /// checked only for cert-manager, and only with profile standalone.
+    #[arg(long, value_enum, default_value = "cert-manager")]
+    tls_provider: simplyblock_operator::preflight::TlsProvider,
+    /// Where the host's /sys and /proc are mounted (the node checks read them).
+    #[arg(long, default_value = "/")]
+    root: std::path::PathBuf,
+    /// Skip the node checks (run from a machine that is not a worker).
+    #[arg(long)]
+    skip_node: bool,
+    /// Skip the cluster checks (no kubeconfig at hand).
+    #[arg(long, conflicts_with = "skip_node")]
+    skip_cluster: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    output: PreflightOutput,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PreflightOutput {
+    Text,
+    Json,
 }
 
 #[derive(clap::Args)]
@@ -310,17 +344,65 @@ async fn stop_signal() {
     }
 }
 
+/// Runs the preflight checks, prints the report and gives the exit status.
+async fn preflight(args: PreflightArgs) -> anyhow::Result<i32> {
+    use simplyblock_operator::preflight::{self, NodeRoots, Options};
+    let options = Options {
+        profile: args.profile,
+        tls_provider: args.tls_provider,
+        node: !args.skip_node,
+        cluster: !args.skip_cluster,
+    };
+    let client = if options.cluster {
+        kube::Client::try_default().await.map_err(|e| e.to_string())
+    } else {
+        Err("not asked for".into())
+    };
+    let report = preflight::check(
+        &options,
+        &NodeRoots::under(&args.root),
+        client.as_ref().map_err(Clone::clone),
+    )
+    .await;
+    match args.output {
+        PreflightOutput::Text => print!("{report}"),
+        PreflightOutput::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
+    }
+    Ok(report.exit_code())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
     // The chart's logFormat: json for a log pipeline (the default), text for a person.
-    let logs = tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+    // Preflight's and uninstall's reports are their stdout: their logs go to stderr.
+    let to_stderr = matches!(
+        cli.command,
+        Command::Preflight(_) | Command::Uninstall { .. }
     );
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if to_stderr {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::stdout())
+            }
+        });
     match std::env::var(simplyblock_operator::LOG_FORMAT_ENV).as_deref() {
         Ok("text") => logs.init(),
         _ => logs.json().init(),
     }
-    match Cli::parse().command {
+    match cli.command {
+        Command::Preflight(args) => {
+            let code = preflight(args).await?;
+            use std::io::Write as _;
+            std::io::stdout().flush()?;
+            // The report is printed; the status says whether it found a problem.
+            std::process::exit(code);
+        }
         Command::Run(args) => {
             let config = config(*args).await?;
             let shutdown = config.context.shutdown.clone();

@@ -326,19 +326,73 @@ pub fn device_for(sys: &Path, nqn: &str, ns_id: u32) -> Option<PathBuf> {
     hit.map(|n| PathBuf::from(format!("/dev/{n}")))
 }
 
-fn write_fabrics(fabrics: &Path, options: &str) -> std::io::Result<Option<u32>> {
+/// Where a connect through `/dev/nvme-fabrics` failed: the device could not be opened (the
+/// node is not prepared), or the kernel refused or failed the connect itself.
+#[derive(Debug)]
+enum FabricsError {
+    Open(std::io::Error),
+    Connect(std::io::Error),
+}
+
+fn write_fabrics(fabrics: &Path, options: &str) -> Result<Option<u32>, FabricsError> {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(fabrics)?;
+        .open(fabrics)
+        .map_err(FabricsError::Open)?;
     match f.write_all(options.as_bytes()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(EALREADY) => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) => return Err(FabricsError::Connect(e)),
     }
     let mut reply = String::new();
-    f.read_to_string(&mut reply)?;
+    f.read_to_string(&mut reply)
+        .map_err(FabricsError::Connect)?;
     Ok(parse_fabrics_reply(&reply))
+}
+
+/// The cause of, and the remedy for, `/dev/nvme-fabrics` failing to open with `kind`, where
+/// one is known.
+fn open_cause(kind: std::io::ErrorKind) -> Option<&'static str> {
+    match kind {
+        std::io::ErrorKind::NotFound => Some(
+            "the nvme-fabrics and nvme-tcp kernel modules are not loaded on this node (the device \
+             appears when they are): run `modprobe nvme-tcp` on the node and add nvme-tcp and \
+             nvme-fabrics to /etc/modules-load.d/ so they load at boot; `simplyblock-operator \
+             preflight` checks a node for them",
+        ),
+        std::io::ErrorKind::PermissionDenied => Some(
+            "the node plugin may not open it: its container must run privileged with the host's \
+             /dev mounted, as the SimplyblockDriver's DaemonSet does; check that nothing (a \
+             securityContext override, an SELinux or AppArmor policy) takes that away",
+        ),
+        _ => None,
+    }
+}
+
+/// The cause of the kernel refusing a connect with `kind`, where one is known.
+fn connect_cause(kind: std::io::ErrorKind) -> Option<&'static str> {
+    match kind {
+        // EINVAL: a bad option, or a transport the kernel cannot load.
+        std::io::ErrorKind::InvalidInput => Some(
+            "the kernel refused the options; its log (`dmesg`) says why, and \
+             \"no handler found for transport tcp\" there means nvme-tcp cannot be loaded on this node",
+        ),
+        _ => None,
+    }
+}
+
+/// The error of a failed connect through `fabrics` with `options` (secrets masked).
+fn fabrics_error(fabrics: &Path, options: &str, err: FabricsError) -> CsiError {
+    let (doing, cause, source) = match err {
+        FabricsError::Open(e) => ("opening", open_cause(e.kind()), e),
+        FabricsError::Connect(e) => ("connecting through", connect_cause(e.kind()), e),
+    };
+    let what = format!("{doing} {} ({})", fabrics.display(), redact(options));
+    match cause {
+        Some(cause) => CsiError::FailedPrecondition(format!("{what}: {source}: {cause}")),
+        None => CsiError::Io { what, source },
+    }
 }
 
 /// Options with secrets masked, for logs and errors.
@@ -369,14 +423,7 @@ impl NvmeofAttacher {
         let job = tokio::task::spawn_blocking(move || write_fabrics(&fabrics, &opts));
         match tokio::time::timeout(CONNECT_TIMEOUT, job).await {
             Ok(Ok(Ok(_))) => Ok(()),
-            Ok(Ok(Err(err))) => Err(CsiError::Io {
-                what: format!(
-                    "connecting {} ({})",
-                    self.fabrics.display(),
-                    redact(&options)
-                ),
-                source: err,
-            }),
+            Ok(Ok(Err(err))) => Err(fabrics_error(&self.fabrics, &options, err)),
             Ok(Err(err)) => Err(CsiError::Internal(format!("connect task: {err}"))),
             Err(_) => Err(CsiError::Internal(format!(
                 "connecting {}:{} did not finish within {CONNECT_TIMEOUT:?}",
@@ -713,5 +760,72 @@ mod tests {
         );
         assert_eq!(device_for(sys.path(), nqn, 2), None);
         assert_eq!(device_for(sys.path(), "nqn.none", 0), None);
+    }
+
+    #[tokio::test]
+    async fn a_node_without_the_nvme_modules_is_told_to_load_them() {
+        let dir = tempfile::tempdir().expect("dir");
+        // Without nvme-fabrics loaded the kernel has no /dev/nvme-fabrics.
+        let attacher = NvmeofAttacher {
+            sys: dir.path().join("sys"),
+            fabrics: dir.path().join("nvme-fabrics"),
+            host_id: None,
+        };
+        let target = Target {
+            cluster: Uuid::from_u128(1),
+            volume: Uuid::from_u128(2),
+            nqn: "nqn.2023-02.io.simplyblock:c:lvol:v".into(),
+            ns_id: 1,
+            paths: vec![entry("10.0.0.1")],
+            host_nqn: "nqn.node".into(),
+        };
+        let err = attacher
+            .attach(&target)
+            .await
+            .expect_err("no device to open");
+        let message = err.to_string();
+        assert!(message.contains("No such file or directory"), "{message}");
+        assert!(
+            message.contains("kernel modules are not loaded on this node")
+                && message.contains("`modprobe nvme-tcp`")
+                && message.contains("/etc/modules-load.d/"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("DHHC-1:00:abc:"),
+            "a secret leaked: {message}"
+        );
+    }
+
+    #[test]
+    fn fabrics_errors_name_their_cause_where_one_is_known() {
+        use std::io::{Error, ErrorKind};
+        let path = Path::new("/dev/nvme-fabrics");
+        let options = "nqn=n,transport=tcp,dhchap_secret=s3cret";
+        let message = |e: FabricsError| fabrics_error(path, options, e).to_string();
+
+        let denied = message(FabricsError::Open(Error::from(ErrorKind::PermissionDenied)));
+        assert!(
+            denied.starts_with("opening /dev/nvme-fabrics ("),
+            "{denied}"
+        );
+        assert!(denied.contains("must run privileged"), "{denied}");
+        assert!(!denied.contains("s3cret"), "{denied}");
+
+        let refused = message(FabricsError::Connect(Error::from(ErrorKind::InvalidInput)));
+        assert!(refused.contains("dmesg"), "{refused}");
+
+        // No known cause: the error as it came, as an I/O failure.
+        let other = fabrics_error(
+            path,
+            options,
+            FabricsError::Connect(Error::from(ErrorKind::ConnectionRefused)),
+        );
+        assert!(matches!(other, CsiError::Io { .. }), "{other:?}");
+        assert!(
+            other
+                .to_string()
+                .starts_with("connecting through /dev/nvme-fabrics")
+        );
     }
 }

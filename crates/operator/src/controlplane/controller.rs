@@ -208,6 +208,7 @@ async fn observe(
     let ns = cp.namespace().unwrap_or_default();
     let mut obs = Observation {
         endpoint: reach::endpoint(cp),
+        namespace: ns.clone(),
         ..Observation::default()
     };
     let mut reached = None;
@@ -318,6 +319,7 @@ async fn steady(
     let endpoint = reach::endpoint(cp);
     let mut obs = Observation {
         endpoint: endpoint.clone(),
+        namespace: ns.clone(),
         ..Observation::default()
     };
     if let Some(local) = local {

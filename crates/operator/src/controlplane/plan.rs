@@ -91,6 +91,8 @@ pub struct Observation {
     pub probe: Option<Probe>,
     /// Where the control plane was asked.
     pub endpoint: String,
+    /// The ControlPlane's namespace, where its objects are (named in what to check).
+    pub namespace: String,
 }
 
 /// The objects of an install step.
@@ -117,6 +119,29 @@ pub enum Install {
     Installed,
 }
 
+/// The hold while the FoundationDB operator reports the cluster unavailable: its operator
+/// runs (it wrote the health), so what is missing is in the cluster's pods.
+fn fdb_not_available(ns: &str) -> String {
+    format!(
+        "waiting for FoundationDBCluster {FDB_CLUSTER}: the FoundationDB operator reports it not available yet; \
+         check its status (`kubectl -n {ns} get foundationdbcluster {FDB_CLUSTER}`) and its pods \
+         (`kubectl -n {ns} get pods -l foundationdb.org/fdb-cluster-name={FDB_CLUSTER}`): a Pending pod \
+         usually has a volume claim no StorageClass serves (set controlplane.local.foundationDB.storageClassName \
+         or mark a class default); if nothing changes, read the FoundationDB operator's logs"
+    )
+}
+
+/// The hold while the FoundationDBCluster has no health: its operator has not written it,
+/// most often because it is not installed or not running.
+fn fdb_not_reported(ns: &str) -> String {
+    format!(
+        "waiting for FoundationDBCluster {FDB_CLUSTER}: the FoundationDB operator has not reported on it yet; \
+         check that the FoundationDB operator is installed and running (`kubectl get deployments -A | grep -i fdb`, \
+         its pods and logs) and watching namespace {ns}, and what the cluster shows \
+         (`kubectl -n {ns} get foundationdbcluster {FDB_CLUSTER}`)"
+    )
+}
+
 /// The next thing `step` does with what was read. Pure.
 pub fn install(step: InstallStep, tls: Tls, obs: &Observation) -> Install {
     let hold = |message: String| Install::Hold {
@@ -135,12 +160,8 @@ pub fn install(step: InstallStep, tls: Tls, obs: &Observation) -> Install {
             Some(h) if h.available => Install::Advance {
                 to: InstallStep::ApplyingDatastore,
             },
-            Some(_) => hold(format!(
-                "waiting for FoundationDBCluster {FDB_CLUSTER}: the FoundationDB operator reports it not available yet"
-            )),
-            None => hold(format!(
-                "waiting for FoundationDBCluster {FDB_CLUSTER}: the FoundationDB operator has not reported on it yet"
-            )),
+            Some(_) => hold(fdb_not_available(&obs.namespace)),
+            None => hold(fdb_not_reported(&obs.namespace)),
         },
         InstallStep::ApplyingDatastore => Install::Apply {
             batch: Batch::Datastore,

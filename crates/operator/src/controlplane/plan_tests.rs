@@ -48,6 +48,7 @@ fn refused() -> Probe {
 fn obs(f: impl FnOnce(&mut Observation)) -> Observation {
     let mut o = Observation {
         endpoint: "http://simplyblock-webappapi.sb.svc:5000".into(),
+        namespace: "sb".into(),
         ..Observation::default()
     };
     f(&mut o);
@@ -150,9 +151,25 @@ fn the_foundationdb_api_not_served_holds_the_first_step_and_says_what_to_install
 fn foundationdb_not_yet_available_holds_with_what_its_operator_reports() {
     let (message, _) = held(install(AwaitingFoundationDB, plain(), &obs(|_| {})));
     assert!(message.contains("has not reported on it yet"), "{message}");
+    // No health at all: most often its operator is not there to write it.
+    assert!(
+        message.contains("FoundationDB operator is installed and running")
+            && message.contains("watching namespace sb")
+            && message.contains("`kubectl -n sb get foundationdbcluster simplyblock-fdb-cluster`"),
+        "{message}"
+    );
     let unavailable = obs(|o| o.fdb = Some(FdbHealth::default()));
     let (message, event) = held(install(AwaitingFoundationDB, plain(), &unavailable));
     assert!(message.contains("not available yet"), "{message}");
+    // Its operator runs (it reported): what to look at is the cluster and its pods.
+    assert!(
+        message.contains("`kubectl -n sb get foundationdbcluster simplyblock-fdb-cluster`")
+            && message.contains(
+                "`kubectl -n sb get pods -l foundationdb.org/fdb-cluster-name=simplyblock-fdb-cluster`"
+            )
+            && message.contains("StorageClass"),
+        "{message}"
+    );
     assert_eq!(event, reason::AWAITING);
 }
 

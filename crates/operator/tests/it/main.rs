@@ -25,6 +25,7 @@ mod migrate;
 mod node_ops;
 mod node_remove;
 mod pools;
+mod preflight;
 mod provisioning;
 mod pvops;
 mod rbac;
