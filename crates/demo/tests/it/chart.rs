@@ -527,3 +527,40 @@ fn uninstall_releases_the_driver_and_keeps_the_data_unless_asked_twice() {
     );
     assert!(!control_plane_kept(&twice));
 }
+
+#[test]
+fn preflight_runs_before_install_and_upgrade_with_the_profiles_checks() {
+    let args = |values: &[(&str, &str)]| -> Option<(String, Vec<String>)> {
+        let hooks = chart::hooks("simplyblock-system", values).expect("render");
+        let (when, job) = hooks
+            .into_iter()
+            .find(|(_, o)| kind_and_name(o) == "Job/simplyblock-preflight")?;
+        let args = job.data["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().unwrap_or_default().to_owned())
+            .collect();
+        Some((when, args))
+    };
+    let (when, standalone) = args(&values("standalone")).expect("a preflight hook");
+    assert_eq!(when, "pre-install,pre-upgrade");
+    assert_eq!(
+        standalone,
+        [
+            "preflight",
+            "--profile=standalone",
+            "--tls-provider=cert-manager"
+        ]
+    );
+    let mut plain = values("standalone");
+    plain.push(("controlplane.local.tls.enableTLS", "false"));
+    assert_eq!(args(&plain).expect("a hook").1[2], "--tls-provider=none");
+    assert_eq!(
+        args(&values("managed")).expect("a hook").1[1],
+        "--profile=managed"
+    );
+    let mut off = values("standalone");
+    off.push(("preflight.enabled", "false"));
+    assert_eq!(args(&off), None);
+}
