@@ -153,6 +153,27 @@ impl Node {
         import_images(archives)
     }
 
+    /// Gives the imported image `from` the name `to` as well: the name a mirror serves it
+    /// by, for a test that installs from a mirror without a registry to pull from.
+    pub fn tag(&self, from: &str, to: &str) -> Result<(), Error> {
+        let address = containerd_socket().display().to_string();
+        run(
+            "ctr",
+            &[
+                "--address",
+                &address,
+                "--namespace",
+                "k8s.io",
+                "images",
+                "tag",
+                "--force",
+                from,
+                to,
+            ],
+        )
+        .map(|_| ())
+    }
+
     /// The process ids of the node's components, by name.
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
         self.processes.iter().map(|p| (p.name, p.pid())).collect()

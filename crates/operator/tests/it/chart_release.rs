@@ -245,8 +245,18 @@ async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
         ("deployment.profile", "empty"),
         ("preflight.enabled", "false"),
     ];
-    chart::install(kubeconfig, ns, &values).expect("release N installs");
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+
+    chart::install(kubeconfig, ns, &values).expect("release N installs");
+
+    // A second release of the chart elsewhere would take the first one's CRDs: refused.
+    namespace(&admin, "second").await;
+    let second = chart::install(kubeconfig, "second", &values).expect_err("a second release");
+    assert!(
+        second.contains("(release simplyblock-operator in namespace simplyblock)")
+            && second.contains("upgrade that one instead"),
+        "{second}"
+    );
     let pools = "storagepools.storage.simplyblock.io";
     let columns = |crd: &CustomResourceDefinition| -> Vec<String> {
         crd.spec
@@ -283,4 +293,60 @@ async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
     chart::uninstall(kubeconfig, ns).expect("the release uninstalls");
     let kept = crds.get(pools).await.expect("the CRD is kept");
     assert!(kept.metadata.deletion_timestamp.is_none());
+}
+
+#[tokio::test]
+async fn crds_of_an_earlier_installation_are_refused_until_handed_over() {
+    let env = TestEnv::start().await.expect("API server");
+    let admin = env.client().await.expect("client");
+    let ns = "simplyblock";
+    namespace(&admin, ns).await;
+    let kubeconfig = env.kubeconfig_path();
+    let values = [
+        ("deployment.profile", "empty"),
+        ("preflight.enabled", "false"),
+    ];
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+
+    // CRDs an earlier installation applied itself (kubectl, or a chart's crds/ directory):
+    // the release refuses them, naming each and the commands that hand them over.
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs applied by hand");
+    let refused = chart::install(kubeconfig, ns, &values).expect_err("CRDs of no release");
+    assert!(
+        refused.contains("storagepools.storage.simplyblock.io (no release)")
+            && refused.contains("kubectl label crd")
+            && refused.contains("meta.helm.sh/release-name=simplyblock-operator"),
+        "{refused}"
+    );
+    // Handed over as the message says.
+    for name in simplyblock_api::crds()
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+    {
+        crds.patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": "simplyblock-operator",
+                    "meta.helm.sh/release-namespace": ns,
+                    "helm.sh/resource-policy": "keep",
+                },
+            }})),
+        )
+        .await
+        .expect("handed over");
+    }
+    chart::install(kubeconfig, ns, &values).expect("the release installs over them");
+    // The earlier applier still shares the fields: a change to them is forced, once.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = dir.path().join("simplyblock-operator");
+    next_release(&next);
+    let conflict = chart::upgrade(kubeconfig, ns, &next, &[]).expect_err("a conflict");
+    assert!(conflict.contains("conflict"), "{conflict}");
+    chart::upgrade_with(kubeconfig, ns, &next, &[], &["--force-conflicts"])
+        .expect("the upgrade, forced as the message says");
 }

@@ -12,7 +12,11 @@
 //!   (`controlplane.managed.*`), with its CA and a bearer token in Secrets, as a user of a
 //!   managed control plane gives them;
 //! - `image.pullPolicy=Never` and `driver.image.pullPolicy=Never`: the images are imported,
-//!   no registry exists to ask.
+//!   no registry exists to ask; they are imported under a mirror's names
+//!   (`registry.simplyblock.test/sb/...`), which the release lists in `allowedRegistries`
+//!   with a pull secret, as a platform team installs from its own registry;
+//! - `preflight.enabled=false` for the install that runs: this machine lacks the NVMe/TCP
+//!   modules and hugepages, which the first install's preflight hook reports, and refuses.
 //!
 //! What it does not reach yet, and why: the SimplyblockDriver's pods cannot start here, for
 //! csi-attacher v4.8.1, csi-resizer, csi-external-health-monitor-controller and
@@ -36,6 +40,22 @@ const NAMESPACE: &str = "simplyblock-system";
 /// The chart's operator Deployment.
 const OPERATOR_DEPLOYMENT: &str = "simplyblock-operator";
 const TOKEN: &str = "node-test-token";
+/// The registry (and path) the test's mirror serves the images by.
+const MIRROR: &str = "registry.simplyblock.test/sb";
+
+/// The preflight hook's report: the log of its (failed, so kept) Job's pod.
+async fn preflight_report(kube: &kube::Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
+    let pod = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=preflight"))
+        .await
+        .expect("pods")
+        .items
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .expect("the preflight Job's pod");
+    pods.logs(&pod, &Default::default()).await.expect("its log")
+}
 
 /// sbsim on the node's address, serving TLS with a certificate for that address.
 async fn control_plane(dir: &std::path::Path) -> (Server, String) {
@@ -118,24 +138,79 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
             .expect("secret");
     }
 
-    simplyblock_testenv::chart::install(
-        env.kubeconfig_path(),
-        NAMESPACE,
-        &[
-            ("deployment.profile", "managed"),
-            ("controlplane.managed.endpoint", &endpoint),
-            (
-                "controlplane.managed.credentialsSecretRef",
-                "control-plane-credentials",
-            ),
-            ("controlplane.managed.caBundleSecretRef", "control-plane-ca"),
-            ("image.pullPolicy", "Never"),
-            ("driver.image.pullPolicy", "Never"),
-        ],
-    )
-    .expect("helm install");
-    // The operator's pods run as the chart renders them, and become ready.
+    // The operator's and the driver's images under the names the mirror serves them by.
+    let version = env!("CARGO_PKG_VERSION");
+    for image in ["simplyblock-operator", "simplyblock-csi"] {
+        node.tag(
+            &format!("quay.io/simplyblock-io/{image}:{version}"),
+            &format!("{MIRROR}/{image}:{version}"),
+        )
+        .expect("the mirror's name");
+    }
+    let pull: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "mirror-pull"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson":
+            r#"{"auths":{"registry.simplyblock.test":{"auth":"cHVsbDpwdWxs"}}}"#},
+    }))
+    .expect("pull secret");
+    secrets
+        .create(&PostParams::default(), &pull)
+        .await
+        .expect("the pull secret");
+    let operator_image = format!("{MIRROR}/simplyblock-operator");
+    let csi_image = format!("{MIRROR}/simplyblock-csi");
+    let mut values = vec![
+        ("deployment.profile", "managed"),
+        ("controlplane.managed.endpoint", endpoint.as_str()),
+        (
+            "controlplane.managed.credentialsSecretRef",
+            "control-plane-credentials",
+        ),
+        ("controlplane.managed.caBundleSecretRef", "control-plane-ca"),
+        ("image.pullPolicy", "Never"),
+        ("driver.image.pullPolicy", "Never"),
+        ("allowedRegistries[0]", MIRROR),
+        ("allowedRegistries[1]", "registry.k8s.io/sig-storage"),
+        ("imagePullSecrets[0].name", "mirror-pull"),
+        ("image.repository", operator_image.as_str()),
+        ("driver.image.repository", csi_image.as_str()),
+    ];
+
+    // The first install: the preflight hook runs on the node and finds it lacking, every
+    // problem at once; nothing of the release is installed.
+    let refused = simplyblock_testenv::chart::install(env.kubeconfig_path(), NAMESPACE, &values)
+        .expect_err("preflight refuses a node without NVMe/TCP");
+    assert!(refused.contains("simplyblock-preflight"), "{refused}");
+    let report = preflight_report(&kube).await;
+    for missing in [
+        "FAIL nvme-tcp module",
+        "FAIL nvme-fabrics module",
+        "FAIL snapshot CRDs",
+        "FAIL snapshot controller",
+    ] {
+        assert!(report.contains(missing), "{missing}: {report}");
+    }
+    assert!(
+        !report.contains("FoundationDB"),
+        "the managed profile needs no FoundationDB: {report}"
+    );
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), NAMESPACE);
+    assert!(
+        deployments
+            .get_opt(OPERATOR_DEPLOYMENT)
+            .await
+            .expect("read")
+            .is_none(),
+        "a refused install starts no operator"
+    );
+    simplyblock_testenv::chart::uninstall(env.kubeconfig_path(), NAMESPACE)
+        .expect("the failed release is removed");
+
+    values.push(("preflight.enabled", "false"));
+    simplyblock_testenv::chart::install(env.kubeconfig_path(), NAMESPACE, &values)
+        .expect("helm install");
+    // The operator's pods run as the chart renders them, and become ready.
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
     eventually(
         "the operator's two replicas are ready",
@@ -261,14 +336,17 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
             &PostParams::default(),
             &cluster(
                 "elsewhere",
-                json!({"storage.simplyblock.io/conversion-spec.storageNodes.image": "\"evil.example.com/x\""}),
+                json!({"storage.simplyblock.io/conversion-spec.storageNodes.image": "\"evil.example.com/x:1\""}),
             ),
         )
         .await
         .expect_err("an image from another registry, carried at v1alpha1");
     assert!(
-        refused.to_string().contains("evil.example.com/x"),
-        "refused for its image: {refused}"
+        refused
+            .to_string()
+            .contains("evil.example.com/x:1 is not from an allowed registry")
+            && refused.to_string().contains(MIRROR),
+        "refused for its image by the registries the release allows: {refused}"
     );
     Api::<DynamicObject>::namespaced_with(kube.clone(), NAMESPACE, &v1alpha1)
         .delete("at-v1alpha1", &Default::default())
@@ -319,6 +397,107 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
     assert!(
         message.contains(node::NODE_NAME) && message.contains("no candidate disk"),
         "discovery on a machine without NVMe drives: {message}"
+    );
+
+    // The driver's node plugin, as the operator rendered it: the mirror's image, pulled
+    // with the release's secret.
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(kube.clone(), NAMESPACE);
+    let plugin = eventually(
+        "the operator renders the CSI node plugin",
+        Duration::from_secs(60),
+        || async {
+            daemonsets
+                .get_opt(simplyblock_operator::driver::names::NODE_DAEMONSET)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let plugin_pod = plugin.spec.template.spec.expect("pod spec");
+    assert_eq!(
+        plugin_pod
+            .image_pull_secrets
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>(),
+        ["mirror-pull"]
+    );
+    assert!(
+        plugin_pod
+            .containers
+            .iter()
+            .any(|c| c.image.as_deref() == Some(&format!("{csi_image}:{version}"))),
+        "the node plugin runs the mirror's image: {:?}",
+        plugin_pod
+            .containers
+            .iter()
+            .map(|c| &c.image)
+            .collect::<Vec<_>>()
+    );
+
+    // helm uninstall finishes: its hook removes the driver while the operator runs, the
+    // ControlPlane is kept with the data, and nothing is left Terminating.
+    simplyblock_testenv::chart::uninstall(env.kubeconfig_path(), NAMESPACE)
+        .expect("helm uninstall");
+    let group = kube::Discovery::new(kube.clone())
+        .filter(&["storage.simplyblock.io"])
+        .run()
+        .await
+        .expect("discovery");
+    let mut terminating = Vec::new();
+    let mut kinds = Vec::new();
+    for (resource, _) in group.groups().flat_map(|g| g.recommended_resources()) {
+        kinds.push(resource.kind.clone());
+        for object in Api::<DynamicObject>::all_with(kube.clone(), &resource)
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+        {
+            if object.metadata.deletion_timestamp.is_some() {
+                terminating.push(format!("{} {:?}", resource.kind, object.metadata.name));
+            }
+        }
+    }
+    assert!(kinds.len() > 10, "the CRDs are kept: {kinds:?}");
+    assert!(terminating.is_empty(), "left Terminating: {terminating:?}");
+    assert!(
+        control_planes
+            .get_opt("simplyblock")
+            .await
+            .expect("read")
+            .is_some(),
+        "the ControlPlane is kept"
+    );
+    let drivers = Api::<DynamicObject>::namespaced_with(
+        kube.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<simplyblock_api::SimplyblockDriver>(&()),
+    );
+    assert!(
+        drivers
+            .get_opt("simplyblock")
+            .await
+            .expect("read")
+            .is_none()
+    );
+    assert!(
+        daemonsets
+            .get_opt(simplyblock_operator::driver::names::NODE_DAEMONSET)
+            .await
+            .expect("read")
+            .is_none(),
+        "the driver's workloads went with it"
+    );
+    assert!(
+        deployments
+            .get_opt(OPERATOR_DEPLOYMENT)
+            .await
+            .expect("read")
+            .is_none()
     );
 
     drop(sbsim);
