@@ -57,6 +57,22 @@ fn sets(values: &[(&str, &str)]) -> Vec<String> {
         .collect()
 }
 
+/// `helm package` of the chart into `destination`: the archive a user installs from
+/// (`simplyblock-operator-<version>.tgz`); helm's refusal as the error.
+pub fn package(destination: &std::path::Path) -> Result<PathBuf, String> {
+    let out = helm(&[
+        "package",
+        &dir().display().to_string(),
+        "--destination",
+        &destination.display().to_string(),
+    ])?;
+    // "Successfully packaged chart and saved it to: <path>"
+    out.trim()
+        .rsplit_once(": ")
+        .map(|(_, path)| PathBuf::from(path.trim()))
+        .ok_or_else(|| format!("helm package said: {out}"))
+}
+
 /// `helm lint` of the chart with `values`; helm's complaint as the error.
 pub fn lint(values: &[(&str, &str)]) -> Result<String, String> {
     let dir = dir();

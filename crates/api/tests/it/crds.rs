@@ -225,3 +225,26 @@ async fn samples_are_accepted_by_the_api_server() {
         }
     }
 }
+
+#[test]
+fn every_kind_answers_to_its_full_singular_beside_its_short_names() {
+    // `kubectl get stc` and `kubectl get storagecluster` both: the short names keep the
+    // reference's spellings, and no one has to remember them.
+    let mut short = std::collections::BTreeMap::new();
+    for crd in crds() {
+        let names = &crd.spec.names;
+        assert_eq!(
+            names.singular.as_deref(),
+            Some(names.kind.to_lowercase().as_str()),
+            "{}",
+            names.kind
+        );
+        for s in names.short_names.iter().flatten() {
+            assert_ne!(s, &names.kind.to_lowercase());
+            if let Some(other) = short.insert(s.clone(), names.kind.clone()) {
+                panic!("short name {s} is both {other}'s and {}'s", names.kind);
+            }
+        }
+    }
+    assert!(short.len() >= crds().len(), "{short:?}");
+}

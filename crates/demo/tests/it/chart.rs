@@ -564,3 +564,32 @@ fn preflight_runs_before_install_and_upgrade_with_the_profiles_checks() {
     off.push(("preflight.enabled", "false"));
     assert_eq!(args(&off), None);
 }
+
+#[test]
+fn the_packaged_chart_is_the_chart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let archive = chart::package(dir.path()).expect("helm package");
+    let chart_yaml: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart::dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let version = chart_yaml["version"].as_str().expect("a version");
+    assert_eq!(
+        archive.file_name().and_then(|n| n.to_str()),
+        Some(format!("simplyblock-operator-{version}.tgz").as_str())
+    );
+    // The archive holds the templates, the CRDs, the schema and the README.
+    let listing = std::process::Command::new("tar")
+        .args(["-tzf", &archive.display().to_string()])
+        .output()
+        .expect("tar");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    for file in [
+        "simplyblock-operator/values.schema.json",
+        "simplyblock-operator/README.md",
+        "simplyblock-operator/templates/crds/storageclusters.yaml",
+        "simplyblock-operator/templates/uninstall.yaml",
+    ] {
+        assert!(listing.lines().any(|l| l == file), "{file} in {listing}");
+    }
+}
