@@ -271,6 +271,17 @@ mod tests {
     }
 
     #[test]
+    fn the_first_installs_class_is_short_enough_to_type() {
+        // Discovery names the cluster after its run (initial-discovery on a first
+        // install); its default pool's class is the one the README and the demo use.
+        let cluster = "initial-discovery";
+        let pool = crate::pool::controller::default_pool_name(cluster);
+        let [class, _] = storage_class_names("simplyblock", cluster, &pool);
+        assert_eq!(class, "simplyblock-initial-discovery");
+        assert!(class.len() < 30, "{class}");
+    }
+
+    #[test]
     fn a_name_another_pool_holds_is_passed_over_and_the_pools_own_is_kept() {
         let names = storage_class_names("storage", "prod", "fast");
         let ours = storage_class(&pool(None, None), "c1", &names[0], false);
