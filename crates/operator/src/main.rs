@@ -92,6 +92,18 @@ struct PreflightArgs {
     /// Where the host's /sys and /proc are mounted (the node checks read them).
     #[arg(long, default_value = "/")]
     root: std::path::PathBuf,
+    /// A registry the images come from (an entry of the chart's allowedRegistries; `*` is
+    /// skipped), repeatable: the node check dials each distinct host (port 443 unless
+    /// given) and fails naming every one that takes no connection.
+    #[arg(
+        long = "registry",
+        value_name = "HOST[:PORT][/PATH]",
+        // A bad entry is refused with the flag it came in, before anything is checked.
+        value_parser = |entry: &str| {
+            simplyblock_operator::preflight::Registry::parse(entry).map(|_| entry.to_string())
+        }
+    )]
+    registries: Vec<String>,
     /// Skip the node checks (run from a machine that is not a worker).
     #[arg(long)]
     skip_node: bool,
@@ -352,6 +364,7 @@ async fn preflight(args: PreflightArgs) -> anyhow::Result<i32> {
         tls_provider: args.tls_provider,
         node: !args.skip_node,
         cluster: !args.skip_cluster,
+        registries: preflight::registries(&args.registries).map_err(anyhow::Error::msg)?,
     };
     let client = if options.cluster {
         kube::Client::try_default().await.map_err(|e| e.to_string())

@@ -2,10 +2,10 @@
 //! is installed, every check made and every problem reported at once.
 //!
 //! [`assess`] turns an [`Observation`] into one [`Finding`] per check that applies, purely;
-//! [`observe`] (in `observe.rs`) reads the node's /sys and /proc and the Kubernetes API. A
-//! check the caller may not make (the API server says 403) is reported as not checked, not
-//! as a problem; one that could not be made for another reason is a problem, because
-//! nothing then vouches for what it guards.
+//! [`observe`] (in `observe.rs`) reads the node's /sys and /proc, dials the image
+//! registries and asks the Kubernetes API. A check the caller may not make (the API server
+//! says 403) is reported as not checked, not as a problem; one that could not be made for
+//! another reason is a problem, because nothing then vouches for what it guards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -14,7 +14,9 @@ use serde::Serialize;
 
 mod observe;
 
-pub use observe::{NodeRoots, observe, observe_cluster, observe_node};
+pub use observe::{
+    NodeRoots, REGISTRY_TIMEOUT, observe, observe_cluster, observe_node, observe_registries,
+};
 
 /// The exit status when every check passed (or could not be made for lack of permission).
 pub const EXIT_READY: i32 = 0;
@@ -46,7 +48,7 @@ pub enum TlsProvider {
 }
 
 /// Which checks to make.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     pub profile: Profile,
     pub tls_provider: TlsProvider,
@@ -54,6 +56,9 @@ pub struct Options {
     pub node: bool,
     /// Check the cluster through the Kubernetes API.
     pub cluster: bool,
+    /// The registries the images come from, each to be reached from the node; none: the
+    /// check does not apply.
+    pub registries: Vec<Registry>,
 }
 
 impl Default for Options {
@@ -63,6 +68,7 @@ impl Default for Options {
             tls_provider: TlsProvider::CertManager,
             node: true,
             cluster: true,
+            registries: Vec::new(),
         }
     }
 }
@@ -91,6 +97,9 @@ impl Options {
         let mut checks = Vec::new();
         if self.node {
             checks.extend(node);
+            if !self.registries.is_empty() {
+                checks.push(Check::Registries);
+            }
         }
         if self.cluster {
             checks.extend(cluster.iter().filter(|(_, on)| *on).map(|(c, _)| *c));
@@ -107,6 +116,7 @@ pub enum Check {
     NvmeFabrics,
     Hugepages,
     Kernel,
+    Registries,
     KubernetesApi,
     CertManager,
     #[serde(rename = "foundationdb")]
@@ -124,6 +134,7 @@ impl Check {
             Check::NvmeFabrics => "nvme-fabrics module",
             Check::Hugepages => "hugepages",
             Check::Kernel => "kernel",
+            Check::Registries => "registries reachable",
             Check::KubernetesApi => "Kubernetes API",
             Check::CertManager => "cert-manager",
             Check::FoundationDb => "FoundationDB CRDs",
@@ -182,6 +193,129 @@ impl Hugepages {
             page_size: fields.get("Hugepagesize").copied(),
         }
     }
+}
+
+/// An image registry as the kubelet dials it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registry {
+    /// The host as listed (`docker.io`), which is what a person recognises.
+    pub listed: String,
+    /// The host dialled: the listed one, except Docker Hub's (see [`DOCKER_HUB_REGISTRY`]).
+    pub host: String,
+    pub port: u16,
+}
+
+/// The port a registry is dialled at when its entry names none: registries speak HTTPS.
+pub const REGISTRY_PORT: u16 = 443;
+
+/// The names an image reference gives Docker Hub.
+pub const DOCKER_HUB_NAMES: [&str; 2] = ["docker.io", "index.docker.io"];
+/// The host the container runtimes pull Docker Hub's images from: `docker.io` itself serves
+/// no registry API, so reaching it would vouch for nothing.
+pub const DOCKER_HUB_REGISTRY: &str = "registry-1.docker.io";
+
+impl Registry {
+    /// The registry of an `allowedRegistries` entry, `host[:port][/path]`; `None` for `*`,
+    /// which allows any registry and so names none to reach.
+    pub fn parse(entry: &str) -> Result<Option<Registry>, String> {
+        let entry = entry.trim();
+        if entry == "*" {
+            return Ok(None);
+        }
+        // The path picks images within the registry; the connection is to its host.
+        let authority = entry.split('/').next().unwrap_or_default();
+        let (host, port) = match authority.strip_prefix('[') {
+            // An IPv6 address is bracketed, for its colons are not a port's.
+            Some(rest) => {
+                let (host, after) = rest
+                    .split_once(']')
+                    .ok_or_else(|| format!("{entry:?}: no ] closes the IPv6 address"))?;
+                match after {
+                    "" => (host, None),
+                    _ => match after.strip_prefix(':') {
+                        Some(port) => (host, Some(port)),
+                        None => return Err(format!("{entry:?}: {after:?} follows the address")),
+                    },
+                }
+            }
+            None => match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            },
+        };
+        if host.is_empty() {
+            return Err(format!("{entry:?} names no host"));
+        }
+        let port = match port {
+            None => REGISTRY_PORT,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{entry:?}: {p:?} is not a port"))?,
+        };
+        let listed = host.to_ascii_lowercase();
+        let host = if DOCKER_HUB_NAMES.contains(&listed.as_str()) {
+            DOCKER_HUB_REGISTRY.to_string()
+        } else {
+            listed.clone()
+        };
+        Ok(Some(Registry { listed, host, port }))
+    }
+
+    /// `host:port` as dialled.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.listed == self.host {
+            f.write_str(&self.address())
+        } else {
+            write!(f, "{} ({})", self.listed, self.address())
+        }
+    }
+}
+
+/// The distinct registries of the chart's `allowedRegistries` entries, in their order:
+/// entries that differ only in their path share a host, dialled once. Every entry that is
+/// not one is named in the error.
+pub fn registries<S: AsRef<str>>(entries: &[S]) -> Result<Vec<Registry>, String> {
+    let mut found: Vec<Registry> = Vec::new();
+    let mut bad = Vec::new();
+    for entry in entries {
+        match Registry::parse(entry.as_ref()) {
+            Ok(Some(r)) => {
+                if !found.iter().any(|f| f.host == r.host && f.port == r.port) {
+                    found.push(r);
+                }
+            }
+            Ok(None) => {}
+            Err(why) => bad.push(why),
+        }
+    }
+    if bad.is_empty() {
+        Ok(found)
+    } else {
+        Err(format!(
+            "not a registry (host[:port][/path]): {}",
+            bad.join("; ")
+        ))
+    }
+}
+
+/// Whether a registry took a TCP connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reach {
+    pub registry: Registry,
+    /// `Err`: why no connection opened (refused, no such host, no answer in time).
+    pub reached: Result<(), String>,
 }
 
 /// The API groups the cluster checks look for.
@@ -296,6 +430,8 @@ pub struct Observation {
     pub node: Option<NodeObservation>,
     /// `Err`: the Kubernetes API could not be reached or used, and why.
     pub cluster: Option<Result<ClusterObservation, String>>,
+    /// Each registry of [`Options::registries`], dialled from the node.
+    pub registries: Option<Vec<Reach>>,
 }
 
 /// A missing prerequisite, in the three parts a person acts on.
@@ -434,6 +570,10 @@ fn outcome(check: Check, observed: &Observation) -> Outcome {
         Check::NvmeFabrics => node(|n| nvme_fabrics(&n.nvme_fabrics)),
         Check::Hugepages => node(|n| hugepages(&n.hugepages)),
         Check::Kernel => node(|n| kernel(&n.kernel_release, &n.nvme_tcp)),
+        Check::Registries => match &observed.registries {
+            Some(reached) => registries_reached(reached),
+            None => not_looked_at("the registries were not dialled"),
+        },
         Check::KubernetesApi => kubernetes_api(observed.cluster.as_ref()),
         Check::CertManager => cluster(|c| cert_manager(&c.apis)),
         Check::FoundationDb => cluster(|c| foundationdb(&c.apis)),
@@ -605,6 +745,49 @@ fn kernel(release: &Seen<String>, nvme_tcp: &Seen<bool>) -> Outcome {
             fix: "check `uname -r` by hand".into(),
         }),
     }
+}
+
+fn registries_reached(reached: &[Reach]) -> Outcome {
+    let open: Vec<String> = reached
+        .iter()
+        .filter(|r| r.reached.is_ok())
+        .map(|r| r.registry.to_string())
+        .collect();
+    let closed: Vec<(&Registry, &str)> = reached
+        .iter()
+        .filter_map(|r| Some((&r.registry, r.reached.as_ref().err()?.as_str())))
+        .collect();
+    if closed.is_empty() {
+        return Outcome::Ok {
+            detail: if open.is_empty() {
+                "no registry is listed".into()
+            } else {
+                format!("a TCP connection opens to {}", open.join(", "))
+            },
+        };
+    }
+    let why_not: Vec<String> = closed
+        .iter()
+        .map(|(registry, why)| format!("{registry} ({why})"))
+        .collect();
+    // The ones that answer tell a blocked host from a node with no egress at all.
+    let also = if open.is_empty() {
+        String::new()
+    } else {
+        format!("; {} reachable", open.join(", "))
+    };
+    let addresses: Vec<String> = closed.iter().map(|(r, _)| r.address()).collect();
+    Outcome::Fail(Problem {
+        missing: format!(
+            "no TCP connection from this node to {}{also}",
+            why_not.join(", ")
+        ),
+        why: "the kubelet on this node pulls the images of the operator, the CSI driver, the control plane and the storage nodes from these registries; an image it cannot pull keeps its pod in ImagePullBackOff".into(),
+        fix: format!(
+            "open the nodes' egress to {}, or mirror the images to a registry the nodes reach and list it in the chart value allowedRegistries (with the images set to the mirror's copies); where the container runtime pulls through an HTTP proxy, no direct connection is needed and this finding does not apply",
+            addresses.join(", ")
+        ),
+    })
 }
 
 const DISCOVERY_ACCESS: &str = "check by hand with `kubectl api-resources`";

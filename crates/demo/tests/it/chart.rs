@@ -550,7 +550,23 @@ fn preflight_runs_before_install_and_upgrade_with_the_profiles_checks() {
         [
             "preflight",
             "--profile=standalone",
-            "--tls-provider=cert-manager"
+            "--tls-provider=cert-manager",
+            "--registry=quay.io/simplyblock-io",
+            "--registry=docker.io/simplyblock",
+            "--registry=public.ecr.aws/simply-block",
+            "--registry=registry.k8s.io/sig-storage",
+        ]
+    );
+    // "*" names no registry to dial; a mirror's port and path are passed as listed.
+    let mut mirror = values("standalone");
+    mirror.push(("allowedRegistries[0]", "*"));
+    mirror.push(("allowedRegistries[1]", "registry.example.com:5000/sb"));
+    mirror.push(("allowedRegistries[2]", "registry.k8s.io/sig-storage"));
+    assert_eq!(
+        args(&mirror).expect("a hook").1[3..],
+        [
+            "--registry=registry.example.com:5000/sb",
+            "--registry=registry.k8s.io/sig-storage",
         ]
     );
     let mut plain = values("standalone");

@@ -1,8 +1,9 @@
-//! The reading half of preflight: the node's /sys and /proc and the Kubernetes API, read
-//! into an [`Observation`]. It decides nothing; [`super::assess`] does.
+//! The reading half of preflight: the node's /sys and /proc, the image registries and the
+//! Kubernetes API, read into an [`Observation`]. It decides nothing; [`super::assess`] does.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -12,7 +13,8 @@ use kube::discovery::Discovery;
 
 use super::{
     CERT_MANAGER, ClusterObservation, FOUNDATIONDB, Hugepages, NodeObservation, Observation,
-    Options, SNAPSHOTS, Seen, ServedApis, StorageClass, Unseen, Workload, is_snapshot_controller,
+    Options, Reach, Registry, SNAPSHOTS, Seen, ServedApis, StorageClass, Unseen, Workload,
+    is_snapshot_controller,
 };
 
 /// Where the node's /sys and /proc are: the machine's own, or the host's mounted into a
@@ -39,20 +41,56 @@ impl Default for NodeRoots {
     }
 }
 
+/// How long a registry has to take a connection. A reachable one answers in well under a
+/// second; one behind a firewall that drops packets never does, and the whole of preflight
+/// must end within the chart's hook deadline.
+pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// What `options` asks to look at. `client` is the Kubernetes API, or why there is none.
 pub async fn observe(
     options: &Options,
     roots: &NodeRoots,
     client: Result<&kube::Client, String>,
 ) -> Observation {
-    Observation {
-        node: options.node.then(|| observe_node(roots)),
-        cluster: match (options.cluster, client) {
+    let cluster = async {
+        match (options.cluster, client) {
             (false, _) => None,
             (true, Ok(client)) => Some(observe_cluster(client).await),
             (true, Err(why)) => Some(Err(why)),
-        },
+        }
+    };
+    // Dialling is a node check: the connection that counts is the one from this node.
+    let registries = async {
+        if options.node && !options.registries.is_empty() {
+            Some(observe_registries(&options.registries, REGISTRY_TIMEOUT).await)
+        } else {
+            None
+        }
+    };
+    let (cluster, registries) = futures::join!(cluster, registries);
+    Observation {
+        node: options.node.then(|| observe_node(roots)),
+        cluster,
+        registries,
     }
+}
+
+/// Whether each registry takes a TCP connection (its name resolved) within `timeout`, all
+/// dialled at once so that unreachable ones cost one timeout, not one each.
+pub async fn observe_registries(registries: &[Registry], timeout: Duration) -> Vec<Reach> {
+    futures::future::join_all(registries.iter().map(|registry| async move {
+        let connect = tokio::net::TcpStream::connect((registry.host.as_str(), registry.port));
+        let reached = match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no connection within {timeout:?}")),
+        };
+        Reach {
+            registry: registry.clone(),
+            reached,
+        }
+    }))
+    .await
 }
 
 /// The node's modules, hugepages and kernel release.

@@ -74,6 +74,7 @@ fn observed(node: NodeObservation, cluster: ClusterObservation) -> Observation {
     Observation {
         node: Some(node),
         cluster: Some(Ok(cluster)),
+        registries: None,
     }
 }
 
@@ -223,6 +224,7 @@ fn the_profile_decides_the_cluster_checks() {
             tls_provider,
             node: false,
             cluster: true,
+            registries: vec![],
         }
         .checks()
     };
@@ -278,6 +280,7 @@ fn skipping_the_node_looks_at_the_cluster_alone() {
         &Observation {
             node: None,
             cluster: Some(Ok(good_cluster())),
+            registries: None,
         },
     );
     assert!(report.outcome(Check::NvmeTcp).is_none());
@@ -292,6 +295,7 @@ fn an_unreachable_cluster_is_one_problem_and_the_rest_not_checked() {
         &Observation {
             node: Some(good_node()),
             cluster: Some(Err("connection refused".into())),
+            registries: None,
         },
     );
     assert_eq!(failed(&report), vec![Check::KubernetesApi], "{report}");
@@ -511,5 +515,209 @@ fn the_node_is_read_from_its_roots() {
             }),
             kernel_release: Ok("6.1.0".into()),
         }
+    );
+}
+
+fn registry(entry: &str) -> Registry {
+    Registry::parse(entry)
+        .expect("an entry")
+        .expect("a registry")
+}
+
+/// The chart's default allowedRegistries, as the hook passes them.
+const CHART_REGISTRIES: [&str; 4] = [
+    "quay.io/simplyblock-io",
+    "docker.io/simplyblock",
+    "public.ecr.aws/simply-block",
+    "registry.k8s.io/sig-storage",
+];
+
+fn with_registries(entries: &[&str]) -> Options {
+    Options {
+        registries: registries(entries).expect("registries"),
+        ..Options::default()
+    }
+}
+
+fn reached(entry: &str, how: Result<(), &str>) -> Reach {
+    Reach {
+        registry: registry(entry),
+        reached: how.map_err(str::to_string),
+    }
+}
+
+fn with_reached(reached: Vec<Reach>) -> Observation {
+    Observation {
+        registries: Some(reached),
+        ..observed(good_node(), good_cluster())
+    }
+}
+
+#[test]
+fn a_registry_entry_is_dialled_at_its_host_and_port() {
+    let quay = registry("quay.io/simplyblock-io");
+    assert_eq!((quay.host.as_str(), quay.port), ("quay.io", 443));
+    assert_eq!(quay.to_string(), "quay.io:443");
+    // A port is kept; the path, however deep, is not dialled.
+    let mirror = registry("registry.example.com:5000/sb/images");
+    assert_eq!(mirror.address(), "registry.example.com:5000");
+    assert_eq!(registry("localhost").address(), "localhost:443");
+    // Docker Hub's images come from its registry host, named beside what was listed.
+    let hub = registry("docker.io/simplyblock");
+    assert_eq!(hub.address(), "registry-1.docker.io:443");
+    assert_eq!(hub.to_string(), "docker.io (registry-1.docker.io:443)");
+    let v6 = registry("[fd00::1]:5000/sb");
+    assert_eq!((v6.host.as_str(), v6.port), ("fd00::1", 5000));
+    assert_eq!(v6.address(), "[fd00::1]:5000");
+    // "*" allows any registry and so names none.
+    assert_eq!(Registry::parse("*"), Ok(None));
+    for bad in [
+        "registry.example.com:https/sb",
+        "host:0",
+        "host:70000",
+        "/sb",
+        "",
+    ] {
+        assert!(Registry::parse(bad).is_err(), "{bad:?} parsed");
+    }
+}
+
+#[test]
+fn registries_are_dialled_once_per_host_and_port() {
+    let found = registries(&[
+        "quay.io/simplyblock-io",
+        "*",
+        "quay.io/other",
+        "quay.io:8443/simplyblock-io",
+        "registry.k8s.io/sig-storage",
+        "docker.io/simplyblock",
+        "index.docker.io/library",
+    ])
+    .expect("registries");
+    let addresses: Vec<String> = found.iter().map(Registry::address).collect();
+    assert_eq!(
+        addresses,
+        [
+            "quay.io:443",
+            "quay.io:8443",
+            "registry.k8s.io:443",
+            "registry-1.docker.io:443"
+        ]
+    );
+    assert_eq!(registries(&["*"]), Ok(vec![]));
+    // Every bad entry is named, not just the first.
+    let bad = registries(&["quay.io/a", "a:x/b", ":5000"]).expect_err("bad entries");
+    assert!(
+        bad.contains("\"a:x/b\"") && bad.contains("\":5000\""),
+        "{bad}"
+    );
+}
+
+#[test]
+fn the_registry_check_is_a_node_check_made_only_with_registries() {
+    assert!(!Options::default().checks().contains(&Check::Registries));
+    assert!(
+        !with_registries(&["*"])
+            .checks()
+            .contains(&Check::Registries),
+        "\"*\" names no registry to reach"
+    );
+    let options = with_registries(&CHART_REGISTRIES);
+    assert_eq!(
+        options.checks()[..5],
+        [
+            Check::NvmeTcp,
+            Check::NvmeFabrics,
+            Check::Hugepages,
+            Check::Kernel,
+            Check::Registries
+        ]
+    );
+    let skip_node = Options {
+        node: false,
+        ..options
+    };
+    assert!(!skip_node.checks().contains(&Check::Registries));
+}
+
+#[test]
+fn registries_that_all_take_a_connection_are_ok() {
+    let report = assess(
+        &with_registries(&CHART_REGISTRIES),
+        &with_reached(
+            CHART_REGISTRIES
+                .iter()
+                .map(|e| reached(e, Ok(())))
+                .collect(),
+        ),
+    );
+    assert_eq!(report.problems(), 0, "{report}");
+    match report.outcome(Check::Registries) {
+        Some(Outcome::Ok { detail }) => assert_eq!(
+            detail,
+            "a TCP connection opens to quay.io:443, docker.io (registry-1.docker.io:443), public.ecr.aws:443, registry.k8s.io:443"
+        ),
+        other => panic!("{other:?}\n{report}"),
+    }
+    assert!(
+        report
+            .to_string()
+            .contains("ok   registries reachable: a TCP connection opens to quay.io:443"),
+        "{report}"
+    );
+}
+
+#[test]
+fn every_unreachable_registry_is_named_at_once() {
+    let entries = [
+        "quay.io/simplyblock-io",
+        "registry.example.com:5000/sb",
+        "docker.io/simplyblock",
+    ];
+    let report = assess(
+        &with_registries(&entries),
+        &with_reached(vec![
+            reached(entries[0], Ok(())),
+            reached(entries[1], Err("Connection refused (os error 111)")),
+            reached(entries[2], Err("no connection within 3s")),
+        ]),
+    );
+    assert_eq!(failed(&report), vec![Check::Registries], "{report}");
+    let p = problem(&report, Check::Registries);
+    assert_eq!(
+        p.missing,
+        "no TCP connection from this node to registry.example.com:5000 (Connection refused (os error 111)), docker.io (registry-1.docker.io:443) (no connection within 3s); quay.io:443 reachable"
+    );
+    assert!(p.why.contains("the kubelet on this node pulls"), "{p:?}");
+    assert!(
+        p.fix.starts_with(
+            "open the nodes' egress to registry.example.com:5000, registry-1.docker.io:443, or mirror"
+        ),
+        "{p:?}"
+    );
+    assert!(p.fix.contains("allowedRegistries"), "{p:?}");
+    let text = report.to_string();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("FAIL registries reachable: "))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(text.ends_with("1 problem(s) found\n"), "{text}");
+}
+
+#[test]
+fn registries_not_dialled_are_not_checked() {
+    let report = assess(
+        &with_registries(&CHART_REGISTRIES),
+        &observed(good_node(), good_cluster()),
+    );
+    assert!(
+        matches!(
+            report.outcome(Check::Registries),
+            Some(Outcome::NotChecked { .. })
+        ),
+        "{report}"
     );
 }

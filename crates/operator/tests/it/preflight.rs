@@ -1,6 +1,7 @@
 //! Preflight against a real API server with nothing installed and a node root with nothing
 //! in it: every missing prerequisite is in the one report, and each turns ok once it is
-//! there. An account that may list nothing gets "not checked", not a failure.
+//! there. An account that may list nothing gets "not checked", not a failure. Registries
+//! are dialled for real: a port that listens is reachable, one that does not is named.
 
 use std::path::Path;
 
@@ -202,4 +203,73 @@ async fn what_the_account_may_not_list_is_not_checked_rather_than_failed() {
             .ends_with("3 problem(s) found, 2 check(s) not made\n"),
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_registry_that_takes_no_connection_is_named_and_one_that_listens_is_not() {
+    crate::support::logs();
+    // The kernel completes a connection to a listening socket without an accept, which is
+    // all a TCP connect asks; a port whose listener is gone refuses.
+    let listening = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let open = listening.local_addr().expect("address").port();
+    let closed = {
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        gone.local_addr().expect("address").port()
+    };
+    let node = tempfile::tempdir().expect("node root");
+    let roots = bare_node(node.path());
+    let options = |entries: &[String]| Options {
+        cluster: false,
+        registries: preflight::registries(entries).expect("registries"),
+        ..Options::default()
+    };
+    let no_cluster = || Err("not asked for".to_string());
+
+    let both = options(&[
+        format!("127.0.0.1:{open}/simplyblock"),
+        "*".into(),
+        format!("127.0.0.1:{closed}"),
+    ]);
+    let report = preflight::check(&both, &roots, no_cluster()).await;
+    match report.outcome(Check::Registries) {
+        Some(Outcome::Fail(p)) => {
+            assert!(
+                p.missing.starts_with(&format!(
+                    "no TCP connection from this node to 127.0.0.1:{closed} ("
+                )),
+                "{p:?}"
+            );
+            assert!(
+                p.missing
+                    .ends_with(&format!("; 127.0.0.1:{open} reachable")),
+                "{p:?}"
+            );
+        }
+        other => panic!("{other:?}\n{report}"),
+    }
+
+    let report = preflight::check(
+        &options(&[format!("127.0.0.1:{open}/simplyblock")]),
+        &roots,
+        no_cluster(),
+    )
+    .await;
+    assert_eq!(
+        ok(&report, Check::Registries),
+        format!("a TCP connection opens to 127.0.0.1:{open}")
+    );
+
+    // --skip-node: nothing is dialled, and the check is not reported.
+    let skip_node = Options {
+        node: false,
+        ..both
+    };
+    let observed = preflight::observe(&skip_node, &roots, no_cluster()).await;
+    assert_eq!(observed.registries, None);
+    assert!(
+        preflight::assess(&skip_node, &observed)
+            .outcome(Check::Registries)
+            .is_none()
+    );
+    drop(listening);
 }
