@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod context;
 pub mod controlplane;
 pub mod crash;
+pub mod crds;
 pub mod csi_secret;
 pub mod deployment;
 pub mod device;

@@ -48,6 +48,15 @@ enum Command {
         #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
         namespace: String,
     },
+    /// Apply the CRDs of a chart's crds/ (mounted in `--directory`), with their conversion
+    /// webhook in `--namespace`: the chart's pre-upgrade hook, as Helm never updates them.
+    ApplyCrds {
+        #[arg(long)]
+        directory: std::path::PathBuf,
+        /// The release's namespace, where the conversion webhook's Service is.
+        #[arg(long, env = "POD_NAMESPACE")]
+        namespace: String,
+    },
     /// Release what the operator holds before its release goes (the chart's pre-delete
     /// hook): remove the SimplyblockDriver, and with --delete-data every storage object,
     /// the ControlPlane and the CRDs, waiting for the operator to finish each.
@@ -391,7 +400,7 @@ async fn main() -> anyhow::Result<()> {
     // Preflight's and uninstall's reports are their stdout: their logs go to stderr.
     let to_stderr = matches!(
         cli.command,
-        Command::Preflight(_) | Command::Uninstall { .. }
+        Command::Preflight(_) | Command::Uninstall { .. } | Command::ApplyCrds { .. }
     );
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
@@ -425,6 +434,15 @@ async fn main() -> anyhow::Result<()> {
                 shutdown.fire();
             });
             simplyblock_operator::run(config).await?;
+        }
+        Command::ApplyCrds {
+            directory,
+            namespace,
+        } => {
+            let crds = simplyblock_operator::crds::read(&directory, &namespace)
+                .map_err(anyhow::Error::msg)?;
+            let client = kube::Client::try_default().await?;
+            simplyblock_operator::crds::apply(&client, &crds).await?;
         }
         Command::Uninstall {
             namespace,

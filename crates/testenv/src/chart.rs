@@ -16,23 +16,24 @@ pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/charts/simplyblock-operator")
 }
 
-/// The CustomResourceDefinitions the chart installs (templates under
-/// `templates/crds/`), as Helm renders them for a release in `simplyblock`.
+/// The CustomResourceDefinitions the chart installs (its `crds/`), as Helm reads them.
 pub fn crds() -> Result<Vec<CustomResourceDefinition>, String> {
-    render("simplyblock", &[])?
-        .into_iter()
-        .filter(|o| {
-            o.types
-                .as_ref()
-                .is_some_and(|t| t.kind == "CustomResourceDefinition")
-        })
-        .map(|o| {
-            let name = kind_and_name(&o);
-            serde_json::to_value(&o)
-                .and_then(serde_json::from_value)
-                .map_err(|e| format!("{name} is not a CustomResourceDefinition: {e}"))
-        })
-        .collect()
+    let dir = dir().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("reading {}: {e}", file.display()))?;
+        let crd = serde_saphyr::from_str(&text)
+            .map_err(|e| format!("{} is not a CustomResourceDefinition: {e}", file.display()))?;
+        crds.push(crd);
+    }
+    Ok(crds)
 }
 
 /// Runs helm with `args`; its stdout, or its stderr as the error.

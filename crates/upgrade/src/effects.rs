@@ -191,11 +191,11 @@ pub fn deploy_operator<'a>(ctx: &'a Context, _: &'a World) -> BoxFuture<'a, Resu
             ctx.namespace.clone(),
             "--take-ownership".into(),
             // The CRDs are the apply-crds step's: storage held at v1alpha1 until migrate
-            // (the chart's templates store v1alpha2). docs/UPGRADE.md hands them to the
-            // release once migrated.
+            // (the chart's crds/ store v1alpha2), so neither Helm's crds/ nor the chart's
+            // pre-upgrade hook applies them.
             "--skip-crds".into(),
             "--set".into(),
-            "crds.install=false".into(),
+            "crds.upgrade=false".into(),
             // This tool's preflight checked the installation; the chart's hook Job would
             // hold the install on node prerequisites the running storage already meets.
             "--set".into(),

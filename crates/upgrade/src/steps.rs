@@ -118,7 +118,7 @@ fn deploy_describe(world: &World) -> Vec<Action> {
         "helm",
         format!("release {}", world.target.release),
         format!(
-            "helm upgrade --install {} <chart> --take-ownership --skip-crds --set crds.install=false --set preflight.enabled=false --set deployment.profile=empty: the operator's Deployment, Services, accounts and webhooks; it serves {} for {} converting CRD(s)",
+            "helm upgrade --install {} <chart> --take-ownership --skip-crds --set crds.upgrade=false --set preflight.enabled=false --set deployment.profile=empty: the operator's Deployment, Services, accounts and webhooks; it serves {} for {} converting CRD(s)",
             world.target.release,
             simplyblock_api::CONVERSION_PATH,
             converting_crds(world).count()

@@ -1,6 +1,5 @@
-//! Writes every CRD as a chart template to
-//! `deploy/charts/simplyblock-operator/templates/crds/<plural>.yaml` (or to the directory
-//! given).
+//! Writes every CRD to `deploy/charts/simplyblock-operator/crds/<plural>.yaml` (or to the
+//! directory given).
 
 use std::path::PathBuf;
 

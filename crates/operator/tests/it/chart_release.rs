@@ -18,11 +18,13 @@ const MIRROR: &str = "mirror.example.com/sb";
 
 /// What a user sets to install from a mirror: the list, the secret, the operator's image.
 /// The profile is `empty` because the standalone one asks for a ControlPlane, whose
-/// webhook needs the operator's pod; the preflight hook Job needs a kubelet.
+/// webhook needs the operator's pod; the preflight and CRD hooks are off because their Jobs
+/// need a kubelet (the real-node test runs them).
 fn mirror_values() -> Vec<(&'static str, &'static str)> {
     vec![
         ("deployment.profile", "empty"),
         ("preflight.enabled", "false"),
+        ("crds.upgrade", "false"),
         ("allowedRegistries[0]", MIRROR),
         ("imagePullSecrets[0].name", "mirror-pull"),
         (
@@ -218,7 +220,7 @@ fn next_release(dir: &Path) -> String {
         text.replace("version: 0.1.0", "version: 0.1.1"),
     )
     .expect("Chart.yaml");
-    let crd = dir.join("templates/crds/storagepools.yaml");
+    let crd = dir.join("crds/storagepools.yaml");
     let text = std::fs::read_to_string(&crd).expect("the pools' CRD");
     let cluster_column = "    - jsonPath: .spec.clusterRef\n      name: Cluster\n";
     let changed = text.replacen(
@@ -235,7 +237,7 @@ fn next_release(dir: &Path) -> String {
 }
 
 #[tokio::test]
-async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
+async fn the_upgrade_hook_applies_the_next_releases_crds_with_its_own_account() {
     let env = TestEnv::start().await.expect("API server");
     let admin = env.client().await.expect("client");
     let ns = "simplyblock";
@@ -245,18 +247,9 @@ async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
         ("deployment.profile", "empty"),
         ("preflight.enabled", "false"),
     ];
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-
+    // helm install creates the chart's crds/ before the templates.
     chart::install(kubeconfig, ns, &values).expect("release N installs");
-
-    // A second release of the chart elsewhere would take the first one's CRDs: refused.
-    namespace(&admin, "second").await;
-    let second = chart::install(kubeconfig, "second", &values).expect_err("a second release");
-    assert!(
-        second.contains("(release simplyblock-operator in namespace simplyblock)")
-            && second.contains("upgrade that one instead"),
-        "{second}"
-    );
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     let pools = "storagepools.storage.simplyblock.io";
     let columns = |crd: &CustomResourceDefinition| -> Vec<String> {
         crd.spec
@@ -266,7 +259,7 @@ async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
             .map(|c| c.name.clone())
             .collect()
     };
-    let installed = crds.get(pools).await.expect("the chart installed its CRDs");
+    let installed = crds.get(pools).await.expect("helm installed the CRDs");
     assert_eq!(
         installed
             .metadata
@@ -277,76 +270,69 @@ async fn helm_upgrade_applies_a_changed_crd_and_uninstall_keeps_the_crds() {
         Some("keep")
     );
 
+    // The pre-upgrade hook's account, as the chart grants it (a kubelet would run its Job;
+    // this API server has none, so its command runs here under that account), applies
+    // release N+1's crds/ from the files its ConfigMap mounts.
+    let hooks = chart::hooks(ns, &values).expect("the chart's hooks");
+    let account: Vec<DynamicObject> = hooks
+        .into_iter()
+        .filter(|(when, o)| {
+            when == "pre-upgrade"
+                && matches!(
+                    chart::kind_and_name(o).as_str(),
+                    "ServiceAccount/simplyblock-crds"
+                        | "ClusterRole/simplyblock-crds"
+                        | "ClusterRoleBinding/simplyblock-crds"
+                )
+        })
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(account.len(), 3, "the hook's account, role and binding");
+    chart::apply(&admin, &account, "helm", false)
+        .await
+        .expect("the hook's account");
+    let hook = env
+        .service_account_client(ns, "simplyblock-crds")
+        .await
+        .expect("the hook's client");
     let dir = tempfile::tempdir().expect("temp dir");
     let next = dir.path().join("simplyblock-operator");
     let column = next_release(&next);
     assert!(!columns(&installed).contains(&column));
-    chart::upgrade(kubeconfig, ns, &next, &[]).expect("release N+1 upgrades");
+    let next_crds =
+        simplyblock_operator::crds::read(&next.join("crds"), ns).expect("release N+1's CRDs");
+    simplyblock_operator::crds::apply(&hook, &next_crds)
+        .await
+        .expect("the hook applies them");
     let upgraded = crds.get(pools).await.expect("the CRD");
     assert!(
         columns(&upgraded).contains(&column),
-        "helm upgrade applied the new schema: {:?}",
+        "the new schema is applied: {:?}",
         columns(&upgraded)
     );
+    // Its account writes the group's CRDs and no other.
+    let mut foreign = simplyblock_api::crds()[0].clone();
+    foreign.metadata.name = Some("widgets.example.com".into());
+    foreign.spec.group = "example.com".into();
+    foreign.spec.names.plural = "widgets".into();
+    crds.create(&PostParams::default(), &foreign)
+        .await
+        .expect("another group's CRD");
+    let hooks_crds: Api<CustomResourceDefinition> = Api::all(hook.clone());
+    match hooks_crds
+        .patch(
+            "widgets.example.com",
+            &kube::api::PatchParams::apply(simplyblock_operator::crds::MANAGER).force(),
+            &kube::api::Patch::Apply(&foreign),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("the hook changed another group's CRD: {other:?}"),
+    }
 
     // Uninstalling keeps the CRDs, and with them every storage object.
     chart::uninstall(kubeconfig, ns).expect("the release uninstalls");
     let kept = crds.get(pools).await.expect("the CRD is kept");
     assert!(kept.metadata.deletion_timestamp.is_none());
-}
-
-#[tokio::test]
-async fn crds_of_an_earlier_installation_are_refused_until_handed_over() {
-    let env = TestEnv::start().await.expect("API server");
-    let admin = env.client().await.expect("client");
-    let ns = "simplyblock";
-    namespace(&admin, ns).await;
-    let kubeconfig = env.kubeconfig_path();
-    let values = [
-        ("deployment.profile", "empty"),
-        ("preflight.enabled", "false"),
-    ];
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-
-    // CRDs an earlier installation applied itself (kubectl, or a chart's crds/ directory):
-    // the release refuses them, naming each and the commands that hand them over.
-    env.install_crds(&simplyblock_api::crds())
-        .await
-        .expect("CRDs applied by hand");
-    let refused = chart::install(kubeconfig, ns, &values).expect_err("CRDs of no release");
-    assert!(
-        refused.contains("storagepools.storage.simplyblock.io (no release)")
-            && refused.contains("kubectl label crd")
-            && refused.contains("meta.helm.sh/release-name=simplyblock-operator"),
-        "{refused}"
-    );
-    // Handed over as the message says.
-    for name in simplyblock_api::crds()
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-    {
-        crds.patch(
-            &name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {
-                "labels": {"app.kubernetes.io/managed-by": "Helm"},
-                "annotations": {
-                    "meta.helm.sh/release-name": "simplyblock-operator",
-                    "meta.helm.sh/release-namespace": ns,
-                    "helm.sh/resource-policy": "keep",
-                },
-            }})),
-        )
-        .await
-        .expect("handed over");
-    }
-    chart::install(kubeconfig, ns, &values).expect("the release installs over them");
-    // The earlier applier still shares the fields: a change to them is forced, once.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let next = dir.path().join("simplyblock-operator");
-    next_release(&next);
-    let conflict = chart::upgrade(kubeconfig, ns, &next, &[]).expect_err("a conflict");
-    assert!(conflict.contains("conflict"), "{conflict}");
-    chart::upgrade_with(kubeconfig, ns, &next, &[], &["--force-conflicts"])
-        .expect("the upgrade, forced as the message says");
 }

@@ -82,8 +82,7 @@ app.kubernetes.io/component: operator
 {{- .Values.operator.watchNamespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* The names of the chart's CRDs (templates/crds), as a YAML list; a test holds it to the
-     types. */}}
+{{/* The names of the chart's CRDs (crds/), as a YAML list; a test holds it to the types. */}}
 {{- define "simplyblock.crdNames" -}}
 - clusterdeploymentconfigs.storage.simplyblock.io
 - controlplaneops.storage.simplyblock.io
