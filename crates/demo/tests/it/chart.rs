@@ -400,7 +400,17 @@ fn the_value_scan_sees_direct_and_variable_reads() {
 fn no_role_holds_a_wildcard() {
     let mut rules = 0;
     for profile in PROFILES {
-        for object in rendered(profile) {
+        // The hooks' roles too, the uninstall's that deletes everything among them.
+        let mut everything = values(profile);
+        everything.extend([
+            ("uninstall.deleteData", "true"),
+            ("uninstall.confirmDeleteData", "true"),
+        ]);
+        let hooks = chart::hooks("simplyblock-system", &everything)
+            .expect("render")
+            .into_iter()
+            .map(|(_, o)| o);
+        for object in rendered(profile).into_iter().chain(hooks) {
             let kind = object
                 .types
                 .as_ref()
