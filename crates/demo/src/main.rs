@@ -346,6 +346,36 @@ async fn main() -> anyhow::Result<()> {
     println!("\n$ kubectl -n {tenant} create -f storagecluster.yaml");
     println!("Error from server (Forbidden): {refused}");
 
+    step("an image from a registry the release does not list (allowedRegistries): refused");
+    let elsewhere: StorageCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": API_VERSION, "kind": "StorageCluster",
+        "metadata": {"name": "elsewhere"},
+        "spec": {"maxSubsystemCount": 10, "vcpuCount": 4,
+                 "storageNodes": {"image": "registry.example.com/simplyblock:26.2.1"}}
+    }))?;
+    let served_clusters: Api<StorageCluster> = Api::namespaced(client.clone(), NAMESPACE);
+    let refused = wait_for(
+        "the allowed-registries policy",
+        Duration::from_secs(30),
+        async || match served_clusters
+            .create(&Default::default(), &elsewhere)
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("allowedRegistries") => Some(s.message),
+            Ok(_) => {
+                served_clusters
+                    .delete("elsewhere", &Default::default())
+                    .await
+                    .ok();
+                None
+            }
+            Err(_) => None,
+        },
+    )
+    .await?;
+    println!("\n$ kubectl -n {NAMESPACE} create -f storagecluster.yaml");
+    println!("Error from server (Forbidden): {refused}");
+
     step("first install: discovering the fleet's disks (OperatorOps initial-discovery)");
     let ops: Api<OperatorOps> = Api::namespaced(client.clone(), NAMESPACE);
     let run = wait_for("the discovery run", Duration::from_secs(60), async || {
