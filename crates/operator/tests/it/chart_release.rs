@@ -336,3 +336,47 @@ async fn the_upgrade_hook_applies_the_next_releases_crds_with_its_own_account() 
     let kept = crds.get(pools).await.expect("the CRD is kept");
     assert!(kept.metadata.deletion_timestamp.is_none());
 }
+
+#[tokio::test]
+async fn a_control_plane_an_earlier_release_kept_is_refused_to_another_with_how_to_adopt_it() {
+    let env = TestEnv::start().await.expect("API server");
+    let admin = env.client().await.expect("client");
+    let ns = "simplyblock";
+    namespace(&admin, ns).await;
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs an earlier release installed");
+    // What `helm uninstall` of release `storage` left: its ControlPlane, kept.
+    let mut kept = control_plane("quay.io/simplyblock-io/simplyblock:26.2.1");
+    kept.metadata.annotations = Some(
+        [
+            ("meta.helm.sh/release-name", "storage"),
+            ("meta.helm.sh/release-namespace", ns),
+            ("helm.sh/resource-policy", "keep"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    control_planes(&admin, ns)
+        .create(&PostParams::default(), &kept)
+        .await
+        .expect("the kept ControlPlane");
+    let refused = chart::install(env.kubeconfig_path(), ns, &[("preflight.enabled", "false")])
+        .expect_err("another release's ControlPlane");
+    assert!(
+        refused.contains(
+            "ControlPlane simplyblock in namespace simplyblock exists and belongs to release storage, not to release simplyblock-operator"
+        ) && refused.contains("meta.helm.sh/release-name=simplyblock-operator"),
+        "{refused}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    assert!(
+        deployments
+            .get_opt("simplyblock-operator")
+            .await
+            .expect("read")
+            .is_none(),
+        "nothing of a refused release is written"
+    );
+}
