@@ -297,6 +297,23 @@ mod tests {
     }
 
     #[test]
+    fn the_class_the_chart_names_is_marked_the_clusters_default_and_no_other() {
+        // operator.defaultStorageClass: the operator marks that class when it writes it.
+        let marked = storage_class(&pool(None, None), "c1", "simplyblock-fast", true);
+        assert_eq!(
+            marked
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .map(String::as_str),
+            Some("true")
+        );
+        let plain = storage_class(&pool(None, None), "c1", "simplyblock-fast", false);
+        assert!(plain.metadata.annotations.is_none());
+    }
+
+    #[test]
     fn the_class_is_labelled_for_its_pool_and_names_it() {
         let class = storage_class(&pool(None, None), "c1", "simplyblock-fast", false);
         assert!(is_managed(&class));
