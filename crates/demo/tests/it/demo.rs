@@ -92,15 +92,16 @@ fn the_demo_discovers_deploys_and_ends_online() {
     // restart that leaves it readable.
     let pool = lines
         .iter()
-        .find(|l| l.starts_with("discovered-initial-discovery-cluster-default "))
+        .find(|l| l.starts_with("initial-discovery-default "))
         .unwrap_or_else(|| panic!("no default pool in:\n{stdout}"));
     assert_eq!(
         &columns(pool)[1..3],
-        ["discovered-initial-discovery-cluster", "Ready"],
+        ["initial-discovery", "Ready"],
         "{pool}"
     );
+    // A class name a person types: the cluster's, named after its discovery run.
     assert!(
-        stdout.contains("$ kubectl get storageclass simplyblock-simplyblock-discovered-initial-discovery-cluster-"),
+        stdout.contains("$ kubectl get storageclass simplyblock-initial-discovery\n"),
         "{stdout}"
     );
     assert!(
@@ -118,15 +119,11 @@ fn the_demo_discovers_deploys_and_ends_online() {
     assert!(to_the_end.contains(" as simplyblock-csi"), "{to_the_end}");
     let restart = lines
         .iter()
-        .find(|l| l.starts_with("discovered-initial-discovery-cluster-rolling-restart "))
+        .find(|l| l.starts_with("initial-discovery-rolling-restart "))
         .unwrap_or_else(|| panic!("no rolling restart in the operations table:\n{stdout}"));
     assert_eq!(
         &columns(restart)[1..4],
-        [
-            "discovered-initial-discovery-cluster",
-            "RollingRestart",
-            "Succeeded"
-        ],
+        ["initial-discovery", "RollingRestart", "Succeeded"],
         "{restart}"
     );
     assert!(
