@@ -67,23 +67,21 @@ pub enum Step {
     Delete(Vec<Present>),
     /// Wait: these are deleted and held by their finalizers (the operator releases them).
     Wait(Vec<Present>),
-    /// Every object is gone: delete the group's CRDs.
+    /// Every object is gone: delete the group's CRDs, and be done.
     DeleteCrds,
     Done,
 }
 
-/// The next step of `removal` given the group's objects `present` and whether any of its
-/// CRDs remain.
-pub fn next(removal: Removal, present: &[Present], crds_remain: bool) -> Step {
+/// The next step of `removal` given the group's objects `present`.
+pub fn next(removal: Removal, present: &[Present]) -> Step {
     let in_scope: Vec<&Present> = present
         .iter()
         .filter(|p| removal == Removal::Everything || p.kind == "SimplyblockDriver")
         .collect();
     let Some(wave) = in_scope.iter().map(|p| wave_of(&p.kind)).min() else {
-        return if removal == Removal::Everything && crds_remain {
-            Step::DeleteCrds
-        } else {
-            Step::Done
+        return match removal {
+            Removal::Everything => Step::DeleteCrds,
+            Removal::Driver => Step::Done,
         };
     };
     let (deleted, standing): (Vec<&Present>, Vec<&Present>) = in_scope
@@ -159,11 +157,16 @@ async fn observe(
     Ok(present)
 }
 
-fn group_crds(crds: Vec<CustomResourceDefinition>) -> Vec<String> {
-    crds.into_iter()
-        .filter(|c| c.spec.group == GROUP)
-        .filter_map(|c| c.metadata.name)
-        .collect()
+/// Deletes `name` through `api`; one already gone is deleted as far as this is concerned.
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Runs `removal` for the objects of `namespace` (every namespace when `None`), checking
@@ -176,38 +179,31 @@ pub async fn run(
     poll: Duration,
 ) -> anyhow::Result<()> {
     let started = tokio::time::Instant::now();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // Read once: the kinds change only when their CRDs go, the last step. Only what is
+    // removed is read: the default hook may read the drivers alone.
+    let kinds: Vec<_> = kinds(client)
+        .await?
+        .into_iter()
+        .filter(|(r, _)| removal == Removal::Everything || r.kind == "SimplyblockDriver")
+        .collect();
     loop {
-        // Only what is removed is read: the default hook may read the drivers alone.
-        let kinds: Vec<_> = kinds(client)
-            .await?
-            .into_iter()
-            .filter(|(r, _)| removal == Removal::Everything || r.kind == "SimplyblockDriver")
-            .collect();
         let present = observe(client, &kinds, namespace).await?;
-        let crds_remain = !kinds.is_empty();
-        match next(removal, &present, crds_remain) {
+        match next(removal, &present) {
             Step::Done => {
                 println!(
-                    "done: {}",
-                    match removal {
-                        Removal::Driver =>
-                            "the CSI driver is removed; the control plane, the storage clusters and the CRDs stay",
-                        Removal::Everything =>
-                            "every storage object, the control plane and the CRDs are removed",
-                    }
+                    "done: the CSI driver is removed; the control plane, the storage clusters and the CRDs stay"
                 );
                 return Ok(());
             }
             Step::DeleteCrds => {
-                for name in group_crds(crds.list(&ListParams::default()).await?.items) {
+                let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+                for (resource, _) in &kinds {
+                    let name = format!("{}.{GROUP}", resource.plural);
                     println!("deleting CustomResourceDefinition {name}");
-                    match crds.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    delete(&crds, &name).await?;
                 }
+                println!("done: every storage object, the control plane and the CRDs are removed");
+                return Ok(());
             }
             Step::Delete(objects) => {
                 for object in objects {
@@ -216,14 +212,11 @@ pub async fn run(
                         continue;
                     };
                     println!("deleting {object}");
-                    match api(client, resource, scope, object.namespace.as_deref())
-                        .delete(&object.name, &DeleteParams::default())
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    delete(
+                        &api(client, resource, scope, object.namespace.as_deref()),
+                        &object.name,
+                    )
+                    .await?;
                 }
             }
             Step::Wait(waiting) => {
@@ -264,7 +257,7 @@ mod tests {
             obj("SimplyblockDriver", "simplyblock", false),
         ];
         assert_eq!(
-            next(Removal::Driver, &present, true),
+            next(Removal::Driver, &present),
             Step::Delete(vec![present[2].clone()])
         );
         let deleting = [
@@ -272,10 +265,10 @@ mod tests {
             obj("SimplyblockDriver", "simplyblock", true),
         ];
         assert_eq!(
-            next(Removal::Driver, &deleting, true),
+            next(Removal::Driver, &deleting),
             Step::Wait(vec![deleting[1].clone()])
         );
-        assert_eq!(next(Removal::Driver, &present[..2], true), Step::Done);
+        assert_eq!(next(Removal::Driver, &present[..2]), Step::Done);
     }
 
     #[test]
@@ -293,7 +286,7 @@ mod tests {
             "ControlPlane",
         ];
         for kind in order {
-            match next(Removal::Everything, &present, true) {
+            match next(Removal::Everything, &present) {
                 Step::Delete(objects) => {
                     assert_eq!(objects.len(), 1);
                     assert_eq!(objects[0].kind, kind);
@@ -305,13 +298,12 @@ mod tests {
                 p.terminating = true;
             }
             assert!(matches!(
-                next(Removal::Everything, &present, true),
+                next(Removal::Everything, &present),
                 Step::Wait(w) if w.iter().all(|p| p.kind == kind)
             ));
             present.retain(|p| p.kind != kind);
         }
-        assert_eq!(next(Removal::Everything, &present, true), Step::DeleteCrds);
-        assert_eq!(next(Removal::Everything, &present, false), Step::Done);
+        assert_eq!(next(Removal::Everything, &present), Step::DeleteCrds);
     }
 
     #[test]

@@ -74,6 +74,49 @@ pub fn package(destination: &std::path::Path) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("helm package said: {out}"))
 }
 
+/// The printer column [`next_release`] adds to the storagepools CRD.
+pub const NEXT_RELEASE_COLUMN: &str = "NextRelease";
+
+/// The chart copied to `destination` as its next release, as one that changes a schema
+/// ships: the patch version one up, and the storagepools CRD with the printer column
+/// [`NEXT_RELEASE_COLUMN`]. Its name.
+pub fn next_release(destination: &std::path::Path) -> Result<&'static str, String> {
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(dir())
+        .arg(destination)
+        .status()
+        .map_err(|e| format!("running cp: {e}"))?;
+    if !copied.success() {
+        return Err(format!("copying the chart to {}", destination.display()));
+    }
+    let edit = |file: &str, change: &dyn Fn(&str) -> Option<String>| {
+        let path = destination.join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {file}: {e}"))?;
+        let changed = change(&text).ok_or_else(|| format!("{file} is not as expected"))?;
+        std::fs::write(&path, changed).map_err(|e| format!("writing {file}: {e}"))
+    };
+    edit("Chart.yaml", &|text| {
+        let line = text.lines().find(|l| l.starts_with("version: "))?;
+        let (head, patch) = line.rsplit_once('.')?;
+        let next = format!("{head}.{}", patch.parse::<u64>().ok()? + 1);
+        Some(text.replacen(line, &next, 1))
+    })?;
+    edit("crds/storagepools.yaml", &|text| {
+        let cluster = "    - jsonPath: .spec.clusterRef\n      name: Cluster\n";
+        text.contains(cluster).then(|| {
+            text.replacen(
+                cluster,
+                &format!(
+                    "    - jsonPath: .spec.clusterRef\n      name: {NEXT_RELEASE_COLUMN}\n      type: string\n{cluster}"
+                ),
+                1,
+            )
+        })
+    })?;
+    Ok(NEXT_RELEASE_COLUMN)
+}
+
 /// `helm lint` of the chart with `values`; helm's complaint as the error.
 pub fn lint(values: &[(&str, &str)]) -> Result<String, String> {
     let dir = dir();

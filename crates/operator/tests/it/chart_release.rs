@@ -3,7 +3,7 @@
 //! whose CRDs changed. On an API server alone (no kubelet), so nothing here runs a pod: the
 //! release's objects and the API server's admission are what is checked.
 
-use std::path::Path;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -32,6 +32,18 @@ fn mirror_values() -> Vec<(&'static str, &'static str)> {
             "mirror.example.com/sb/simplyblock-operator",
         ),
     ]
+}
+
+/// Nothing of a release helm refused is written: its operator is not there.
+async fn assert_nothing_written(admin: &kube::Client, ns: &str) {
+    let operator = Api::<Deployment>::namespaced(admin.clone(), ns)
+        .get_opt("simplyblock-operator")
+        .await
+        .expect("read");
+    assert!(
+        operator.is_none(),
+        "nothing of a refused release is written"
+    );
 }
 
 async fn pull_secret(admin: &kube::Client, ns: &str) {
@@ -87,19 +99,11 @@ async fn a_listed_mirror_installs_with_its_pull_secret_and_an_unlisted_registry_
             && refused.contains("add their registry to allowedRegistries"),
         "{refused}"
     );
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
-    assert!(
-        deployments
-            .get_opt("simplyblock-operator")
-            .await
-            .expect("read")
-            .is_none(),
-        "nothing of a refused release is written"
-    );
+    assert_nothing_written(&admin, ns).await;
 
     // Listed: installed, the operator pulled with the secret and told to hand it on.
     chart::install(kubeconfig, ns, &mirror_values()).expect("the mirror's release installs");
-    let operator = deployments
+    let operator = Api::<Deployment>::namespaced(admin.clone(), ns)
         .get("simplyblock-operator")
         .await
         .expect("the operator");
@@ -201,41 +205,6 @@ async fn a_listed_mirror_installs_with_its_pull_secret_and_an_unlisted_registry_
     .await;
 }
 
-/// The chart copied to `dir` as its next release: version bumped, and one CRD with a new
-/// printer column, as a release that changes a schema ships it.
-fn next_release(dir: &Path) -> String {
-    let copy = std::process::Command::new("cp")
-        .args([
-            "-r",
-            &chart::dir().display().to_string(),
-            &dir.display().to_string(),
-        ])
-        .status()
-        .expect("cp");
-    assert!(copy.success());
-    let chart_yaml = dir.join("Chart.yaml");
-    let text = std::fs::read_to_string(&chart_yaml).expect("Chart.yaml");
-    std::fs::write(
-        &chart_yaml,
-        text.replace("version: 0.1.0", "version: 0.1.1"),
-    )
-    .expect("Chart.yaml");
-    let crd = dir.join("crds/storagepools.yaml");
-    let text = std::fs::read_to_string(&crd).expect("the pools' CRD");
-    let cluster_column = "    - jsonPath: .spec.clusterRef\n      name: Cluster\n";
-    let changed = text.replacen(
-        cluster_column,
-        &format!("    - jsonPath: .spec.clusterRef\n      name: NextRelease\n      type: string\n{cluster_column}"),
-        1,
-    );
-    assert!(
-        changed != text,
-        "the pools' CRD has the Cluster column to add beside"
-    );
-    std::fs::write(&crd, changed).expect("the pools' CRD");
-    "NextRelease".into()
-}
-
 #[tokio::test]
 async fn the_upgrade_hook_applies_the_next_releases_crds_with_its_own_account() {
     let env = TestEnv::start().await.expect("API server");
@@ -297,7 +266,9 @@ async fn the_upgrade_hook_applies_the_next_releases_crds_with_its_own_account() 
         .expect("the hook's client");
     let dir = tempfile::tempdir().expect("temp dir");
     let next = dir.path().join("simplyblock-operator");
-    let column = next_release(&next);
+    let column = chart::next_release(&next)
+        .expect("the next release")
+        .to_owned();
     assert!(!columns(&installed).contains(&column));
     let next_crds =
         simplyblock_operator::crds::read(&next.join("crds"), ns).expect("release N+1's CRDs");
@@ -370,13 +341,155 @@ async fn a_control_plane_an_earlier_release_kept_is_refused_to_another_with_how_
         ) && refused.contains("meta.helm.sh/release-name=simplyblock-operator"),
         "{refused}"
     );
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    assert_nothing_written(&admin, ns).await;
+}
+
+/// The uninstall hook's account and role for `values`, as the chart renders them.
+async fn uninstall_account(admin: &kube::Client, ns: &str, values: &[(&str, &str)]) {
+    let account: Vec<DynamicObject> = chart::hooks(ns, values)
+        .expect("the chart's hooks")
+        .into_iter()
+        .filter(|(when, o)| {
+            when == "pre-delete" && o.metadata.name.as_deref() == Some("simplyblock-uninstall")
+        })
+        .filter(|(_, o)| o.types.as_ref().is_some_and(|t| t.kind != "Job"))
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(account.len(), 3, "the hook's account, role and binding");
+    chart::apply(admin, &account, "helm", false)
+        .await
+        .expect("the hook's account");
+}
+
+#[tokio::test]
+async fn the_uninstall_hook_removes_the_driver_and_asked_twice_everything_with_its_own_account() {
+    use simplyblock_operator::uninstall::{Removal, run};
+    let env = TestEnv::start().await.expect("API server");
+    let admin = env.client().await.expect("client");
+    let ns = "simplyblock";
+    namespace(&admin, ns).await;
+    env.install_crds(&simplyblock_api::crds())
+        .await
+        .expect("CRDs");
+    // No operator runs here, so the objects carry no finalizer: what is checked is what
+    // the hook deletes, in which order, with the rights the chart gives it.
+    let dynamic = |resource: kube::discovery::ApiResource| {
+        Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &resource)
+    };
+    let drivers = dynamic(kube::discovery::ApiResource::erase::<
+        simplyblock_api::SimplyblockDriver,
+    >(&()));
+    let clusters = dynamic(kube::discovery::ApiResource::erase::<
+        simplyblock_api::StorageCluster,
+    >(&()));
+    let object = |kind: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": kind,
+            "metadata": {"name": "simplyblock"}, "spec": spec,
+        }))
+        .expect("object")
+    };
+    let create_all = async || {
+        control_planes(&admin, ns)
+            .create(
+                &PostParams::default(),
+                &control_plane("quay.io/simplyblock-io/simplyblock:26.2.1"),
+            )
+            .await
+            .expect("ControlPlane");
+        drivers
+            .create(
+                &PostParams::default(),
+                &object("SimplyblockDriver", json!({})),
+            )
+            .await
+            .expect("SimplyblockDriver");
+        clusters
+            .create(
+                &PostParams::default(),
+                &object(
+                    "StorageCluster",
+                    json!({"maxSubsystemCount": 10, "vcpuCount": 4,
+                           "stripe": {"dataChunks": 1, "parityChunks": 1}}),
+                ),
+            )
+            .await
+            .expect("StorageCluster");
+    };
+    create_all().await;
+
+    // By default: the driver goes, the data stays.
+    let values = [("preflight.enabled", "false")];
+    uninstall_account(&admin, ns, &values).await;
+    let hook = env
+        .service_account_client(ns, "simplyblock-uninstall")
+        .await
+        .expect("the hook's client");
+    run(
+        &hook,
+        Removal::Driver,
+        Some(ns),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+    )
+    .await
+    .expect("the default uninstall");
     assert!(
-        deployments
-            .get_opt("simplyblock-operator")
+        drivers
+            .get_opt("simplyblock")
             .await
             .expect("read")
-            .is_none(),
-        "nothing of a refused release is written"
+            .is_none()
     );
+    assert!(
+        clusters
+            .get_opt("simplyblock")
+            .await
+            .expect("read")
+            .is_some()
+    );
+    assert!(
+        control_planes(&admin, ns)
+            .get_opt("simplyblock")
+            .await
+            .expect("read")
+            .is_some()
+    );
+
+    // Asked twice: every object and the CRDs.
+    drivers
+        .create(
+            &PostParams::default(),
+            &object("SimplyblockDriver", json!({})),
+        )
+        .await
+        .expect("SimplyblockDriver again");
+    let everything = [
+        ("preflight.enabled", "false"),
+        ("uninstall.deleteData", "true"),
+        ("uninstall.confirmDeleteData", "true"),
+    ];
+    uninstall_account(&admin, ns, &everything).await;
+    run(
+        &hook,
+        Removal::Everything,
+        Some(ns),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+    )
+    .await
+    .expect("the uninstall that removes everything");
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let left: Vec<String> = crds
+        .list(&Default::default())
+        .await
+        .expect("CRDs")
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.spec.group == "storage.simplyblock.io" && c.metadata.deletion_timestamp.is_none()
+        })
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(left.is_empty(), "CRDs left: {left:?}");
 }

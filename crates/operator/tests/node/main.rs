@@ -442,34 +442,7 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
     // its pre-upgrade hook Job applies the new crds/ on the node before Helm goes on.
     let next_dir = tempfile::tempdir().expect("tempdir");
     let next = next_dir.path().join("simplyblock-operator");
-    let copied = std::process::Command::new("cp")
-        .args([
-            "-r",
-            &simplyblock_testenv::chart::dir().display().to_string(),
-            &next.display().to_string(),
-        ])
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let chart_yaml = next.join("Chart.yaml");
-    let text = std::fs::read_to_string(&chart_yaml).expect("Chart.yaml");
-    std::fs::write(
-        &chart_yaml,
-        text.replace("version: 0.1.0", "version: 0.1.1"),
-    )
-    .expect("Chart.yaml");
-    let pools_crd = next.join("crds/storagepools.yaml");
-    let text = std::fs::read_to_string(&pools_crd).expect("the pools' CRD");
-    let cluster_column = "    - jsonPath: .spec.clusterRef\n      name: Cluster\n";
-    let changed = text.replacen(
-        cluster_column,
-        &format!(
-            "    - jsonPath: .spec.clusterRef\n      name: NextRelease\n      type: string\n{cluster_column}"
-        ),
-        1,
-    );
-    assert_ne!(changed, text);
-    std::fs::write(&pools_crd, changed).expect("the pools' CRD");
+    let column = simplyblock_testenv::chart::next_release(&next).expect("the next release");
     simplyblock_testenv::chart::upgrade(env.kubeconfig_path(), NAMESPACE, &next, &[])
         .expect("helm upgrade to the next release");
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -484,7 +457,7 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
             .versions
             .iter()
             .flat_map(|v| v.additional_printer_columns.iter().flatten())
-            .any(|c| c.name == "NextRelease"),
+            .any(|c| c.name == column),
         "the upgrade applied the next release's CRD"
     );
 
