@@ -20,14 +20,22 @@ use simplyblock_statemachine::{Graph, GraphDef, StateDef, StepSnapshot, state_en
 /// The one name a ControlPlane may have.
 pub const SINGLETON_NAME: &str = "simplyblock";
 
-/// The pattern of every image field: a fully qualified reference,
-/// `<registry>[:<port>]/<path>` with a tag, a digest or both (`:<tag>@sha256:<digest>`).
-/// Which registries a cluster accepts is not the schema's to say: the chart's admission
-/// policy holds the list (its value `allowedRegistries`), so a mirror needs no new CRDs.
-pub const IMAGE_PATTERN: &str = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$";
+/// A fully qualified image reference, `<registry>[:<port>]/<path>` with a tag, a digest or
+/// both (`:<tag>@sha256:<digest>`), unanchored: [`IMAGE_PATTERN`] and
+/// [`OPTIONAL_IMAGE_PATTERN`] are made of it.
+macro_rules! image_reference {
+    () => {
+        r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})"
+    };
+}
+
+/// The pattern of every image field: a full reference. Which registries a cluster accepts
+/// is not the schema's to say: the chart's admission policy holds the list (its value
+/// `allowedRegistries`), so a mirror needs no new CRDs.
+pub const IMAGE_PATTERN: &str = concat!("^", image_reference!(), "$");
 
 /// [`IMAGE_PATTERN`] or the empty string (an image left to its default).
-pub const OPTIONAL_IMAGE_PATTERN: &str = r"^($|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64}))$";
+pub const OPTIONAL_IMAGE_PATTERN: &str = concat!("^($|", image_reference!(), ")$");
 
 /// Where the control plane runs and how the operator reaches it.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -11,11 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::control_plane::TlsProvider;
-
-/// The image pattern of the driver and its sidecars (any registry; the chart's admission
-/// policy says which are allowed).
-pub const DRIVER_IMAGE_PATTERN: &str = crate::control_plane::IMAGE_PATTERN;
+use crate::control_plane::{IMAGE_PATTERN, TlsProvider};
 
 /// The simplyblock CSI driver.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -58,7 +54,7 @@ pub struct SimplyblockDriverSpec {
     /// The CSI driver's image (controller and node plugin). When unset, the operator's
     /// own registry and tag with the CSI driver's repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub image: Option<String>,
     /// When the kubelet pulls the images.
     #[serde(default = "always")]
@@ -163,22 +159,22 @@ fn yes() -> bool {
 #[serde(rename_all = "camelCase")]
 pub struct SidecarImages {
     #[serde(default = "provisioner")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub provisioner: String,
     #[serde(default = "attacher")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub attacher: String,
     #[serde(default = "resizer")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub resizer: String,
     #[serde(default = "snapshotter")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub snapshotter: String,
     #[serde(default = "health_monitor")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub health_monitor: String,
     #[serde(default = "node_driver_registrar")]
-    #[schemars(regex(pattern = DRIVER_IMAGE_PATTERN))]
+    #[schemars(regex(pattern = IMAGE_PATTERN))]
     pub node_driver_registrar: String,
 }
 

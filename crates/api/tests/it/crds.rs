@@ -248,3 +248,34 @@ fn every_kind_answers_to_its_full_singular_beside_its_short_names() {
     }
     assert!(short.len() >= crds().len(), "{short:?}");
 }
+
+#[test]
+fn the_charts_image_values_take_the_references_the_crds_take() {
+    // The chart's schema checks the images it copies into the ControlPlane and the
+    // SimplyblockDriver: with the CRDs' own patterns, or a value they refuse would render.
+    use simplyblock_api::control_plane::{IMAGE_PATTERN, OPTIONAL_IMAGE_PATTERN};
+    fn image_patterns(schema: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+        if let Some(pattern) = schema["pattern"].as_str().filter(|p| p.contains("sha256")) {
+            out.push((path.to_owned(), pattern.to_owned()));
+        }
+        for (key, property) in schema["properties"].as_object().into_iter().flatten() {
+            image_patterns(property, &format!("{path}.{key}"), out);
+        }
+    }
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo_root().join("deploy/charts/simplyblock-operator/values.schema.json"),
+        )
+        .expect("values.schema.json"),
+    )
+    .expect("the schema parses");
+    let mut found = Vec::new();
+    image_patterns(&schema, "", &mut found);
+    assert!(found.len() >= 7, "the image values: {found:?}");
+    for (path, pattern) in found {
+        assert!(
+            pattern == IMAGE_PATTERN || pattern == OPTIONAL_IMAGE_PATTERN,
+            "{path} has its own image pattern {pattern}"
+        );
+    }
+}
