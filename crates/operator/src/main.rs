@@ -406,11 +406,12 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(move || -> Box<dyn std::io::Write> {
+        .with_writer(move || {
+            use tracing_subscriber::fmt::writer::EitherWriter;
             if to_stderr {
-                Box::new(std::io::stderr())
+                EitherWriter::B(std::io::stderr())
             } else {
-                Box::new(std::io::stdout())
+                EitherWriter::A(std::io::stdout())
             }
         });
     match std::env::var(simplyblock_operator::LOG_FORMAT_ENV).as_deref() {

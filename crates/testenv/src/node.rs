@@ -156,22 +156,7 @@ impl Node {
     /// Gives the imported image `from` the name `to` as well: the name a mirror serves it
     /// by, for a test that installs from a mirror without a registry to pull from.
     pub fn tag(&self, from: &str, to: &str) -> Result<(), Error> {
-        let address = containerd_socket().display().to_string();
-        run(
-            "ctr",
-            &[
-                "--address",
-                &address,
-                "--namespace",
-                "k8s.io",
-                "images",
-                "tag",
-                "--force",
-                from,
-                to,
-            ],
-        )
-        .map(|_| ())
+        ctr_images(&["tag", "--force", from, to])
     }
 
     /// The process ids of the node's components, by name.
@@ -836,23 +821,17 @@ fn containerd_socket() -> PathBuf {
     Path::new(RUN_DIR).join("containerd.sock")
 }
 
-fn import_images(archives: &[PathBuf]) -> Result<(), Error> {
+/// `ctr images <args>` against the node's containerd, in the kubelet's namespace.
+fn ctr_images(args: &[&str]) -> Result<(), Error> {
     let address = containerd_socket().display().to_string();
+    let mut all = vec!["--address", &address, "--namespace", "k8s.io", "images"];
+    all.extend_from_slice(args);
+    run("ctr", &all).map(|_| ())
+}
+
+fn import_images(archives: &[PathBuf]) -> Result<(), Error> {
     for archive in archives {
-        let path = archive.display().to_string();
-        run(
-            "ctr",
-            &[
-                "--address",
-                &address,
-                "--namespace",
-                "k8s.io",
-                "images",
-                "import",
-                "--no-unpack",
-                &path,
-            ],
-        )?;
+        ctr_images(&["import", "--no-unpack", &archive.display().to_string()])?;
     }
     Ok(())
 }

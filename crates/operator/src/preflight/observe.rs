@@ -227,7 +227,7 @@ async fn snapshot_pods(client: &kube::Client) -> Seen<Vec<Workload>> {
 
 /// The annotations that mark the default StorageClass (the beta one is still honoured).
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
-    "storageclass.kubernetes.io/is-default-class",
+    crate::pool::class::DEFAULT_CLASS_ANNOTATION,
     "storageclass.beta.kubernetes.io/is-default-class",
 ];
 
