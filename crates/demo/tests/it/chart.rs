@@ -454,19 +454,26 @@ async fn a_real_api_server_accepts_every_rendered_object() {
     }
 }
 
-/// The uninstall hook's Job args for `values`, or `None` when there is no hook.
-fn uninstall_args(values: &[(&str, &str)]) -> Option<Vec<String>> {
+/// When helm runs the hook Job `job` of the chart rendered with `values`, and its args;
+/// `None` when the chart renders no such hook.
+fn hook_job(job: &str, values: &[(&str, &str)]) -> Option<(String, Vec<String>)> {
     let hooks = chart::hooks("simplyblock-system", values).expect("render");
     let (when, job) = hooks
-        .iter()
-        .find(|(_, o)| kind_and_name(o) == "Job/simplyblock-uninstall")?;
-    assert_eq!(when, "pre-delete");
+        .into_iter()
+        .find(|(_, o)| kind_and_name(o) == format!("Job/{job}"))?;
     let args = job.data["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .expect("args")
         .iter()
         .map(|a| a.as_str().unwrap_or_default().to_owned())
         .collect();
+    Some((when, args))
+}
+
+/// The uninstall hook's args for `values`, checked to run before helm deletes anything.
+fn uninstall_args(values: &[(&str, &str)]) -> Option<Vec<String>> {
+    let (when, args) = hook_job("simplyblock-uninstall", values)?;
+    assert_eq!(when, "pre-delete");
     Some(args)
 }
 
@@ -536,19 +543,7 @@ fn uninstall_releases_the_driver_and_keeps_the_data_unless_asked_twice() {
 
 #[test]
 fn preflight_runs_before_install_and_upgrade_with_the_profiles_checks() {
-    let args = |values: &[(&str, &str)]| -> Option<(String, Vec<String>)> {
-        let hooks = chart::hooks("simplyblock-system", values).expect("render");
-        let (when, job) = hooks
-            .into_iter()
-            .find(|(_, o)| kind_and_name(o) == "Job/simplyblock-preflight")?;
-        let args = job.data["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().unwrap_or_default().to_owned())
-            .collect();
-        Some((when, args))
-    };
+    let args = |values: &[(&str, &str)]| hook_job("simplyblock-preflight", values);
     let (when, standalone) = args(&values("standalone")).expect("a preflight hook");
     assert_eq!(when, "pre-install,pre-upgrade");
     assert_eq!(
@@ -615,4 +610,22 @@ fn the_packaged_chart_is_the_chart() {
     ] {
         assert!(listing.lines().any(|l| l == file), "{file} in {listing}");
     }
+}
+
+#[test]
+fn the_crds_are_applied_before_every_upgrade_unless_something_else_manages_them() {
+    assert_eq!(
+        hook_job("simplyblock-crds", &values("empty")),
+        Some((
+            "pre-upgrade".to_owned(),
+            vec![
+                "apply-crds".to_owned(),
+                "--directory=/crds".to_owned(),
+                "--namespace=simplyblock-system".to_owned(),
+            ]
+        ))
+    );
+    let mut managed_elsewhere = values("empty");
+    managed_elsewhere.push(("crds.upgrade", "false"));
+    assert_eq!(hook_job("simplyblock-crds", &managed_elsewhere), None);
 }
