@@ -79,10 +79,8 @@ pub async fn apply(client: &kube::Client, crds: &[CustomResourceDefinition]) -> 
     for crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let before = api.get_opt(&name).await?.map(|c| c.metadata.generation);
-        let mut body = crd.clone();
-        body.metadata.managed_fields = None;
         let applied = api
-            .patch(&name, &params, &Patch::Apply(&body))
+            .patch(&name, &params, &Patch::Apply(crd))
             .await
             .map_err(|e| anyhow::anyhow!("applying CustomResourceDefinition {name}: {e}"))?;
         let what = match before {

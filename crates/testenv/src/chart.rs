@@ -155,17 +155,6 @@ pub fn upgrade(
     chart: &std::path::Path,
     values: &[(&str, &str)],
 ) -> Result<String, String> {
-    upgrade_with(kubeconfig, namespace, chart, values, &[])
-}
-
-/// [`upgrade`] with helm flags `flags` (`--force-conflicts`, say).
-pub fn upgrade_with(
-    kubeconfig: &std::path::Path,
-    namespace: &str,
-    chart: &std::path::Path,
-    values: &[(&str, &str)],
-    flags: &[&str],
-) -> Result<String, String> {
     let mut args = vec![
         "--kubeconfig".to_string(),
         kubeconfig.display().to_string(),
@@ -176,7 +165,6 @@ pub fn upgrade_with(
         namespace.to_string(),
         "--reuse-values".to_string(),
     ];
-    args.extend(flags.iter().map(|f| f.to_string()));
     args.extend(sets(values));
     helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }

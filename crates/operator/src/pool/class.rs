@@ -38,15 +38,15 @@ pub fn storage_class_names(namespace: &str, cluster: &str, pool: &str) -> [Strin
     ]
 }
 
-/// The first of `candidates` that is free or already this pool's class; `None` when
-/// every one belongs to something else.
+/// The first of `candidates` that is free or already this pool's class, and whether it
+/// exists (nothing to create); `None` when every one belongs to something else.
 pub fn pick_class_name<'a>(
     candidates: &'a [String],
     existing: &[Option<StorageClass>],
     namespace: &str,
     cluster: &str,
     pool: &str,
-) -> Option<&'a String> {
+) -> Option<(&'a String, bool)> {
     candidates
         .iter()
         .zip(existing)
@@ -55,7 +55,7 @@ pub fn pick_class_name<'a>(
                 .as_ref()
                 .is_none_or(|c| is_managed(c) && is_assigned(c, namespace, cluster, pool))
         })
-        .map(|(name, _)| name)
+        .map(|(name, class)| (name, class.is_some()))
 }
 
 /// The annotation that makes a class the cluster's default.
@@ -288,11 +288,18 @@ mod tests {
         let mut theirs = ours.clone();
         theirs.metadata.labels = Some(assignment_labels("other", "prod", "fast"));
         let pick = |existing: &[Option<StorageClass>]| {
-            pick_class_name(&names, existing, "storage", "prod", "fast").cloned()
+            pick_class_name(&names, existing, "storage", "prod", "fast")
+                .map(|(name, exists)| (name.clone(), exists))
         };
-        assert_eq!(pick(&[None, None]), Some(names[0].clone()));
-        assert_eq!(pick(&[Some(ours.clone()), None]), Some(names[0].clone()));
-        assert_eq!(pick(&[Some(theirs.clone()), None]), Some(names[1].clone()));
+        assert_eq!(pick(&[None, None]), Some((names[0].clone(), false)));
+        assert_eq!(
+            pick(&[Some(ours.clone()), None]),
+            Some((names[0].clone(), true))
+        );
+        assert_eq!(
+            pick(&[Some(theirs.clone()), None]),
+            Some((names[1].clone(), false))
+        );
         assert_eq!(pick(&[Some(theirs.clone()), Some(theirs)]), None);
     }
 

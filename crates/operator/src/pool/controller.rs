@@ -214,8 +214,8 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         for candidate in &candidates {
             existing.push(classes.get_opt(candidate).await?);
         }
-        let Some(class_name) =
-            class::pick_class_name(&candidates, &existing, &ns, cluster, &name).cloned()
+        let Some((class_name, exists)) =
+            class::pick_class_name(&candidates, &existing, &ns, cluster, &name)
         else {
             let message = format!(
                 "StorageClasses {} exist and belong to something else; the pool gets no class of its own until one is renamed or removed",
@@ -224,13 +224,9 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             hold(ctx, pool, next, "StorageClassNameTaken", message).await?;
             return Ok(Action::requeue(requeue::RESYNC));
         };
-        let ours = candidates
-            .iter()
-            .zip(&existing)
-            .any(|(n, c)| *n == class_name && c.is_some());
-        if !ours {
+        if !exists {
             let default = ctx.default_storage_class.as_deref() == Some(class_name.as_str());
-            let want = class::storage_class(pool, &cluster_id.to_string(), &class_name, default);
+            let want = class::storage_class(pool, &cluster_id.to_string(), class_name, default);
             classes.create(&PostParams::default(), &want).await?;
             ctx.event(
                 pool,
@@ -240,7 +236,7 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             )
             .await;
         }
-        next.default_storage_class_name = Some(class_name);
+        next.default_storage_class_name = Some(class_name.clone());
     }
     let assigned = classes
         .list(&ListParams::default().labels(&class::assignment_selector(
