@@ -33,6 +33,7 @@ pub mod storage_pool_ops;
 pub mod storage_site_deployment;
 pub mod test_failover;
 pub mod v1alpha1;
+pub mod volume_handle;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -701,7 +701,7 @@ impl Controller for ControllerService {
                 CsiError::InvalidArgument("volume_capabilities must not be empty".into()).into(),
             );
         }
-        let h = VolumeHandle::parse(&req.volume_id)?;
+        let h = VolumeHandle::parse(&req.volume_id).map_err(CsiError::from)?;
         let client = self.clusters.client(h.cluster)?;
         let pool = self.clusters.pool_id(h.cluster, &h.pool).await?;
         client
@@ -818,7 +818,7 @@ impl Controller for ControllerService {
         if req.source_volume_id.is_empty() {
             return Err(CsiError::InvalidArgument("source_volume_id is required".into()).into());
         }
-        let h = VolumeHandle::parse(&req.source_volume_id)?;
+        let h = VolumeHandle::parse(&req.source_volume_id).map_err(CsiError::from)?;
         let client = self.clusters.client(h.cluster)?;
         let pool = self.clusters.pool_id(h.cluster, &h.pool).await?;
         let _g = self.names.lock(&format!("snapshot/{}", req.name)).await;
@@ -1019,7 +1019,7 @@ impl Controller for ControllerService {
             return Err(CsiError::InvalidArgument("capacity_range is required".into()).into());
         };
         let want = params::volume_size(range.required_bytes, range.limit_bytes)?;
-        let h = VolumeHandle::parse(&req.volume_id)?;
+        let h = VolumeHandle::parse(&req.volume_id).map_err(CsiError::from)?;
         let client = self.clusters.client(h.cluster)?;
         let pool = self.clusters.pool_id(h.cluster, &h.pool).await?;
         let _g = self.names.lock(&req.volume_id).await;
@@ -1069,7 +1069,7 @@ impl Controller for ControllerService {
         if req.volume_id.is_empty() {
             return Err(CsiError::InvalidArgument("volume_id is required".into()).into());
         }
-        let h = VolumeHandle::parse(&req.volume_id)?;
+        let h = VolumeHandle::parse(&req.volume_id).map_err(CsiError::from)?;
         let client = self.clusters.client(h.cluster)?;
         let pool = self.clusters.pool_id(h.cluster, &h.pool).await?;
         let v = client

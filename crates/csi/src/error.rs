@@ -57,6 +57,13 @@ pub enum CsiError {
     Internal(String),
 }
 
+/// A handle that is not simplyblock's names nothing the driver knows.
+impl From<simplyblock_api::volume_handle::MalformedHandle> for CsiError {
+    fn from(e: simplyblock_api::volume_handle::MalformedHandle) -> Self {
+        CsiError::NotFound(e.0)
+    }
+}
+
 impl CsiError {
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         CsiError::Io {

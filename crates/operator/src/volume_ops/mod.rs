@@ -39,8 +39,8 @@ use simplyblock_api::persistent_volume_ops::{
     GRAPHS, MigrationConnection, MigrationStatus, PersistentVolumeOps, PersistentVolumeOpsStatus,
     VolumeAction, VolumeOpsStep, migrating_budget,
 };
+use simplyblock_api::volume_handle::{PoolRef, VolumeHandle};
 use simplyblock_controlplane::{Migration, MigrationContinue, MigrationCreate, Uuid};
-use simplyblock_csi::handle::{PoolRef, VolumeHandle};
 use simplyblock_statemachine::{Machine, MultiGraph, State};
 
 use self::lock::{Holder, LockPlan};

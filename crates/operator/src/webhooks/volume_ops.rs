@@ -118,7 +118,7 @@ pub fn on_create(op: &PersistentVolumeOps, world: &World) -> Result<(), String> 
                 csi.driver,
                 simplyblock_api::keys::CSI_DRIVER_NAME
             )),
-            Some(csi) => match simplyblock_csi::handle::VolumeHandle::parse(&csi.volume_handle) {
+            Some(csi) => match simplyblock_api::volume_handle::VolumeHandle::parse(&csi.volume_handle) {
                 Ok(h) => volume_cluster = Some(h.cluster.to_string()),
                 Err(_) => problems.push(format!(
                     "UnparsableHandle: the volume handle {:?} of PersistentVolume {pv} is not <cluster>:<pool>:<volume>",

@@ -44,8 +44,8 @@ use simplyblock_api::test_failover::{
     FailoverPhase, FailoverScope, FailoverStage, FailoverStep, GRAPHS, TEST_FAILOVER_FINALIZER,
     TEST_ID_LABEL, TestFailover, TestFailoverStatus,
 };
+use simplyblock_api::volume_handle::PoolRef;
 use simplyblock_controlplane::{Uuid, VolumeClone};
-use simplyblock_csi::handle::PoolRef;
 use simplyblock_statemachine::{MultiGraph, State};
 
 use self::plan::{Call, Decision, GenerationSeen, GroupSource, Observation, View};

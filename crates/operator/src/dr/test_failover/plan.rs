@@ -11,10 +11,10 @@ use simplyblock_api::test_failover::{
     CloneStatus, FailoverPhase, FailoverReport, FailoverScope, FailoverStep, TEST_ID_LABEL,
     TestFailover,
 };
+use simplyblock_api::volume_handle::{PoolRef, VolumeHandle};
 use simplyblock_controlplane::{
     ConsistencyGroup, LatestGeneration, ReplicatedSnapshot, Snapshot, Uuid, Volume,
 };
-use simplyblock_csi::handle::{PoolRef, VolumeHandle};
 
 use crate::dr::bubble;
 

@@ -366,7 +366,7 @@ async fn claimed(ctx: &Context) -> Result<Vec<Claimed>, ops::Error> {
 
 /// The volume of a CSI handle `<cluster>:<pool>:<volume>`.
 pub fn handle_volume(handle: &str) -> Option<Uuid> {
-    simplyblock_csi::handle::VolumeHandle::parse(handle)
+    simplyblock_api::volume_handle::VolumeHandle::parse(handle)
         .ok()
         .map(|h| h.volume)
 }
