@@ -34,8 +34,8 @@ use simplyblock_api::{
     API_VERSION, StorageCluster, StorageClusterOps, StorageNode, StorageNodeOps, StoragePool,
 };
 use simplyblock_operator::assembly::LeaderElection;
-use simplyblock_operator::context::Context;
-use simplyblock_operator::link::Token;
+use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::runtime::link::Token;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::standin::{self, StandIn};
 use simplyblock_testenv::{TestEnv, chart};

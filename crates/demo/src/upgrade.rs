@@ -13,7 +13,7 @@ use simplyblock_controlplane::{
     Url, VolumeCreate,
 };
 use simplyblock_operator::assembly::LeaderElection;
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig};
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::{self, Pod};

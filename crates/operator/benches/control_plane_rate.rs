@@ -23,8 +23,8 @@ use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
-use simplyblock_operator::context::Context;
-use simplyblock_operator::streams::Streams;
+use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::runtime::streams::Streams;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 

@@ -14,7 +14,7 @@ use simplyblock_api::StorageCluster;
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_controlplane::{Client, ClientConfig, Method, Url};
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 

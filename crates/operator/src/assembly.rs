@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 
-use crate::context::Context;
 use crate::deployment::discovery::{self, ProbeSettings};
 use crate::metrics_server::{Access, MetricsServer};
+use crate::runtime::context::Context;
 use crate::webhooks::tls::ServingCertificates;
 use crate::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
 use crate::{cluster, controlplane, deployment, driver, node, pool};
@@ -94,7 +94,7 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Operator(#[from] crate::Error),
+    Operator(#[from] crate::runtime::error::ServerError),
     #[error("the leader Lease could not be read or written: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
     #[error(
@@ -133,7 +133,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         webhooks::router(WebhookContext {
             client: client.clone(),
             operator_user: webhooks::own_user(&client).await.map_err(|source| {
-                crate::Error::Kube {
+                crate::runtime::error::ServerError::Kube {
                     what: "who the operator is (a SelfSubjectReview)".into(),
                     source,
                 }

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use simplyblock_operator::assembly::{LeaderElection, WebhookEndpoint};
-use simplyblock_operator::context::{Context, Shutdown};
 use simplyblock_operator::deployment::discovery::ProbeSettings;
-use simplyblock_operator::kit::Scope;
-use simplyblock_operator::link::Token;
 use simplyblock_operator::metrics_server;
+use simplyblock_operator::runtime::context::{Context, Shutdown};
+use simplyblock_operator::runtime::kit::Scope;
+use simplyblock_operator::runtime::link::Token;
 
 #[derive(Parser)]
 #[command(name = "simplyblock-operator", about = "The simplyblock operator")]
@@ -170,7 +170,7 @@ struct RunArgs {
     #[arg(
         long,
         env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_FILE",
-        default_value = simplyblock_operator::link::SERVICE_ACCOUNT_TOKEN
+        default_value = simplyblock_operator::runtime::link::SERVICE_ACCOUNT_TOKEN
     )]
     control_plane_token_file: std::path::PathBuf,
     /// The audience the chart mints the operator's token for when it is meant for a
@@ -181,7 +181,7 @@ struct RunArgs {
     #[arg(
         long,
         env = "SIMPLYBLOCK_CONTROL_PLANE_TOKEN_AUDIENCE",
-        default_value = simplyblock_operator::link::CONTROL_PLANE_AUDIENCE
+        default_value = simplyblock_operator::runtime::link::CONTROL_PLANE_AUDIENCE
     )]
     control_plane_token_audience: String,
     /// Reach the control plane through this HTTP proxy instead of resolving its

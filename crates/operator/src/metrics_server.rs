@@ -1,5 +1,5 @@
 //! The operator's metrics: `GET /metrics` renders the operator's registry
-//! ([`crate::metrics`]) in the OpenMetrics text format, and `GET /healthz` answers while
+//! ([`crate::runtime::metrics`]) in the OpenMetrics text format, and `GET /healthz` answers while
 //! the process serves.
 //!
 //! The operator binary serves both over TLS with the webhooks' certificate, and `/metrics`
@@ -26,10 +26,10 @@ use kube::api::PostParams;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::Error;
-pub use crate::metrics::CONTENT_TYPE;
-use crate::metrics::Metrics;
-use crate::serving::ServerLimits;
+use crate::runtime::error::ServerError as Error;
+pub use crate::runtime::metrics::CONTENT_TYPE;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::serving::ServerLimits;
 use crate::webhooks::tls::ServingCertificates;
 
 /// The chart's Service in front of the metrics port: its names go into the serving
@@ -245,7 +245,7 @@ impl MetricsServer {
         match self.secured {
             Some((certs, access)) => {
                 let acceptor = TlsAcceptor::from(certs.server_config());
-                crate::serving::serve(
+                crate::runtime::serving::serve(
                     "metrics server",
                     self.listener,
                     self.limits,
@@ -255,7 +255,7 @@ impl MetricsServer {
                 .await
             }
             None => {
-                crate::serving::serve(
+                crate::runtime::serving::serve(
                     "metrics server",
                     self.listener,
                     self.limits,

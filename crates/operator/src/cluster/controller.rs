@@ -21,11 +21,11 @@ use super::history::History;
 use super::identity::{self, MANAGED_BY_LABEL, cluster_secret_name};
 use super::observe;
 use super::status::write_steady;
-use crate::context::{Context, requeue};
 use crate::csi_secret;
-use crate::kit::{self, Error};
-use crate::metrics::Metrics;
 use crate::pool;
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error};
+use crate::runtime::metrics::Metrics;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagecluster-finalizer";
 /// The finalizer older operators set; read and removed on delete.
@@ -59,7 +59,7 @@ pub async fn run(ctx: Arc<Context>) {
         .streams
         .triggers(controller.store(), |c: &StorageCluster, change| {
             let uuid = c.status.as_ref().and_then(|s| s.uuid.as_deref());
-            crate::streams::status_uuid(uuid)
+            crate::runtime::streams::status_uuid(uuid)
                 .is_some_and(|id| change.touches(id) || change.tasks_of(id))
         });
     let controller = controller.reconcile_on(woken);

@@ -29,8 +29,8 @@ use super::identity::{self, Identity, cluster_secret_name, upgrade_secret_name};
 use super::observe::steady_status;
 use super::params::{self, BackupCredentials, ConfigError};
 use super::status::{write_steady, write_step};
-use crate::context::{Context, requeue};
-use crate::kit::{Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{Error, Guard};
 
 /// What one pass of the creation machine read. Each field is read only in the steps named
 /// beside it; elsewhere it stays empty.
@@ -477,7 +477,7 @@ pub async fn execute(
         }
         CreationPlan::Create { body } => {
             let created = ctx.control_plane()?.create_cluster(&body).await;
-            crate::crash::point(crate::crash::CLUSTER_CREATE);
+            crate::runtime::crash::point(crate::runtime::crash::CLUSTER_CREATE);
             let next = match created {
                 // The secret exists nowhere else it can be read back from reliably: it is
                 // recorded before anything else can fail.

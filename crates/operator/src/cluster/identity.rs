@@ -13,9 +13,9 @@ use simplyblock_api::StorageCluster;
 use simplyblock_controlplane::Uuid;
 
 use super::status::MANAGER;
-use crate::context::Context;
 use crate::csi_secret;
-use crate::kit::Error;
+use crate::runtime::context::Context;
+use crate::runtime::kit::Error;
 
 /// The label on the Secrets this controller owns (and watches).
 pub const MANAGED_BY_LABEL: &str = "storage.simplyblock.io/managed-by";

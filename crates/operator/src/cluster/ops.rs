@@ -2,7 +2,7 @@
 //! predicate over the control plane's current state and at most one guarded call.
 //!
 //! The phase machine, the cluster lock (`StorageCluster.status.activeOpsRef`), queueing,
-//! abort, deadlines and the standard events are the shared [`crate::ops`] runtime; this
+//! abort, deadlines and the standard events are the shared [`crate::runtime::ops`] runtime; this
 //! file is what the steps observe ([`observe`]), decide ([`plan`], pure) and call.
 //!
 //! | action | steps | call, skipped when | done when |
@@ -33,8 +33,8 @@ use simplyblock_controlplane::{
 };
 use simplyblock_statemachine::{Machine, MultiGraph, State};
 
-use crate::context::Context;
-use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";

@@ -10,8 +10,8 @@ use simplyblock_api::storage_cluster::{
 };
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
-use crate::context::Context;
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::Context;
+use crate::runtime::kit::{self, Error, Guard};
 
 /// The field manager of the StorageCluster controller's writes (status and Secrets).
 pub const MANAGER: &str = "storagecluster-controller";

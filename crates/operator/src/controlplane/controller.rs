@@ -9,7 +9,7 @@
 //! plane from the start, every pass is the steady state: re-apply every object, probe
 //! `/_meta/ready` and `/_meta/version`, compute `status.components` and the phase, publish
 //! `status.endpoint` — and the client behind it to every other controller
-//! ([`crate::link`]). Events come with changes of verdict only.
+//! ([`crate::runtime::link`]). Events come with changes of verdict only.
 //!
 //! The finalizer holds while any StorageCluster the operator serves exists
 //! (`ClustersStillPresent`); the local control plane's objects then go with their owner.
@@ -51,9 +51,9 @@ use super::manifests::{self, Manifest, Tls};
 use super::names::{API, FDB_CLUSTER, OBJECT_STORE, OBJECT_STORE_CREDENTIALS, SINGLETON_NAME};
 use super::plan::{self, Batch, FdbHealth, Install, Observation, Probe, Reason, Replicas, reason};
 use super::reach;
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
-use crate::link::{Published, Reach};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
+use crate::runtime::link::{Published, Reach};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "controlplane";
@@ -269,7 +269,7 @@ async fn execute(
             return Ok(Action::requeue(INSTALL_POLL));
         }
         Install::Installed => {
-            crate::crash::point(&crate::crash::control_plane_point(step.name()));
+            crate::runtime::crash::point(&crate::runtime::crash::control_plane_point(step.name()));
             // Left once its record is gone: a write refused as stale leaves the step
             // where it was, for the next pass to leave.
             let action = steady(cp, Some(local), status, ctx, Some(machine.state())).await?;
@@ -282,7 +282,7 @@ async fn execute(
         }
         Install::Advance { to } => to,
     };
-    crate::crash::point(&crate::crash::control_plane_point(step.name()));
+    crate::runtime::crash::point(&crate::runtime::crash::control_plane_point(step.name()));
     let before = machine.clone();
     if let Err(e) = machine.transition_to(to, now) {
         // A controller bug, not a user's: say so and stop rather than loop.
@@ -451,7 +451,7 @@ async fn probe(cp: &ControlPlane, ctx: &Context) -> Result<(Probe, Option<Reach>
 /// Removes the series of `before` that `after` does not have (a component gone, a version
 /// replaced); all of them when the control plane is gone (`after` is `None`).
 fn forget(
-    m: &crate::metrics::Metrics,
+    m: &crate::runtime::metrics::Metrics,
     ns: &str,
     before: &ControlPlaneStatus,
     after: Option<&ControlPlaneStatus>,
@@ -528,7 +528,7 @@ fn record(
 
 /// The install step `machine` is at was left: how long it took.
 fn step_left(ctx: &Context, cp: &ControlPlane, machine: &Machine<'_, InstallStep>) {
-    if let Some(entered) = crate::ops::step_entered(machine) {
+    if let Some(entered) = crate::runtime::ops::step_entered(machine) {
         ctx.metrics.observe(
             &format!("{METRIC_PREFIX}install_step_duration_seconds"),
             vec![
@@ -741,7 +741,7 @@ async fn storage_node_cas(ctx: &Context) -> Result<Vec<String>, Error> {
         .iter()
         .filter(|s| s.name_any().starts_with(serving::CA_SECRET_PREFIX))
         .filter_map(|s| {
-            let stored = crate::ca::Stored::from_secret(s).ok()?;
+            let stored = crate::runtime::ca::Stored::from_secret(s).ok()?;
             Some((
                 s.namespace().unwrap_or_default(),
                 s.name_any(),
@@ -827,7 +827,7 @@ mod tests {
 
     #[test]
     fn a_replaced_version_or_component_and_a_deleted_control_plane_leave_no_series() {
-        let m = crate::metrics::Metrics::new();
+        let m = crate::runtime::metrics::Metrics::new();
         let name = |item: &str| format!("{METRIC_PREFIX}{item}");
         let component = |n: &str| Component {
             name: n.into(),

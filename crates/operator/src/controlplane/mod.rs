@@ -1,7 +1,7 @@
 //! ControlPlane: where the simplyblock control plane runs and how every client reaches
 //! it. The controller installs a local control plane (the objects built purely in
 //! [`manifests`], the steps decided purely in [`plan`]) or connects to a managed one, and
-//! publishes the client every other controller calls through ([`crate::link`]).
+//! publishes the client every other controller calls through ([`crate::runtime::link`]).
 //! ControlPlaneOps ([`ops`]) restarts, upgrades and backs up a local one.
 
 pub mod controller;

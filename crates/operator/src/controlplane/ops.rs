@@ -1,5 +1,5 @@
 //! The ControlPlaneOps controller: each action as its step graph on the shared Ops runtime
-//! ([`crate::ops`]: the phase machine, the lock `ControlPlane.status.activeOpsRef`,
+//! ([`crate::runtime::ops`]: the phase machine, the lock `ControlPlane.status.activeOpsRef`,
 //! queueing, abort, deadlines, the standard events). This file is what the steps observe
 //! ([`observe`]), decide ([`plan`], pure) and call ([`execute`]).
 //!
@@ -41,8 +41,8 @@ use simplyblock_statemachine::{Machine, MultiGraph};
 use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
 use super::plan::Probe;
 use super::reach;
-use crate::context::Context;
-use crate::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
 const MANAGER: &str = "controlplaneops-controller";
 /// The name of the controller in metrics and logs.

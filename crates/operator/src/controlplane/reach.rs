@@ -14,9 +14,9 @@ use simplyblock_controlplane::{Client, ClientConfig, TlsConfig, Url};
 use super::manifests::Tls;
 use super::names::{API_TLS_SECRET, CLIENT_TLS_SECRET, SERVICE_CA_CONFIG_MAP, api_endpoint};
 use super::plan::Probe;
-use crate::context::Context;
-use crate::kit::Error;
-use crate::link::Reach;
+use crate::runtime::context::Context;
+use crate::runtime::kit::Error;
+use crate::runtime::link::Reach;
 
 /// Why no client could be made: the probe's [`Probe::NoClient`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,7 +215,7 @@ async fn managed_material(
     }
     let token = match &managed.credentials_secret_ref {
         None => match ctx.access.token.read() {
-            Ok(t) => match crate::link::audience_refusal(&t, &ctx.access.audience) {
+            Ok(t) => match crate::runtime::link::audience_refusal(&t, &ctx.access.audience) {
                 None => t,
                 Some(why) => return Ok(Err(credentials(why))),
             },

@@ -38,8 +38,8 @@ use simplyblock_statemachine::Machine;
 use super::expansion::{self, CLUSTER_LABEL};
 use super::plan::{self, Advance, ExpansionPlan, Observation};
 use super::{validation, world};
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
 
 const MANAGER: &str = "clusterdeploymentconfig-controller";
 /// Set on approved documents, for selectors; output only.

@@ -1,4 +1,4 @@
-//! The OperatorOps controller (action Discover) on the shared [`crate::ops`] runtime, and
+//! The OperatorOps controller (action Discover) on the shared [`crate::runtime::ops`] runtime, and
 //! the first-install bootstrap.
 //!
 //! An OperatorOps takes no lock: it is its own target and runs at once. The phases, abort,
@@ -33,8 +33,8 @@ use simplyblock_discovery::plan::{DISCOVERED_BY_LABEL, WorkerReport, config_name
 use simplyblock_discovery::{configmap, run};
 use simplyblock_statemachine::Machine;
 
-use crate::context::Context;
-use crate::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
 /// Held while a run is unfinished, so that deleting it mid-run leaves an Aborted record
 /// (event and metrics) before it goes; removed once the run is terminal.
@@ -438,7 +438,12 @@ pub async fn execute(
 
 /// What the newest draft written in `namespace` proposes:
 /// `simplyblock_operator_discovery_{workers,devices}_found_count{namespace}`.
-fn discovery_found(m: &crate::metrics::Metrics, namespace: &str, workers: usize, devices: usize) {
+fn discovery_found(
+    m: &crate::runtime::metrics::Metrics,
+    namespace: &str,
+    workers: usize,
+    devices: usize,
+) {
     let labels = vec![("namespace", namespace.to_owned())];
     m.set(
         &format!("{METRIC_PREFIX}discovery_workers_found_count"),

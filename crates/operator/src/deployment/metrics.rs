@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use simplyblock_api::cluster_deployment_config::DeploymentPhase;
 
 use crate::deployment::validation::Problem;
-use crate::metrics::{Labels, Metrics};
+use crate::runtime::metrics::{Labels, Metrics};
 
 const PREFIX: &str = "simplyblock_clusterdeploymentconfig_";
 

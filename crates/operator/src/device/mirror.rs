@@ -31,9 +31,9 @@ use simplyblock_api::storage_node::DeviceCounts;
 use simplyblock_api::{StorageCluster, StorageDevice, StorageNode};
 use simplyblock_controlplane::{Device, DeviceStatus, NodeStatus, Scope, Uuid};
 
-use crate::context::Context;
-use crate::kit::{self, Error, Guard};
-use crate::ops::Note;
+use crate::runtime::context::Context;
+use crate::runtime::kit::{self, Error, Guard};
+use crate::runtime::ops::Note;
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagedevice";
@@ -312,7 +312,7 @@ pub async fn run(ctx: Arc<Context>) {
         .streams
         .triggers(controller.store(), |n: &StorageNode, change| {
             let uuid = n.status.as_ref().and_then(|s| s.uuid.as_deref());
-            crate::streams::status_uuid(uuid).is_some_and(|id| change.node_or_devices(id))
+            crate::runtime::streams::status_uuid(uuid).is_some_and(|id| change.node_or_devices(id))
         });
     let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
@@ -323,7 +323,7 @@ pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Acti
     if node.meta().deletion_timestamp.is_some() {
         // The devices go with the node: they are owned by it, and so does its stream.
         let uuid = node.status.as_ref().and_then(|s| s.uuid.as_deref());
-        if let Some(id) = crate::streams::status_uuid(uuid) {
+        if let Some(id) = crate::runtime::streams::status_uuid(uuid) {
             ctx.streams
                 .unfollow(|s| matches!(s, Scope::Devices { node, .. } if *node == id));
         }
@@ -530,7 +530,7 @@ async fn write_counts(
     Ok(())
 }
 
-fn device_labels(node: &StorageNode, device: &str) -> crate::metrics::Labels {
+fn device_labels(node: &StorageNode, device: &str) -> crate::runtime::metrics::Labels {
     vec![
         ("namespace", node.namespace().unwrap_or_default()),
         ("node", node.name_any()),

@@ -1,4 +1,4 @@
-//! The StorageDeviceOps controller on the shared [`crate::ops`] runtime: the lock is
+//! The StorageDeviceOps controller on the shared [`crate::runtime::ops`] runtime: the lock is
 //! `StorageDevice.status.activeOpsRef`; each step is a predicate over the control plane's
 //! view of the device and at most one call.
 //!
@@ -28,8 +28,8 @@ use simplyblock_api::storage_device_ops::{DeviceAction, DeviceOpsStep, GRAPHS, S
 use simplyblock_controlplane::{Device, DeviceStatus, Uuid};
 use simplyblock_statemachine::{Action as _, Machine, MultiGraph};
 
-use crate::context::Context;
-use crate::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagedeviceops-finalizer";
 const MANAGER: &str = "storagedeviceops-controller";

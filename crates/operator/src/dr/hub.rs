@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::context::Shutdown;
+use crate::runtime::context::Shutdown;
 
 /// The OCM work API's group and version.
 pub const WORK_GROUP_VERSION: &str = "work.open-cluster-management.io/v1";

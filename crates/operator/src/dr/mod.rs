@@ -4,7 +4,7 @@
 //! [`run`] starts the hub's controllers only once the API server serves OCM's
 //! `manifestworks` ([`hub`]): at once on a hub, or later, without a restart, when the hub
 //! API is installed after the operator started. Until then it asks discovery again after
-//! [`crate::context::Context::hub_first_retry`], then after waits doubling up to ten
+//! [`crate::runtime::context::Context::hub_first_retry`], then after waits doubling up to ten
 //! minutes. It reports what it sees in two metrics:
 //!
 //! | metric | type | labels |
@@ -21,7 +21,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::context::Context;
+use crate::runtime::context::Context;
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 

@@ -33,8 +33,8 @@ use simplyblock_api::storage_site_deployment::{
     StorageSiteDeploymentStatus,
 };
 
-use crate::context::Context;
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::Context;
+use crate::runtime::kit::{self, Error, Guard};
 use crate::site::{self, SiteState};
 
 /// The name of the controller in metrics and logs.

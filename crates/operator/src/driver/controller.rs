@@ -25,8 +25,8 @@ use super::metrics;
 use super::objects::ObjectKey;
 use super::observe::{self, api};
 use super::plan::{self, Converge, DriverRef, Hold, Plan};
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "simplyblockdriver";
@@ -161,7 +161,7 @@ async fn execute(
         let applied = api(&ctx.kube, key.kind, &namespace)
             .patch(&key.name, &params, &Patch::Apply(body))
             .await;
-        crate::crash::point(crate::crash::DRIVER_APPLY);
+        crate::runtime::crash::point(crate::runtime::crash::DRIVER_APPLY);
         if let Err(e) = applied {
             return match refusal(key, &e) {
                 Some(refused) => Ok(Some(refused)),

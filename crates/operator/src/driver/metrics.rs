@@ -9,7 +9,7 @@
 
 use simplyblock_api::simplyblock_driver::SimplyblockDriverStatus;
 
-use crate::metrics::{Labels, Metrics};
+use crate::runtime::metrics::{Labels, Metrics};
 
 const PREFIX: &str = "simplyblock_simplyblockdriver_";
 const GAUGES: [&str; 3] = [

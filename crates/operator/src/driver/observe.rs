@@ -18,7 +18,7 @@ use super::manifests::{CaSource, every_key};
 use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
 use super::plan::{DriverRef, Observation, Seen, ca_source};
 use super::rbac::{self, Scope};
-use crate::kit::Error;
+use crate::runtime::kit::Error;
 
 /// The dynamic API of `kind` in `namespace` (ignored for a cluster-scoped kind).
 pub fn api(client: &kube::Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {

@@ -2,7 +2,7 @@
 //! from the cluster's own CA and require a client certificate from it
 //! (`SB_TLS_CLIENT_AUTH=required`); the operator verifies them against that CA and
 //! presents a certificate it issues itself from the CA Secret the StorageCluster
-//! controller keeps ([`crate::ca`]).
+//! controller keeps ([`crate::runtime::ca`]).
 //!
 //! The client certificate lives only in the operator's memory: it is never written, so no
 //! reader of Secrets can present it. It is issued again when a third of its life is left
@@ -17,9 +17,9 @@ use kube::Api;
 use simplyblock_certs::{Authority, Pair};
 use simplyblock_controlplane::TlsConfig;
 
-use crate::ca::Stored;
 use crate::cluster::workload::serving;
-use crate::kit::Error;
+use crate::runtime::ca::Stored;
+use crate::runtime::kit::Error;
 
 /// The subject of the operator's client certificate.
 pub const COMMON_NAME: &str = "simplyblock-operator";

@@ -31,8 +31,8 @@ use simplyblock_statemachine::{Machine, StepSnapshot};
 
 use super::machine::{self, Observation, ProvisioningPlan, SlotInputs};
 use super::provisioning::{self, AddWindow, Contender};
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
 const MANAGER: &str = "storagenode-controller";
@@ -72,7 +72,7 @@ pub async fn run(ctx: Arc<Context>) {
         .streams
         .triggers(controller.store(), |n: &StorageNode, change| {
             let uuid = n.status.as_ref().and_then(|s| s.uuid.as_deref());
-            crate::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
+            crate::runtime::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
         });
     let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
@@ -258,11 +258,11 @@ const PHASES: [NodePhase; 8] = [
 
 const PHASE_STATE: &str = "simplyblock_storagenode_phase_state";
 
-fn phase_labels(node: &StorageNode) -> crate::metrics::Labels {
+fn phase_labels(node: &StorageNode) -> crate::runtime::metrics::Labels {
     series_labels(&node.spec.cluster_ref, &node.name_any())
 }
 
-fn series_labels(cluster: &str, node: &str) -> crate::metrics::Labels {
+fn series_labels(cluster: &str, node: &str) -> crate::runtime::metrics::Labels {
     vec![("cluster", cluster.to_owned()), ("node", node.to_owned())]
 }
 
@@ -283,7 +283,7 @@ fn forget_phase_state(ctx: &Context, node: &StorageNode) {
     forget_series(&ctx.metrics, &node.spec.cluster_ref, &node.name_any());
 }
 
-fn forget_series(m: &crate::metrics::Metrics, cluster: &str, node: &str) {
+fn forget_series(m: &crate::runtime::metrics::Metrics, cluster: &str, node: &str) {
     let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
     m.forget_one_hot(
         PHASE_STATE,
@@ -576,7 +576,7 @@ async fn execute(
                 .control_plane()?
                 .add_storage_node(cluster_id, &body)
                 .await;
-            crate::crash::point(crate::crash::NODE_ADD);
+            crate::runtime::crash::point(crate::runtime::crash::NODE_ADD);
             match added {
                 Ok(task) => {
                     ctx.event(
@@ -608,7 +608,7 @@ async fn execute(
             if !record(ctx, node, &found, message).await? {
                 return Ok(Action::requeue(requeue::CONFLICT));
             }
-            crate::crash::point(crate::crash::NODE_RECORDED);
+            crate::runtime::crash::point(crate::runtime::crash::NODE_RECORDED);
             if let Some(created) = &node.metadata.creation_timestamp {
                 let took = jiff::Timestamp::now().duration_since(created.0);
                 ctx.metrics.observe(
@@ -1080,7 +1080,7 @@ mod tests {
 
     #[test]
     fn a_deleted_nodes_series_go_and_its_neighbours_stay() {
-        let m = crate::metrics::Metrics::new();
+        let m = crate::runtime::metrics::Metrics::new();
         let names: Vec<String> = PHASES.iter().map(|p| format!("{p:?}")).collect();
         for n in ["a", "b"] {
             m.one_hot(

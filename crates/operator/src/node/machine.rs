@@ -26,7 +26,7 @@ use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::StorageNode as CpNode;
 
 use super::provisioning::{self, AddWindow, Contender, SlotDecision};
-use crate::context::requeue;
+use crate::runtime::context::requeue;
 
 /// How often Resolving looks at the control plane while the add runs.
 pub const RESOLVE_POLL: Duration = Duration::from_secs(1);

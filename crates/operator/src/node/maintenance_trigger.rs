@@ -22,8 +22,8 @@ use simplyblock_api::names::derived_name;
 use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps};
 
 use super::ops::maintenance;
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagenode-maintenance";

@@ -20,8 +20,8 @@ use simplyblock_api::{StorageCluster, StoragePool};
 use simplyblock_controlplane::Uuid;
 
 use super::class;
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagepool-finalizer";
 const MANAGER: &str = "storagepool-controller";
@@ -72,7 +72,7 @@ pub async fn run(ctx: Arc<Context>) {
         .streams
         .triggers(controller.store(), |p: &StoragePool, change| {
             let uuid = p.status.as_ref().and_then(|s| s.uuid.as_deref());
-            crate::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
+            crate::runtime::streams::status_uuid(uuid).is_some_and(|id| change.touches(id))
         });
     let controller = controller.reconcile_on(woken);
     kit::run(CONTROLLER, controller, reconcile, ctx).await
@@ -183,7 +183,7 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
                     let created = cp
                         .create_pool(cluster_id, &class::create_params(pool))
                         .await;
-                    crate::crash::point(crate::crash::POOL_CREATE);
+                    crate::runtime::crash::point(crate::runtime::crash::POOL_CREATE);
                     let created = created?;
                     ctx.event(
                         pool,
@@ -341,7 +341,7 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     }
     if let Some((cluster_id, uuid)) = on_control_plane {
         let deleted = ctx.control_plane()?.delete_pool(cluster_id, uuid).await;
-        crate::crash::point(crate::crash::POOL_DELETE);
+        crate::runtime::crash::point(crate::runtime::crash::POOL_DELETE);
         match deleted {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}

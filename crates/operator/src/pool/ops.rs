@@ -11,8 +11,8 @@ use serde::Serialize;
 use simplyblock_api::StoragePoolOps;
 use simplyblock_api::common::OpsPhase;
 
-use crate::context::Context;
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::Context;
+use crate::runtime::kit::{self, Error, Guard};
 
 const MANAGER: &str = "storagepoolops-controller";
 

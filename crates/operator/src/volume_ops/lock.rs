@@ -9,7 +9,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use simplyblock_api::keys::ACTIVE_OPS_ANNOTATION;
 
-use crate::kit::Error;
+use crate::runtime::kit::Error;
 
 /// What a holder named on a volume is, as read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The PersistentVolumeOps controller: Migrate moves a volume's NVMe-oF subsystem to
 //! another storage node.
 //!
-//! Built on [`simplyblock_statemachine`] directly rather than the shared [`crate::ops`]
+//! Built on [`simplyblock_statemachine`] directly rather than the shared [`crate::runtime::ops`]
 //! runtime: the kind is cluster-scoped, its lock is an annotation on every volume of the
 //! subsystem rather than a target's `status.activeOpsRef`, and its finalizer cancels a
 //! backend migration and deletes Jobs. The shape is the same: [`observe`] reads,
@@ -45,9 +45,9 @@ use simplyblock_statemachine::{Machine, MultiGraph, State};
 
 use self::lock::{Holder, LockPlan};
 use self::plan::{Backend, Call, Decision, JobState, Observation};
-use crate::context::{Context, requeue};
-use crate::kit::Error;
-use crate::ops::reason;
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::Error;
+use crate::runtime::ops::reason;
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "persistentvolumeops";
@@ -85,7 +85,7 @@ pub async fn run(ctx: Arc<Context>, image: String) {
                 simplyblock_api::keys::MANAGED_BY_PERSISTENT_VOLUME_OPS
             )),
         );
-    crate::kit::run(
+    crate::runtime::kit::run(
         CONTROLLER,
         controller,
         move |op, ctx| {
@@ -702,7 +702,8 @@ async fn execute(
                 }
                 Err(CallError::Retry(why)) => {
                     let failures = ctx.call_failures.failed(&op.uid().unwrap_or_default());
-                    let pause = crate::ops::call_retry(failures, simplyblock_controlplane::draw());
+                    let pause =
+                        crate::runtime::ops::call_retry(failures, simplyblock_controlplane::draw());
                     write_status(
                         ctx,
                         &recorded,
@@ -749,7 +750,7 @@ async fn execute(
             let result = cp
                 .continue_migration(cluster, &nqn, id, &MigrationContinue::default())
                 .await;
-            crate::crash::point(&crate::crash::ops_point(
+            crate::runtime::crash::point(&crate::runtime::crash::ops_point(
                 "PersistentVolumeOps",
                 "Migrate",
                 machine.state().name(),
@@ -782,7 +783,7 @@ fn scale(ctx: &Context) -> f64 {
 }
 
 fn step_entered(machine: &Machine<'_, VolumeOpsStep>) -> Option<Timestamp> {
-    crate::ops::step_entered(machine)
+    crate::runtime::ops::step_entered(machine)
 }
 
 enum CallError {
@@ -880,7 +881,7 @@ async fn call_once(
                     },
                 )
                 .await;
-            crate::crash::point(&crate::crash::ops_point(
+            crate::runtime::crash::point(&crate::runtime::crash::ops_point(
                 "PersistentVolumeOps",
                 "Migrate",
                 step,
@@ -1056,7 +1057,7 @@ async fn cancel_migration(
         Err(e) if e.to_string().contains("not active") => {}
         Err(e) => return Err(e.into()),
     }
-    crate::crash::point(&crate::crash::ops_point(
+    crate::runtime::crash::point(&crate::runtime::crash::ops_point(
         "PersistentVolumeOps",
         "Migrate",
         "Cancel",

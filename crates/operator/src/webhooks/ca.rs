@@ -2,7 +2,7 @@
 //! (and every replica) serves from the same one, valid for a year, and replaced a third of
 //! its life before its end. The caBundle the API server trusts carries the new CA and the
 //! previous one until that expires, so a certificate issued from either verifies while
-//! the change reaches every replica. The keeping and replacing is [`crate::ca`]'s.
+//! the change reaches every replica. The keeping and replacing is [`crate::runtime::ca`]'s.
 
 use std::time::Duration;
 
@@ -10,11 +10,11 @@ use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta};
 
-pub use crate::ca::{Ca, NOT_AFTER};
+pub use crate::runtime::ca::{Ca, NOT_AFTER};
 
 use super::tls::ServingCertificates;
 use super::{Endpoint, register};
-use crate::Error;
+use crate::runtime::error::ServerError as Error;
 
 /// The Secret holding the CA (`ca.crt`, `ca.key`) and the previous CA's certificate
 /// (`previous.crt`).
@@ -22,13 +22,13 @@ pub const SECRET: &str = "simplyblock-operator-webhook-ca";
 /// How long a CA is valid.
 pub const VALIDITY: SignedDuration = SignedDuration::from_hours(365 * 24);
 /// The webhook CA: a CA with less than a third of its life left is replaced.
-pub const POLICY: crate::ca::Policy = crate::ca::Policy {
+pub const POLICY: crate::runtime::ca::Policy = crate::runtime::ca::Policy {
     common_name: "simplyblock-operator-webhook-ca",
     validity: VALIDITY,
     rotate_before: SignedDuration::from_hours(365 * 8),
 };
 
-/// Reads the stored CA, creating or replacing it as [`crate::ca::plan`] says.
+/// Reads the stored CA, creating or replacing it as [`crate::runtime::ca::plan`] says.
 pub async fn ensure(client: &kube::Client, namespace: &str) -> Result<Ca, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let metadata = ObjectMeta {
@@ -36,10 +36,10 @@ pub async fn ensure(client: &kube::Client, namespace: &str) -> Result<Ca, Error>
         namespace: Some(namespace.into()),
         ..ObjectMeta::default()
     };
-    crate::ca::ensure(&api, &metadata, &POLICY)
+    crate::runtime::ca::ensure(&api, &metadata, &POLICY)
         .await
         .map_err(|e| match e {
-            crate::ca::Error::Kube { secret, source } => Error::Kube {
+            crate::runtime::ca::Error::Kube { secret, source } => Error::Kube {
                 what: format!("Secret {secret}"),
                 source,
             },

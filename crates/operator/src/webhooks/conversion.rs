@@ -25,7 +25,7 @@ use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionRe
 use serde_json::json;
 
 use super::{Endpoint, WebhookContext};
-use crate::Error;
+use crate::runtime::error::ServerError as Error;
 
 /// The path the API server posts ConversionReviews to.
 pub const PATH: &str = simplyblock_api::CONVERSION_PATH;

@@ -35,8 +35,8 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::Error;
-use crate::serving::ServerLimits;
+use crate::runtime::error::ServerError as Error;
+use crate::runtime::serving::ServerLimits;
 use tls::ServingCertificates;
 
 /// The path of the ClusterDeploymentConfig webhook.
@@ -54,7 +54,7 @@ pub struct WebhookContext {
     /// of its namespace.
     pub operator_user: String,
     /// Where refusals are counted.
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
 }
 
 impl WebhookContext {
@@ -164,7 +164,7 @@ impl WebhookServer {
 
     pub async fn run(self) {
         let acceptor = TlsAcceptor::from(self.certs.server_config());
-        crate::serving::serve(
+        crate::runtime::serving::serve(
             "webhook server",
             self.listener,
             self.limits,

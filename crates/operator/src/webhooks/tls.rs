@@ -11,7 +11,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use simplyblock_certs::Authority;
 
-use crate::Error;
+use crate::runtime::error::ServerError as Error;
 
 /// The serving certificate in use and the means to replace it.
 pub struct ServingCertificates {

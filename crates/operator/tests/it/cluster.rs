@@ -10,8 +10,8 @@ use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::ClusterPhase;
 use simplyblock_controlplane::{Client, Method};
 use simplyblock_operator::cluster::controller;
-use simplyblock_operator::context::Context;
 use simplyblock_operator::csi_secret;
+use simplyblock_operator::runtime::context::Context;
 
 use crate::support::{Sbsim, namespace, sbsim, until};
 
@@ -353,7 +353,7 @@ async fn a_node_add_that_gave_up_leaves_the_window_with_a_warning() {
 /// deletes it.
 #[tokio::test]
 async fn same_named_clusters_of_two_namespaces_neither_adopt_nor_delete_each_other() {
-    use simplyblock_operator::context::Scope;
+    use simplyblock_operator::runtime::context::Scope;
     let (first, second) = ("names-first", "names-second");
     // An API server of its own: the operator serves every namespace of it.
     let (env, admin) = crate::support::own_api_server_serving_all(first).await;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::{StorageCluster, StorageClusterOps};
 use simplyblock_controlplane::{Method, NodeStatus, StorageNodeAdd};
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 
 use crate::support::{Harness, harness, until};
 

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use simplyblock_api::StorageCluster;
 use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase, ControlPlaneStatus};
 use simplyblock_controlplane::Method;
-use simplyblock_operator::context::Context;
 use simplyblock_operator::controlplane::{controller, manifests};
-use simplyblock_operator::link::Token;
+use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::runtime::link::Token;
 use simplyblock_testenv::standin::{self, StandIn};
 
 use crate::support::{
@@ -528,9 +528,10 @@ async fn the_management_api_trusts_every_storage_node_ca() {
         ])),
         ..Default::default()
     };
-    let node_ca = simplyblock_operator::ca::ensure(&secrets, &metadata, &serving::CA_POLICY)
-        .await
-        .expect("a storage-node CA");
+    let node_ca =
+        simplyblock_operator::runtime::ca::ensure(&secrets, &metadata, &serving::CA_POLICY)
+            .await
+            .expect("a storage-node CA");
     let node_ca = node_ca.authority.cert_pem();
     let trusted = until("the storage-node CA trusted", async || {
         let t = text(
@@ -1097,7 +1098,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
         crate::support::operator_command(&env, sim.server.addr, &token_file, ns)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .env(
-                simplyblock_operator::crash::ENV,
+                simplyblock_operator::runtime::crash::ENV,
                 crash_after.unwrap_or_default(),
             )
             .spawn()
@@ -1116,7 +1117,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
         "ApplyingAPI",
         "AwaitingAPI",
     ] {
-        let point = simplyblock_operator::crash::control_plane_point(step);
+        let point = simplyblock_operator::runtime::crash::control_plane_point(step);
         let mut child = operator(Some(point.clone()), free_port());
         let start = Instant::now();
         let status = loop {

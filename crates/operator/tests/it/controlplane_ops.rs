@@ -465,7 +465,7 @@ async fn a_kill_after_each_call_of_an_operation_repeats_none() {
     let operator = |crash_after: &str| {
         crate::support::operator_command(&env, sim.server.addr, &token_file, ns)
             .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
-            .env(simplyblock_operator::crash::ENV, crash_after)
+            .env(simplyblock_operator::runtime::crash::ENV, crash_after)
             .spawn()
             .expect("the operator starts")
     };
@@ -537,7 +537,8 @@ async fn a_kill_after_each_call_of_an_operation_repeats_none() {
             vec![("APPLY", "foundationdbbackups")],
         ),
     ] {
-        let point = simplyblock_operator::crash::ops_point("ControlPlaneOps", action, step);
+        let point =
+            simplyblock_operator::runtime::crash::ops_point("ControlPlaneOps", action, step);
         let before = (
             requests(&kube, "PATCH").await,
             requests(&kube, "APPLY").await,

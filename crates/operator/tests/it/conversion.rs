@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use simplyblock_api::StoragePool;
-use simplyblock_operator::metrics::Metrics;
+use simplyblock_operator::runtime::metrics::Metrics;
 use simplyblock_operator::webhooks::tls::ServingCertificates;
 use simplyblock_operator::webhooks::{self, Endpoint, WebhookContext, WebhookServer};
 

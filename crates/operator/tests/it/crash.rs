@@ -1,6 +1,6 @@
 //! The operator process killed in the middle of its work, restarted each time.
 //!
-//! - At every kill point ([`simplyblock_operator::crash`]): the process aborts right after
+//! - At every kill point ([`simplyblock_operator::runtime::crash`]): the process aborts right after
 //!   each non-idempotent side effect of a deployment (the cluster create, each node add,
 //!   the activation, the default pool's create) and of each StorageClusterOps action
 //!   (Shutdown, Start, Restart, Expand, RollingRestart, CancelTask), of the single-call
@@ -31,7 +31,7 @@ use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_api::{OperatorOps, StorageCluster, StorageClusterOps, StorageNode, StoragePool};
 use simplyblock_controlplane::{Client, Method};
-use simplyblock_operator::crash;
+use simplyblock_operator::runtime::crash;
 use simplyblock_simulator::{Server, Sim, SimConfig, labels};
 use simplyblock_testenv::TestEnv;
 

@@ -1,5 +1,5 @@
 //! The day-2 operations of a deployed cluster, the operator killed right after each of
-//! their non-idempotent calls ([`simplyblock_operator::crash`]), before the call is on
+//! their non-idempotent calls ([`simplyblock_operator::runtime::crash`]), before the call is on
 //! record:
 //!
 //! - HostMaintenance, opened by a cordon: after each ShuttingDown call (the pods' label,
@@ -33,9 +33,9 @@ use simplyblock_api::storage_node_ops::StorageNodeOps;
 use simplyblock_controlplane::{
     ClusterStatus, DeviceStatus, Method, NodeStatus, Uuid, VolumeCreate,
 };
-use simplyblock_operator::crash;
 use simplyblock_operator::node::maintenance_trigger::window_name;
 use simplyblock_operator::node::ops::maintenance::{MAINTENANCE_LABEL, budget_name};
+use simplyblock_operator::runtime::crash;
 
 use crate::crash::{
     Deployment, SIGABRT, WORKERS, abort_at, calls, deployment_with_spares, exactly, route,

@@ -10,7 +10,7 @@ use simplyblock_api::cluster_deployment_config::{
     ClusterDeploymentConfig, DeploymentPhase, ExpansionStep,
 };
 use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode};
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_operator::{cluster, deployment};
 use simplyblock_simulator::{Server, Sim, SimConfig};
 

@@ -17,8 +17,8 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_api::operator_ops::OperatorOps;
 use simplyblock_controlplane::{Client, ClientConfig, Url};
 use simplyblock_discovery::configmap;
-use simplyblock_operator::context::Context;
 use simplyblock_operator::deployment::discovery::{self, ProbeSettings};
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs};
 
 const NS: &str = "discover";

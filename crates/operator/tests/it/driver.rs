@@ -24,7 +24,6 @@ use simplyblock_api::keys::{APPLIED_DIGEST_ANNOTATION, MANAGED_BY_LABEL};
 use simplyblock_api::simplyblock_driver::{
     DriverPhase, Origin, SimplyblockDriverStatus, SnapshotSupport,
 };
-use simplyblock_operator::context::Context;
 use simplyblock_operator::driver::adoption::{
     HELM_ANNOTATIONS, HELM_LABELS, RESOURCE_POLICY_ANNOTATION, RESOURCE_POLICY_KEEP,
 };
@@ -37,6 +36,7 @@ use simplyblock_operator::driver::names::{
 use simplyblock_operator::driver::objects::{Kind, ObjectKey};
 use simplyblock_operator::driver::observe;
 use simplyblock_operator::driver::rbac::{self, Scope};
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_operator::webhooks;
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::{READY_ANNOTATION, StandIn};
@@ -1038,13 +1038,13 @@ async fn an_install_cut_short_by_a_crash_completes_without_duplicates() {
         )
         .arg("--metrics-addr=off")
         .env("SIMPLYBLOCK_OPERATOR_IMAGE", OPERATOR_IMAGE)
-        .env(simplyblock_operator::crash::ENV, crash)
+        .env(simplyblock_operator::runtime::crash::ENV, crash)
         .spawn()
         .expect("the operator starts")
     };
     c.create(&c.ns, DRIVER, json!({})).await.expect("driver");
 
-    let mut armed = operator(simplyblock_operator::crash::DRIVER_APPLY);
+    let mut armed = operator(simplyblock_operator::runtime::crash::DRIVER_APPLY);
     let ended = until("the operator to abort after its first apply", async || {
         armed.try_wait().expect("the operator process")
     })

@@ -17,7 +17,7 @@ use simplyblock_api::keys::{
 };
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_operator::cluster::workload;
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 
 use crate::support;
 
@@ -225,9 +225,13 @@ async fn each_storage_node_gets_its_own_workers_certificate_and_nothing_else_get
         name: Some(workload::serving::ca_secret_name("sb")),
         ..Default::default()
     };
-    let ca = simplyblock_operator::ca::ensure(&secrets, &ca_meta, &workload::serving::CA_POLICY)
-        .await
-        .expect("the cluster's CA");
+    let ca = simplyblock_operator::runtime::ca::ensure(
+        &secrets,
+        &ca_meta,
+        &workload::serving::CA_POLICY,
+    )
+    .await
+    .expect("the cluster's CA");
     let nodes: Api<Node> = Api::all(admin.clone());
     for (worker, labels) in [
         (

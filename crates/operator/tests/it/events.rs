@@ -6,7 +6,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use simplyblock_operator::events::Publisher;
+use simplyblock_operator::runtime::events::Publisher;
 
 const NS: &str = "events-test";
 

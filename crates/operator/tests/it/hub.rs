@@ -2,10 +2,10 @@
 //! managed cluster (only AppliedManifestWork served) is not a hub, an API server with the
 //! OCM ManifestWork CRD is.
 
-use simplyblock_operator::context::Shutdown;
 use simplyblock_operator::dr::hub::{
     MANIFESTWORKS, WORK_GROUP_VERSION, serves_manifestworks, until_hub_polling,
 };
+use simplyblock_operator::runtime::context::Shutdown;
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::minimal_crd;
 
@@ -88,7 +88,7 @@ async fn the_hub_controllers_start_once_manifestworks_are_served() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use simplyblock_operator::context::Context;
+    use simplyblock_operator::runtime::context::Context;
     use simplyblock_testenv::ocm;
 
     use crate::support::{cp_client, until};

@@ -6,7 +6,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use simplyblock_api::storage_cluster_ops::{ClusterAction, StorageClusterOpsSpec};
 use simplyblock_api::{StorageCluster, StorageClusterOps};
-use simplyblock_operator::ops::runtime::{acquire, release};
+use simplyblock_operator::runtime::ops::runtime::{acquire, release};
 
 const NS: &str = "lock";
 

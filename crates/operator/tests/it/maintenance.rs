@@ -17,9 +17,9 @@ use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
     Client, ClusterCreate, ClusterStatus, NodeStatus, StorageNodeAdd, Uuid,
 };
-use simplyblock_operator::context::Context;
 use simplyblock_operator::node::maintenance_trigger::window_name;
 use simplyblock_operator::node::ops::maintenance::{MAINTENANCE_LABEL, budget_name};
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
 
 use crate::support::{self, PATIENCE, TOKEN, until, until_explained};

@@ -348,7 +348,7 @@ async fn deleting_a_storage_node_drains_it_through_a_remove_operation() {
 async fn a_deleted_removal_stops_the_moves_it_started_and_deletes_them() {
     let f = Fleet::bare("snops-cascade").await;
     // Budgets cut to a ten-thousandth: MigratingVolumes gives up after about 9 s.
-    let ctx = simplyblock_operator::context::Context::new(
+    let ctx = simplyblock_operator::runtime::context::Context::new(
         crate::support::operator_kube().await,
         f.h.cp.clone(),
         f.h.sim.endpoint.clone(),

@@ -17,7 +17,7 @@ use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::{StorageClusterOps, StorageNode};
 use simplyblock_controlplane::{Client, Method};
 use simplyblock_operator::cluster::workload::ENROLLMENT_LABEL;
-use simplyblock_operator::context::Context;
+use simplyblock_operator::runtime::context::Context;
 use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
 

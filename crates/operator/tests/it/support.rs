@@ -15,8 +15,8 @@ use simplyblock_controlplane::{
     Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, StorageNodeAdd, Url,
     Uuid,
 };
-use simplyblock_operator::context::Context;
-use simplyblock_operator::metrics::Metrics;
+use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::runtime::metrics::Metrics;
 use simplyblock_operator::webhooks::{
     self, Endpoint, WebhookContext, WebhookServer, tls::ServingCertificates,
 };
@@ -161,7 +161,7 @@ pub async fn own_api_server(ns: &str) -> (TestEnv, kube::Client) {
 /// [`own_api_server`] with the chart installed to serve every namespace
 /// (`operator.watchAllNamespaces`): for an operator run with [`Scope::all`].
 ///
-/// [`Scope::all`]: simplyblock_operator::context::Scope::all
+/// [`Scope::all`]: simplyblock_operator::runtime::context::Scope::all
 pub async fn own_api_server_serving_all(ns: &str) -> (TestEnv, kube::Client) {
     let env = TestEnv::start().await.expect("API server");
     own_api_server_with(env, ns, &[("operator.watchAllNamespaces", "true")]).await

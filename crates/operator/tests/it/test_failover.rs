@@ -18,8 +18,8 @@ use simplyblock_controlplane::{
     Client, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, ReplicationPolicyCreate,
     ReplicationStart, ReplicationTargetCreate, StorageNodeAdd, Uuid, VolumeCreate,
 };
-use simplyblock_operator::context::{Context, Shutdown};
 use simplyblock_operator::dr::bubble::{member_object_name, object_name};
+use simplyblock_operator::runtime::context::{Context, Shutdown};
 use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::ocm;
 
@@ -584,7 +584,7 @@ async fn a_drill_killed_right_after_its_clone_makes_no_second_clone() {
     let point = simplyblock_operator::dr::test_failover::clone_point();
     let mut child = crate::support::operator_command(&d.env, d.sim.server.addr, &d.token_file, NS)
         .arg("--metrics-addr=127.0.0.1:0")
-        .env(simplyblock_operator::crash::ENV, &point)
+        .env(simplyblock_operator::runtime::crash::ENV, &point)
         .spawn()
         .expect("the operator starts");
     let status = until(&format!("the operator aborted at {point}"), async || {

@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
-use simplyblock_operator::serving::ServerLimits;
+use simplyblock_operator::runtime::serving::ServerLimits;
 use simplyblock_operator::webhooks::WebhookServer;
 use tokio::net::TcpStream;
 

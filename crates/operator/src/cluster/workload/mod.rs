@@ -39,8 +39,8 @@ pub use names::{
 };
 use serving::{Decision, Recorded};
 
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error};
 
 const MANAGER: &str = "storagenode-workload";
 
@@ -310,7 +310,7 @@ fn with_default_pull_secrets(
 }
 
 /// Makes sure the serving Secret holds a current certificate from the cluster's CA (kept
-/// by [`crate::ca`]); returns the Secret's resourceVersion. A new certificate is written
+/// by [`crate::runtime::ca`]); returns the Secret's resourceVersion. A new certificate is written
 /// with the resourceVersion read, so a concurrent issuer's certificate is never
 /// overwritten by a second one.
 async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<String, Error> {
@@ -318,7 +318,7 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     let name = cluster.name_any();
     let api: Api<Secret> = Api::namespaced(ctx.kube.clone(), &ns);
     let ca_secret = serving::secret_metadata(cluster, &serving::ca_secret_name(&name));
-    let ca = crate::ca::ensure(&api, &ca_secret, &serving::CA_POLICY).await?;
+    let ca = crate::runtime::ca::ensure(&api, &ca_secret, &serving::CA_POLICY).await?;
     let secret_name = serving::tls_secret_name(&name);
     let current = api.get_opt(&secret_name).await?;
     let recorded = current.as_ref().map(Recorded::from_secret);
@@ -339,7 +339,7 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
         .authority
         .peer_until(SERVICE_NAME, &dns, not_after.as_second())?;
     let secret = serving::tls_secret(cluster, issued, &bundle, not_after, &names);
-    let written = crate::ca::create_or_swap(&api, current.as_ref(), secret)
+    let written = crate::runtime::ca::create_or_swap(&api, current.as_ref(), secret)
         .await?
         .ok_or_else(|| Error::Stale(format!("Secret {secret_name}")))?;
     tracing::info!(cluster = %name, secret = %secret_name, reason, not_after = %not_after, "issued the storage-node serving certificate");

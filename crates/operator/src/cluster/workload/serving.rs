@@ -1,5 +1,5 @@
 //! The storage-node API's serving certificate: a CA per cluster, kept in a Secret of its
-//! own by [`crate::ca`] (so that it survives operator restarts, and is replaced before its
+//! own by [`crate::runtime::ca`] (so that it survives operator restarts, and is replaced before its
 //! end with the previous one still trusted), and a serving certificate issued from it for
 //! every name the control plane reaches a node by.
 //!
@@ -21,7 +21,7 @@ use super::names::{CLUSTER_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME};
 /// The cluster's CA: valid ten years and replaced with a third of its life left, so a
 /// serving certificate (a year) never outlives the CA it chains to, and one issued just
 /// before the replacement still verifies against the previous CA, trusted until its end.
-pub const CA_POLICY: crate::ca::Policy = crate::ca::Policy {
+pub const CA_POLICY: crate::runtime::ca::Policy = crate::runtime::ca::Policy {
     // A stored CA is reloaded under its common name, so it never changes.
     common_name: "simplyblock-storage-node-ca",
     validity: SignedDuration::from_hours(10 * 365 * 24),

@@ -32,8 +32,8 @@ use simplyblock_api::keys::STORAGE_NODE_SIGNER;
 pub use super::names::account;
 use super::names::{ENROLLMENT_LABEL, NAMESPACE_LABEL, SERVICE_NAME};
 use super::serving;
-use crate::context::Context;
-use crate::kit::{self, Error};
+use crate::runtime::context::Context;
+use crate::runtime::kit::{self, Error};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagenode-certificates";
@@ -250,7 +250,7 @@ pub async fn reconcile(
             else {
                 return Ok(Action::requeue(CA_WAIT));
             };
-            let stored = crate::ca::Stored::from_secret(&secret)
+            let stored = crate::runtime::ca::Stored::from_secret(&secret)
                 .map_err(|why| Error::Held(format!("Secret {ns}/{ca_secret}: {why}")))?;
             let authority = simplyblock_certs::Authority::from_pair(
                 serving::CA_POLICY.common_name,

@@ -51,8 +51,8 @@ use simplyblock_statemachine::{MultiGraph, State};
 use self::plan::{Call, Decision, GenerationSeen, GroupSource, Observation, View};
 use super::bubble;
 use super::site_deployment::{managed_cluster_view_resource, manifest_work_resource};
-use crate::context::{Context, requeue};
-use crate::kit::{self, Error, Guard};
+use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{self, Error, Guard};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "testfailover";
@@ -99,9 +99,9 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 /// The kill point right after a clone is made, before a pass has seen it
-/// ([`crate::crash`]).
+/// ([`crate::runtime::crash`]).
 pub fn clone_point() -> String {
-    crate::crash::ops_point("TestFailover", "Drill", FailoverStep::Cloning.name())
+    crate::runtime::crash::ops_point("TestFailover", "Drill", FailoverStep::Cloning.name())
 }
 
 fn drill_of(o: &DynamicObject) -> Option<ObjectRef<TestFailover>> {
@@ -681,7 +681,7 @@ async fn execute(drill: &TestFailover, ctx: &Context, call: Call) -> Result<(), 
                 .await
             {
                 Ok(_) => {
-                    crate::crash::point(&clone_point());
+                    crate::runtime::crash::point(&clone_point());
                     Ok(())
                 }
                 Err(e) if e.status() == Some(409) => Ok(()),

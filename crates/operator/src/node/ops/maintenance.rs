@@ -32,8 +32,8 @@ use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps}
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
 use super::{advance, wait};
-use crate::context::Context;
-use crate::ops::{self, Noted, Plan};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Noted, Plan};
 
 /// Label on the pods a window protects: the worker (a label value of its name).
 pub const MAINTENANCE_LABEL: &str = "storage.simplyblock.io/maintenance";

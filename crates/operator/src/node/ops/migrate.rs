@@ -28,8 +28,8 @@ use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
 use super::{advance, wait};
 use crate::cluster::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};
-use crate::context::Context;
-use crate::ops::{self, Noted, Plan};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Noted, Plan};
 
 /// What Migrate reads beside the node.
 #[derive(Clone, Debug, Default)]

@@ -2,7 +2,7 @@
 //! over the control plane's view of the node and at most one guarded call.
 //!
 //! The phase machine, the node lock (`StorageNode.status.activeOpsRef`), queueing, abort,
-//! deadlines and the standard events are the shared [`crate::ops`] runtime; this file is
+//! deadlines and the standard events are the shared [`crate::runtime::ops`] runtime; this file is
 //! what the steps observe ([`observe`]), decide ([`plan`], pure) and call.
 //!
 //! | action | steps | call, skipped when | done when |
@@ -35,8 +35,8 @@ use simplyblock_controlplane::{
 };
 use simplyblock_statemachine::{Machine, MultiGraph};
 
-use crate::context::Context;
-use crate::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub mod maintenance;
 pub mod migrate;

@@ -46,8 +46,8 @@ use simplyblock_controlplane::{Uuid, Volume};
 use simplyblock_statemachine::Machine;
 
 use super::{advance, succeed, system_filter, wait};
-use crate::context::Context;
-use crate::ops::{self, Note, Noted, Plan};
+use crate::runtime::context::Context;
+use crate::runtime::ops::{self, Note, Noted, Plan};
 
 /// A claim with this annotation is pinned to its storage node: its volume cannot move.
 pub const PIN_ANNOTATION: &str = "storage.simplyblock.io/selected-storage-node";

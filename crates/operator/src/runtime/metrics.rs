@@ -1,19 +1,19 @@
-//! The operator's metrics: one registry per operator (owned by its [`crate::context::Context`]),
+//! The operator's metrics: one registry per operator (owned by its [`crate::runtime::context::Context`]),
 //! rendered in the OpenMetrics text format by [`Metrics::render`] at `/metrics`.
 //!
 //! Families are registered the first time they are written, with the type they are written
 //! as: a counter (`_total` added by the encoder), a gauge (which may end in `_count`), or
 //! a histogram of seconds. Two operators in one process (the tests) share nothing.
 //!
-//! Every controller run by [`crate::kit`] has:
+//! Every controller run by [`crate::runtime::kit`] has:
 //!
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `simplyblock_reconcile_total` | counter | `controller, result` (`success`, `error`) |
-//! | `simplyblock_reconcile_errors_total` | counter | `controller, kind` ([`crate::kit::Error::kind`]) |
+//! | `simplyblock_reconcile_errors_total` | counter | `controller, kind` ([`crate::runtime::kit::Error::kind`]) |
 //! | `simplyblock_reconcile_duration_seconds` | histogram | `controller` |
 //!
-//! The Ops kinds add theirs ([`crate::ops::metrics`]), and so do the entities.
+//! The Ops kinds add theirs ([`crate::runtime::ops::metrics`]), and so do the entities.
 //!
 //! A series keyed by an object's name goes with the object: its controller forgets it
 //! when it sees the deletion ([`Metrics::forget_one_hot`]), or, for a kind without a

@@ -3,8 +3,8 @@
 //! source), or, pinned, through one fixed client (the integration tests' in-process
 //! harnesses, the benchmark).
 //!
-//! A controller asks [`crate::context::Context::control_plane`] for the client; while the
-//! control plane is missing, Installing or Unavailable it gets [`crate::kit::Error::Held`]
+//! A controller asks [`crate::runtime::context::Context::control_plane`] for the client; while the
+//! control plane is missing, Installing or Unavailable it gets [`crate::runtime::kit::Error::Held`]
 //! with the reason instead, and its pass ends to be tried again. Degraded proceeds. When
 //! the control plane starts serving (or moves), [`Link::changes`] wakes every controller
 //! at once rather than after its retry interval.

@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
-use crate::context::Context;
+use crate::runtime::context::Context;
 
 pub use runtime::{Error, controller, reconcile, run};
 

@@ -20,12 +20,12 @@ use super::{
     Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, Steps, abort_check, gate,
     queue_ahead, reason, running,
 };
-use crate::context::{Context, requeue};
+use crate::runtime::context::{Context, requeue};
 
 /// The lock field on every target's status.
 pub const LOCK_FIELD: &str = "activeOpsRef";
 
-pub use crate::kit::Error;
+pub use crate::runtime::kit::Error;
 
 /// The controller of Ops kind `K`: a change of a target (its lock released, its status
 /// moved) wakes every operation on it. A kind adds its own watches before [`run`].
@@ -60,7 +60,7 @@ pub async fn run<K: OpsResource, S: Steps<K>>(
     ctx: Arc<Context>,
 ) {
     let steps = Arc::new(steps);
-    crate::kit::run(
+    crate::runtime::kit::run(
         name,
         controller,
         move |op, ctx| {
@@ -82,10 +82,10 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
     if !K::LOCKS_TARGET && op.ops_status().phase.is_terminal() {
         // Without a lock, the finalizer only guards the Aborted record of an unfinished
         // operation: it goes with the operation's end.
-        crate::kit::remove_finalizer(&ctx.kube, &*op, K::FINALIZER).await?;
+        crate::runtime::kit::remove_finalizer(&ctx.kube, &*op, K::FINALIZER).await?;
         return Ok(Action::await_change());
     }
-    crate::kit::finalized(
+    crate::runtime::kit::finalized(
         &ctx.kube,
         K::FINALIZER,
         op,
@@ -510,9 +510,9 @@ async fn drive<K: OpsResource, S: Steps<K>>(
     }
 }
 
-/// The kill point of a call decided in `step` (see [`crate::crash`]).
+/// The kill point of a call decided in `step` (see [`crate::runtime::crash`]).
 fn crash_point<K: OpsResource>(op: &K, step: &str) {
-    crate::crash::point(&crate::crash::ops_point(
+    crate::runtime::crash::point(&crate::runtime::crash::ops_point(
         &K::kind(&()),
         op.action_name(),
         step,

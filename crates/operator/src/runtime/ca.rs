@@ -180,12 +180,14 @@ pub enum Error {
     Contended { secret: String },
 }
 
-impl From<Error> for crate::kit::Error {
-    fn from(e: Error) -> crate::kit::Error {
+impl From<Error> for crate::runtime::kit::Error {
+    fn from(e: Error) -> crate::runtime::kit::Error {
         match e {
-            Error::Kube { source, .. } => crate::kit::Error::Kube(source),
-            Error::Contended { secret } => crate::kit::Error::Stale(format!("Secret {secret}")),
-            other => crate::kit::Error::Certificate(other.to_string()),
+            Error::Kube { source, .. } => crate::runtime::kit::Error::Kube(source),
+            Error::Contended { secret } => {
+                crate::runtime::kit::Error::Stale(format!("Secret {secret}"))
+            }
+            other => crate::runtime::kit::Error::Certificate(other.to_string()),
         }
     }
 }

@@ -15,34 +15,34 @@ pub struct Context {
     pub kube: kube::Client,
     /// How the controllers reach the control plane ([`Context::control_plane`]): published
     /// by the ControlPlane controller, or pinned.
-    pub link: crate::link::Link,
+    pub link: crate::runtime::link::Link,
     /// How the ControlPlane controller builds its clients: the token it sends and the
     /// proxy it dials through.
-    pub access: crate::link::Access,
+    pub access: crate::runtime::link::Access,
     /// The operator's namespace, where the CSI secret lives.
     pub namespace: String,
-    pub events: crate::events::Publisher,
+    pub events: crate::runtime::events::Publisher,
     /// Where workers' storage-node APIs are reached.
     pub snode: SnodeSettings,
     /// Multiplies every Ops step deadline (1: the declared ones, 30 minutes for a cluster
     /// shutdown). Tests set it below 1 to see a deadline pass within seconds
     /// ([`Context::with_step_deadline_scale`]); it is read when a controller starts.
     pub step_deadline_scale: f64,
-    /// The operator's metrics ([`crate::metrics`]).
-    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The operator's metrics ([`crate::runtime::metrics`]).
+    pub metrics: Arc<crate::runtime::metrics::Metrics>,
     /// The namespaces the controllers watch.
     pub scope: Scope,
     /// Fired when the operator stops: the controllers finish the passes in flight and end.
     pub shutdown: Shutdown,
     /// The control plane's event streams: the informer the controllers read through, and
-    /// what wakes them ([`crate::streams`]).
-    pub streams: Arc<crate::streams::Streams>,
+    /// what wakes them ([`crate::runtime::streams`]).
+    pub streams: Arc<crate::runtime::streams::Streams>,
     /// The first wait before discovery is asked again whether this API server is an OCM
     /// hub ([`crate::dr::hub::FIRST_RETRY`]); tests shorten it.
     pub hub_first_retry: Duration,
     /// The failed calls in a row of each running operation: how long the next retry
-    /// waits ([`crate::ops::call_retry`]).
-    pub call_failures: Arc<crate::ops::CallFailures>,
+    /// waits ([`crate::runtime::ops::call_retry`]).
+    pub call_failures: Arc<crate::runtime::ops::CallFailures>,
     /// The operator's own pull secrets (the chart's `imagePullSecrets`): what the
     /// workloads it renders pull with when their objects name none.
     pub image_pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
@@ -114,9 +114,13 @@ impl SnodeSettings {
     /// address the control plane is given in a node add, where `namespace` is the
     /// cluster's (its storage-node Service's). A worker name that is not a Node's name is
     /// refused before it becomes part of a host name.
-    pub fn address(&self, worker: &str, namespace: &str) -> Result<String, crate::kit::Error> {
+    pub fn address(
+        &self,
+        worker: &str,
+        namespace: &str,
+    ) -> Result<String, crate::runtime::kit::Error> {
         if !simplyblock_api::names::is_dns_subdomain(worker) {
-            return Err(crate::kit::Error::Invalid(format!(
+            return Err(crate::runtime::kit::Error::Invalid(format!(
                 "worker {worker:?} is not a Node name (a DNS-1123 subdomain); no request is sent to it: correct spec.workerNode"
             )));
         }
@@ -138,30 +142,34 @@ impl Context {
         cp_endpoint: String,
         namespace: String,
     ) -> Context {
-        let reach = crate::link::Reach {
+        let reach = crate::runtime::link::Reach {
             client: cp,
             endpoint: cp_endpoint,
             trust: None,
         };
-        Context::with_link(kube, crate::link::Link::pinned(reach), namespace)
+        Context::with_link(kube, crate::runtime::link::Link::pinned(reach), namespace)
     }
 
     /// Controllers that reach the control plane the ControlPlane controller publishes
     /// (the operator process).
     pub fn resolving(kube: kube::Client, namespace: String) -> Context {
-        Context::with_link(kube, crate::link::Link::published(), namespace)
+        Context::with_link(kube, crate::runtime::link::Link::published(), namespace)
     }
 
-    fn with_link(kube: kube::Client, link: crate::link::Link, namespace: String) -> Context {
+    fn with_link(
+        kube: kube::Client,
+        link: crate::runtime::link::Link,
+        namespace: String,
+    ) -> Context {
         Context {
-            events: crate::events::Publisher::new(
+            events: crate::runtime::events::Publisher::new(
                 kube.clone(),
                 "simplyblock-operator",
                 std::env::var("POD_NAME").ok(),
             ),
             kube,
             link,
-            access: crate::link::Access::default(),
+            access: crate::runtime::link::Access::default(),
             snode: SnodeSettings {
                 port: 5000,
                 certificates: Arc::default(),
@@ -234,31 +242,33 @@ impl Context {
     }
 
     /// Send `token` to a local control plane (and a managed one without credentials).
-    pub fn with_control_plane_token(mut self, token: crate::link::Token) -> Context {
+    pub fn with_control_plane_token(mut self, token: crate::runtime::link::Token) -> Context {
         self.access.token = token;
         self
     }
 
     /// The one audience the operator's own token may name to be sent to a managed control
-    /// plane without credentials (see [`crate::link::audience_refusal`]).
+    /// plane without credentials (see [`crate::runtime::link::audience_refusal`]).
     pub fn with_control_plane_audience(mut self, audience: impl Into<String>) -> Context {
         self.access.audience = audience.into();
         self
     }
 
-    /// Reach the control plane through `proxy` (see [`crate::link::Access::proxy`]).
+    /// Reach the control plane through `proxy` (see [`crate::runtime::link::Access::proxy`]).
     pub fn with_control_plane_proxy(mut self, proxy: std::net::SocketAddr) -> Context {
         self.access.proxy = Some(proxy);
         self
     }
 
-    /// The control plane's client; [`crate::kit::Error::Held`] with the reason while it
+    /// The control plane's client; [`crate::runtime::kit::Error::Held`] with the reason while it
     /// is missing, Installing or Unavailable.
-    pub fn control_plane(&self) -> Result<simplyblock_controlplane::Client, crate::kit::Error> {
+    pub fn control_plane(
+        &self,
+    ) -> Result<simplyblock_controlplane::Client, crate::runtime::kit::Error> {
         self.link
             .reach()
             .map(|r| r.client)
-            .map_err(crate::kit::Error::Held)
+            .map_err(crate::runtime::kit::Error::Held)
     }
 
     /// The informer with `scope` followed (its stream opened by the first pass that asks);
@@ -266,17 +276,17 @@ impl Context {
     pub fn follow(
         &self,
         scope: simplyblock_controlplane::Scope,
-    ) -> Result<simplyblock_controlplane::Informer, crate::kit::Error> {
+    ) -> Result<simplyblock_controlplane::Informer, crate::runtime::kit::Error> {
         Ok(self.streams.follow(self.control_plane()?, scope))
     }
 
     /// The control plane's `status.endpoint`, as the CSI driver reaches it; held like
     /// [`Context::control_plane`].
-    pub fn control_plane_endpoint(&self) -> Result<String, crate::kit::Error> {
+    pub fn control_plane_endpoint(&self) -> Result<String, crate::runtime::kit::Error> {
         self.link
             .reach()
             .map(|r| r.endpoint)
-            .map_err(crate::kit::Error::Held)
+            .map_err(crate::runtime::kit::Error::Held)
     }
 
     /// Publishes an event on `object`; a failure to publish is logged, never fatal.

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use simplyblock_api::common::OpsPhase;
 
 use super::OpsResource;
-pub use crate::metrics::{Labels, Metrics};
+pub use crate::runtime::metrics::{Labels, Metrics};
 
 fn seconds_since(t: Timestamp) -> f64 {
     Timestamp::now().duration_since(t).as_secs_f64().max(0.0)

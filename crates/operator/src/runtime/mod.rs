@@ -1,0 +1,18 @@
+//! The machinery every domain's controllers run on, apart from the domains: the context
+//! and scope of a running operator, the controller kit and its one error, the `*Ops`
+//! runtime, metrics, events, the control-plane streams and links, the serving and CA
+//! certificates, and the kill points of the crash tests.
+//!
+//! Nothing here imports a domain module (`cluster`, `node`, …): the domains sit above.
+
+pub mod ca;
+pub mod context;
+pub mod crash;
+pub mod error;
+pub mod events;
+pub mod kit;
+pub mod link;
+pub mod metrics;
+pub mod ops;
+pub mod serving;
+pub mod streams;
