@@ -606,7 +606,7 @@ async fn day_one(
 ) -> anyhow::Result<volume::Served> {
     step("the operator gives the Online cluster its default pool and a StorageClass for it");
     let pools: Api<StoragePool> = Api::namespaced(client.clone(), NAMESPACE);
-    let pool_name = simplyblock_operator::pool::controller::default_pool_name(cluster);
+    let pool_name = simplyblock_operator::pool::class::default_pool_name(cluster);
     let class = wait_for("the default pool", Duration::from_secs(60), async || {
         let s = pools.get(&pool_name).await.ok()?.status?;
         (s.phase == PoolPhase::Ready)

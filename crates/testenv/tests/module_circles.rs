@@ -225,13 +225,6 @@ impl Graph {
         Some(file)
     }
 
-    /// The file of the longest prefix of `path` that is a module of its own.
-    fn file_of(&self, path: &[String]) -> Option<String> {
-        (0..=path.len())
-            .rev()
-            .find_map(|n| self.files.get(&path[..n]).cloned())
-    }
-
     /// The strongly connected components of more than one file (Tarjan's algorithm).
     fn circles(&self) -> Vec<Vec<String>> {
         struct Walk<'g> {

@@ -14,8 +14,9 @@ pub const WORK_GROUP_VERSION: &str = "work.open-cluster-management.io/v1";
 /// The resource only a hub serves.
 pub const MANIFESTWORKS: &str = "manifestworks";
 
-/// The first wait before discovery is asked again when the hub API is not served.
-pub const FIRST_RETRY: Duration = Duration::from_secs(60);
+/// The first wait before discovery is asked again when the hub API is not served (the
+/// context's default, which tests shorten).
+pub use crate::runtime::context::HUB_FIRST_RETRY as FIRST_RETRY;
 /// The longest wait between two discovery checks.
 pub const LONGEST_RETRY: Duration = Duration::from_secs(10 * 60);
 

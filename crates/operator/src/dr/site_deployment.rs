@@ -401,7 +401,7 @@ pub fn read_cluster(name: &str, object: Option<&Value>) -> SiteStorageCluster {
     let string = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
     let pool = object
         .and_then(|o| string(&o["metadata"]["annotations"][DEFAULT_POOL_ANNOTATION]))
-        .unwrap_or_else(|| crate::pool::controller::default_pool_name(name));
+        .unwrap_or_else(|| crate::pool::class::default_pool_name(name));
     SiteStorageCluster {
         name: name.to_owned(),
         uuid: object.and_then(|o| string(&o["status"]["uuid"])),

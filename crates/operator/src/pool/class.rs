@@ -16,6 +16,14 @@ pub const LABEL_NAMESPACE: &str = keys::NAMESPACE_LABEL;
 pub const LABEL_CLUSTER: &str = keys::CLUSTER_LABEL;
 pub const LABEL_POOL: &str = keys::POOL_LABEL;
 pub const LABEL_MANAGED_BY: &str = keys::MANAGED_BY_LABEL;
+/// The name of the pool the operator creates for every new cluster.
+pub fn default_pool_name(cluster: &str) -> String {
+    simplyblock_api::names::derived_name(
+        &[cluster, "default"],
+        simplyblock_api::names::MAX_LABEL_VALUE,
+    )
+}
+
 /// The managed-by value of the classes this controller writes (and may delete).
 pub const MANAGED_BY: &str = keys::MANAGED_BY_STORAGE_POOL;
 /// A class name a person types and reads in `kubectl get sc`: at most 63 characters.
@@ -27,7 +35,7 @@ const MAX_CLASS_NAME: usize = 63;
 /// pools are not), `simplyblock-<namespace>-<cluster>-<pool>`. Both are cut and hashed
 /// past 63 characters.
 pub fn storage_class_names(namespace: &str, cluster: &str, pool: &str) -> [String; 2] {
-    let short = if pool == super::controller::default_pool_name(cluster) {
+    let short = if pool == default_pool_name(cluster) {
         cluster
     } else {
         pool
@@ -253,7 +261,7 @@ mod tests {
             storage_class_names("storage", "prod", "fast"),
             ["simplyblock-fast", "simplyblock-storage-prod-fast"]
         );
-        let default_pool = crate::pool::controller::default_pool_name("prod");
+        let default_pool = default_pool_name("prod");
         assert_eq!(
             storage_class_names("storage", "prod", &default_pool)[0],
             "simplyblock-prod"
@@ -275,7 +283,7 @@ mod tests {
         // Discovery names the cluster after its run (initial-discovery on a first
         // install); its default pool's class is the one the README and the demo use.
         let cluster = "initial-discovery";
-        let pool = crate::pool::controller::default_pool_name(cluster);
+        let pool = default_pool_name(cluster);
         let [class, _] = storage_class_names("simplyblock", cluster, &pool);
         assert_eq!(class, "simplyblock-initial-discovery");
         assert!(class.len() < 30, "{class}");

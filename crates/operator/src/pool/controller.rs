@@ -362,14 +362,6 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-/// The name of the pool the operator creates for every new cluster.
-pub fn default_pool_name(cluster: &str) -> String {
-    simplyblock_api::names::derived_name(
-        &[cluster, "default"],
-        simplyblock_api::names::MAX_LABEL_VALUE,
-    )
-}
-
 /// The annotation on a StorageCluster naming the default pool the operator created for
 /// it; once there, the pool is never created again (a person may have deleted it).
 pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
@@ -385,7 +377,7 @@ pub async fn ensure_default_pool(
         return Ok(());
     }
     let ns = cluster.namespace().unwrap_or_default();
-    let name = default_pool_name(&cluster.name_any());
+    let name = super::class::default_pool_name(&cluster.name_any());
     let pools: Api<StoragePool> = Api::namespaced(ctx.kube.clone(), &ns);
     if pools.get_opt(&name).await?.is_none() {
         let mut pool = StoragePool::new(

@@ -1,5 +1,5 @@
 //! The reading half of preflight: the node's /sys and /proc, the image registries and the
-//! Kubernetes API, read into an [`Observation`]. It decides nothing; [`super::assess`] does.
+//! Kubernetes API, read into an [`Observation`]. It decides nothing; [`super::assess::assess`] does.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use k8s_openapi::api::storage::v1::StorageClass as KubeStorageClass;
 use kube::api::{Api, ListParams};
 use kube::discovery::Discovery;
 
-use super::{
+use super::observation::{
     CERT_MANAGER, ClusterObservation, FOUNDATIONDB, Hugepages, NodeObservation, Observation,
     Options, Reach, Registry, SNAPSHOTS, Seen, ServedApis, StorageClass, Unseen, Workload,
     is_snapshot_controller,

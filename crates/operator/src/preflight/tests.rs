@@ -1,6 +1,7 @@
 //! Preflight's findings over observations, without a node or an API server.
 
 use super::*;
+use crate::preflight::{NodeRoots, observe_node};
 
 /// A node with everything: modules, 4096 pages of 2 MiB, a 6.8 kernel.
 fn good_node() -> NodeObservation {

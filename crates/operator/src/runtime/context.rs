@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use kube::Resource;
 
+/// The first wait before the disaster-recovery controllers ask again whether this API
+/// server is an Open Cluster Management hub.
+pub const HUB_FIRST_RETRY: Duration = Duration::from_secs(60);
+
 /// Shared by the controllers of one operator process.
 pub struct Context {
     pub kube: kube::Client,
@@ -38,7 +42,7 @@ pub struct Context {
     /// what wakes them ([`crate::runtime::streams`]).
     pub streams: Arc<crate::runtime::streams::Streams>,
     /// The first wait before discovery is asked again whether this API server is an OCM
-    /// hub ([`crate::dr::hub::FIRST_RETRY`]); tests shorten it.
+    /// hub ([`HUB_FIRST_RETRY`]); tests shorten it.
     pub hub_first_retry: Duration,
     /// The failed calls in a row of each running operation: how long the next retry
     /// waits ([`crate::runtime::ops::call_retry`]).
@@ -181,7 +185,7 @@ impl Context {
             scope: Scope::all(),
             shutdown: Shutdown::new(),
             streams: Arc::default(),
-            hub_first_retry: crate::dr::hub::FIRST_RETRY,
+            hub_first_retry: HUB_FIRST_RETRY,
             call_failures: Arc::default(),
             image_pull_secrets: Vec::new(),
             default_storage_class: None,

@@ -96,7 +96,7 @@ impl Harness {
 async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     let h = harness("pools-default", "").await;
     let _c = h.start_pools(true);
-    let name = pool::controller::default_pool_name("sb");
+    let name = pool::class::default_pool_name("sb");
     assert_eq!(name, "sb-default");
     let p = h.ready(&name).await;
     let status = p.status.clone().expect("status");
@@ -408,7 +408,7 @@ async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
 async fn a_deleted_cluster_takes_its_pools_first() {
     let h = harness("pools-cluster-delete", "").await;
     let _c = h.start_pools(true);
-    let name = pool::controller::default_pool_name("sb");
+    let name = pool::class::default_pool_name("sb");
     h.ready(&name).await;
     let clusters: Api<StorageCluster> = Api::namespaced(h.kube.clone(), &h.ns);
     clusters

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use simplyblock_statemachine::{Graph, GraphDef, StateDef};
+use serde_json::Map;
+use simplyblock_api::common::OpsPhase;
+use simplyblock_statemachine::{Graph, GraphDef, Machine, StateDef};
 
 use super::*;
 

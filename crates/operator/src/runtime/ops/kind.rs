@@ -1,0 +1,299 @@
+//! What an `*Ops` kind implements: where its common status fields are and how its target
+//! is locked ([`OpsResource`]), and its steps ([`Steps`]), each an observation, a pure
+//! [`Plan`] over it and the one call a plan may ask for.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use simplyblock_api::common::OpsPhase;
+use simplyblock_statemachine::{Machine, State, StepSnapshot};
+
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
+
+/// The standard events of every Ops kind (a closed set; kinds add their own beside them).
+/// The standard events of every Ops kind (a closed set; kinds add their own beside them).
+pub mod reason {
+    pub const QUEUED: &str = "OperationQueued";
+    pub const STARTED: &str = "OperationStarted";
+    pub const SUCCEEDED: &str = "OperationSucceeded";
+    pub const FAILED: &str = "OperationFailed";
+    pub const ABORTED: &str = "OperationAborted";
+    pub const DEADLINE: &str = "StepDeadlineExceeded";
+}
+
+/// The longest wait between two looks at a running step.
+pub const POLL: Duration = Duration::from_secs(5);
+
+/// The fields of `status` every Ops kind has, as the runtime reads and writes them.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct OpsStatus {
+    pub phase: OpsPhase,
+    pub step: StepSnapshot,
+    pub message: Option<String>,
+    pub started_at: Option<Time>,
+    pub completed_at: Option<Time>,
+}
+
+/// An Ops kind: one operation on one target of kind [`OpsResource::Target`] in the same
+/// namespace, whose lock is the target's `status.activeOpsRef`.
+pub trait OpsResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    type Target: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static;
+
+    /// `storage.simplyblock.io/<kind>-finalizer`.
+    const FINALIZER: &'static str;
+    /// The field manager of the kind's controller (its status writes and the lock).
+    const MANAGER: &'static str;
+    /// `simplyblock_<kind>_`, the prefix of the kind's metrics.
+    const METRIC_PREFIX: &'static str;
+    /// The metrics' label naming the target (`cluster`, `node`).
+    const TARGET_LABEL: &'static str;
+    /// Whether an operation takes its target's lock (`status.activeOpsRef`) and queues
+    /// behind the others on it. A kind without a lock runs on its own, at once.
+    const LOCKS_TARGET: bool = true;
+
+    /// The name of the target in the operation's namespace.
+    fn target_name(&self) -> &str;
+    /// The action's name, for messages and metrics.
+    fn action_name(&self) -> &'static str;
+    /// `spec.abort`.
+    fn abort_requested(&self) -> bool;
+    /// The common status fields.
+    fn ops_status(&self) -> OpsStatus;
+    /// The kind's own status fields (camelCase keys), kept as they are by a write that does
+    /// not change them.
+    fn kind_status(&self) -> Map<String, Value>;
+    /// Who holds the target's lock.
+    fn lock_holder(target: &Self::Target) -> Option<&str>;
+    /// The value of the metrics' target label; by default the target's name.
+    fn metric_target(&self) -> String {
+        self.target_name().to_owned()
+    }
+    /// The target, when a kind without a lock is its own (nothing is read).
+    fn own_target(&self) -> Option<Self::Target> {
+        None
+    }
+    /// The message of an unfinished operation that was deleted (it ends Aborted).
+    fn deleted_message(&self) -> String {
+        let at = self
+            .ops_status()
+            .step
+            .state
+            .map(|s| format!(" at step {s}"))
+            .unwrap_or_default();
+        format!("the operation was deleted{at}; it stopped where it was")
+    }
+}
+
+/// A kind's own event, beside the standard ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Why [`Steps::admission`] keeps an operation Pending: the event's reason and the
+/// sentence a person reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A plan and the kind's own events that go with it (what an inspection found, why an
+/// item was left out), decided from the same observation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Noted<S, C> {
+    pub plan: Plan<S, C>,
+    pub notes: Vec<Note>,
+}
+
+impl<S, C> From<Plan<S, C>> for Noted<S, C> {
+    fn from(plan: Plan<S, C>) -> Self {
+        Noted {
+            plan,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// What a kind's step asks for, decided from one observation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan<S, C> {
+    /// The step's outcome is there: move to `to` (a declared edge, or back to the initial
+    /// step with [`Move::Restart`]).
+    Advance {
+        to: Move<S>,
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+    },
+    /// Record kind fields (e.g. a list written once) without moving.
+    Record {
+        kind_status: Map<String, Value>,
+        message: String,
+    },
+    /// Record kind fields that show the step progressing, and give the step its whole
+    /// budget again from now (a long wait that keeps moving is not stuck).
+    Progress {
+        kind_status: Map<String, Value>,
+        message: String,
+    },
+    /// The action reached what it asked for.
+    Succeed {
+        message: String,
+        kind_status: Option<Map<String, Value>>,
+    },
+    /// The action cannot reach it; no retry.
+    Fail(String),
+    /// The outcome is not there and nothing has produced it yet: issue `call`.
+    Call { call: C, message: String },
+    /// A call that must never be issued twice and whose effect may not show at once: the
+    /// move to `to` is written first (the record that the call is under way; `to` never
+    /// calls again), then the call, then `accepted` as the message. A failed call ends the
+    /// operation Failed: the control plane may have acted on it.
+    CallOnce {
+        to: S,
+        call: C,
+        message: String,
+        accepted: String,
+    },
+    /// The outcome is not there yet but is on its way (or blocked): look again later.
+    /// `event` is raised once, when the message first appears.
+    Wait {
+        message: String,
+        after: Duration,
+        event: Option<&'static str>,
+    },
+}
+
+/// Where [`Plan::Advance`] goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move<S> {
+    To(S),
+    /// Back to the initial step (a per-item loop starting its next item).
+    Restart,
+}
+
+/// A kind's steps: reads, a pure plan, and the calls.
+pub trait Steps<K: OpsResource>: Send + Sync + 'static {
+    type Step: State + Send + Sync;
+    type Obs: Send;
+    type Call: Debug + Send;
+
+    /// The operation's machine, restored from `status.step`; an error fails the operation
+    /// without retry (an unknown action or step).
+    fn machine(
+        &self,
+        op: &K,
+        now: Timestamp,
+    ) -> Result<Machine<'static, Self::Step>, simplyblock_statemachine::Error>;
+
+    /// Everything the step's plan needs, read from the world. No writes.
+    fn observe(
+        &self,
+        op: &K,
+        target: &K::Target,
+        machine: &Machine<'static, Self::Step>,
+        ctx: &Context,
+    ) -> impl Future<Output = Result<Self::Obs, Error>> + Send;
+
+    /// What to do next, with the kind's own events that go with it ([`Noted`]; a plan
+    /// without events converts into one). Pure. The runtime raises the events when it
+    /// acts on the plan: a wait's only when its message is new, none when the deadline
+    /// overrides the plan.
+    fn plan(
+        &self,
+        op: &K,
+        target: &K::Target,
+        machine: &Machine<'static, Self::Step>,
+        obs: &Self::Obs,
+        now: Timestamp,
+    ) -> Noted<Self::Step, Self::Call>;
+
+    /// The message of an operation that failed because `step` outlived its deadline, when
+    /// the kind can say more than the runtime's "step … exceeded its deadline". Default
+    /// none.
+    fn deadline_message(&self, _op: &K, _step: Self::Step) -> Option<String> {
+        None
+    }
+
+    /// Issues one call; `Err` is the sentence a person reads.
+    fn execute(
+        &self,
+        op: &K,
+        target: &K::Target,
+        call: &Self::Call,
+        ctx: &Context,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// The kind's own admission rule, asked once before the lock is taken (a Pending
+    /// operation facing a free lock and nothing ahead of it; an abort is never asked):
+    /// `Some(hold)` keeps it Pending with the hold's message, its event raised when the
+    /// message is new. Default: admitted.
+    fn admission(
+        &self,
+        _op: &K,
+        _target: &K::Target,
+        _ctx: &Context,
+    ) -> impl Future<Output = Result<Option<Hold>, Error>> + Send {
+        async { Ok(None) }
+    }
+
+    /// The operation is deleted and terminal: `None` once what it created (and does not
+    /// own) is gone, else why its finalizer stays (it asked them to stop, and looks
+    /// again). Default: nothing to clean up.
+    fn dependents_gone(
+        &self,
+        _op: &K,
+        _ctx: &Context,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send {
+        async { Ok(None) }
+    }
+
+    /// A kind-specific event raised when the operation succeeds (e.g. `TaskCanceled`).
+    fn succeed_event(&self, _op: &K) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// The operation left `step` after `seconds` in it: kind-specific metrics. Default none.
+    fn step_left(&self, _ctx: &Context, _op: &K, _step: Self::Step, _seconds: f64) {}
+
+    /// The kind's own status fields were written as `kind`: kind-specific gauges. Default
+    /// none.
+    fn kind_status_written(&self, _ctx: &Context, _op: &K, _kind: &Map<String, Value>) {}
+
+    /// Kind-specific events beside the standard ones (e.g. `NodeRestarted`), raised when a
+    /// plan advances. Default none.
+    fn advance_event(
+        &self,
+        _op: &K,
+        _from: Self::Step,
+        _to: Move<Self::Step>,
+    ) -> Option<(&'static str, String)> {
+        None
+    }
+}
