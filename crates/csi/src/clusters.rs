@@ -17,6 +17,12 @@ use uuid::Uuid;
 use crate::error::{CsiError, Result};
 use crate::handle::PoolRef;
 
+/// Install ring as the process-wide rustls provider (the control-plane client asks for
+/// the default).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Where the secret is mounted by default.
 pub const DEFAULT_SECRET_PATH: &str = "/etc/spdkcsi-secret/secret.json";
 

@@ -12,12 +12,11 @@ use std::time::Duration;
 
 use crate::error::{CsiError, Result};
 use crate::exec::{self, Cmd};
+use crate::mkfs_options::SUPPORTED_FS;
 use crate::params::FormatParams;
 
 /// The filesystem formatted onto a blank device when the request names none.
 pub const DEFAULT_FS: &str = "ext4";
-/// Filesystems this layer formats and mounts.
-pub const SUPPORTED_FS: &[&str] = &["ext4", "xfs"];
 
 const PROBE_BYTES: u64 = 1 << 20;
 const CMD_TIMEOUT: Duration = Duration::from_secs(120);

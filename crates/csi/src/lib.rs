@@ -23,41 +23,13 @@ pub mod locks;
 pub mod mkfs_options;
 pub mod node;
 pub mod params;
+pub mod proto;
 pub mod record;
 pub mod replication;
 pub mod replication_params;
 pub mod server;
 pub mod topology;
 
+pub use clusters::install_crypto_provider;
 pub use error::{CsiError, Result};
 pub use server::{Driver, Mode, NodeConfig, serve, socket_path};
-
-/// The generated messages, clients and servers: the CSI spec (`csi.v1`, spec v1.12.0) and
-/// the csi-addons identity and replication services.
-pub mod proto {
-    pub mod csi {
-        pub mod v1 {
-            #![allow(clippy::all, clippy::pedantic, missing_docs)]
-            tonic::include_proto!("csi.v1");
-        }
-    }
-
-    /// The csi-addons spec's identity and replication services (package names as the
-    /// spec writes them).
-    pub mod csiaddons {
-        pub mod identity {
-            #![allow(clippy::all, clippy::pedantic, missing_docs)]
-            tonic::include_proto!("identity");
-        }
-        pub mod replication {
-            #![allow(clippy::all, clippy::pedantic, missing_docs)]
-            tonic::include_proto!("replication");
-        }
-    }
-}
-
-/// Install ring as the process-wide rustls provider (the control-plane client asks for
-/// the default).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

@@ -18,6 +18,9 @@
 
 use crate::error::{CsiError, Result};
 
+/// Filesystems the driver formats and mounts: the ones this module has an option table for.
+pub const SUPPORTED_FS: &[&str] = &["ext4", "xfs"];
+
 /// One accepted option and the value it takes.
 struct Allowed {
     flag: &'static str,
@@ -180,7 +183,7 @@ pub fn check(fs: &str, words: &[String]) -> Result<()> {
 /// Check an option list whose filesystem is not known yet (a block volume, or a class
 /// read before its capability): it must suit one of the filesystems the driver formats.
 pub fn check_any(words: &[String]) -> Result<()> {
-    let problems: Vec<String> = crate::fs::SUPPORTED_FS
+    let problems: Vec<String> = SUPPORTED_FS
         .iter()
         .map(|fs| first_problem(fs, words).map(|p| format!("for {fs}, {p} ({})", accepted(fs))))
         .collect::<Option<Vec<_>>>()

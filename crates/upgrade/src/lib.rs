@@ -11,7 +11,6 @@
 //! [`checks`], [`plan::plan`] and [`preflight::assess`] are functions of it.
 
 pub mod checks;
-pub mod effects;
 pub mod go_installation;
 pub mod plan;
 pub mod preflight;

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
+use crate::checks;
 use crate::plan::{self, RunError};
 use crate::record::{self, Record, Store};
 use crate::step::{Context, Options, Stage, Step, StepError};
+use crate::steps::upgrade::{HOLDER, hold};
 use crate::world::{self, Target, V1ALPHA1, V1ALPHA2, World};
-use crate::{checks, effects};
 
 /// Names a step to abort right after its change, before it is verified or recorded (or
 /// right after it is found done already): how the tests kill a run at every step. Unset
@@ -68,14 +69,9 @@ pub async fn run(
     record.started = jiff::Timestamp::now().to_string();
     store.save(&mut record).await?;
     enter(&store, &mut record, "Validating").await?;
-    if stage == Stage::Upgrade
-        && world
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.holder == effects::HOLDER)
-    {
+    if stage == Stage::Upgrade && world.lease.as_ref().is_some_and(|l| l.holder == HOLDER) {
         // A rerun renews the hold the first run took.
-        effects::hold(ctx).await.map_err(RunError::Step)?;
+        hold(ctx).await.map_err(RunError::Step)?;
     }
     let mine: Vec<Step> = steps.iter().filter(|s| s.stage == stage).cloned().collect();
     for step in plan::order(&mine).map_err(RunError::Order)? {
@@ -160,7 +156,7 @@ pub fn upgraded(world: &World) -> bool {
     }) && world
         .lease
         .as_ref()
-        .is_some_and(|l| !l.holder.is_empty() && l.holder != effects::HOLDER)
+        .is_some_and(|l| !l.holder.is_empty() && l.holder != HOLDER)
 }
 
 /// The names of the objects of `crd` listed at `version`.
