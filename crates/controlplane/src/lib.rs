@@ -12,6 +12,7 @@ mod client;
 mod error;
 pub mod informer;
 mod redacted;
+pub mod routes;
 mod snode;
 pub mod sse;
 mod tls;
