@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::routes;
 use crate::sse::Frame;
 use crate::types::{Cluster, Device, Pool, StorageNode, Task, Volume};
 
@@ -44,17 +45,13 @@ pub enum Scope {
 impl Scope {
     /// The list route the scope streams, relative to `/api/v2`.
     pub fn path(&self) -> String {
-        match self {
-            Scope::Clusters => "/clusters/".into(),
-            Scope::Nodes { cluster } => format!("/clusters/{cluster}/storage-nodes/"),
-            Scope::Pools { cluster } => format!("/clusters/{cluster}/storage-pools/"),
-            Scope::Tasks { cluster } => format!("/clusters/{cluster}/tasks/"),
-            Scope::Devices { cluster, node } => {
-                format!("/clusters/{cluster}/storage-nodes/{node}/devices/")
-            }
-            Scope::Volumes { cluster, pool } => {
-                format!("/clusters/{cluster}/storage-pools/{pool}/volumes/")
-            }
+        match *self {
+            Scope::Clusters => routes::CLUSTERS.into(),
+            Scope::Nodes { cluster } => routes::storage_nodes(cluster),
+            Scope::Pools { cluster } => routes::pools(cluster),
+            Scope::Tasks { cluster } => routes::tasks(cluster),
+            Scope::Devices { cluster, node } => routes::devices(cluster, node),
+            Scope::Volumes { cluster, pool } => routes::volumes(cluster, pool),
         }
     }
 

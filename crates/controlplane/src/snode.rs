@@ -8,8 +8,8 @@ use reqwest::Method;
 use serde_json::Value;
 use url::Url;
 
-use crate::client::{RawResponse, classify};
 use crate::error::{Error, Result};
+use crate::response::{RawResponse, classify};
 use crate::tls::{TlsConfig, client_config};
 
 /// How to reach one worker's storage-node API.
@@ -93,7 +93,8 @@ impl SnodeClient {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let bytes =
-            crate::client::read_body(resp, crate::client::MAX_BODY, method.as_str(), &path).await?;
+            crate::response::read_body(resp, crate::response::MAX_BODY, method.as_str(), &path)
+                .await?;
         if !(200..300).contains(&status) {
             return Err(classify(
                 &method,

@@ -191,7 +191,7 @@ impl EventStream {
                             status: 200,
                             message: format!(
                                 "an event of the stream is larger than {}, the most this client buffers for one event",
-                                crate::client::size(cap)
+                                crate::response::size(cap)
                             ),
                         });
                     }
