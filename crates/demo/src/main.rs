@@ -248,7 +248,7 @@ async fn main() -> anyhow::Result<()> {
     let _issuing = simplyblock_testenv::certmanager::start(client.clone(), NAMESPACE.into());
     // The management API serves the certificate cert-manager issued it and takes only
     // clients with one from the same CA, as its pods would.
-    let api_mounted_by = sim.sim.clone();
+    let api_mounted_by = sim.named_tls.clone();
     let _api_mounted = standin::mount_secrets(
         client.clone(),
         NAMESPACE.into(),
@@ -258,7 +258,7 @@ async fn main() -> anyhow::Result<()> {
                 "{}.{ns}.svc",
                 simplyblock_operator::controlplane::names::API
             );
-            if let Err(e) = api_mounted_by.named_tls.serve_mounted(&name, files, true) {
+            if let Err(e) = api_mounted_by.serve_mounted(&name, files, true) {
                 eprintln!("    the management API cannot serve its certificate: {e}");
             }
         },
@@ -266,14 +266,14 @@ async fn main() -> anyhow::Result<()> {
     // The storage nodes serve the certificate their pods would mount (each its own, issued
     // by the operator's signer, or their cluster's serving Secret's) and take only callers
     // with a certificate from its CA.
-    let mounted_by = sim.sim.clone();
+    let mounted_by = sim.named_tls.clone();
     let _mounted = standin::storage_node_pods(
         client.clone(),
         NAMESPACE.into(),
         move |ns, worker, files| {
             let served = match worker {
-                None => mounted_by.named_tls.serve_storage_nodes(ns, files),
-                Some(worker) => mounted_by.named_tls.serve_storage_node(ns, worker, files),
+                None => mounted_by.serve_storage_nodes(ns, files),
+                Some(worker) => mounted_by.serve_storage_node(ns, worker, files),
             };
             if let Err(e) = served {
                 eprintln!("    the storage nodes cannot serve their certificate: {e}");

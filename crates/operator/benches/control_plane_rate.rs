@@ -95,14 +95,14 @@ async fn run_mode(mode: &str, workers: u64, settle: Duration, window: Duration) 
         .await
         .expect("sbsim");
     // The storage nodes serve the certificate their pods would mount.
-    let mounted_by = sim.sim.clone();
+    let mounted_by = sim.named_tls.clone();
     let _mounted = simplyblock_testenv::standin::storage_node_pods(
         kube.clone(),
         NS.into(),
         move |ns, worker, files| {
             let _ = match worker {
-                None => mounted_by.named_tls.serve_storage_nodes(ns, files),
-                Some(worker) => mounted_by.named_tls.serve_storage_node(ns, worker, files),
+                None => mounted_by.serve_storage_nodes(ns, files),
+                Some(worker) => mounted_by.serve_storage_node(ns, worker, files),
             };
         },
     );
@@ -206,7 +206,7 @@ async fn run_mode(mode: &str, workers: u64, settle: Duration, window: Duration) 
     }
     let mut by_route: Vec<(u64, String)> = routes.into_iter().map(|(k, v)| (v, k)).collect();
     by_route.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let streams_open = sim.sim.streams.open_total();
+    let streams_open = sim.streams.open_total();
 
     shutdown.fire();
     match operator.await {

@@ -142,14 +142,14 @@ async fn main() {
         .await
         .expect("sbsim");
     // The storage nodes serve the certificate their pods would mount.
-    let mounted_by = sim.sim.clone();
+    let mounted_by = sim.named_tls.clone();
     let _mounted = simplyblock_testenv::standin::storage_node_pods(
         kube.clone(),
         NS.into(),
         move |ns, worker, files| {
             let _ = match worker {
-                None => mounted_by.named_tls.serve_storage_nodes(ns, files),
-                Some(worker) => mounted_by.named_tls.serve_storage_node(ns, worker, files),
+                None => mounted_by.serve_storage_nodes(ns, files),
+                Some(worker) => mounted_by.serve_storage_node(ns, worker, files),
             };
         },
     );

@@ -26,6 +26,7 @@ use crate::faults;
 use crate::reply::{ApiError, Reply};
 use crate::routes::snode;
 use crate::sim::{Sim, lock};
+use crate::stream::Streams;
 
 fn worker_json(sim: &Sim, host: &str) -> Option<Value> {
     sim.mutate(|st| {
@@ -45,6 +46,7 @@ fn worker_json(sim: &Sim, host: &str) -> Option<Value> {
 
 pub fn handle(
     sim: &Sim,
+    streams: &Streams,
     method: &str,
     path: &str,
     query: &str,
@@ -77,8 +79,8 @@ pub fn handle(
     match (method, segs.as_slice()) {
         ("GET", ["health"]) => Ok(Reply::empty(204)),
         ("GET", ["streams"]) => Ok(Reply::ok(json!({
-            "open": sim.streams.open(),
-            "total": sim.streams.open_total(),
+            "open": streams.open(),
+            "total": streams.open_total(),
         }))),
         ("GET", ["calls"]) => {
             let since = q.get("since").and_then(|s| s.parse().ok()).unwrap_or(0);

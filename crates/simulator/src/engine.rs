@@ -6,15 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
+use crate::clones::reap_snapshot;
+use crate::cycles::{schedule_groups, schedule_replication};
 use crate::model::*;
 use crate::render;
 use crate::reply::ApiError;
 use crate::sim::{Sim, St};
-use crate::store::Tables;
 
 /// Run until `stop` flips.
 pub async fn run(sim: Arc<Sim>, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -94,7 +95,7 @@ pub fn step(st: &mut St<'_>) -> Option<i64> {
         }
         progressed |= advance_migrations(st);
         progressed |= schedule_replication(st);
-        progressed |= crate::routes::schedule_groups(st);
+        progressed |= schedule_groups(st);
         if !progressed {
             break;
         }
@@ -1017,41 +1018,6 @@ fn advance_migrations(st: &mut St<'_>) -> bool {
     progressed
 }
 
-fn schedule_replication(st: &mut St<'_>) -> bool {
-    let due: Vec<ReplicationRec> =
-        st.t.replications
-            .values()
-            .filter(|r| r.running && r.group.is_none() && r.next_ms <= st.now)
-            .cloned()
-            .collect();
-    let progressed = !due.is_empty();
-    for r in due {
-        queue_replication(st, r.cluster_id, r.source_lvol);
-        let next = st.now + (r.interval_min.max(1) as i64) * 60_000;
-        if let Some(x) = st.t.replications.get_mut(&r.source_lvol.to_string()) {
-            x.next_ms = next;
-        }
-    }
-    progressed
-}
-
-/// Queue one `snapshot_replication` task for a volume unless one is open (the schedule and
-/// the trigger route both ask).
-pub fn queue_replication(st: &mut St<'_>, c: Uuid, vid: Uuid) {
-    let open = st.t.tasks.values().any(|t| {
-        t.function_name == "snapshot_replication"
-            && t.params.get("lvol_id") == Some(&json!(vid))
-            && t.status != TaskStatus::Done
-    });
-    if open {
-        return;
-    }
-    let node = st.t.volumes.get(&vid.to_string()).map(|v| v.node_id);
-    let mut params = Map::new();
-    params.insert("lvol_id".into(), json!(vid));
-    st.task(c, "snapshot_replication", node, None, params, 8);
-}
-
 /// Make sure the volume's replica exists on the target cluster.
 fn ensure_replica(st: &mut St<'_>, vid: Uuid) -> Result<Uuid, String> {
     let r =
@@ -1116,22 +1082,6 @@ fn ensure_replica(st: &mut St<'_>, vid: Uuid) -> Result<Uuid, String> {
         x.target_lvol = Some(id);
     }
     Ok(id)
-}
-
-/// Remove a soft-deleted snapshot once no clone refers to it any more (a clone's deletion
-/// or inflation lets go of it).
-pub fn reap_snapshot(t: &mut Tables, snap: Uuid) {
-    let referenced = t
-        .volumes
-        .values()
-        .any(|v| v.cloned_from == Some(snap) && v.status != VolumeStatus::Deleted);
-    if !referenced
-        && t.snapshots
-            .get(&snap.to_string())
-            .is_some_and(|s| s.soft_deleted)
-    {
-        t.snapshots.remove(&snap.to_string());
-    }
 }
 
 /// The cluster-status monitor (§6.1): derive active / degraded / suspended from how many

@@ -24,6 +24,16 @@ use crate::error::SimError;
 use crate::reply::{ApiError, Body, Reply};
 use crate::routes::{self, ApiReq};
 use crate::sim::{Sim, lock};
+use crate::stream::Streams;
+
+/// What every request is served from: the simulated state, and what the server keeps
+/// beside it (the state knows nothing of TLS or streams).
+#[derive(Clone)]
+struct ServerState {
+    sim: Arc<Sim>,
+    named_tls: Arc<NamedTls>,
+    streams: Arc<Streams>,
+}
 
 /// Set per connection so a handler can close it without answering.
 #[derive(Clone)]
@@ -192,6 +202,11 @@ pub struct Server {
     /// `http://127.0.0.1:PORT` (or `https://…`).
     pub url: String,
     pub sim: Arc<Sim>,
+    /// The TLS served per DNS name: the workers' storage-node APIs, a control plane's
+    /// Service.
+    pub named_tls: Arc<NamedTls>,
+    /// The open `?watch=true` streams.
+    pub streams: Arc<Streams>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -217,9 +232,15 @@ impl Server {
         let tls = tls.as_ref().map(tls_config).transpose()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let (stop, stop_rx) = watch::channel(false);
-        let router = Router::new().fallback(entry).with_state(sim.clone());
+        let named_tls = Arc::new(NamedTls::default());
+        let streams = Arc::new(Streams::default());
+        let router = Router::new().fallback(entry).with_state(ServerState {
+            sim: sim.clone(),
+            named_tls: named_tls.clone(),
+            streams: streams.clone(),
+        });
         let accept = tokio::spawn(accept_loop(
-            sim.clone(),
+            named_tls.clone(),
             listener,
             router,
             tls,
@@ -231,6 +252,8 @@ impl Server {
             addr,
             url: format!("{scheme}://{addr}"),
             sim,
+            named_tls,
+            streams,
             stop,
             tasks: vec![accept, engine],
         })
@@ -246,7 +269,7 @@ impl Server {
 }
 
 async fn accept_loop(
-    sim: Arc<Sim>,
+    named_tls: Arc<NamedTls>,
     listener: TcpListener,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
@@ -267,7 +290,7 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let tls = tls.clone();
-        let sim = sim.clone();
+        let named_tls = named_tls.clone();
         tokio::spawn(async move {
             let mut stream = stream;
             if end_connect_tunnel(&mut stream).await.is_err() {
@@ -312,7 +335,7 @@ async fn accept_loop(
             let server_name = start.client_hello().server_name().map(str::to_owned);
             let config = server_name
                 .as_deref()
-                .and_then(|name| sim.named_tls.for_host(name))
+                .and_then(|name| named_tls.for_host(name))
                 .or(tls);
             let Some(config) = config else {
                 return;
@@ -408,8 +431,8 @@ fn err(e: ApiError) -> Outcome {
 /// Each request is handled to its end in a task of its own, as a real server does: a
 /// client that gives up (a timeout shorter than a `latency` fault) does not stop the
 /// request from committing later, the case an operator must not mistake for "not done".
-async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
-    match tokio::spawn(serve(sim, req)).await {
+async fn entry(State(state): State<ServerState>, req: Request) -> Response {
+    match tokio::spawn(serve(state, req)).await {
         Ok(response) => response,
         Err(e) => {
             let mut response = Response::new(axum::body::Body::from(format!(
@@ -421,7 +444,12 @@ async fn entry(State(sim): State<Arc<Sim>>, req: Request) -> Response {
     }
 }
 
-async fn serve(sim: Arc<Sim>, req: Request) -> Response {
+async fn serve(state: ServerState, req: Request) -> Response {
+    let ServerState {
+        sim,
+        named_tls,
+        streams,
+    } = state;
     let started = Instant::now();
     let time = jiff::Timestamp::now().to_string();
     let conn = req.extensions().get::<Conn>().cloned();
@@ -471,13 +499,14 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
     } else if is_admin {
         ok_or(crate::admin::handle(
             &sim,
+            &streams,
             &method,
             &path,
             &query,
             body_json.as_ref(),
             auth.as_deref(),
         ))
-    } else if scheme == "http" && sim.named_tls.for_host(host_name(&host)).is_some() {
+    } else if scheme == "http" && named_tls.for_host(host_name(&host)).is_some() {
         // nginx's words for it: a server of TLS only answers nothing in plain.
         err(ApiError::Http(
             400,
@@ -502,7 +531,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
     };
     // The clock, the faults or the fleet moved: open streams look again.
     if is_admin && method != "GET" {
-        sim.streams.changed();
+        sim.changed();
     }
     // A refusal the script made is logged under its route too, so a caller's calls count
     // the same whichever were refused.
@@ -551,7 +580,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
         std::future::pending::<()>().await;
     }
     // `?watch=true` on a streamed route: the GET's answer becomes the stream's snapshot.
-    let streamed = watch_stream(&sim, &method, &path, &query, &base, &outcome);
+    let streamed = watch_stream(&sim, &streams, &method, &path, &query, &base, &outcome);
     let (outcome, streamed) = match streamed {
         Some(Err(e)) => (
             Outcome {
@@ -602,6 +631,7 @@ async fn serve(sim: Arc<Sim>, req: Request) -> Response {
 /// the 503 a stream gets while the database is down; `None` for any other request.
 fn watch_stream(
     sim: &Arc<Sim>,
+    streams: &Arc<Streams>,
     method: &str,
     path: &str,
     query: &str,
@@ -629,7 +659,7 @@ fn watch_stream(
     }
     let m = sim.spec.match_path(path)?;
     let req = crate::stream::scope_request(route, &m.params, base);
-    let rx = crate::stream::open(sim.clone(), req, path.to_string(), first.clone());
+    let rx = crate::stream::open(sim.clone(), streams, req, path.to_string(), first.clone());
     let frames = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await

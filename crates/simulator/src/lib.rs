@@ -7,6 +7,8 @@
 pub mod admin;
 pub mod calllog;
 pub mod clock;
+pub mod clones;
+pub mod cycles;
 pub mod engine;
 pub mod error;
 pub mod faults;

@@ -101,29 +101,10 @@ pub fn land(st: &mut St<'_>, key: Uuid, group_seq: Option<u64>) {
         x.replicated_snapshots = landed;
     }
     if let (Some(seq), Some(g)) = (group_seq, r.group) {
-        crate::routes::group_landed(st, g, seq, r.source_lvol, id);
+        crate::cycles::group_landed(st, g, seq, r.source_lvol, id);
     }
     for s in gone {
-        drop_snapshot(st, s);
-    }
-}
-
-/// Delete a landed snapshot, softly while a clone still refers to it.
-pub fn drop_snapshot(st: &mut St<'_>, s: Uuid) {
-    let cloned =
-        st.t.volumes
-            .values()
-            .any(|v| v.cloned_from == Some(s) && v.status != VolumeStatus::Deleted);
-    if cloned {
-        if let Some(x) = st.t.snapshots.get_mut(&s.to_string()) {
-            x.soft_deleted = true;
-            x.status = SnapshotStatus::InDeletion;
-        }
-        return;
-    }
-    st.t.snapshots.remove(&s.to_string());
-    if let Some(dir) = &st.sim.config.volume_files {
-        crate::volfiles::remove(dir, s);
+        crate::clones::drop_snapshot(st, s);
     }
 }
 

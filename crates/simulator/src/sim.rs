@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::calllog::CallLog;
@@ -129,11 +129,9 @@ pub struct Sim {
     pub engine_passes: std::sync::atomic::AtomicU64,
     /// What `/_meta/version` reports now (see [`SimConfig::version`]).
     pub version: Mutex<Option<String>>,
-    /// The TLS served per DNS name: the workers' storage-node APIs, a control plane's
-    /// Service.
-    pub named_tls: crate::http::NamedTls,
-    /// The `?watch=true` streams: the change counter they wake on and how many are open.
-    pub streams: Arc<crate::stream::Streams>,
+    /// The change generation ([`Sim::changed`]): what the server's `?watch=true` streams
+    /// wake on, kept here because every committed change bumps it.
+    changes: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -206,8 +204,7 @@ impl Sim {
             wake: Notify::new(),
             engine_passes: std::sync::atomic::AtomicU64::new(0),
             version: Mutex::new(config.version.clone()),
-            named_tls: Default::default(),
-            streams: Default::default(),
+            changes: watch::channel(0).0,
             config,
         }))
     }
@@ -238,7 +235,7 @@ impl Sim {
                 }
                 match self.db.commit(&mut tables) {
                     Ok(()) => {
-                        self.streams.changed();
+                        self.changed();
                         return Ok(v);
                     }
                     Err(e) => {
@@ -253,6 +250,17 @@ impl Sim {
             tracing::error!(error = %e, "undoing a failed change failed; memory may hold it");
         }
         committed
+    }
+
+    /// State changed (or the clock or the faults did): whoever watches looks again.
+    pub fn changed(&self) {
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    /// The change generation, to wait on [`Sim::changed`]; the counter keeps only the
+    /// newest generation, so a slow watcher sees the latest state.
+    pub fn watch_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Read-only access.

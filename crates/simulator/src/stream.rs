@@ -2,8 +2,8 @@
 //! routes of clusters, storage nodes, devices, tasks, pools, volumes and snapshots.
 //!
 //! A stream renders its scope with the same handler the REST GET uses, so its set
-//! membership and order are the list's. Every committed change bumps one generation
-//! counter ([`Streams::changed`]); each stream wakes on it, renders its scope again and
+//! membership and order are the list's. Every committed change bumps the sim's generation
+//! counter ([`Sim::changed`]); each stream wakes on it, renders its scope again and
 //! sends what differs from what it last sent. A slow reader therefore gets the latest
 //! state (the counter keeps only the newest generation) and an unchanged DTO is never sent
 //! twice. Pings, the lifetime and the periodic rescan run on the sim clock.
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::reply::{ApiError, Body};
 use crate::routes::{self, ApiReq};
@@ -69,27 +69,14 @@ pub fn shape(route: &str) -> Option<Shape> {
         .then_some(Shape::Detail)
 }
 
-/// The streams' shared state inside [`Sim`]: the change counter and the open streams.
+/// The open streams, counted per scope. The server keeps it beside the [`Sim`]; what the
+/// streams wake on is the sim's change counter ([`Sim::watch_changes`]).
+#[derive(Default)]
 pub struct Streams {
-    generation: watch::Sender<u64>,
     open: Mutex<BTreeMap<String, usize>>,
 }
 
-impl Default for Streams {
-    fn default() -> Self {
-        Self {
-            generation: watch::channel(0).0,
-            open: Mutex::new(BTreeMap::new()),
-        }
-    }
-}
-
 impl Streams {
-    /// State changed (or the clock or the faults did): every stream looks again.
-    pub fn changed(&self) {
-        self.generation.send_modify(|g| *g += 1);
-    }
-
     /// Open streams per scope (the request path), without the scopes that have none.
     pub fn open(&self) -> BTreeMap<String, usize> {
         lock(&self.open).clone()
@@ -200,11 +187,18 @@ pub fn scope_request(route: &str, params: &HashMap<String, String>, base: &str) 
     }
 }
 
-/// Open a stream on `req`'s scope; `first` is the answer the connecting GET already
-/// rendered. The returned channel yields the stream's bytes and ends when it closes.
-pub fn open(sim: Arc<Sim>, req: ApiReq, scope: String, first: Value) -> mpsc::Receiver<String> {
+/// Open a stream on `req`'s scope, counted in `streams`; `first` is the answer the
+/// connecting GET already rendered. The returned channel yields the stream's bytes and ends
+/// when it closes.
+pub fn open(
+    sim: Arc<Sim>,
+    streams: &Arc<Streams>,
+    req: ApiReq,
+    scope: String,
+    first: Value,
+) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel(1);
-    let guard = sim.streams.enter(&scope);
+    let guard = streams.enter(&scope);
     tokio::spawn(async move {
         let _guard = guard;
         run(sim, req, first, tx).await;
@@ -222,7 +216,7 @@ async fn run(sim: Arc<Sim>, req: ApiReq, first: Value, tx: mpsc::Sender<String>)
         return;
     };
     let list = matches!(shape, Shape::List(_));
-    let mut changes = sim.streams.generation.subscribe();
+    let mut changes = sim.watch_changes();
     changes.mark_unchanged();
     let opened = sim.clock.now_ms();
     let mut next_ping = opened + PING_MS;

@@ -95,7 +95,7 @@ async fn harness_with(ns: &str, sim: Sbsim) -> Harness {
     let ctx = resolving(crate::support::operator_kube().await, ns, &sim);
     Harness {
         _standin: StandIn::start(kube.clone(), Some(ns.into())),
-        _tls: crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim),
+        _tls: crate::support::local_control_plane_tls(&kube, ns, &sim.server),
         kube,
         ns: ns.into(),
         sim,
@@ -591,7 +591,7 @@ async fn the_foundationdb_api_not_served_holds_the_first_step_until_it_is() {
     let sim = sbsim("", 0).await;
     let ctx = resolving(crate::support::operator_kube_on(&env, ns).await, ns, &sim);
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
-    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server);
     let _c = tokio::spawn(controller::run(ctx.clone()));
     let cps: Api<ControlPlane> = Api::namespaced(kube.clone(), ns);
     cps.create(&PostParams::default(), &control_plane(local()))
@@ -1090,7 +1090,7 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
     env.install_crds(&components_crds()).await.expect("CRDs");
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
     let sim = sbsim("", 0).await;
-    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server);
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).expect("token");

@@ -458,7 +458,7 @@ async fn a_kill_after_each_call_of_an_operation_repeats_none() {
         .expect("the FoundationDB and cert-manager CRDs");
     let _standin = StandIn::start(kube.clone(), Some(ns.into()));
     let sim = crate::support::sbsim("", 0).await;
-    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server.sim);
+    let _tls = crate::support::local_control_plane_tls(&kube, ns, &sim.server);
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, crate::support::TOKEN).expect("token");

@@ -223,7 +223,7 @@ pub(crate) async fn deployment_with_spares(
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
-    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim.sim);
+    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
 

@@ -65,7 +65,6 @@ impl ControlPlane {
             .await
             .expect("sbsim");
         server
-            .sim
             .named_tls
             .serve(
                 MANAGED_TLS_HOST,

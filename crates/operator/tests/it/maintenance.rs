@@ -90,7 +90,7 @@ pub async fn fleet(ns: &str, workers: usize, served: usize, windows: i32) -> Fle
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
-    let mounted = support::storage_nodes_mount(&kube, ns, &sim.sim);
+    let mounted = support::storage_nodes_mount(&kube, ns, &sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
     let cluster = cp

@@ -78,7 +78,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
-    let _mounted = crate::support::storage_nodes_mount(&kube, NS, &sim.sim);
+    let _mounted = crate::support::storage_nodes_mount(&kube, NS, &sim);
     // sbsim learns the enrollment labels the operator writes from the API server.
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
@@ -729,7 +729,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     let sim = Server::start(Sim::open(config).expect("sim"), "127.0.0.1:0", Some(tls))
         .await
         .expect("sbsim");
-    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim.sim);
+    let mounted = crate::support::storage_nodes_mount(&kube, ns, &sim);
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
     let ctx = Arc::new(

@@ -107,7 +107,7 @@ async fn site() -> Site {
     .expect("sbsim");
     tokio::spawn(labels::watch(sim.sim.clone(), kube.clone()));
     tokio::spawn(jobs::watch(sim.sim.clone(), kube.clone()));
-    let mounted = crate::support::storage_nodes_mount(&kube, SITE_NS, &sim.sim);
+    let mounted = crate::support::storage_nodes_mount(&kube, SITE_NS, &sim);
     let cp = crate::support::tls_cp_client(sim.addr, &ca_pem, TOKEN);
 
     let operator = crate::support::operator_kube_on(&env, SITE_NS).await;

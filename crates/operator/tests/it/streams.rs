@@ -77,12 +77,12 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
         reads,
         "the node was read from its stream, not by GET"
     );
-    let open = h.sim.server.sim.streams.open();
+    let open = h.sim.server.streams.open();
     assert_eq!(open.get(&nodes_stream), Some(&1), "{open:?}");
     // The device mirror follows the node's devices.
     let devices_stream = format!("{nodes_stream}{id}/devices/");
     until("the node's device stream open", async || {
-        (h.sim.server.sim.streams.open().get(&devices_stream) == Some(&1)).then_some(())
+        (h.sim.server.streams.open().get(&devices_stream) == Some(&1)).then_some(())
     })
     .await;
 
@@ -97,11 +97,11 @@ async fn a_storage_node_follows_its_stream_and_a_removed_one_leaves_no_stream_op
     let node = h.cp.get_storage_node(h.uuid, id).await.expect("node");
     assert_eq!(node.status, NodeStatus::Removed);
     until("no stream of the removed node open", async || {
-        let open = h.sim.server.sim.streams.open();
+        let open = h.sim.server.streams.open();
         (!open.keys().any(|path| path.contains(&id.to_string()))).then_some(())
     })
     .await;
-    let open = h.sim.server.sim.streams.open();
+    let open = h.sim.server.streams.open();
     assert_eq!(
         open.get(&nodes_stream),
         Some(&1),

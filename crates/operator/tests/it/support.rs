@@ -382,16 +382,16 @@ pub async fn sbsim(faults: &str, workers: usize) -> Sbsim {
 pub fn storage_nodes_mount(
     kube: &kube::Client,
     ns: &str,
-    sim: &Arc<Sim>,
+    sim: &Server,
 ) -> simplyblock_testenv::standin::StandIn {
-    let sim = sim.clone();
+    let named_tls = sim.named_tls.clone();
     simplyblock_testenv::standin::storage_node_pods(
         kube.clone(),
         ns.into(),
         move |ns, worker, files| {
             let served = match worker {
-                None => sim.named_tls.serve_storage_nodes(ns, files),
-                Some(worker) => sim.named_tls.serve_storage_node(ns, worker, files),
+                None => named_tls.serve_storage_nodes(ns, files),
+                Some(worker) => named_tls.serve_storage_node(ns, worker, files),
             };
             if let Err(e) = served {
                 let who = worker.unwrap_or("every worker");
@@ -408,18 +408,18 @@ pub fn storage_nodes_mount(
 pub fn local_control_plane_tls(
     kube: &kube::Client,
     ns: &str,
-    sim: &Arc<Sim>,
+    sim: &Server,
 ) -> [simplyblock_testenv::standin::StandIn; 2] {
     use simplyblock_operator::controlplane::names::{API, API_TLS_SECRET};
     let issuing = simplyblock_testenv::certmanager::start(kube.clone(), ns.into());
-    let sim = sim.clone();
+    let named_tls = sim.named_tls.clone();
     let mounted = simplyblock_testenv::standin::mount_secrets(
         kube.clone(),
         ns.into(),
         API_TLS_SECRET,
         move |ns, files| {
             let name = format!("{API}.{ns}.svc");
-            if let Err(e) = sim.named_tls.serve_mounted(&name, files, true) {
+            if let Err(e) = named_tls.serve_mounted(&name, files, true) {
                 eprintln!("the management API {name} cannot serve the mounted Secret: {e}");
             }
         },

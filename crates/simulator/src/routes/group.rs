@@ -1,17 +1,19 @@
 //! Consistency groups (a newer control plane): volumes created with `consistency_group`
 //! join a group pinned to its first member's node; group snapshots take every member at
-//! once; group replication attaches one policy to every member and drives their cycles
-//! together, one generation at a time; failover, demote, failback and status act on
-//! every member; a group's resolution names the group serving after failovers.
+//! once; group replication attaches one policy to every member, whose cycles then run
+//! together, one generation at a time ([`crate::cycles`] starts them); failover, demote,
+//! failback and status act on every member; a group's resolution names the group serving
+//! after failovers.
 
 use std::collections::HashSet;
 
-use serde_json::{Map, json};
+use serde_json::json;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::replication;
 use super::request::{ApiReq, body};
+use crate::cycles::group_members;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -21,9 +23,6 @@ use crate::store::Tables;
 /// The most members a group holds.
 pub const MAX_MEMBERS: usize = 20;
 
-/// Generations a group remembers; older ones were pruned on the target long before.
-const GENERATIONS_KEPT: usize = 16;
-
 const ROUTE: &str = "/clusters/{cluster_id}/consistency-groups/";
 
 pub fn dto(t: &Tables, g: &GroupRec) -> ConsistencyGroup {
@@ -31,25 +30,11 @@ pub fn dto(t: &Tables, g: &GroupRec) -> ConsistencyGroup {
         id: g.id,
         cluster_id: g.cluster_id,
         name: g.name.clone(),
-        member_count: members(t, g).len() as u32,
+        member_count: group_members(t, g).len() as u32,
         lvs_name: g.lvs_name.clone(),
         node_id: g.node_id,
         policy_id: g.policy_id,
     }
-}
-
-/// The open members whose volumes still live, in the order they joined.
-fn members(t: &Tables, g: &GroupRec) -> Vec<Uuid> {
-    g.members
-        .iter()
-        .filter(|m| m.removed_seq == 0)
-        .map(|m| m.lvol_id)
-        .filter(|v| {
-            t.volumes
-                .get(&v.to_string())
-                .is_some_and(|v| v.status != VolumeStatus::Deleted)
-        })
-        .collect()
 }
 
 fn by_name<'t>(t: &'t Tables, c: Uuid, name: &str) -> Option<&'t GroupRec> {
@@ -64,7 +49,7 @@ pub fn pinned_node(t: &Tables, c: Uuid, name: &str) -> Result<Option<Uuid>, ApiE
     let Some(g) = by_name(t, c, name) else {
         return Ok(None);
     };
-    if members(t, g).len() >= MAX_MEMBERS {
+    if group_members(t, g).len() >= MAX_MEMBERS {
         return Err(ApiError::opaque(format!(
             "Consistency group {name} is full: it holds {MAX_MEMBERS} volumes"
         )));
@@ -196,7 +181,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             g.snapshots.iter().map(snapshot_dto).collect::<Vec<_>>()
         ))),
         ("POST", "{group_id}/snapshots") => {
-            let vols = members(st.t, &g);
+            let vols = group_members(st.t, &g);
             if vols.is_empty() {
                 return Err(ApiError::bad_request(format!(
                     "Consistency group {} has no members to snapshot",
@@ -244,7 +229,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let s = g.snapshots.remove(at);
             for (_, snap) in s.members {
-                crate::replicated::drop_snapshot(st, snap);
+                crate::clones::drop_snapshot(st, snap);
             }
             save(st, g);
             Ok(Reply::empty(204))
@@ -255,11 +240,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         ("POST", "{group_id}/replication/failover") if req.q("site").is_some() => {
             let planned = req.q_bool("planned")?;
-            let vols = members(st.t, &g);
+            let vols = group_members(st.t, &g);
             super::sync::failover_group(st, &vols, req.q("site"), planned)
         }
         ("POST", "{group_id}/replication/demote") if req.q("site").is_some() => {
-            let vols = members(st.t, &g);
+            let vols = group_members(st.t, &g);
             super::sync::demote_group(st, &vols, req.q("site"))
         }
         ("POST", "{group_id}/replication/failover") => {
@@ -268,7 +253,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         ("POST", "{group_id}/replication/demote") => {
             let mut converging = false;
-            for v in members(st.t, &g) {
+            for v in group_members(st.t, &g) {
                 let own = st.t.replications.get(&v.to_string()).cloned();
                 let replica_of = replication::replica_relationship(st.t, v);
                 converging |= replication::demote(st, v, own, replica_of)?.status == 202;
@@ -278,7 +263,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         ("POST", "{group_id}/replication/failback") => {
             let b: Failback = body(st.sim, req)?;
             let mut rels = Vec::new();
-            for v in members(st.t, &g) {
+            for v in group_members(st.t, &g) {
                 let r = replication::replica_relationship(st.t, v)
                     .or_else(|| st.t.replications.get(&v.to_string()).cloned())
                     .ok_or_else(|| {
@@ -330,7 +315,7 @@ fn no_snapshot(g: &GroupRec, seq: u64) -> ApiError {
 /// schedule), or detach it with `None`. Another policy while one is attached is 412.
 fn attach(st: &mut St<'_>, mut g: GroupRec, policy: Option<Uuid>) -> ApiResult {
     let c = g.cluster_id;
-    let vols = members(st.t, &g);
+    let vols = group_members(st.t, &g);
     let Some(pid) = policy else {
         for v in &vols {
             if let Some(x) = st.t.volumes.get_mut(&v.to_string()) {
@@ -418,152 +403,12 @@ fn attach(st: &mut St<'_>, mut g: GroupRec, policy: Option<Uuid>) -> ApiResult {
     Ok(Reply::empty(204))
 }
 
-/// Start the generations that are due; true when one started.
-pub fn schedule(st: &mut St<'_>) -> bool {
-    let due: Vec<Uuid> =
-        st.t.groups
-            .values()
-            .filter(|g| g.policy_id.is_some() && g.next_ms <= st.now)
-            .map(|g| g.id)
-            .collect();
-    let mut progressed = false;
-    for id in due {
-        progressed |= generation(st, id);
-    }
-    progressed
-}
-
-/// One replication generation of a group: a cycle of every member's relationship, each
-/// task carrying the generation's `group_seq`. It waits while a member's cycle is still
-/// open, so a generation never mixes snapshots of different moments.
-fn generation(st: &mut St<'_>, id: Uuid) -> bool {
-    let Some(mut g) = st.t.groups.get(&id.to_string()).cloned() else {
-        return false;
-    };
-    let vols: Vec<Uuid> = members(st.t, &g)
-        .into_iter()
-        .filter(|v| {
-            st.t.replications
-                .get(&v.to_string())
-                .is_some_and(|r| r.running && r.group == Some(id))
-        })
-        .collect();
-    let interval = g
-        .policy_id
-        .and_then(|p| st.t.policies.get(&p.to_string()))
-        .map_or(1, |p| p.interval_min.max(1));
-    if vols.is_empty() {
-        g.next_ms = st.now + interval as i64 * 60_000;
-        save(st, g);
-        return false;
-    }
-    let busy = st.t.tasks.values().any(|t| {
-        t.function_name == "snapshot_replication"
-            && t.status != TaskStatus::Done
-            && vols
-                .iter()
-                .any(|v| t.params.get("lvol_id") == Some(&json!(v)))
-    });
-    if busy {
-        return false;
-    }
-    let seq = g.group_seq + 1;
-    for v in &vols {
-        let mut params = Map::new();
-        params.insert("lvol_id".into(), json!(v));
-        params.insert("group_seq".into(), json!(seq));
-        st.task(
-            g.cluster_id,
-            "snapshot_replication",
-            Some(g.node_id),
-            None,
-            params,
-            8,
-        );
-    }
-    g.group_seq = seq;
-    g.generations.push(GenerationRec {
-        group_seq: seq,
-        expected: vols,
-        landed: Vec::new(),
-    });
-    let cut = g.generations.len().saturating_sub(GENERATIONS_KEPT);
-    g.generations.drain(..cut);
-    g.next_ms = st.now + interval as i64 * 60_000;
-    save(st, g);
-    true
-}
-
-/// A member's snapshot of generation `seq` landed.
-pub fn landed(st: &mut St<'_>, group: Uuid, seq: u64, member: Uuid, snapshot: Uuid) {
-    if let Some(g) = st.t.groups.get_mut(&group.to_string())
-        && let Some(gen_) = g.generations.iter_mut().find(|x| x.group_seq == seq)
-    {
-        gen_.landed.push((member, snapshot));
-    }
-}
-
-/// `GET …/replication/policies/{id}/latest-generation`: the newest generation every
-/// member's snapshot of reached the target and is still there. 404 without a group or a
-/// generation, 400 while none is complete.
-pub fn latest_generation(t: &Tables, c: Uuid, policy: Uuid) -> ApiResult {
-    let g = t
-        .groups
-        .values()
-        .filter(|g| g.cluster_id == c && g.policy_id == Some(policy))
-        .min_by_key(|g| g.seq)
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "No consistency group replicates with policy {policy}"
-            ))
-        })?;
-    if g.generations.is_empty() {
-        return Err(ApiError::not_found(format!(
-            "No generation of consistency group {} was replicated yet",
-            g.name
-        )));
-    }
-    for gen_ in g.generations.iter().rev() {
-        let members: Option<Vec<GenerationMember>> = gen_
-            .expected
-            .iter()
-            .map(|m| {
-                let (_, snap) = gen_.landed.iter().find(|(l, _)| l == m)?;
-                let s = t
-                    .snapshots
-                    .get(&snap.to_string())
-                    .filter(|s| !s.soft_deleted)?;
-                Some(GenerationMember {
-                    snapshot_id: s.id,
-                    cluster_id: s.cluster_id,
-                    pool_id: s.pool_id,
-                    lvol_id: s.volume_id,
-                    source_lvol_id: *m,
-                    size: s.size,
-                    group_seq: gen_.group_seq,
-                })
-            })
-            .collect();
-        if let Some(members) = members {
-            return Ok(Reply::ok(json!(LatestGeneration {
-                group_seq: gen_.group_seq,
-                members,
-            })));
-        }
-    }
-    Err(ApiError::bad_request(format!(
-        "No generation of consistency group {} reached the target for every member; \
-         retry after the next cycle",
-        g.name
-    )))
-}
-
 /// Fail every member over to its replica. When the members are sources, their replicas
 /// form the group of the same name on the target cluster (created pinned to the first
 /// replica's node), which then serves in this group's stead; when they are replicas, this
 /// group serves in its source group's stead.
 fn failover(st: &mut St<'_>, g: &GroupRec) -> Vec<FailoverResult> {
-    let vols = members(st.t, g);
+    let vols = group_members(st.t, g);
     let mut results = Vec::new();
     let mut sources = Vec::new();
     let mut as_replica = None;
@@ -657,7 +502,7 @@ fn active(t: &Tables, g: &GroupRec) -> GroupRec {
 /// The group's replication status: its members' statuses taken together (the worst
 /// state, the oldest replication, the largest lag, the sums of what is outstanding).
 fn status(st: &St<'_>, g: &GroupRec) -> ReplicationStatus {
-    let all: Vec<ReplicationStatus> = members(st.t, g)
+    let all: Vec<ReplicationStatus> = group_members(st.t, g)
         .into_iter()
         .filter_map(|v| st.t.volumes.get(&v.to_string()).cloned())
         .map(|v| {

@@ -21,7 +21,6 @@ mod task;
 mod volume;
 mod volume_create;
 
-pub use group::{landed as group_landed, schedule as schedule_groups};
 pub use request::ApiReq;
 
 use crate::reply::ApiResult;

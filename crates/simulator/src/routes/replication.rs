@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::lookup::{cluster, pool, volume};
 use super::request::{ApiReq, body};
-use crate::engine::queue_replication;
+use crate::cycles::queue_replication;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -178,7 +178,7 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         ("GET", "policies/{policy_id}/latest-generation") => {
             let p = policy_of(st, req.id("policy_id"))?;
-            super::group::latest_generation(st.t, c, p.id)
+            latest_generation(st.t, c, p.id)
         }
         ("POST", "policies/{policy_id}/failover") => {
             let p = policy_of(st, req.id("policy_id"))?;
@@ -644,4 +644,59 @@ fn failover(st: &mut St<'_>, v: Uuid) -> Result<(Uuid, bool), String> {
         x.running = false;
     }
     Ok((tv, false))
+}
+
+/// `GET …/replication/policies/{id}/latest-generation`: the newest generation every
+/// member's snapshot of reached the target and is still there. 404 without a group or a
+/// generation, 400 while none is complete.
+fn latest_generation(t: &Tables, c: Uuid, policy: Uuid) -> ApiResult {
+    let g = t
+        .groups
+        .values()
+        .filter(|g| g.cluster_id == c && g.policy_id == Some(policy))
+        .min_by_key(|g| g.seq)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "No consistency group replicates with policy {policy}"
+            ))
+        })?;
+    if g.generations.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "No generation of consistency group {} was replicated yet",
+            g.name
+        )));
+    }
+    for gen_ in g.generations.iter().rev() {
+        let members: Option<Vec<GenerationMember>> = gen_
+            .expected
+            .iter()
+            .map(|m| {
+                let (_, snap) = gen_.landed.iter().find(|(l, _)| l == m)?;
+                let s = t
+                    .snapshots
+                    .get(&snap.to_string())
+                    .filter(|s| !s.soft_deleted)?;
+                Some(GenerationMember {
+                    snapshot_id: s.id,
+                    cluster_id: s.cluster_id,
+                    pool_id: s.pool_id,
+                    lvol_id: s.volume_id,
+                    source_lvol_id: *m,
+                    size: s.size,
+                    group_seq: gen_.group_seq,
+                })
+            })
+            .collect();
+        if let Some(members) = members {
+            return Ok(Reply::ok(json!(LatestGeneration {
+                group_seq: gen_.group_seq,
+                members,
+            })));
+        }
+    }
+    Err(ApiError::bad_request(format!(
+        "No generation of consistency group {} reached the target for every member; \
+         retry after the next cycle",
+        g.name
+    )))
 }

@@ -13,7 +13,7 @@ use super::snapshot::snapshot_create;
 use super::volume_create::{
     clone_from_snapshot, create_or_clone, dhchap_key, name_taken, volume_location,
 };
-use crate::engine::reap_snapshot;
+use crate::clones::reap_snapshot;
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};

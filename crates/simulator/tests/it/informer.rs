@@ -286,7 +286,7 @@ async fn a_scope_closes_when_its_object_is_deleted_and_when_nobody_follows_it() 
     let mut volumes_sub = informer.subscribe(volumes);
     assert!(changed(&mut pools_sub).await.expect("open").synced);
     assert!(changed(&mut volumes_sub).await.expect("open").synced);
-    assert_eq!(env.server.sim.streams.open_total(), 2);
+    assert_eq!(env.server.streams.open_total(), 2);
 
     c.delete_pool(cluster, pool).await.expect("delete");
     assert_eq!(
@@ -297,14 +297,14 @@ async fn a_scope_closes_when_its_object_is_deleted_and_when_nobody_follows_it() 
     assert!(informer.is_gone(volumes));
     assert_eq!(informer.streaming(), vec![pools]);
     eventually("only the pools stream open", WAIT, || async {
-        (env.server.sim.streams.open_total() == 1).then_some(())
+        (env.server.streams.open_total() == 1).then_some(())
     })
     .await;
 
     drop(pools_sub);
     assert!(informer.streaming().is_empty());
     eventually("no stream open", WAIT, || async {
-        (env.server.sim.streams.open_total() == 0).then_some(())
+        (env.server.streams.open_total() == 0).then_some(())
     })
     .await;
 }

@@ -259,7 +259,7 @@ async fn deleting_a_parent_closes_its_child_streams_and_the_open_count_follows()
     expect_event(&mut s, "snapshot").await;
     let open = open_streams(&env).await;
     assert_eq!(open["open"][format!("/api/v2{path}")], json!(1), "{open}");
-    assert_eq!(env.server.sim.streams.open_total(), 1);
+    assert_eq!(env.server.streams.open_total(), 1);
     c.delete_pool(cluster, pool).await.expect("delete");
     assert_eq!(next_event(&mut s).await, None, "the child stream ends");
     no_stream_open(&env).await;

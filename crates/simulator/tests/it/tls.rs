@@ -160,7 +160,6 @@ async fn storage_nodes_served_over_tls_require_the_clusters_client_certificate()
         .expect("plain before the domain serves TLS");
 
     server
-        .sim
         .named_tls
         .serve(
             DOMAIN,
