@@ -113,6 +113,8 @@ impl Names {
                 syn::Item::Trait(i) => Some(i.ident.to_string()),
                 syn::Item::Type(i) => Some(i.ident.to_string()),
                 syn::Item::Union(i) => Some(i.ident.to_string()),
+                // An inline module (`pub mod reason { … }`) is the file's own.
+                syn::Item::Mod(i) if i.content.is_some() => Some(i.ident.to_string()),
                 _ => None,
             })
             .collect();

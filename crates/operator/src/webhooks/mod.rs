@@ -15,6 +15,7 @@ pub mod deployment;
 pub mod device_ops;
 pub mod node_ops;
 pub mod operator_ops;
+mod review;
 pub mod simplyblock_driver;
 pub mod spoke_writes;
 pub mod storage_device;
@@ -26,12 +27,9 @@ pub mod volume_ops;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use simplyblock_api::common::OpsPhase;
 
 use axum::Router;
 use axum::routing::post;
-use kube::api::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -39,69 +37,14 @@ use crate::runtime::error::ServerError as Error;
 use crate::runtime::serving::ServerLimits;
 use tls::ServingCertificates;
 
+pub use review::{Endpoint, WebhookContext, keep_while_unabortable, own_user};
+pub(crate) use review::{answer, typed};
+
 /// The path of the ClusterDeploymentConfig webhook.
 pub const DEPLOYMENT_PATH: &str =
     "/validate-storage-simplyblock-io-v1alpha2-clusterdeploymentconfig";
 /// The path of the StorageNode webhook.
 pub const STORAGE_NODE_PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenode";
-
-/// What the handlers share.
-#[derive(Clone)]
-pub struct WebhookContext {
-    pub client: kube::Client,
-    /// The operator's own user name (`system:serviceaccount:<namespace>:<account>`): the
-    /// single-writer fields are its to write, and no other account's, not even another
-    /// of its namespace.
-    pub operator_user: String,
-    /// Where refusals are counted.
-    pub metrics: std::sync::Arc<crate::runtime::metrics::Metrics>,
-}
-
-impl WebhookContext {
-    pub fn is_operator(&self, username: Option<&str>) -> bool {
-        username == Some(self.operator_user.as_str())
-    }
-}
-
-/// Who the API server takes `client` for (a SelfSubjectReview, which every authenticated
-/// user may create): the user name the webhooks recognise as the operator.
-pub async fn own_user(client: &kube::Client) -> Result<String, kube::Error> {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let review = kube::Api::<SelfSubjectReview>::all(client.clone())
-        .create(&Default::default(), &SelfSubjectReview::default())
-        .await?;
-    Ok(review
-        .status
-        .and_then(|s| s.user_info)
-        .and_then(|u| u.username)
-        .unwrap_or_default())
-}
-
-/// The DELETE guard of every Ops kind whose graphs have steps that cannot be aborted: a
-/// Running operation on one of `unabortable` (its kind's table, held equal to the graphs by
-/// a test) is kept, and `refusal(step, abortable steps of its action)` says why and what to
-/// do; every other operation may go (its finalizer releases the lock).
-pub fn keep_while_unabortable<A, S>(
-    status: (OpsPhase, Option<&str>),
-    unabortable: &[&str],
-    graphs: &simplyblock_statemachine::MultiGraph<A, S>,
-    action: A,
-    refusal: impl FnOnce(&str, &[&'static str]) -> String,
-) -> Result<(), String>
-where
-    A: simplyblock_statemachine::Action,
-    S: simplyblock_statemachine::State,
-{
-    let (phase, step) = status;
-    let Some(step) = step.filter(|s| phase == OpsPhase::Running && unabortable.contains(s)) else {
-        return Ok(());
-    };
-    let abortable: Vec<&'static str> = graphs
-        .graph(action)
-        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    Err(refusal(step, &abortable))
-}
 
 /// The routes of every webhook.
 pub fn router(ctx: WebhookContext) -> Router {
@@ -173,57 +116,6 @@ impl WebhookServer {
         )
         .await;
     }
-}
-
-/// Unpacks a review, or answers a malformed one.
-pub(crate) fn request(
-    review: AdmissionReview<DynamicObject>,
-) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionReview<DynamicObject>>> {
-    review.try_into().map_err(|e| {
-        tracing::warn!(error = %e, "a malformed admission review");
-        Box::new(
-            AdmissionResponse::invalid(format!("the admission review is malformed: {e}"))
-                .into_review(),
-        )
-    })
-}
-
-/// Reads the typed object out of a review's raw one.
-/// Answers `review` with the verdict of `decide` on its request: `Err` denies with that
-/// message (what is wrong and what to do), a malformed review is refused as invalid.
-pub(crate) async fn answer<F, Fut>(
-    review: AdmissionReview<DynamicObject>,
-    decide: F,
-) -> axum::Json<AdmissionReview<DynamicObject>>
-where
-    F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let req = match request(review) {
-        Ok(req) => req,
-        Err(answer) => return axum::Json(*answer),
-    };
-    let response = AdmissionResponse::from(&req);
-    let verdict = match decide(req).await {
-        Ok(()) => response,
-        Err(message) => deny(response, message),
-    };
-    axum::Json(verdict.into_review())
-}
-
-pub(crate) fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
-    serde_json::to_value(object)
-        .and_then(serde_json::from_value)
-        .map_err(|e| format!("the object does not match its schema: {e}"))
-}
-
-/// Where the API server reaches the webhooks.
-#[derive(Clone, Debug)]
-pub enum Endpoint {
-    /// A URL base, e.g. `https://127.0.0.1:9443` (tests, the demo).
-    Url(String),
-    /// A Service in the cluster, on port 443.
-    Service { namespace: String, name: String },
 }
 
 /// What no webhook is asked about, so that a deletion always finishes, even while the
@@ -481,14 +373,6 @@ fn bundle_only(
         "webhooks": entries,
     });
     (body, missing)
-}
-
-/// Denies with 403 Forbidden, the code Kubernetes uses for admission refusals.
-pub(crate) fn deny(response: AdmissionResponse, message: String) -> AdmissionResponse {
-    let mut response = response.deny(message);
-    response.result.code = 403;
-    response.result.reason = "Forbidden".into();
-    response
 }
 
 #[cfg(test)]

@@ -18,10 +18,12 @@
 pub mod decide;
 pub mod kind;
 pub mod metrics;
+pub mod retry;
 pub mod runtime;
 
 pub use decide::*;
 pub use kind::*;
+pub use retry::*;
 pub use runtime::{Error, controller, reconcile, run};
 
 #[cfg(test)]
