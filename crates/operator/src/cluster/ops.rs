@@ -34,7 +34,7 @@ use simplyblock_controlplane::{
 use simplyblock_statemachine::{Machine, MultiGraph, State};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Graphed, Move, OpsResource, OpsStatus, Plan, StepGraphs, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";
@@ -133,25 +133,19 @@ pub enum Call {
     DeletePods(Vec<String>),
 }
 
-/// The steps of every action, over the graphs with their deadlines scaled by
-/// [`Context::step_deadline_scale`].
-#[derive(Clone, Copy)]
-pub struct ClusterSteps {
-    graphs: &'static MultiGraph<ClusterAction, ClusterOpsStep>,
-}
+/// The steps of every action, over the kind's graphs.
+pub type ClusterSteps = StepGraphs<StorageClusterOps>;
 
-impl Default for ClusterSteps {
-    fn default() -> Self {
-        ClusterSteps { graphs: &GRAPHS }
+impl Graphed for StorageClusterOps {
+    type Action = ClusterAction;
+    type Step = ClusterOpsStep;
+
+    fn graphs() -> &'static MultiGraph<ClusterAction, ClusterOpsStep> {
+        &GRAPHS
     }
-}
 
-impl ClusterSteps {
-    /// The graphs with every deadline multiplied by `scale` (1: as declared).
-    pub fn with_deadline_scale(scale: f64) -> Self {
-        ClusterSteps {
-            graphs: GRAPHS.scaled_static(scale),
-        }
+    fn action(&self) -> ClusterAction {
+        self.spec.action
     }
 }
 
@@ -165,8 +159,7 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         op: &StorageClusterOps,
         now: Timestamp,
     ) -> Result<Machine<'static, ClusterOpsStep>, simplyblock_statemachine::Error> {
-        let snapshot = op.status.clone().unwrap_or_default().step;
-        self.graphs.restore(op.spec.action, &snapshot, now)
+        self.restore(op, now)
     }
 
     async fn observe(

@@ -42,7 +42,9 @@ use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
 use super::plan::Probe;
 use super::reach;
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{
+    self, Graphed, Move, Note, Noted, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
+};
 
 const MANAGER: &str = "controlplaneops-controller";
 /// The name of the controller in metrics and logs.
@@ -319,25 +321,19 @@ pub fn backup_object(name: &str, blob: &BlobStore, op: &str) -> Value {
     })
 }
 
-/// The steps of every action, over the graphs with their deadlines scaled by
-/// [`Context::step_deadline_scale`].
-#[derive(Clone, Copy)]
-pub struct ControlPlaneSteps {
-    graphs: &'static MultiGraph<ControlPlaneAction, ControlPlaneOpsStep>,
-}
+/// The steps of every action, over the kind's graphs.
+pub type ControlPlaneSteps = StepGraphs<ControlPlaneOps>;
 
-impl Default for ControlPlaneSteps {
-    fn default() -> Self {
-        ControlPlaneSteps { graphs: &GRAPHS }
+impl Graphed for ControlPlaneOps {
+    type Action = ControlPlaneAction;
+    type Step = ControlPlaneOpsStep;
+
+    fn graphs() -> &'static MultiGraph<ControlPlaneAction, ControlPlaneOpsStep> {
+        &GRAPHS
     }
-}
 
-impl ControlPlaneSteps {
-    /// The graphs with every deadline multiplied by `scale` (1: as declared).
-    pub fn with_deadline_scale(scale: f64) -> Self {
-        ControlPlaneSteps {
-            graphs: GRAPHS.scaled_static(scale),
-        }
+    fn action(&self) -> ControlPlaneAction {
+        self.spec.action
     }
 }
 
@@ -351,8 +347,7 @@ impl Steps<ControlPlaneOps> for ControlPlaneSteps {
         op: &ControlPlaneOps,
         now: Timestamp,
     ) -> Result<Machine<'static, ControlPlaneOpsStep>, simplyblock_statemachine::Error> {
-        let snapshot = op.status.clone().unwrap_or_default().step;
-        self.graphs.restore(op.spec.action, &snapshot, now)
+        self.restore(op, now)
     }
 
     async fn observe(

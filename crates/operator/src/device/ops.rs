@@ -29,7 +29,9 @@ use simplyblock_controlplane::{Device, DeviceStatus, Uuid};
 use simplyblock_statemachine::{Action as _, Machine, MultiGraph};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{
+    self, Graphed, Move, Note, Noted, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
+};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagedeviceops-finalizer";
 const MANAGER: &str = "storagedeviceops-controller";
@@ -102,25 +104,19 @@ pub enum Call {
     Fail(Uuid, Uuid, Uuid),
 }
 
-/// The steps of Restart and Fail, over the graphs with their deadlines scaled by
-/// [`Context::step_deadline_scale`].
-#[derive(Clone, Copy)]
-pub struct DeviceSteps {
-    graphs: &'static MultiGraph<DeviceAction, DeviceOpsStep>,
-}
+/// The steps of every action, over the kind's graphs.
+pub type DeviceSteps = StepGraphs<StorageDeviceOps>;
 
-impl Default for DeviceSteps {
-    fn default() -> Self {
-        DeviceSteps { graphs: &GRAPHS }
+impl Graphed for StorageDeviceOps {
+    type Action = DeviceAction;
+    type Step = DeviceOpsStep;
+
+    fn graphs() -> &'static MultiGraph<DeviceAction, DeviceOpsStep> {
+        &GRAPHS
     }
-}
 
-impl DeviceSteps {
-    /// The graphs with every deadline multiplied by `scale` (1: as declared).
-    pub fn with_deadline_scale(scale: f64) -> Self {
-        DeviceSteps {
-            graphs: GRAPHS.scaled_static(scale),
-        }
+    fn action(&self) -> DeviceAction {
+        self.spec.action
     }
 }
 
@@ -136,8 +132,7 @@ impl Steps<StorageDeviceOps> for DeviceSteps {
         op: &StorageDeviceOps,
         now: Timestamp,
     ) -> Result<Machine<'static, DeviceOpsStep>, simplyblock_statemachine::Error> {
-        let snapshot = op.status.clone().unwrap_or_default().step;
-        self.graphs.restore(op.spec.action, &snapshot, now)
+        self.restore(op, now)
     }
 
     async fn observe(

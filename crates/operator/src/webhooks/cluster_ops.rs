@@ -20,18 +20,6 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagecluster
 /// Its name in the webhook configuration.
 pub const NAME: &str = "vstorageclusterops.simplyblock.io";
 
-/// The steps on which a running operation cannot be deleted; a test holds this equal to
-/// the graphs' `unabortable_states()`.
-pub const UNABORTABLE_STEPS: &[&str] = &[
-    "Awaiting",
-    "ShuttingDown",
-    "Starting",
-    "ShuttingDownNode",
-    "RefreshingPod",
-    "AwaitingPod",
-    "RestartingNode",
-];
-
 /// `webhook` answering DELETE only (the guard has nothing to say on create or update).
 pub fn delete_only(
     mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
@@ -61,22 +49,17 @@ pub async fn review(
 pub fn on_delete(op: &StorageClusterOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
+        (
+            "StorageClusterOps",
+            op.metadata.name.as_deref().unwrap_or(""),
+        ),
         (status.phase, status.step.state.as_deref()),
-        UNABORTABLE_STEPS,
         &GRAPHS,
         op.spec.action,
-        |step, abortable| {
-            format!(
-                "StorageClusterOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageCluster {} and deleting the operation now would drop its lock mid-way. Wait for it to end, or set spec.abort: true to stop it at the next abortable step ({}), then delete it",
-                op.metadata.name.as_deref().unwrap_or(""),
-                op.spec.cluster_ref,
-                if abortable.is_empty() {
-                    "none in this action; it stops when it ends".to_string()
-                } else {
-                    abortable.join(", ")
-                }
-            )
-        },
+        &format!(
+            "the control plane is acting on StorageCluster {}",
+            op.spec.cluster_ref
+        ),
     )
 }
 
@@ -84,17 +67,6 @@ pub fn on_delete(op: &StorageClusterOps) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use simplyblock_statemachine::State as _;
-
-    #[test]
-    fn the_table_is_the_graphs_unabortable_steps() {
-        let from_graphs: Vec<&str> = GRAPHS
-            .unabortable_states()
-            .into_iter()
-            .map(|s| s.name())
-            .collect();
-        assert_eq!(UNABORTABLE_STEPS, from_graphs.as_slice());
-    }
 
     fn op(action: &str, phase: &str, step: Option<&str>) -> StorageClusterOps {
         let mut status = json!({"phase": phase});

@@ -20,10 +20,6 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-controlplaneop
 /// Its name in the webhook configuration.
 pub const NAME: &str = "vcontrolplaneops.simplyblock.io";
 
-/// The steps on which a running operation cannot be deleted; a test holds this equal to
-/// the graphs' `unabortable_states()`.
-pub const UNABORTABLE_STEPS: &[&str] = &["Restarting", "Awaiting", "Applying", "Verifying"];
-
 /// `webhook` answering CREATE and DELETE.
 pub fn create_and_delete(
     mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
@@ -87,22 +83,14 @@ pub fn on_create(
 pub fn on_delete(op: &ControlPlaneOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
+        ("ControlPlaneOps", op.metadata.name.as_deref().unwrap_or("")),
         (status.phase, status.step.state.as_deref()),
-        UNABORTABLE_STEPS,
         &GRAPHS,
         op.spec.action,
-        |step, abortable| {
-            format!(
-                "ControlPlaneOps {} is running step {step}, which cannot be aborted: the control plane {} is being changed and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
-                op.metadata.name.as_deref().unwrap_or(""),
-                op.spec.control_plane_ref,
-                if abortable.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (spec.abort stops it only on {})", abortable.join(", "))
-                }
-            )
-        },
+        &format!(
+            "the control plane {} is being changed",
+            op.spec.control_plane_ref
+        ),
     )
 }
 
@@ -110,20 +98,6 @@ pub fn on_delete(op: &ControlPlaneOps) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use simplyblock_statemachine::State as _;
-
-    #[test]
-    fn the_table_is_the_graphs_unabortable_steps() {
-        let mut from_graphs: Vec<&str> = GRAPHS
-            .unabortable_states()
-            .into_iter()
-            .map(|s| s.name())
-            .collect();
-        let mut table = UNABORTABLE_STEPS.to_vec();
-        from_graphs.sort();
-        table.sort();
-        assert_eq!(table, from_graphs);
-    }
 
     fn op(phase: &str, step: Option<&str>) -> ControlPlaneOps {
         let mut status = json!({"phase": phase});

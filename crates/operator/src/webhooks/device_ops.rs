@@ -12,7 +12,6 @@ use kube::api::{Api, DynamicObject};
 use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::StorageDevice;
 use simplyblock_api::storage_device_ops::{DECLARED, StorageDeviceOps};
-use simplyblock_statemachine::State as _;
 
 use super::{WebhookContext, typed};
 
@@ -67,38 +66,21 @@ pub fn on_create(
 
 /// The steps on which an operation of `op`'s action cannot be deleted: its graph's
 /// unabortable steps (the declared-only actions' graphs included).
-fn unabortable(op: &StorageDeviceOps) -> Vec<&'static str> {
-    DECLARED
-        .graph(op.spec.action)
-        .map(|g| {
-            g.unabortable_states()
-                .into_iter()
-                .map(|s| s.name())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &StorageDeviceOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
+        (
+            "StorageDeviceOps",
+            op.metadata.name.as_deref().unwrap_or(""),
+        ),
         (status.phase, status.step.state.as_deref()),
-        &unabortable(op),
         &DECLARED,
         op.spec.action,
-        |step, abortable| {
-            format!(
-                "StorageDeviceOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageDevice {} and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
-                op.metadata.name.as_deref().unwrap_or(""),
-                op.spec.device_ref,
-                if abortable.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (spec.abort stops it only on {})", abortable.join(", "))
-                }
-            )
-        },
+        &format!(
+            "the control plane is acting on StorageDevice {}",
+            op.spec.device_ref
+        ),
     )
 }
 

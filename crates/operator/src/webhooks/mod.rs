@@ -27,7 +27,6 @@ pub mod volume_ops;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-
 use axum::Router;
 use axum::routing::post;
 use tokio::net::TcpListener;

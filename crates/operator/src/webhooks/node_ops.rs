@@ -27,26 +27,6 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenodeops
 /// Its name in the webhook configuration.
 pub const NAME: &str = "vstoragenodeops.simplyblock.io";
 
-/// The steps on which a running operation cannot be deleted; a test holds this equal to
-/// the graphs' `unabortable_states()`.
-pub const UNABORTABLE_STEPS: &[&str] = &[
-    "Awaiting",
-    "Departing",
-    "ShuttingDown",
-    "MigratingDevices",
-    "MigratingVolumes",
-    "Verifying",
-    "Removing",
-    "AwaitingRemoval",
-    "Relocating",
-    "AwaitingNode",
-    "Promoting",
-    "Releasing",
-    "AwaitingHost",
-    "Restarting",
-    "Cleanup",
-];
-
 /// `webhook` answering CREATE, UPDATE and DELETE.
 pub fn create_update_delete(
     mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
@@ -151,22 +131,14 @@ pub fn on_update(old: &serde_json::Value, new: &serde_json::Value) -> Result<(),
 pub fn on_delete(op: &StorageNodeOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
+        ("StorageNodeOps", op.metadata.name.as_deref().unwrap_or("")),
         (status.phase, status.step.state.as_deref()),
-        UNABORTABLE_STEPS,
         &GRAPHS,
         op.spec.action,
-        |step, abortable| {
-            format!(
-                "StorageNodeOps {} is running step {step}, which cannot be aborted: the control plane is acting on StorageNode {} and deleting the operation now would drop its lock mid-way. Wait for it to end, then delete it{}",
-                op.metadata.name.as_deref().unwrap_or(""),
-                op.spec.node_ref,
-                if abortable.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (spec.abort stops it only on {})", abortable.join(", "))
-                }
-            )
-        },
+        &format!(
+            "the control plane is acting on StorageNode {}",
+            op.spec.node_ref
+        ),
     )
 }
 
@@ -174,20 +146,6 @@ pub fn on_delete(op: &StorageNodeOps) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use simplyblock_statemachine::State as _;
-
-    #[test]
-    fn the_table_is_the_graphs_unabortable_steps() {
-        let mut from_graphs: Vec<&str> = GRAPHS
-            .unabortable_states()
-            .into_iter()
-            .map(|s| s.name())
-            .collect();
-        let mut table = UNABORTABLE_STEPS.to_vec();
-        from_graphs.sort();
-        table.sort();
-        assert_eq!(table, from_graphs);
-    }
 
     fn op(spec: serde_json::Value, status: serde_json::Value) -> StorageNodeOps {
         serde_json::from_value(json!({

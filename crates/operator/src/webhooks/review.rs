@@ -37,30 +37,48 @@ pub async fn own_user(client: &kube::Client) -> Result<String, kube::Error> {
         .unwrap_or_default())
 }
 
-/// The DELETE guard of every Ops kind whose graphs have steps that cannot be aborted: a
-/// Running operation on one of `unabortable` (its kind's table, held equal to the graphs by
-/// a test) is kept, and `refusal(step, abortable steps of its action)` says why and what to
-/// do; every other operation may go (its finalizer releases the lock).
+/// The DELETE guard of every Ops kind, derived from its graphs: a Running operation on a
+/// step its action's graph declares unabortable is kept, and the refusal names the step,
+/// what is under way (`acting`, e.g. "the control plane is acting on StorageNode w1") and
+/// where `spec.abort` could stop it; every other operation may go (its finalizer releases
+/// the lock).
 pub fn keep_while_unabortable<A, S>(
+    operation: (&str, &str),
     status: (OpsPhase, Option<&str>),
-    unabortable: &[&str],
     graphs: &simplyblock_statemachine::MultiGraph<A, S>,
     action: A,
-    refusal: impl FnOnce(&str, &[&'static str]) -> String,
+    acting: &str,
 ) -> Result<(), String>
 where
     A: simplyblock_statemachine::Action,
     S: simplyblock_statemachine::State,
 {
     let (phase, step) = status;
-    let Some(step) = step.filter(|s| phase == OpsPhase::Running && unabortable.contains(s)) else {
+    let Ok(graph) = graphs.graph(action) else {
         return Ok(());
     };
-    let abortable: Vec<&'static str> = graphs
-        .graph(action)
-        .map(|g| g.abortable_states().into_iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    Err(refusal(step, &abortable))
+    let names = |states: Vec<S>| -> Vec<&'static str> { states.iter().map(|s| s.name()).collect() };
+    let Some(step) = step
+        .filter(|s| phase == OpsPhase::Running && names(graph.unabortable_states()).contains(s))
+    else {
+        return Ok(());
+    };
+    let (kind, name) = operation;
+    let abortable = names(graph.abortable_states());
+    let (abort, none) = if abortable.is_empty() {
+        (
+            String::new(),
+            " (spec.abort cannot help: none in this action's steps can be aborted)",
+        )
+    } else {
+        let steps = abortable.join(", ");
+        let abort =
+            format!(", or set spec.abort: true to stop it at the next abortable step ({steps})");
+        (abort, "")
+    };
+    Err(format!(
+        "{kind} {name} is running step {step}, which cannot be aborted: {acting}, and deleting the operation now would drop its lock mid-way. Wait for it to end{abort}, then delete it{none}"
+    ))
 }
 
 /// Unpacks a review, or answers a malformed one.

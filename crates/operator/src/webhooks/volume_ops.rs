@@ -21,10 +21,6 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-persistentvolu
 /// Its name in the webhook configuration.
 pub const NAME: &str = "vpersistentvolumeops.simplyblock.io";
 
-/// The steps on which a running operation cannot be deleted; a test holds this equal to
-/// the graphs' `unabortable_states()`.
-pub const UNABORTABLE_STEPS: &[&str] = &["Verifying"];
-
 /// The webhook for a cluster-scoped kind, on create and delete.
 pub fn cluster_scoped(
     mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
@@ -157,16 +153,14 @@ pub fn on_create(op: &PersistentVolumeOps, world: &World) -> Result<(), String> 
 pub fn on_delete(op: &PersistentVolumeOps) -> Result<(), String> {
     let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
+        (
+            "PersistentVolumeOps",
+            op.metadata.name.as_deref().unwrap_or(""),
+        ),
         (status.phase, status.step.state.as_deref()),
-        UNABORTABLE_STEPS,
         &GRAPHS,
         op.spec.action,
-        |step, _| {
-            format!(
-                "PersistentVolumeOps {} is running step {step}, which cannot be aborted: the volume has moved and the operation is cleaning up its validation Jobs. Wait for it to end, then delete it",
-                op.metadata.name.as_deref().unwrap_or("")
-            )
-        },
+        "the volume has moved and the operation is cleaning up its validation Jobs",
     )
 }
 
@@ -174,17 +168,6 @@ pub fn on_delete(op: &PersistentVolumeOps) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use simplyblock_statemachine::State as _;
-
-    #[test]
-    fn the_table_is_the_graphs_unabortable_steps() {
-        let from_graphs: Vec<&str> = GRAPHS
-            .unabortable_states()
-            .into_iter()
-            .map(|s| s.name())
-            .collect();
-        assert_eq!(UNABORTABLE_STEPS.to_vec(), from_graphs);
-    }
 
     fn op(status: serde_json::Value) -> PersistentVolumeOps {
         serde_json::from_value(json!({

@@ -36,7 +36,7 @@ use simplyblock_controlplane::{
 use simplyblock_statemachine::{Machine, MultiGraph};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Graphed, Move, OpsResource, OpsStatus, Plan, StepGraphs, Steps};
 
 pub mod maintenance;
 pub mod migrate;
@@ -127,25 +127,19 @@ pub enum Call {
     Migrate(migrate::Call),
 }
 
-/// The steps of every action, over the graphs with their deadlines scaled by
-/// [`Context::step_deadline_scale`].
-#[derive(Clone, Copy)]
-pub struct NodeSteps {
-    graphs: &'static MultiGraph<NodeAction, NodeOpsStep>,
-}
+/// The steps of every action, over the kind's graphs.
+pub type NodeSteps = StepGraphs<StorageNodeOps>;
 
-impl Default for NodeSteps {
-    fn default() -> Self {
-        NodeSteps { graphs: &GRAPHS }
+impl Graphed for StorageNodeOps {
+    type Action = NodeAction;
+    type Step = NodeOpsStep;
+
+    fn graphs() -> &'static MultiGraph<NodeAction, NodeOpsStep> {
+        &GRAPHS
     }
-}
 
-impl NodeSteps {
-    /// The graphs with every deadline multiplied by `scale` (1: as declared).
-    pub fn with_deadline_scale(scale: f64) -> Self {
-        NodeSteps {
-            graphs: GRAPHS.scaled_static(scale),
-        }
+    fn action(&self) -> NodeAction {
+        self.spec.action
     }
 }
 
@@ -159,8 +153,7 @@ impl Steps<StorageNodeOps> for NodeSteps {
         op: &StorageNodeOps,
         now: Timestamp,
     ) -> Result<Machine<'static, NodeOpsStep>, simplyblock_statemachine::Error> {
-        let snapshot = op.status.clone().unwrap_or_default().step;
-        self.graphs.restore(op.spec.action, &snapshot, now)
+        self.restore(op, now)
     }
 
     async fn observe(

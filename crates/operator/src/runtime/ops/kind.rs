@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use simplyblock_api::common::OpsPhase;
-use simplyblock_statemachine::{Machine, State, StepSnapshot};
+use simplyblock_statemachine::{Machine, MultiGraph, State, StepSnapshot};
 
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
@@ -196,6 +196,56 @@ pub enum Move<S> {
     To(S),
     /// Back to the initial step (a per-item loop starting its next item).
     Restart,
+}
+
+/// An Ops kind whose actions run over its declared step graphs.
+pub trait Graphed: OpsResource {
+    type Action: simplyblock_statemachine::Action + Send + Sync;
+    type Step: State + Send + Sync;
+    /// The kind's graphs, one per action, as declared.
+    fn graphs() -> &'static MultiGraph<Self::Action, Self::Step>;
+    /// The action the operation asks for.
+    fn action(&self) -> Self::Action;
+}
+
+/// The step graphs of kind `K` that its [`Steps`] run over, their deadlines scaled by
+/// [`Context::step_deadline_scale`] (tests shorten them).
+pub struct StepGraphs<K: Graphed> {
+    graphs: &'static MultiGraph<K::Action, K::Step>,
+}
+
+impl<K: Graphed> Clone for StepGraphs<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: Graphed> Copy for StepGraphs<K> {}
+
+impl<K: Graphed> Default for StepGraphs<K> {
+    fn default() -> Self {
+        StepGraphs {
+            graphs: K::graphs(),
+        }
+    }
+}
+
+impl<K: Graphed> StepGraphs<K> {
+    /// The graphs with every deadline multiplied by `scale` (1: as declared).
+    pub fn with_deadline_scale(scale: f64) -> Self {
+        StepGraphs {
+            graphs: K::graphs().scaled_static(scale),
+        }
+    }
+
+    /// The operation's machine, restored from its `status.step`.
+    pub fn restore(
+        &self,
+        op: &K,
+        now: Timestamp,
+    ) -> Result<Machine<'static, K::Step>, simplyblock_statemachine::Error> {
+        self.graphs.restore(op.action(), &op.ops_status().step, now)
+    }
 }
 
 /// A kind's steps: reads, a pure plan, and the calls.
