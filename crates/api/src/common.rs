@@ -105,6 +105,35 @@ impl JsonSchema for Duration {
     }
 }
 
+/// An `*Ops` kind whose operations run over declared step graphs: its action type, its
+/// step type, the graphs (one per action) and the action an operation asks for. The
+/// operator's runtime restores an operation's machine from these alone.
+pub trait OpsKind {
+    type Action: simplyblock_statemachine::Action + Send + Sync + 'static;
+    type Step: simplyblock_statemachine::State + Send + Sync + 'static;
+    /// The kind's graphs, one per action it runs, as declared.
+    fn graphs() -> &'static simplyblock_statemachine::MultiGraph<Self::Action, Self::Step>;
+    /// The action the operation asks for.
+    fn action(&self) -> Self::Action;
+}
+
+/// `impl OpsKind` for an Ops kind whose `spec.action` picks one of `graphs`.
+macro_rules! ops_kind {
+    ($kind:ty: $action:ty, $step:ty, $graphs:path) => {
+        impl $crate::common::OpsKind for $kind {
+            type Action = $action;
+            type Step = $step;
+            fn graphs() -> &'static simplyblock_statemachine::MultiGraph<$action, $step> {
+                &$graphs
+            }
+            fn action(&self) -> $action {
+                self.spec.action
+            }
+        }
+    };
+}
+pub(crate) use ops_kind;
+
 #[cfg(test)]
 mod tests {
     use super::*;

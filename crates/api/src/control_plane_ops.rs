@@ -223,6 +223,8 @@ pub static GRAPHS: LazyLock<MultiGraph<ControlPlaneAction, ControlPlaneOpsStep>>
         .expect("the ControlPlaneOps graphs are valid")
     });
 
+crate::common::ops_kind!(ControlPlaneOps: ControlPlaneAction, ControlPlaneOpsStep, GRAPHS);
+
 fn step_schema(_: &mut SchemaGenerator) -> Schema {
     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
 }

@@ -211,6 +211,8 @@ pub static GRAPHS: LazyLock<MultiGraph<OperatorAction, OperatorOpsStep>> = LazyL
         .expect("the OperatorOps graphs are valid")
 });
 
+crate::common::ops_kind!(OperatorOps: OperatorAction, OperatorOpsStep, GRAPHS);
+
 fn step_schema(_: &mut SchemaGenerator) -> Schema {
     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
 }

@@ -196,6 +196,8 @@ pub static GRAPHS: LazyLock<MultiGraph<VolumeAction, VolumeOpsStep>> = LazyLock:
         .expect("the PersistentVolumeOps graphs are valid")
 });
 
+crate::common::ops_kind!(PersistentVolumeOps: VolumeAction, VolumeOpsStep, GRAPHS);
+
 /// Migrating's deadline budget for a subsystem of `members` volumes.
 pub fn migrating_budget(members: u32) -> Duration {
     MIGRATING_BASE + MIGRATING_PER_MEMBER * members.max(1)

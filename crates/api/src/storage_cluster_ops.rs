@@ -231,6 +231,8 @@ pub static GRAPHS: LazyLock<MultiGraph<ClusterAction, ClusterOpsStep>> = LazyLoc
     .expect("the StorageClusterOps graphs are valid")
 });
 
+crate::common::ops_kind!(StorageClusterOps: ClusterAction, ClusterOpsStep, GRAPHS);
+
 fn step_schema(_: &mut SchemaGenerator) -> Schema {
     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
 }

@@ -250,6 +250,8 @@ pub static GRAPHS: LazyLock<MultiGraph<DeviceAction, DeviceOpsStep>> = LazyLock:
         .expect("the StorageDeviceOps graphs are valid")
 });
 
+crate::common::ops_kind!(StorageDeviceOps: DeviceAction, DeviceOpsStep, GRAPHS);
+
 /// The step graphs of every action, the declared-only ones included: the DELETE guard's
 /// table, so it already holds when one of them starts to run.
 pub static DECLARED: LazyLock<MultiGraph<DeviceAction, DeviceOpsStep>> = LazyLock::new(|| {

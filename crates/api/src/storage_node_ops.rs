@@ -328,6 +328,8 @@ pub static GRAPHS: LazyLock<MultiGraph<NodeAction, NodeOpsStep>> = LazyLock::new
     .expect("the StorageNodeOps graphs are valid")
 });
 
+crate::common::ops_kind!(StorageNodeOps: NodeAction, NodeOpsStep, GRAPHS);
+
 fn step_schema(_: &mut SchemaGenerator) -> Schema {
     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
 }

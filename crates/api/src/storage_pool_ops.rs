@@ -107,6 +107,8 @@ pub static GRAPHS: LazyLock<MultiGraph<PoolAction, PoolOpsStep>> = LazyLock::new
         .expect("the StoragePoolOps graphs are valid")
 });
 
+crate::common::ops_kind!(StoragePoolOps: PoolAction, PoolOpsStep, GRAPHS);
+
 fn step_schema(_: &mut SchemaGenerator) -> Schema {
     StepSnapshot::schema_for_steps(&GRAPHS.declared_state_names())
 }

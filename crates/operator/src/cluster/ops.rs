@@ -26,15 +26,15 @@ use serde_json::{Map, Value, json};
 use simplyblock_api::StorageCluster;
 use simplyblock_api::common::Stripe;
 use simplyblock_api::storage_cluster_ops::{
-    ClusterAction, ClusterOpsStep, GRAPHS, RollingRestartStatus, StorageClusterOps,
+    ClusterAction, ClusterOpsStep, RollingRestartStatus, StorageClusterOps,
 };
 use simplyblock_controlplane::{
     ClusterStatus, Method, NodeRestart, NodeStatus, StorageNode as CpNode, Task, TaskStatus, Uuid,
 };
-use simplyblock_statemachine::{Machine, MultiGraph, State};
+use simplyblock_statemachine::{Machine, State};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Graphed, Move, OpsResource, OpsStatus, Plan, StepGraphs, Steps};
+use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";
@@ -64,9 +64,6 @@ impl OpsResource for StorageClusterOps {
 
     fn target_name(&self) -> &str {
         &self.spec.cluster_ref
-    }
-    fn action_name(&self) -> &'static str {
-        simplyblock_statemachine::Action::name(self.spec.action)
     }
     fn abort_requested(&self) -> bool {
         self.spec.abort
@@ -133,34 +130,13 @@ pub enum Call {
     DeletePods(Vec<String>),
 }
 
-/// The steps of every action, over the kind's graphs.
-pub type ClusterSteps = StepGraphs<StorageClusterOps>;
-
-impl Graphed for StorageClusterOps {
-    type Action = ClusterAction;
-    type Step = ClusterOpsStep;
-
-    fn graphs() -> &'static MultiGraph<ClusterAction, ClusterOpsStep> {
-        &GRAPHS
-    }
-
-    fn action(&self) -> ClusterAction {
-        self.spec.action
-    }
-}
+/// The steps of every action (the runtime restores the machine from the kind's graphs).
+#[derive(Clone, Copy, Default)]
+pub struct ClusterSteps;
 
 impl Steps<StorageClusterOps> for ClusterSteps {
-    type Step = ClusterOpsStep;
     type Obs = Observed;
     type Call = Call;
-
-    fn machine(
-        &self,
-        op: &StorageClusterOps,
-        now: Timestamp,
-    ) -> Result<Machine<'static, ClusterOpsStep>, simplyblock_statemachine::Error> {
-        self.restore(op, now)
-    }
 
     async fn observe(
         &self,
@@ -268,7 +244,7 @@ impl Steps<StorageClusterOps> for ClusterSteps {
 
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
-    let steps = ClusterSteps::with_deadline_scale(ctx.step_deadline_scale);
+    let steps = ClusterSteps;
     ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
 }
 

@@ -1,11 +1,13 @@
 //! The steps' plans over observations, without an API server or a control plane.
 
+use crate::runtime::ops::StepGraphs;
 use jiff::Timestamp;
 use serde_json::json;
 use simplyblock_controlplane::Cluster;
 
 use super::*;
 use ClusterOpsStep::*;
+use simplyblock_api::storage_cluster_ops::GRAPHS;
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_000_000).expect("ts")
@@ -74,7 +76,9 @@ fn plan_of(
     t: &StorageCluster,
     obs: &Observed,
 ) -> Plan<ClusterOpsStep, Call> {
-    let m = ClusterSteps::default().machine(op, now()).expect("machine");
+    let m = StepGraphs::<StorageClusterOps>::default()
+        .restore(op, now())
+        .expect("machine");
     plan(op, t, &m, obs, now())
 }
 
@@ -414,7 +418,9 @@ fn rebalancing_holds_the_node_index() {
 fn refreshing_deletes_only_pods_older_than_the_step() {
     let t = target((1, 1));
     let o = op("RollingRestart", Some("RefreshingPod"), rr(0, true));
-    let m = ClusterSteps::default().machine(&o, now()).expect("machine");
+    let m = StepGraphs::<StorageClusterOps>::default()
+        .restore(&o, now())
+        .expect("machine");
     let entered = ops::step_entered(&m).expect("entered");
     let pod = |name: &str, created: Timestamp, ready| PodView {
         name: name.into(),
@@ -459,7 +465,9 @@ fn refreshing_deletes_only_pods_older_than_the_step() {
         }
     ));
     let o = op("RollingRestart", Some("AwaitingPod"), rr(0, true));
-    let m = ClusterSteps::default().machine(&o, now()).expect("machine");
+    let m = StepGraphs::<StorageClusterOps>::default()
+        .restore(&o, now())
+        .expect("machine");
     let Plan::Wait { message, .. } = plan(&o, &t, &m, &w, now()) else {
         panic!("waits for Ready");
     };
@@ -484,7 +492,9 @@ fn refreshing_deletes_only_after_the_entry_second() {
     let t = target((1, 1));
     let o = op("RollingRestart", Some("RefreshingPod"), rr(0, true));
     let mid = now() + jiff::SignedDuration::from_millis(300);
-    let m = ClusterSteps::default().machine(&o, mid).expect("machine");
+    let m = StepGraphs::<StorageClusterOps>::default()
+        .restore(&o, mid)
+        .expect("machine");
     let entered = ops::step_entered(&m).expect("entered");
     assert_eq!(entered, now() + jiff::SignedDuration::from_secs(1));
     let mut w = world(
@@ -523,7 +533,11 @@ fn refreshing_deletes_only_after_the_entry_second() {
 #[test]
 fn an_unknown_stored_step_cannot_be_restored() {
     let o = op("Activate", Some("Rebalancing"), json!({}));
-    assert!(ClusterSteps::default().machine(&o, now()).is_err());
+    assert!(
+        StepGraphs::<StorageClusterOps>::default()
+            .restore(&o, now())
+            .is_err()
+    );
 }
 
 /// The defect: the cluster reads active before an accepted expansion starts, so a second

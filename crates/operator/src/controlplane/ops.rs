@@ -31,20 +31,18 @@ use simplyblock_api::StoragePoolOps;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase};
 use simplyblock_api::control_plane_ops::{
-    ControlPlaneAction, ControlPlaneOps, ControlPlaneOpsStep, GRAPHS,
+    ControlPlaneAction, ControlPlaneOps, ControlPlaneOpsStep,
 };
 use simplyblock_api::keys::{
     BACKUP_REQUESTED_BY_ANNOTATION, CONTROL_PLANE_OPS_FINALIZER, RESTARTED_AT_ANNOTATION,
 };
-use simplyblock_statemachine::{Machine, MultiGraph};
+use simplyblock_statemachine::Machine;
 
 use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
 use super::plan::Probe;
 use super::reach;
 use crate::runtime::context::Context;
-use crate::runtime::ops::{
-    self, Graphed, Move, Note, Noted, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
-};
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
 const MANAGER: &str = "controlplaneops-controller";
 /// The name of the controller in metrics and logs.
@@ -72,9 +70,6 @@ impl OpsResource for ControlPlaneOps {
 
     fn target_name(&self) -> &str {
         &self.spec.control_plane_ref
-    }
-    fn action_name(&self) -> &'static str {
-        simplyblock_statemachine::Action::name(self.spec.action)
     }
     fn abort_requested(&self) -> bool {
         self.spec.abort
@@ -321,34 +316,13 @@ pub fn backup_object(name: &str, blob: &BlobStore, op: &str) -> Value {
     })
 }
 
-/// The steps of every action, over the kind's graphs.
-pub type ControlPlaneSteps = StepGraphs<ControlPlaneOps>;
-
-impl Graphed for ControlPlaneOps {
-    type Action = ControlPlaneAction;
-    type Step = ControlPlaneOpsStep;
-
-    fn graphs() -> &'static MultiGraph<ControlPlaneAction, ControlPlaneOpsStep> {
-        &GRAPHS
-    }
-
-    fn action(&self) -> ControlPlaneAction {
-        self.spec.action
-    }
-}
+/// The steps of every action (the runtime restores the machine from the kind's graphs).
+#[derive(Clone, Copy, Default)]
+pub struct ControlPlaneSteps;
 
 impl Steps<ControlPlaneOps> for ControlPlaneSteps {
-    type Step = ControlPlaneOpsStep;
     type Obs = Observed;
     type Call = Call;
-
-    fn machine(
-        &self,
-        op: &ControlPlaneOps,
-        now: Timestamp,
-    ) -> Result<Machine<'static, ControlPlaneOpsStep>, simplyblock_statemachine::Error> {
-        self.restore(op, now)
-    }
 
     async fn observe(
         &self,
@@ -384,7 +358,7 @@ impl Steps<ControlPlaneOps> for ControlPlaneSteps {
 
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
-    let steps = ControlPlaneSteps::with_deadline_scale(ctx.step_deadline_scale);
+    let steps = ControlPlaneSteps;
     ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
 }
 

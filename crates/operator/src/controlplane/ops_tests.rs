@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::*;
 use ControlPlaneOpsStep::*;
+use simplyblock_api::control_plane_ops::GRAPHS;
 
 const OLD: &str = "quay.io/simplyblock-io/simplyblock:25.10.1";
 const NEW: &str = "quay.io/simplyblock-io/simplyblock:25.10.2";

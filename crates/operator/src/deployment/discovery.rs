@@ -27,7 +27,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use simplyblock_api::cluster_deployment_config::Environment;
-use simplyblock_api::operator_ops::{GRAPHS, OperatorOps, OperatorOpsStatus, OperatorOpsStep};
+use simplyblock_api::operator_ops::{OperatorOps, OperatorOpsStatus, OperatorOpsStep};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
 use simplyblock_discovery::plan::{DISCOVERED_BY_LABEL, WorkerReport, config_name};
 use simplyblock_discovery::{configmap, run};
@@ -92,9 +92,6 @@ impl OpsResource for OperatorOps {
 
     fn target_name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
-    }
-    fn action_name(&self) -> &'static str {
-        simplyblock_statemachine::Action::name(self.spec.action)
     }
     fn abort_requested(&self) -> bool {
         self.spec.abort
@@ -193,7 +190,6 @@ pub struct DiscoverSteps {
 }
 
 impl Steps<OperatorOps> for DiscoverSteps {
-    type Step = OperatorOpsStep;
     type Obs = Observed;
     type Call = Call;
 
@@ -226,14 +222,6 @@ impl Steps<OperatorOps> for DiscoverSteps {
         ctx: &Context,
     ) -> Result<(), String> {
         execute(op, call, &self.probe, ctx).await
-    }
-
-    fn machine(
-        &self,
-        op: &OperatorOps,
-        now: Timestamp,
-    ) -> Result<Machine<'static, OperatorOpsStep>, simplyblock_statemachine::Error> {
-        GRAPHS.restore(op.spec.action, &op.ops_status().step, now)
     }
 
     fn deadline_message(&self, op: &OperatorOps, step: OperatorOpsStep) -> Option<String> {

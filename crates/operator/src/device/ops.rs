@@ -24,14 +24,12 @@ use serde_json::{Map, Value, json};
 use simplyblock_api::StorageDevice;
 use simplyblock_api::keys::CLUSTER_LABEL;
 use simplyblock_api::storage_device::DevicePhase;
-use simplyblock_api::storage_device_ops::{DeviceAction, DeviceOpsStep, GRAPHS, StorageDeviceOps};
+use simplyblock_api::storage_device_ops::{DeviceAction, DeviceOpsStep, StorageDeviceOps};
 use simplyblock_controlplane::{Device, DeviceStatus, Uuid};
-use simplyblock_statemachine::{Action as _, Machine, MultiGraph};
+use simplyblock_statemachine::{Action as _, Machine};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{
-    self, Graphed, Move, Note, Noted, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
-};
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagedeviceops-finalizer";
 const MANAGER: &str = "storagedeviceops-controller";
@@ -104,36 +102,13 @@ pub enum Call {
     Fail(Uuid, Uuid, Uuid),
 }
 
-/// The steps of every action, over the kind's graphs.
-pub type DeviceSteps = StepGraphs<StorageDeviceOps>;
-
-impl Graphed for StorageDeviceOps {
-    type Action = DeviceAction;
-    type Step = DeviceOpsStep;
-
-    fn graphs() -> &'static MultiGraph<DeviceAction, DeviceOpsStep> {
-        &GRAPHS
-    }
-
-    fn action(&self) -> DeviceAction {
-        self.spec.action
-    }
-}
+/// The steps of every action (the runtime restores the machine from the kind's graphs).
+#[derive(Clone, Copy, Default)]
+pub struct DeviceSteps;
 
 impl Steps<StorageDeviceOps> for DeviceSteps {
-    type Step = DeviceOpsStep;
     type Obs = Observed;
     type Call = Call;
-
-    /// A declared-only action (SelfTest, Replace, Migrate) has no graph here, so the
-    /// operation fails at once with the reason.
-    fn machine(
-        &self,
-        op: &StorageDeviceOps,
-        now: Timestamp,
-    ) -> Result<Machine<'static, DeviceOpsStep>, simplyblock_statemachine::Error> {
-        self.restore(op, now)
-    }
 
     async fn observe(
         &self,
@@ -215,7 +190,7 @@ async fn others_out(device: &StorageDevice, ctx: &Context) -> Result<Vec<String>
 
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
-    let steps = DeviceSteps::with_deadline_scale(ctx.step_deadline_scale);
+    let steps = DeviceSteps;
     ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
 }
 
@@ -534,11 +509,11 @@ mod tests {
 
     #[test]
     fn a_declared_only_action_has_no_machine_and_its_plan_says_why() {
-        let steps = DeviceSteps::default();
+        let graphs = crate::runtime::ops::StepGraphs::<StorageDeviceOps>::default();
         for action in ["SelfTest", "Replace", "Migrate"] {
             let declared = op(action, None);
             assert!(
-                steps.machine(&declared, Timestamp::now()).is_err(),
+                graphs.restore(&declared, Timestamp::now()).is_err(),
                 "{action}"
             );
             let Plan::Fail(why) = plan(&declared, Validating, &seen(S::Online)).plan else {

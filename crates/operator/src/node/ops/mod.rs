@@ -28,15 +28,15 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::{Map, Value};
-use simplyblock_api::storage_node_ops::{GRAPHS, NodeAction, NodeOpsStep, StorageNodeOps};
+use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
     ClusterStatus, NodeRestart, NodeStatus, StorageNode as CpNode, Uuid,
 };
-use simplyblock_statemachine::{Machine, MultiGraph};
+use simplyblock_statemachine::Machine;
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Graphed, Move, OpsResource, OpsStatus, Plan, StepGraphs, Steps};
+use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
 
 pub mod maintenance;
 pub mod migrate;
@@ -62,9 +62,6 @@ impl OpsResource for StorageNodeOps {
 
     fn target_name(&self) -> &str {
         &self.spec.node_ref
-    }
-    fn action_name(&self) -> &'static str {
-        simplyblock_statemachine::Action::name(self.spec.action)
     }
     fn abort_requested(&self) -> bool {
         self.spec.abort
@@ -127,34 +124,13 @@ pub enum Call {
     Migrate(migrate::Call),
 }
 
-/// The steps of every action, over the kind's graphs.
-pub type NodeSteps = StepGraphs<StorageNodeOps>;
-
-impl Graphed for StorageNodeOps {
-    type Action = NodeAction;
-    type Step = NodeOpsStep;
-
-    fn graphs() -> &'static MultiGraph<NodeAction, NodeOpsStep> {
-        &GRAPHS
-    }
-
-    fn action(&self) -> NodeAction {
-        self.spec.action
-    }
-}
+/// The steps of every action (the runtime restores the machine from the kind's graphs).
+#[derive(Clone, Copy, Default)]
+pub struct NodeSteps;
 
 impl Steps<StorageNodeOps> for NodeSteps {
-    type Step = NodeOpsStep;
     type Obs = Observed;
     type Call = Call;
-
-    fn machine(
-        &self,
-        op: &StorageNodeOps,
-        now: Timestamp,
-    ) -> Result<Machine<'static, NodeOpsStep>, simplyblock_statemachine::Error> {
-        self.restore(op, now)
-    }
 
     async fn observe(
         &self,
@@ -268,7 +244,7 @@ impl Steps<StorageNodeOps> for NodeSteps {
 
 /// Runs the controller until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
-    let steps = NodeSteps::with_deadline_scale(ctx.step_deadline_scale);
+    let steps = NodeSteps;
     let controller = ops::controller::<StorageNodeOps>(&ctx);
     // A node or task stream event wakes the operations in flight; the resync stays.
     let woken = ctx

@@ -13,8 +13,8 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use simplyblock_api::common::OpsPhase;
-use simplyblock_statemachine::{Machine, MultiGraph, State, StepSnapshot};
+use simplyblock_api::common::{OpsKind, OpsPhase};
+use simplyblock_statemachine::{Machine, MultiGraph, StepSnapshot};
 
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
@@ -54,6 +54,7 @@ pub trait OpsResource:
     + Send
     + Sync
     + 'static
+    + OpsKind
 {
     type Target: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -78,7 +79,9 @@ pub trait OpsResource:
     /// The name of the target in the operation's namespace.
     fn target_name(&self) -> &str;
     /// The action's name, for messages and metrics.
-    fn action_name(&self) -> &'static str;
+    fn action_name(&self) -> &'static str {
+        simplyblock_statemachine::Action::name(self.action())
+    }
     /// `spec.abort`.
     fn abort_requested(&self) -> bool;
     /// The common status fields.
@@ -198,31 +201,21 @@ pub enum Move<S> {
     Restart,
 }
 
-/// An Ops kind whose actions run over its declared step graphs.
-pub trait Graphed: OpsResource {
-    type Action: simplyblock_statemachine::Action + Send + Sync;
-    type Step: State + Send + Sync;
-    /// The kind's graphs, one per action, as declared.
-    fn graphs() -> &'static MultiGraph<Self::Action, Self::Step>;
-    /// The action the operation asks for.
-    fn action(&self) -> Self::Action;
-}
-
 /// The step graphs of kind `K` that its [`Steps`] run over, their deadlines scaled by
 /// [`Context::step_deadline_scale`] (tests shorten them).
-pub struct StepGraphs<K: Graphed> {
+pub struct StepGraphs<K: OpsKind> {
     graphs: &'static MultiGraph<K::Action, K::Step>,
 }
 
-impl<K: Graphed> Clone for StepGraphs<K> {
+impl<K: OpsKind> Clone for StepGraphs<K> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<K: Graphed> Copy for StepGraphs<K> {}
+impl<K: OpsKind> Copy for StepGraphs<K> {}
 
-impl<K: Graphed> Default for StepGraphs<K> {
+impl<K: OpsKind> Default for StepGraphs<K> {
     fn default() -> Self {
         StepGraphs {
             graphs: K::graphs(),
@@ -230,7 +223,7 @@ impl<K: Graphed> Default for StepGraphs<K> {
     }
 }
 
-impl<K: Graphed> StepGraphs<K> {
+impl<K: OpsResource> StepGraphs<K> {
     /// The graphs with every deadline multiplied by `scale` (1: as declared).
     pub fn with_deadline_scale(scale: f64) -> Self {
         StepGraphs {
@@ -250,24 +243,15 @@ impl<K: Graphed> StepGraphs<K> {
 
 /// A kind's steps: reads, a pure plan, and the calls.
 pub trait Steps<K: OpsResource>: Send + Sync + 'static {
-    type Step: State + Send + Sync;
     type Obs: Send;
     type Call: Debug + Send;
-
-    /// The operation's machine, restored from `status.step`; an error fails the operation
-    /// without retry (an unknown action or step).
-    fn machine(
-        &self,
-        op: &K,
-        now: Timestamp,
-    ) -> Result<Machine<'static, Self::Step>, simplyblock_statemachine::Error>;
 
     /// Everything the step's plan needs, read from the world. No writes.
     fn observe(
         &self,
         op: &K,
         target: &K::Target,
-        machine: &Machine<'static, Self::Step>,
+        machine: &Machine<'static, K::Step>,
         ctx: &Context,
     ) -> impl Future<Output = Result<Self::Obs, Error>> + Send;
 
@@ -279,15 +263,15 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         &self,
         op: &K,
         target: &K::Target,
-        machine: &Machine<'static, Self::Step>,
+        machine: &Machine<'static, K::Step>,
         obs: &Self::Obs,
         now: Timestamp,
-    ) -> Noted<Self::Step, Self::Call>;
+    ) -> Noted<K::Step, Self::Call>;
 
     /// The message of an operation that failed because `step` outlived its deadline, when
     /// the kind can say more than the runtime's "step … exceeded its deadline". Default
     /// none.
-    fn deadline_message(&self, _op: &K, _step: Self::Step) -> Option<String> {
+    fn deadline_message(&self, _op: &K, _step: K::Step) -> Option<String> {
         None
     }
 
@@ -330,7 +314,7 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
     }
 
     /// The operation left `step` after `seconds` in it: kind-specific metrics. Default none.
-    fn step_left(&self, _ctx: &Context, _op: &K, _step: Self::Step, _seconds: f64) {}
+    fn step_left(&self, _ctx: &Context, _op: &K, _step: K::Step, _seconds: f64) {}
 
     /// The kind's own status fields were written as `kind`: kind-specific gauges. Default
     /// none.
@@ -341,8 +325,8 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
     fn advance_event(
         &self,
         _op: &K,
-        _from: Self::Step,
-        _to: Move<Self::Step>,
+        _from: K::Step,
+        _to: Move<K::Step>,
     ) -> Option<(&'static str, String)> {
         None
     }

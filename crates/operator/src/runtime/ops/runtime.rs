@@ -17,8 +17,8 @@ use simplyblock_api::common::OpsPhase;
 use simplyblock_statemachine::{Machine, State};
 
 use super::{
-    Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, Steps, abort_check, gate,
-    queue_ahead, reason, running,
+    Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
+    abort_check, gate, queue_ahead, reason, running,
 };
 use crate::runtime::context::{Context, requeue};
 
@@ -213,7 +213,9 @@ async fn apply<K: OpsResource, S: Steps<K>>(
         }
         Gate::Start => {
             let now = Timestamp::now();
-            let machine = match steps.machine(op, now) {
+            let machine = match StepGraphs::<K>::with_deadline_scale(ctx.step_deadline_scale)
+                .restore(op, now)
+            {
                 Ok(m) => m,
                 Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
             };
@@ -249,11 +251,12 @@ async fn drive<K: OpsResource, S: Steps<K>>(
 ) -> Result<Action, Error> {
     let now = Timestamp::now();
     let status = op.ops_status();
-    let mut machine: Machine<'static, S::Step> = match steps.machine(op, now) {
-        Ok(m) => m,
-        // An unknown action or stored step: no retry can help.
-        Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
-    };
+    let mut machine: Machine<'static, K::Step> =
+        match StepGraphs::<K>::with_deadline_scale(ctx.step_deadline_scale).restore(op, now) {
+            Ok(m) => m,
+            // An unknown action or stored step: no retry can help.
+            Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
+        };
     let refused = match abort_check(op.abort_requested(), &machine) {
         Ok(Some(message)) => return finish(op, ctx, OpsPhase::Aborted, message, None).await,
         Ok(None) => None,
@@ -273,7 +276,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
     // look, and a late look must not call.
     let now = Timestamp::now();
     let super::Noted { plan, notes } = steps.plan(op, target, &machine, &obs, now);
-    let running_status = |machine: &Machine<'static, S::Step>, message: String| OpsStatus {
+    let running_status = |machine: &Machine<'static, K::Step>, message: String| OpsStatus {
         phase: OpsPhase::Running,
         step: machine.snapshot(),
         message: Some(message),
@@ -524,7 +527,7 @@ fn left<K: OpsResource, S: Steps<K>>(
     ctx: &Context,
     op: &K,
     steps: &S,
-    machine: &Machine<'static, S::Step>,
+    machine: &Machine<'static, K::Step>,
 ) {
     if let Some(entered) = super::step_entered(machine) {
         let step = machine.state();
