@@ -115,9 +115,26 @@ pub trait OpsKind {
     fn graphs() -> &'static simplyblock_statemachine::MultiGraph<Self::Action, Self::Step>;
     /// The action the operation asks for.
     fn action(&self) -> Self::Action;
+    /// `spec.abort`.
+    fn abort(&self) -> bool;
+    /// The status fields every Ops kind has.
+    fn status_core(&self) -> OpsStatusCore;
 }
 
-/// `impl OpsKind` for an Ops kind whose `spec.action` picks one of `graphs`.
+/// The fields of `status` every Ops kind has (each kind's status type declares them with
+/// its own `kubectl explain` text, beside its own fields), as the runtime reads and writes
+/// them.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct OpsStatusCore {
+    pub phase: OpsPhase,
+    pub step: simplyblock_statemachine::StepSnapshot,
+    pub message: Option<String>,
+    pub started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub completed_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// `impl OpsKind` for an Ops kind whose `spec.action` picks one of `graphs` and whose
+/// status declares the common fields.
 macro_rules! ops_kind {
     ($kind:ty: $action:ty, $step:ty, $graphs:path) => {
         impl $crate::common::OpsKind for $kind {
@@ -128,6 +145,21 @@ macro_rules! ops_kind {
             }
             fn action(&self) -> $action {
                 self.spec.action
+            }
+            fn abort(&self) -> bool {
+                self.spec.abort
+            }
+            fn status_core(&self) -> $crate::common::OpsStatusCore {
+                let Some(s) = self.status.as_ref() else {
+                    return $crate::common::OpsStatusCore::default();
+                };
+                $crate::common::OpsStatusCore {
+                    phase: s.phase,
+                    step: s.step.clone(),
+                    message: s.message.clone(),
+                    started_at: s.started_at.clone(),
+                    completed_at: s.completed_at.clone(),
+                }
             }
         }
     };

@@ -34,7 +34,7 @@ use simplyblock_controlplane::{
 use simplyblock_statemachine::{Machine, State};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Move, OpsResource, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storageclusterops-finalizer";
 const MANAGER: &str = "storageclusterops-controller";
@@ -64,19 +64,6 @@ impl OpsResource for StorageClusterOps {
 
     fn target_name(&self) -> &str {
         &self.spec.cluster_ref
-    }
-    fn abort_requested(&self) -> bool {
-        self.spec.abort
-    }
-    fn ops_status(&self) -> OpsStatus {
-        let s = self.status.clone().unwrap_or_default();
-        OpsStatus {
-            phase: s.phase,
-            step: s.step,
-            message: s.message,
-            started_at: s.started_at,
-            completed_at: s.completed_at,
-        }
     }
     fn kind_status(&self) -> Map<String, Value> {
         let mut m = Map::new();

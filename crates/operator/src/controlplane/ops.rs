@@ -42,7 +42,7 @@ use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
 use super::plan::Probe;
 use super::reach;
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, Plan, Steps};
 
 const MANAGER: &str = "controlplaneops-controller";
 /// The name of the controller in metrics and logs.
@@ -70,19 +70,6 @@ impl OpsResource for ControlPlaneOps {
 
     fn target_name(&self) -> &str {
         &self.spec.control_plane_ref
-    }
-    fn abort_requested(&self) -> bool {
-        self.spec.abort
-    }
-    fn ops_status(&self) -> OpsStatus {
-        let s = self.status.clone().unwrap_or_default();
-        OpsStatus {
-            phase: s.phase,
-            step: s.step,
-            message: s.message,
-            started_at: s.started_at,
-            completed_at: s.completed_at,
-        }
     }
     fn kind_status(&self) -> Map<String, Value> {
         let mut m = Map::new();

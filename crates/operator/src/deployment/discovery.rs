@@ -27,14 +27,14 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use simplyblock_api::cluster_deployment_config::Environment;
-use simplyblock_api::operator_ops::{OperatorOps, OperatorOpsStatus, OperatorOpsStep};
+use simplyblock_api::operator_ops::{OperatorOps, OperatorOpsStep};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
 use simplyblock_discovery::plan::{DISCOVERED_BY_LABEL, WorkerReport, config_name};
 use simplyblock_discovery::{configmap, run};
 use simplyblock_statemachine::Machine;
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, Plan, Steps};
 
 /// Held while a run is unfinished, so that deleting it mid-run leaves an Aborted record
 /// (event and metrics) before it goes; removed once the run is terminal.
@@ -92,26 +92,6 @@ impl OpsResource for OperatorOps {
 
     fn target_name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
-    }
-    fn abort_requested(&self) -> bool {
-        self.spec.abort
-    }
-    fn ops_status(&self) -> OpsStatus {
-        let OperatorOpsStatus {
-            phase,
-            step,
-            message,
-            started_at,
-            completed_at,
-            ..
-        } = self.status.clone().unwrap_or_default();
-        OpsStatus {
-            phase,
-            step,
-            message,
-            started_at,
-            completed_at,
-        }
     }
     fn kind_status(&self) -> Map<String, Value> {
         let mut m = Map::new();

@@ -29,7 +29,7 @@ use simplyblock_controlplane::{Device, DeviceStatus, Uuid};
 use simplyblock_statemachine::{Action as _, Machine};
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Move, Note, Noted, OpsResource, Plan, Steps};
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagedeviceops-finalizer";
 const MANAGER: &str = "storagedeviceops-controller";
@@ -52,19 +52,6 @@ impl OpsResource for StorageDeviceOps {
     }
     fn action_name(&self) -> &'static str {
         self.spec.action.name()
-    }
-    fn abort_requested(&self) -> bool {
-        self.spec.abort
-    }
-    fn ops_status(&self) -> OpsStatus {
-        let s = self.status.clone().unwrap_or_default();
-        OpsStatus {
-            phase: s.phase,
-            step: s.step,
-            message: s.message,
-            started_at: s.started_at,
-            completed_at: s.completed_at,
-        }
     }
     fn kind_status(&self) -> Map<String, Value> {
         let mut m = Map::new();

@@ -36,7 +36,7 @@ use simplyblock_controlplane::{
 use simplyblock_statemachine::Machine;
 
 use crate::runtime::context::Context;
-use crate::runtime::ops::{self, Move, OpsResource, OpsStatus, Plan, Steps};
+use crate::runtime::ops::{self, Move, OpsResource, Plan, Steps};
 
 pub mod maintenance;
 pub mod migrate;
@@ -62,19 +62,6 @@ impl OpsResource for StorageNodeOps {
 
     fn target_name(&self) -> &str {
         &self.spec.node_ref
-    }
-    fn abort_requested(&self) -> bool {
-        self.spec.abort
-    }
-    fn ops_status(&self) -> OpsStatus {
-        let s = self.status.clone().unwrap_or_default();
-        OpsStatus {
-            phase: s.phase,
-            step: s.step,
-            message: s.message,
-            started_at: s.started_at,
-            completed_at: s.completed_at,
-        }
     }
     fn kind_status(&self) -> Map<String, Value> {
         let mut m = Map::new();

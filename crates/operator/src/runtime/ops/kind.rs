@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use simplyblock_api::common::{OpsKind, OpsPhase};
-use simplyblock_statemachine::{Machine, MultiGraph, StepSnapshot};
+use simplyblock_api::common::OpsKind;
+use simplyblock_statemachine::{Machine, MultiGraph};
 
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
@@ -34,14 +33,7 @@ pub mod reason {
 pub const POLL: Duration = Duration::from_secs(5);
 
 /// The fields of `status` every Ops kind has, as the runtime reads and writes them.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct OpsStatus {
-    pub phase: OpsPhase,
-    pub step: StepSnapshot,
-    pub message: Option<String>,
-    pub started_at: Option<Time>,
-    pub completed_at: Option<Time>,
-}
+pub use simplyblock_api::common::OpsStatusCore as OpsStatus;
 
 /// An Ops kind: one operation on one target of kind [`OpsResource::Target`] in the same
 /// namespace, whose lock is the target's `status.activeOpsRef`.
@@ -83,9 +75,13 @@ pub trait OpsResource:
         simplyblock_statemachine::Action::name(self.action())
     }
     /// `spec.abort`.
-    fn abort_requested(&self) -> bool;
+    fn abort_requested(&self) -> bool {
+        self.abort()
+    }
     /// The common status fields.
-    fn ops_status(&self) -> OpsStatus;
+    fn ops_status(&self) -> OpsStatus {
+        self.status_core()
+    }
     /// The kind's own status fields (camelCase keys), kept as they are by a write that does
     /// not change them.
     fn kind_status(&self) -> Map<String, Value>;
