@@ -309,7 +309,7 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(node::maintenance_trigger::run(ctx.clone())),
         Box::pin(crate::device::mirror::run(ctx.clone())),
         Box::pin(crate::device::ops::run(ctx.clone())),
-        Box::pin(cluster::workload::run(ctx.clone())),
+        Box::pin(crate::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),
         Box::pin(crate::volume_ops::run(ctx.clone(), operator_image.clone())),

@@ -22,6 +22,7 @@ pub mod site;
 pub mod uninstall;
 pub mod volume_ops;
 pub mod webhooks;
+pub mod workload;
 
 pub use assembly::{Config, run};
 

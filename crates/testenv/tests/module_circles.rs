@@ -171,11 +171,12 @@ impl Graph {
                 found: Vec::new(),
                 bindings: Vec::new(),
                 binding: false,
+                imported: Vec::new(),
             };
             paths.visit_file(&syntax);
-            graph
-                .names
-                .insert(file.clone(), Names::of(&syntax.items, &paths.bindings));
+            let mut names = Names::of(&syntax.items, &paths.bindings);
+            names.defined.extend(paths.imported.iter().cloned());
+            graph.names.insert(file.clone(), names);
             graph.found.insert(file, paths.found);
         }
         let found = std::mem::take(&mut graph.found);
@@ -351,6 +352,8 @@ struct Paths {
     bindings: Vec<(String, Vec<String>)>,
     /// Reading a `use` item.
     binding: bool,
+    /// The file's top-level `use` items that name other crates: the names they bind.
+    imported: Vec<String>,
 }
 
 impl Paths {
@@ -392,12 +395,19 @@ impl Paths {
         let Some(name) = segments.last().cloned() else {
             return;
         };
-        if let Some(path) = self.resolve(&segments) {
-            if self.stack.len() == 1 && self.binding {
-                self.bindings
-                    .push((bound.unwrap_or(name.clone()), path.clone()));
+        let top_level_use = self.stack.len() == 1 && self.binding;
+        match self.resolve(&segments) {
+            Some(path) => {
+                if top_level_use {
+                    self.bindings
+                        .push((bound.unwrap_or(name.clone()), path.clone()));
+                }
+                self.found.push((path, name));
             }
-            self.found.push((path, name));
+            // A name brought in from another crate enters this one here: a re-export of
+            // it is followed no further.
+            None if top_level_use && name != "*" => self.imported.push(bound.unwrap_or(name)),
+            None => {}
         }
     }
 

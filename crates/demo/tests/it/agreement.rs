@@ -12,9 +12,9 @@ use simplyblock_api::storage_pool::{Filesystem, StoragePoolSpec, Throughput, Vol
 use simplyblock_csi::clusters::parse_secret;
 use simplyblock_csi::params::{ClassParams, storage_nodes_in};
 use simplyblock_csi::topology::segments;
-use simplyblock_operator::cluster::workload::topology_label;
 use simplyblock_operator::csi_secret::{self, Entry};
 use simplyblock_operator::pool::class;
+use simplyblock_operator::workload::topology_label;
 use uuid::Uuid;
 
 fn entry(cluster: Uuid, endpoint: &str, secret: &str) -> Entry {

@@ -1,5 +1,5 @@
 //! StorageCluster: the creation machine, the steady state (and the history of its
-//! operations), the teardown, and the storage-node workload the cluster runs on its workers.
+//! operations), and the teardown (the storage-node workload it runs on its workers is [`crate::workload`]).
 
 pub mod controller;
 pub mod creation;
@@ -9,4 +9,3 @@ pub mod observe;
 pub mod ops;
 pub mod params;
 pub mod status;
-pub mod workload;

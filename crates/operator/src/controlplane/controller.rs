@@ -71,7 +71,7 @@ pub async fn run(ctx: Arc<Context>) {
     let own = ObjectRef::new(SINGLETON_NAME).within(&ctx.namespace);
     let own_for_cas = own.clone();
     let storage_node_objects = {
-        use crate::cluster::workload::names;
+        use crate::workload::names;
         format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY)
     };
     let controller = Controller::new(
@@ -93,7 +93,7 @@ pub async fn run(ctx: Arc<Context>) {
         move |secret| {
             secret
                 .name_any()
-                .starts_with(crate::cluster::workload::serving::CA_SECRET_PREFIX)
+                .starts_with(crate::workload::serving::CA_SECRET_PREFIX)
                 .then(|| own_for_cas.clone())
         },
     )
@@ -728,7 +728,7 @@ async fn trust_of(
 /// The CAs of every storage-node cluster the operator serves (a replaced one while it is
 /// still trusted), ordered by namespace and cluster.
 async fn storage_node_cas(ctx: &Context) -> Result<Vec<String>, Error> {
-    use crate::cluster::workload::{names, serving};
+    use crate::workload::{names, serving};
     let selector = format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY);
     let secrets = ctx
         .scope

@@ -26,13 +26,14 @@ use simplyblock_api::storage_node::{
 };
 use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps, StorageNodeOpsSpec};
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_controlplane::{SnodeClient, SnodeConfig, Uuid, types::NodeStatus};
+use simplyblock_controlplane::{Uuid, types::NodeStatus};
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
 use super::machine::{self, Observation, ProvisioningPlan, SlotInputs};
 use super::provisioning::{self, AddWindow, Contender};
 use crate::runtime::context::{Context, requeue};
 use crate::runtime::kit::{self, Error, Guard};
+use crate::workload::snode::snode;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
 const MANAGER: &str = "storagenode-controller";
@@ -316,25 +317,6 @@ async fn advance(
         Some(_) => Ok(Action::requeue(then)),
         None => Ok(Action::requeue(requeue::CONFLICT)),
     }
-}
-
-/// A client of `worker`'s storage-node API, speaking mutual TLS from `cluster`'s CA.
-pub(crate) async fn snode(
-    ctx: &Context,
-    cluster: &StorageCluster,
-    worker: &str,
-) -> Result<SnodeClient, Error> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let tls = ctx
-        .snode
-        .certificates
-        .tls(&ctx.kube, &namespace, &cluster.name_any())
-        .await?;
-    let mut config = SnodeConfig::new(ctx.snode.address(worker, &namespace)?);
-    config.tls = Some(tls);
-    config.timeout = std::time::Duration::from_secs(5);
-    config.connect_to = ctx.snode.proxy;
-    Ok(SnodeClient::new(config)?)
 }
 
 /// The worker's Node, if it is one of this cluster's.

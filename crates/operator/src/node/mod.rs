@@ -1,6 +1,5 @@
 //! StorageNode: provisioning and steady state, and its operations (StorageNodeOps).
 
-pub mod client_tls;
 pub mod controller;
 pub mod machine;
 pub mod maintenance_trigger;

@@ -107,7 +107,7 @@ impl Shutdown {
 pub struct SnodeSettings {
     pub port: u16,
     /// The operator's client certificates toward each cluster's storage nodes.
-    pub certificates: Arc<crate::node::client_tls::ClientCertificates>,
+    pub certificates: Arc<crate::workload::client_tls::ClientCertificates>,
     /// Send the requests to this address as an HTTP proxy instead of resolving the
     /// worker's name (an API server outside the cluster, e.g. the demo's, with sbsim).
     pub proxy: Option<std::net::SocketAddr>,
@@ -130,7 +130,7 @@ impl SnodeSettings {
         }
         Ok(format!(
             "{worker}.{}.{}.svc.cluster.local:{}",
-            crate::cluster::workload::names::SERVICE_NAME,
+            crate::workload::names::SERVICE_NAME,
             namespace,
             self.port
         ))

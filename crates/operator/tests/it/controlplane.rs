@@ -487,7 +487,7 @@ async fn a_local_install_goes_through_every_step_to_available() {
 /// nodes it calls, and the client certificates they present, against that bundle.
 #[tokio::test]
 async fn the_management_api_trusts_every_storage_node_ca() {
-    use simplyblock_operator::cluster::workload::{names, serving};
+    use simplyblock_operator::workload::{names, serving};
     let h = harness("cp-trust").await;
     let _c = h.start();
     h.create(local()).await;

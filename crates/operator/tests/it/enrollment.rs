@@ -16,8 +16,8 @@ use simplyblock_api::keys::{
     CLUSTER_LABEL, ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL, NAMESPACE_LABEL, WORKER_LABEL,
 };
 use simplyblock_api::{StorageCluster, StorageNode};
-use simplyblock_operator::cluster::workload;
 use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::workload;
 
 use crate::support;
 

@@ -180,7 +180,7 @@ pub async fn fleet(ns: &str, workers: usize, served: usize, windows: i32) -> Fle
         .watching(ns)
         .with_snode_proxy(sim.addr),
     );
-    tokio::spawn(simplyblock_operator::cluster::workload::run(ctx.clone()));
+    tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
     tokio::spawn(simplyblock_operator::node::ops::run(ctx.clone()));
     tokio::spawn(simplyblock_operator::node::maintenance_trigger::run(
         ctx.clone(),

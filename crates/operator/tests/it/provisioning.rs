@@ -16,8 +16,8 @@ use simplyblock_api::cluster_deployment_config::{ClusterDeploymentConfig, Deploy
 use simplyblock_api::storage_node::NodePhase;
 use simplyblock_api::{StorageClusterOps, StorageNode};
 use simplyblock_controlplane::{Client, Method};
-use simplyblock_operator::cluster::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::runtime::context::Context;
+use simplyblock_operator::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
 
@@ -96,7 +96,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     tokio::spawn(deployment::controller::run(ctx.clone()));
     tokio::spawn(node::controller::run(ctx.clone()));
     tokio::spawn(simplyblock_operator::device::mirror::run(ctx.clone()));
-    tokio::spawn(cluster::workload::run(ctx.clone()));
+    tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
 
     let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
         "../../../../deploy/samples/clusterdeploymentconfig.yaml"
@@ -747,7 +747,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     tokio::spawn(deployment::controller::run(ctx.clone()));
     tokio::spawn(node::controller::run(ctx.clone()));
     tokio::spawn(node::ops::run(ctx.clone()));
-    tokio::spawn(cluster::workload::run(ctx.clone()));
+    tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
     Setup {
         kube,
         cp,

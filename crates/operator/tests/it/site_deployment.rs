@@ -130,7 +130,7 @@ async fn site() -> Site {
     tokio::spawn(deployment::controller::run(ctx.clone()));
     tokio::spawn(cluster::controller::run(ctx.clone()));
     tokio::spawn(cluster::ops::run(ctx.clone()));
-    tokio::spawn(cluster::workload::run(ctx.clone()));
+    tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
     tokio::spawn(node::controller::run(ctx.clone()));
     tokio::spawn(simplyblock_operator::device::mirror::run(ctx.clone()));
 

@@ -240,7 +240,7 @@ pub async fn observe(
         && w.ready
     {
         obs.host = Some(
-            match crate::node::controller::snode(ctx, cluster, worker).await {
+            match crate::workload::snode::snode(ctx, cluster, worker).await {
                 Ok(client) => client.check().await.map(|_| ()).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },

@@ -9,7 +9,7 @@
 //! | Promoting | promote (the node has no new or removed devices left), then the StorageNode re-pointed (`spec.workerNode`, the worker label, the new drives in `pcieAllowList`), then the source's enrollment removed if no other node is left on it | all three there |
 //!
 //! While a Migrate is unfinished, the storage-node workload counts its target as a worker
-//! of the cluster ([`with_targets`]), so the DaemonSet runs there, the target is in the
+//! of the cluster ([`crate::workload::with_targets`]), so the DaemonSet runs there, the target is in the
 //! EndpointSlice and has its configuration, and the enrollment written here is kept.
 
 use jiff::Timestamp;
@@ -22,14 +22,14 @@ use simplyblock_api::keys::{
     ENROLLMENT_LABEL, LEGACY_ENROLLMENT_LABEL, NAMESPACE_LABEL, WORKER_LABEL,
 };
 use simplyblock_api::names::label_value;
-use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
+use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
 use super::{advance, wait};
-use crate::cluster::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
+use crate::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};
 
 /// What Migrate reads beside the node.
 #[derive(Clone, Debug, Default)]
@@ -118,7 +118,7 @@ pub async fn observe(
         Preparing => {
             if let Some(cluster) = &cluster {
                 obs.target_answers = Some(
-                    match crate::node::controller::snode(ctx, cluster, target).await {
+                    match crate::workload::snode::snode(ctx, cluster, target).await {
                         Ok(client) => client.check().await.map(|_| ()).map_err(|e| e.to_string()),
                         Err(e) => Err(e.to_string()),
                     },
@@ -451,36 +451,4 @@ pub async fn execute(
             }
         }
     }
-}
-
-/// `nodes` with, for every unfinished Migrate of one of them, a copy of its node at the
-/// target worker: the storage-node workload then enrolls the target, publishes it and
-/// writes its configuration while the node moves.
-pub async fn with_targets(
-    kube: &kube::Client,
-    ns: &str,
-    mut nodes: Vec<StorageNode>,
-) -> Result<Vec<StorageNode>, kube::Error> {
-    let moves = Api::<StorageNodeOps>::namespaced(kube.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let copies: Vec<StorageNode> = moves
-        .iter()
-        .filter(|o| o.spec.action == NodeAction::Migrate)
-        .filter(|o| !o.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
-        .filter_map(|o| {
-            let to = target(o)?;
-            let n = nodes.iter().find(|n| n.name_any() == o.spec.node_ref)?;
-            (n.spec.worker_node != to).then(|| {
-                let mut copy = n.clone();
-                copy.spec.worker_node = to.to_owned();
-                // No id: the target has no topology label before the node is there.
-                copy.status = None;
-                copy
-            })
-        })
-        .collect();
-    nodes.extend(copies);
-    Ok(nodes)
 }

@@ -165,11 +165,11 @@ const DISCOVERY_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Runs the signer until the operator stops. Where the API server serves no
 /// PodCertificateRequests there is nothing to sign (the workload mounts the cluster's
-/// shared certificate instead, [`super::pod_certificates_api`]): it waits until they are.
+/// shared certificate instead, [`pod_certificates_api`]): it waits until they are.
 pub async fn run(ctx: Arc<Context>) {
     let shutdown = ctx.shutdown.clone();
     loop {
-        match super::pod_certificates_api(&ctx.kube).await {
+        match pod_certificates_api(&ctx.kube).await {
             Ok(true) => break,
             Ok(false) => {}
             Err(e) => {
@@ -419,5 +419,24 @@ mod tests {
             let f = Facts { pod, ..facts() };
             assert_eq!(deny_reason(&request(), &f), "PodMismatch");
         }
+    }
+}
+
+/// The API group and version of PodCertificateRequests.
+const POD_CERTIFICATES_API: &str = "certificates.k8s.io/v1";
+
+/// Whether the API server serves PodCertificateRequests ([`POD_CERTIFICATES_API`]): then
+/// each storage-node pod gets a certificate of its own through a `podCertificate` projected
+/// volume, issued by the operator's signer, rather than the cluster's shared one. Asked of
+/// API discovery on every pass, so an upgraded API server is noticed without a restart; a
+/// group version it does not serve (404) is `false`, any other error is an error.
+pub async fn pod_certificates_api(client: &kube::Client) -> Result<bool, Error> {
+    match client.list_api_group_resources(POD_CERTIFICATES_API).await {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "podcertificaterequests")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }

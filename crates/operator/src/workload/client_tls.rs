@@ -17,9 +17,9 @@ use kube::Api;
 use simplyblock_certs::{Authority, Pair};
 use simplyblock_controlplane::TlsConfig;
 
-use crate::cluster::workload::serving;
 use crate::runtime::ca::Stored;
 use crate::runtime::kit::Error;
+use crate::workload::serving;
 
 /// The subject of the operator's client certificate.
 pub const COMMON_NAME: &str = "simplyblock-operator";

@@ -14,10 +14,12 @@
 //! used one it may ([`LEGACY_ENROLLMENT_LABEL`]): the new label is written before the
 //! DaemonSet selects on it, and the old one removed only after, so no pod is evicted.
 
+pub mod client_tls;
 pub mod manifests;
 pub mod names;
 pub mod serving;
 pub mod signer;
+pub mod snode;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 
 pub use manifests::{Manifests, Worker, manifests};
@@ -114,7 +117,7 @@ pub async fn reconcile(cluster: Arc<StorageCluster>, ctx: Arc<Context>) -> Resul
         .filter(|n| n.spec.cluster_ref == name)
         .collect();
     // A node moving to another worker is served there too until it has moved.
-    let nodes = crate::node::ops::migrate::with_targets(&ctx.kube, &ns, nodes).await?;
+    let nodes = with_targets(&ctx.kube, &ns, nodes).await?;
     enroll(&ctx, &cluster, &nodes).await?;
     render(&ctx, &cluster, &nodes).await?;
     retire_legacy_label(&ctx, &cluster, &nodes).await?;
@@ -272,7 +275,7 @@ async fn render(
     // either cannot be told, everything else is still brought up to date (the endpoints
     // above all) before the error is reported.
     let certificate = serving_certificate(ctx, cluster).await;
-    let pod_certificates = pod_certificates_api(&ctx.kube).await;
+    let pod_certificates = signer::pod_certificates_api(&ctx.kube).await;
     let cluster = &with_default_pull_secrets(cluster, &ctx.image_pull_secrets);
     let objects = manifests(
         cluster,
@@ -353,25 +356,6 @@ async fn serving_certificate(ctx: &Context, cluster: &StorageCluster) -> Result<
     )
     .await;
     Ok(written.metadata.resource_version.unwrap_or_default())
-}
-
-/// The API group and version of PodCertificateRequests.
-const POD_CERTIFICATES_API: &str = "certificates.k8s.io/v1";
-
-/// Whether the API server serves PodCertificateRequests ([`POD_CERTIFICATES_API`]): then
-/// each storage-node pod gets a certificate of its own through a `podCertificate` projected
-/// volume, issued by the operator's signer, rather than the cluster's shared one. Asked of
-/// API discovery on every pass, so an upgraded API server is noticed without a restart; a
-/// group version it does not serve (404) is `false`, any other error is an error.
-pub async fn pod_certificates_api(client: &kube::Client) -> Result<bool, Error> {
-    match client.list_api_group_resources(POD_CERTIFICATES_API).await {
-        Ok(list) => Ok(list
-            .resources
-            .iter()
-            .any(|r| r.name == "podcertificaterequests")),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The cluster's workers, read from their Nodes; a worker whose Node is gone is left out.
@@ -505,4 +489,36 @@ mod tests {
         ]);
         assert_eq!(enrolled_elsewhere(&both, "sb", "a"), None);
     }
+}
+
+/// `nodes` with, for every unfinished Migrate of one of them, a copy of its node at the
+/// target worker: the storage-node workload then enrolls the target, publishes it and
+/// writes its configuration while the node moves.
+pub async fn with_targets(
+    kube: &kube::Client,
+    ns: &str,
+    mut nodes: Vec<StorageNode>,
+) -> Result<Vec<StorageNode>, kube::Error> {
+    let moves = Api::<StorageNodeOps>::namespaced(kube.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let copies: Vec<StorageNode> = moves
+        .iter()
+        .filter(|o| o.spec.action == NodeAction::Migrate)
+        .filter(|o| !o.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+        .filter_map(|o| {
+            let to = o.spec.migrate.as_ref()?.target_worker_node.as_str();
+            let n = nodes.iter().find(|n| n.name_any() == o.spec.node_ref)?;
+            (n.spec.worker_node != to).then(|| {
+                let mut copy = n.clone();
+                copy.spec.worker_node = to.to_owned();
+                // No id: the target has no topology label before the node is there.
+                copy.status = None;
+                copy
+            })
+        })
+        .collect();
+    nodes.extend(copies);
+    Ok(nodes)
 }
