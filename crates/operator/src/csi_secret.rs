@@ -23,12 +23,16 @@ pub fn with_entry(contents: &Contents, entry: &Entry) -> Option<Contents> {
         return None;
     }
     let mut next = contents.clone();
-    let mut entry = entry.clone();
-    if let Some(old) = next
-        .clusters
-        .iter()
-        .find(|e| e.cluster_id == entry.cluster_id)
-    {
+    put_entry(&mut next.clusters, entry.clone());
+    next.clusters
+        .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
+    Some(next)
+}
+
+/// Puts `entry` in place of any of `clusters` for the same cluster, keeping the keys the
+/// old entry carried beyond `entry`'s.
+fn put_entry(clusters: &mut Vec<Entry>, mut entry: Entry) {
+    if let Some(old) = clusters.iter().find(|e| e.cluster_id == entry.cluster_id) {
         for (key, value) in &old.extra {
             entry
                 .extra
@@ -36,11 +40,8 @@ pub fn with_entry(contents: &Contents, entry: &Entry) -> Option<Contents> {
                 .or_insert_with(|| value.clone());
         }
     }
-    next.clusters.retain(|e| e.cluster_id != entry.cluster_id);
-    next.clusters.push(entry);
-    next.clusters
-        .sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
-    Some(next)
+    clusters.retain(|e| e.cluster_id != entry.cluster_id);
+    clusters.push(entry);
 }
 
 /// `contents` holding one entry per cluster in `listed`, each written by `writer` (the
@@ -76,20 +77,7 @@ pub fn with_listed(
         entry
             .extra
             .insert(WRITER_KEY.into(), Value::String(writer.into()));
-        if let Some(old) = next
-            .clusters
-            .iter()
-            .find(|e| e.cluster_id == entry.cluster_id)
-        {
-            for (key, value) in &old.extra {
-                entry
-                    .extra
-                    .entry(key.clone())
-                    .or_insert_with(|| value.clone());
-            }
-        }
-        next.clusters.retain(|e| e.cluster_id != entry.cluster_id);
-        next.clusters.push(entry);
+        put_entry(&mut next.clusters, entry);
     }
     if next
         .clusters
