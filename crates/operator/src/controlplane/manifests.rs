@@ -146,6 +146,28 @@ fn selector(app: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(APP_LABEL.into(), app.into())])
 }
 
+/// The selector and pod template of the pods of `app`, each running `pod` with the local
+/// source's pull secrets and placement.
+fn app_pods(local: &LocalSource, app: &str, pod: PodSpec) -> (LabelSelector, PodTemplateSpec) {
+    let selector = LabelSelector {
+        match_labels: Some(selector(app)),
+        ..LabelSelector::default()
+    };
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels(app)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            image_pull_secrets: non_empty(local.image_pull_secrets.clone()),
+            tolerations: non_empty(local.tolerations.clone()),
+            node_selector: non_empty_map(local.node_selector.clone()),
+            ..pod
+        }),
+    };
+    (selector, template)
+}
+
 /// The metadata of an object the ControlPlane owns.
 fn owned(cp: &ControlPlane, name: &str, app: &str) -> ObjectMeta {
     ObjectMeta {
@@ -218,18 +240,6 @@ pub fn foundation_db(cp: &ControlPlane, local: &LocalSource) -> Manifest {
 /// ApplyingDatastore: the object store's Service and StatefulSet. Its credentials Secret
 /// ([`object_store_credentials`]) is made once, before these.
 pub fn datastore(cp: &ControlPlane, local: &LocalSource) -> Vec<Manifest> {
-    let secret_env = |name: &str, key: &str| EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: OBJECT_STORE_CREDENTIALS.into(),
-                key: key.into(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    };
     let service = Service {
         metadata: owned(cp, OBJECT_STORE, OBJECT_STORE),
         spec: Some(ServiceSpec {
@@ -273,8 +283,8 @@ pub fn datastore(cp: &ControlPlane, local: &LocalSource) -> Vec<Manifest> {
             ":9001".into(),
         ]),
         env: Some(vec![
-            secret_env("MINIO_ROOT_USER", "rootUser"),
-            secret_env("MINIO_ROOT_PASSWORD", "rootPassword"),
+            credentials_env("MINIO_ROOT_USER", "rootUser"),
+            credentials_env("MINIO_ROOT_PASSWORD", "rootPassword"),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("api".into()),
@@ -289,28 +299,21 @@ pub fn datastore(cp: &ControlPlane, local: &LocalSource) -> Vec<Manifest> {
         }]),
         ..Container::default()
     };
+    let (selector, template) = app_pods(
+        local,
+        OBJECT_STORE,
+        PodSpec {
+            containers: vec![container],
+            ..PodSpec::default()
+        },
+    );
     let statefulset = StatefulSet {
         metadata: owned(cp, OBJECT_STORE, OBJECT_STORE),
         spec: StatefulSetSpec {
             service_name: Some(OBJECT_STORE.into()),
             replicas: Some(1),
-            selector: LabelSelector {
-                match_labels: Some(selector(OBJECT_STORE)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(OBJECT_STORE)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    image_pull_secrets: non_empty(local.image_pull_secrets.clone()),
-                    tolerations: non_empty(local.tolerations.clone()),
-                    node_selector: non_empty_map(local.node_selector.clone()),
-                    ..PodSpec::default()
-                }),
-            },
+            selector,
+            template,
             volume_claim_templates: Some(vec![claim]),
             ..StatefulSetSpec::default()
         },
@@ -355,6 +358,22 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+/// `name` set from `key` of the object store's credentials Secret.
+fn credentials_env(name: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: OBJECT_STORE_CREDENTIALS.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
         ..EnvVar::default()
     }
 }
@@ -454,18 +473,7 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
         ("SB_OBJECT_STORE_ACCESS_KEY", "rootUser"),
         ("SB_OBJECT_STORE_SECRET_KEY", "rootPassword"),
     ] {
-        envs.push(EnvVar {
-            name: name.into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: OBJECT_STORE_CREDENTIALS.into(),
-                    key: key.into(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        });
+        envs.push(credentials_env(name, key));
     }
     let mut mounts = vec![VolumeMount {
         name: "fdb-cluster-file".into(),
@@ -545,29 +553,22 @@ fn api_deployment(cp: &ControlPlane, local: &LocalSource, tls: Tls) -> Deploymen
         volume_mounts: Some(mounts),
         ..Container::default()
     };
+    let (selector, template) = app_pods(
+        local,
+        API,
+        PodSpec {
+            service_account_name: Some(API.into()),
+            containers: vec![container],
+            volumes: Some(volumes),
+            ..PodSpec::default()
+        },
+    );
     Deployment {
         metadata: owned(cp, API, API),
         spec: DeploymentSpec {
             replicas: Some(local.replicas),
-            selector: LabelSelector {
-                match_labels: Some(selector(API)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(API)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(API.into()),
-                    containers: vec![container],
-                    image_pull_secrets: non_empty(local.image_pull_secrets.clone()),
-                    tolerations: non_empty(local.tolerations.clone()),
-                    node_selector: non_empty_map(local.node_selector.clone()),
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
-                }),
-            },
+            selector,
+            template,
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
@@ -603,27 +604,27 @@ pub fn trust_bundle(api_ca: &str, storage_node_cas: &[String]) -> String {
 }
 
 fn issuer(cp: &ControlPlane, name: &str, spec: Value) -> Manifest {
-    Manifest::dynamic(
-        "cert-manager.io",
-        "v1",
-        "Issuer",
-        "issuers",
-        json!({
-            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-            "metadata": owned_json(cp, name, API),
-            "spec": spec,
-        }),
-    )
+    cert_manager_object(cp, ("Issuer", "issuers"), name, spec)
 }
 
 fn certificate(cp: &ControlPlane, name: &str, spec: Value) -> Manifest {
+    cert_manager_object(cp, ("Certificate", "certificates"), name, spec)
+}
+
+/// The cert-manager object `name` of `(kind, plural)`, owned by the ControlPlane.
+fn cert_manager_object(
+    cp: &ControlPlane,
+    (kind, plural): (&str, &str),
+    name: &str,
+    spec: Value,
+) -> Manifest {
     Manifest::dynamic(
         "cert-manager.io",
         "v1",
-        "Certificate",
-        "certificates",
+        kind,
+        plural,
         json!({
-            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "apiVersion": "cert-manager.io/v1", "kind": kind,
             "metadata": owned_json(cp, name, API),
             "spec": spec,
         }),
