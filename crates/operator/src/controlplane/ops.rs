@@ -17,18 +17,22 @@
 //! operator, not here.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
+use kube::core::NamespaceResourceScope;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use simplyblock_api::StorageClusterOps;
 use simplyblock_api::StoragePoolOps;
-use simplyblock_api::common::OpsPhase;
+use simplyblock_api::common::{OpsKind, OpsPhase};
 use simplyblock_api::control_plane::{ControlPlane, ControlPlanePhase};
 use simplyblock_api::control_plane_ops::{
     ControlPlaneAction, ControlPlaneOps, ControlPlaneOpsStep,
@@ -109,6 +113,33 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// The rollout of a workload whose spec asks for `desired` replicas (unset: 1) of
+    /// `template`, whose status counts `(updated, ready)` replicas (unset: 0) and whose
+    /// controller has `observed` its current spec.
+    fn of(
+        desired: Option<i32>,
+        template: &PodTemplateSpec,
+        (updated, ready): (Option<i32>, Option<i32>),
+        observed: bool,
+    ) -> Rollout {
+        Rollout {
+            desired: desired.unwrap_or(1),
+            updated: updated.unwrap_or(0),
+            ready: ready.unwrap_or(0),
+            observed,
+            restarted_at: template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(RESTARTED_AT_ANNOTATION).cloned()),
+            image: template
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone()),
+        }
+    }
+
     /// Every replica runs the current template and is ready.
     pub fn done(&self) -> bool {
         self.observed && self.updated >= self.desired && self.ready >= self.desired
@@ -389,42 +420,35 @@ pub fn backup_name(op: &ControlPlaneOps) -> String {
 /// The StorageClusterOps, StorageNodeOps and StoragePoolOps that run now, in the
 /// operator's scope.
 async fn in_flight(ctx: &Context) -> Result<Vec<String>, ops::Error> {
-    let running = |phase: Option<OpsPhase>| phase == Some(OpsPhase::Running);
-    let mut out = Vec::new();
-    for op in ctx
-        .scope
-        .api::<StorageClusterOps>(&ctx.kube)
-        .list(&ListParams::default())
-        .await?
-    {
-        if running(op.status.as_ref().map(|s| s.phase)) {
-            let ns = op.namespace().unwrap_or_default();
-            out.push(format!("StorageClusterOps {ns}/{}", op.name_any()));
-        }
-    }
-    for op in ctx
-        .scope
-        .api::<simplyblock_api::StorageNodeOps>(&ctx.kube)
-        .list(&ListParams::default())
-        .await?
-    {
-        if running(op.status.as_ref().map(|s| s.phase)) {
-            let ns = op.namespace().unwrap_or_default();
-            out.push(format!("StorageNodeOps {ns}/{}", op.name_any()));
-        }
-    }
-    for op in ctx
-        .scope
-        .api::<StoragePoolOps>(&ctx.kube)
-        .list(&ListParams::default())
-        .await?
-    {
-        if running(op.status.as_ref().map(|s| s.phase)) {
-            let ns = op.namespace().unwrap_or_default();
-            out.push(format!("StoragePoolOps {ns}/{}", op.name_any()));
-        }
-    }
+    let mut out = running::<StorageClusterOps>(ctx).await?;
+    out.extend(running::<simplyblock_api::StorageNodeOps>(ctx).await?);
+    out.extend(running::<StoragePoolOps>(ctx).await?);
     Ok(out)
+}
+
+/// The operations of kind `K` that run now, in the operator's scope, as
+/// `<kind> <namespace>/<name>`.
+async fn running<K>(ctx: &Context) -> Result<Vec<String>, ops::Error>
+where
+    K: OpsKind
+        + Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let ops = ctx
+        .scope
+        .api::<K>(&ctx.kube)
+        .list(&ListParams::default())
+        .await?;
+    Ok(ops
+        .into_iter()
+        .filter(|op| op.status_core().phase == OpsPhase::Running)
+        .map(|op| {
+            let ns = op.namespace().unwrap_or_default();
+            format!("{} {ns}/{}", K::kind(&()), op.name_any())
+        })
+        .collect())
 }
 
 async fn workloads(ctx: &Context, ns: &str) -> Result<BTreeMap<String, Rollout>, ops::Error> {
@@ -433,53 +457,21 @@ async fn workloads(ctx: &Context, ns: &str) -> Result<BTreeMap<String, Rollout>,
         .get_opt(API)
         .await?
     {
-        let status = d.status.clone().unwrap_or_default();
-        let template = &d.spec.template;
-        out.insert(
-            API.to_owned(),
-            Rollout {
-                desired: d.spec.replicas.unwrap_or(1),
-                updated: status.updated_replicas.unwrap_or(0),
-                ready: status.ready_replicas.unwrap_or(0),
-                observed: status.observed_generation >= d.metadata.generation,
-                restarted_at: template
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.annotations.as_ref())
-                    .and_then(|a| a.get(RESTARTED_AT_ANNOTATION).cloned()),
-                image: template
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.containers.first())
-                    .and_then(|c| c.image.clone()),
-            },
-        );
+        let status = d.status.unwrap_or_default();
+        let replicas = (status.updated_replicas, status.ready_replicas);
+        let observed = status.observed_generation >= d.metadata.generation;
+        let rollout = Rollout::of(d.spec.replicas, &d.spec.template, replicas, observed);
+        out.insert(API.to_owned(), rollout);
     }
     if let Some(s) = Api::<StatefulSet>::namespaced(ctx.kube.clone(), ns)
         .get_opt(OBJECT_STORE)
         .await?
     {
-        let status = s.status.clone().unwrap_or_default();
-        let template = &s.spec.template;
-        out.insert(
-            OBJECT_STORE.to_owned(),
-            Rollout {
-                desired: s.spec.replicas.unwrap_or(1),
-                updated: status.updated_replicas.unwrap_or(0),
-                ready: status.ready_replicas.unwrap_or(0),
-                observed: status.observed_generation >= s.metadata.generation,
-                restarted_at: template
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.annotations.as_ref())
-                    .and_then(|a| a.get(RESTARTED_AT_ANNOTATION).cloned()),
-                image: template
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.containers.first())
-                    .and_then(|c| c.image.clone()),
-            },
-        );
+        let status = s.status.unwrap_or_default();
+        let replicas = (status.updated_replicas, status.ready_replicas);
+        let observed = status.observed_generation >= s.metadata.generation;
+        let rollout = Rollout::of(s.spec.replicas, &s.spec.template, replicas, observed);
+        out.insert(OBJECT_STORE.to_owned(), rollout);
     }
     Ok(out)
 }
