@@ -18,8 +18,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, StatefulSet, Stateful
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector, PodSpec,
-    PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
-    VolumeMount,
+    PodTemplateSpec, Probe, SecretVolumeSource, SecurityContext, ServiceAccount, Toleration,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -491,20 +491,15 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
         args: Some(plugin_args(driver, settings, "controller")),
         env: Some(plugin_env(driver)),
         resources: spec.controller_resources.clone(),
-        volume_mounts: Some(
-            [
+        volume_mounts: Some(with_tls_mounts(
+            driver,
+            settings,
+            vec![
                 mount("socket-dir", SOCKET_DIR, false),
                 mount("csi-config", CONFIG_DIR, true),
                 mount("csi-secret", SECRET_DIR, true),
-            ]
-            .into_iter()
-            .chain(
-                tls_material(driver, settings)
-                    .into_iter()
-                    .map(|(_, m, _)| m),
-            )
-            .collect(),
-        ),
+            ],
+        )),
         ..Container::default()
     };
     let mut containers = vec![
@@ -539,51 +534,46 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
     if spec.enable_csi_addons {
         containers.push(addons_sidecar(driver));
     }
-    let pod_labels = BTreeMap::from([("app".to_owned(), CONTROLLER_APP.to_owned())]);
+    let (selector, template) = app_pods(
+        CONTROLLER_APP,
+        PodSpec {
+            containers,
+            volumes: Some(with_tls_volumes(
+                driver,
+                settings,
+                vec![
+                    Volume {
+                        name: "socket-dir".into(),
+                        empty_dir: Some(EmptyDirVolumeSource {
+                            medium: Some("Memory".into()),
+                            ..EmptyDirVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
+                    config_map_volume("csi-config", CONFIG_MAP, false),
+                    secret_volume(),
+                ],
+            )),
+            ..scheduled_pod(
+                driver,
+                CONTROLLER_ACCOUNT,
+                priority_class(
+                    &spec.controller_priority_class_name,
+                    "system-cluster-critical",
+                ),
+                &spec.controller_node_selector,
+                &spec.controller_tolerations,
+            )
+        },
+    );
     StatefulSet {
         metadata: owned(driver, CONTROLLER_STATEFULSET),
         spec: StatefulSetSpec {
             // The chart's; a StatefulSet's service name cannot change.
             service_name: Some(CONTROLLER_STATEFULSET.into()),
             replicas: Some(spec.controller_replicas),
-            selector: LabelSelector {
-                match_labels: Some(pod_labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(CONTROLLER_ACCOUNT.into()),
-                    priority_class_name: priority_class(
-                        &spec.controller_priority_class_name,
-                        "system-cluster-critical",
-                    ),
-                    image_pull_secrets: non_empty_list(spec.image_pull_secrets.clone()),
-                    node_selector: non_empty(spec.controller_node_selector.clone()),
-                    tolerations: non_empty_list(spec.controller_tolerations.clone()),
-                    containers,
-                    volumes: Some(with_tls_volumes(
-                        driver,
-                        settings,
-                        vec![
-                            Volume {
-                                name: "socket-dir".into(),
-                                empty_dir: Some(EmptyDirVolumeSource {
-                                    medium: Some("Memory".into()),
-                                    ..EmptyDirVolumeSource::default()
-                                }),
-                                ..Volume::default()
-                            },
-                            config_map_volume("csi-config", CONFIG_MAP, false),
-                            secret_volume(),
-                        ],
-                    )),
-                    ..PodSpec::default()
-                }),
-            },
+            selector,
+            template,
             ..StatefulSetSpec::default()
         },
         ..StatefulSet::default()
@@ -678,8 +668,10 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
             ..SecurityContext::default()
         }),
         resources: spec.node_resources.clone(),
-        volume_mounts: Some(
-            [
+        volume_mounts: Some(with_tls_mounts(
+            driver,
+            settings,
+            vec![
                 mount("socket-dir", SOCKET_DIR, false),
                 shared_mount("plugin-dir", &plugins),
                 shared_mount("pod-dir", &pods),
@@ -689,70 +681,101 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
                 mount("csi-config", CONFIG_DIR, true),
                 mount("csi-nodeserver-config", NODE_SERVER_CONFIG_DIR, true),
                 mount("csi-secret", SECRET_DIR, true),
-            ]
-            .into_iter()
-            .chain(
-                tls_material(driver, settings)
-                    .into_iter()
-                    .map(|(_, m, _)| m),
-            )
-            .collect(),
-        ),
+            ],
+        )),
         ..Container::default()
     };
-    let pod_labels = BTreeMap::from([("app".to_owned(), NODE_APP.to_owned())]);
+    let (selector, template) = app_pods(
+        NODE_APP,
+        PodSpec {
+            // NVMe/TCP connections are made from the host's network.
+            host_network: Some(true),
+            dns_policy: Some("ClusterFirstWithHostNet".into()),
+            containers: vec![registrar, plugin],
+            volumes: Some(with_tls_volumes(
+                driver,
+                settings,
+                vec![
+                    host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
+                    host_path("registration-dir", &registry, Some("Directory")),
+                    host_path("plugin-dir", &plugins, Some("Directory")),
+                    host_path("pod-dir", &pods, Some("Directory")),
+                    host_path("host-dev", "/dev", None),
+                    host_path("host-sys", "/sys", None),
+                    host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),
+                    config_map_volume("csi-config", CONFIG_MAP, false),
+                    config_map_volume("csi-nodeserver-config", NODE_SERVER_CONFIG_MAP, true),
+                    secret_volume(),
+                ],
+            )),
+            ..scheduled_pod(
+                driver,
+                NODE_ACCOUNT,
+                priority_class(&spec.node_priority_class_name, "system-node-critical"),
+                &spec.node_selector,
+                &spec.tolerations,
+            )
+        },
+    );
     DaemonSet {
         metadata: owned(driver, NODE_DAEMONSET),
         spec: DaemonSetSpec {
-            selector: LabelSelector {
-                match_labels: Some(pod_labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(NODE_ACCOUNT.into()),
-                    priority_class_name: priority_class(
-                        &spec.node_priority_class_name,
-                        "system-node-critical",
-                    ),
-                    image_pull_secrets: non_empty_list(spec.image_pull_secrets.clone()),
-                    node_selector: non_empty(spec.node_selector.clone()),
-                    tolerations: non_empty_list(spec.tolerations.clone()),
-                    // NVMe/TCP connections are made from the host's network.
-                    host_network: Some(true),
-                    dns_policy: Some("ClusterFirstWithHostNet".into()),
-                    containers: vec![registrar, plugin],
-                    volumes: Some(with_tls_volumes(
-                        driver,
-                        settings,
-                        vec![
-                            host_path("socket-dir", &plugin_dir, Some("DirectoryOrCreate")),
-                            host_path("registration-dir", &registry, Some("Directory")),
-                            host_path("plugin-dir", &plugins, Some("Directory")),
-                            host_path("pod-dir", &pods, Some("Directory")),
-                            host_path("host-dev", "/dev", None),
-                            host_path("host-sys", "/sys", None),
-                            host_path("csi-state", STATE_DIR, Some("DirectoryOrCreate")),
-                            config_map_volume("csi-config", CONFIG_MAP, false),
-                            config_map_volume(
-                                "csi-nodeserver-config",
-                                NODE_SERVER_CONFIG_MAP,
-                                true,
-                            ),
-                            secret_volume(),
-                        ],
-                    )),
-                    ..PodSpec::default()
-                }),
-            },
+            selector,
+            template,
             ..DaemonSetSpec::default()
         },
         ..DaemonSet::default()
     }
+}
+
+/// The selector and pod template of the pods labelled `app: <app>`, each running `pod`.
+fn app_pods(app: &str, pod: PodSpec) -> (LabelSelector, PodTemplateSpec) {
+    let labels = BTreeMap::from([("app".to_owned(), app.to_owned())]);
+    let selector = LabelSelector {
+        match_labels: Some(labels.clone()),
+        ..LabelSelector::default()
+    };
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(pod),
+    };
+    (selector, template)
+}
+
+/// A pod of the driver run as `account` at `priority_class_name`, on the nodes
+/// `node_selector` picks and `tolerations` admit, pulling with the driver's secrets.
+fn scheduled_pod(
+    driver: &SimplyblockDriver,
+    account: &str,
+    priority_class_name: Option<String>,
+    node_selector: &BTreeMap<String, String>,
+    tolerations: &[Toleration],
+) -> PodSpec {
+    PodSpec {
+        service_account_name: Some(account.into()),
+        priority_class_name,
+        image_pull_secrets: non_empty_list(driver.spec.image_pull_secrets.clone()),
+        node_selector: non_empty(node_selector.clone()),
+        tolerations: non_empty_list(tolerations.to_vec()),
+        ..PodSpec::default()
+    }
+}
+
+/// `mounts` and the mounts of the TLS material ([`tls_material`]).
+fn with_tls_mounts(
+    driver: &SimplyblockDriver,
+    settings: Settings<'_>,
+    mut mounts: Vec<VolumeMount>,
+) -> Vec<VolumeMount> {
+    mounts.extend(
+        tls_material(driver, settings)
+            .into_iter()
+            .map(|(_, m, _)| m),
+    );
+    mounts
 }
 
 /// `volumes` and the TLS material the plugins mount ([`tls_material`]).
