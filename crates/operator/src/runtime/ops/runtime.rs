@@ -242,6 +242,20 @@ async fn apply<K: OpsResource, S: Steps<K>>(
     }
 }
 
+/// Writes `next`, the status of an operation that stays on its step, with the kind's own
+/// fields `kind`.
+async fn record<K: OpsResource, S: Steps<K>>(
+    ctx: &Context,
+    op: &K,
+    steps: &S,
+    next: &OpsStatus,
+    kind: Map<String, Value>,
+) -> Result<Action, Error> {
+    write_status(&ctx.kube, op, next, kind.clone()).await?;
+    steps.kind_status_written(ctx, op, &kind);
+    Ok(Action::requeue(requeue::NEXT_STEP))
+}
+
 /// One step of a Running operation that holds its lock.
 async fn drive<K: OpsResource, S: Steps<K>>(
     op: &K,
@@ -378,15 +392,8 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         } => {
             // The step moved on without leaving: its budget starts again from now.
             machine.extend_deadline(now);
-            write_status(
-                &ctx.kube,
-                op,
-                &running_status(&machine, message),
-                kind_status.clone(),
-            )
-            .await?;
-            steps.kind_status_written(ctx, op, &kind_status);
-            Ok(Action::requeue(requeue::NEXT_STEP))
+            let next = running_status(&machine, message);
+            record(ctx, op, steps, &next, kind_status).await
         }
         Decision::Carry {
             plan: Plan::Record {
@@ -395,15 +402,8 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             },
             ..
         } => {
-            write_status(
-                &ctx.kube,
-                op,
-                &running_status(&machine, message),
-                kind_status.clone(),
-            )
-            .await?;
-            steps.kind_status_written(ctx, op, &kind_status);
-            Ok(Action::requeue(requeue::NEXT_STEP))
+            let next = running_status(&machine, message);
+            record(ctx, op, steps, &next, kind_status).await
         }
         Decision::Carry {
             plan: Plan::Call { call, message },
