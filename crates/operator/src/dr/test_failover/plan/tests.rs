@@ -189,19 +189,23 @@ fn a_group_resolves_to_one_slot_per_member_with_the_first_members_class() {
             vec![(uuid(M1), Some(member(M1, "app-0"))), (uuid(M2), None)], View::Absent, View::Absent), now()),
         Decision::Wait(m) if m.contains("1 of the 2 members")
     ));
-    assert_eq!(
+    // Both members and the group found, neither claim nor volume looked at yet.
+    let members_found = |drill: &TestFailover| {
         plan(
-            &d,
+            drill,
             step,
             &seen(
                 Some(uuid(CLUSTER_A)),
                 Some(group.clone()),
                 both(),
                 View::Absent,
-                View::Absent
+                View::Absent,
             ),
-            now()
-        ),
+            now(),
+        )
+    };
+    assert_eq!(
+        members_found(&d),
         Decision::Call(Call::View {
             suffix: "src-pvc",
             resource: "persistentvolumeclaims",
@@ -212,28 +216,13 @@ fn a_group_resolves_to_one_slot_per_member_with_the_first_members_class() {
     let mut by_id = d.clone();
     by_id.spec.source_cluster = CLUSTER_A.into();
     assert!(matches!(
-        plan(&by_id, step, &seen(Some(uuid(CLUSTER_A)), Some(group.clone()), both(),
-            View::Absent, View::Absent), now()),
+        members_found(&by_id),
         Decision::Fail { message, .. }
             if message.contains("not a ManagedCluster") && message.contains("sourceNamespace apps")
     ));
     by_id.spec.source_namespace = None;
     assert!(
-        matches!(
-            plan(
-                &by_id,
-                step,
-                &seen(
-                    Some(uuid(CLUSTER_A)),
-                    Some(group.clone()),
-                    both(),
-                    View::Absent,
-                    View::Absent
-                ),
-                now()
-            ),
-            Decision::Advance { .. }
-        ),
+        matches!(members_found(&by_id), Decision::Advance { .. }),
         "without sourceNamespace a group named by id resolves without its claims"
     );
     let Decision::Advance { to, clones, .. } = plan(
