@@ -13,7 +13,7 @@ use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::StorageClusterOps;
 use simplyblock_api::storage_cluster_ops::GRAPHS;
 
-use super::{WebhookContext, typed};
+use super::WebhookContext;
 
 /// The path of the StorageClusterOps DELETE guard.
 pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storageclusterops";
@@ -22,12 +22,9 @@ pub const NAME: &str = "vstorageclusterops.simplyblock.io";
 
 /// `webhook` answering DELETE only (the guard has nothing to say on create or update).
 pub fn delete_only(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["DELETE".into()]);
-    }
-    webhook
+    super::answering(webhook, &["DELETE"])
 }
 
 pub async fn review(
@@ -36,9 +33,7 @@ pub async fn review(
 ) -> Json<AdmissionReview<DynamicObject>> {
     super::answer(review, |req| async move {
         match (&req.operation, req.old_object.as_ref()) {
-            (Operation::Delete, Some(old)) => typed::<StorageClusterOps>(old)
-                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-                .and_then(|op| on_delete(&op)),
+            (Operation::Delete, Some(old)) => super::delete_verdict(old, on_delete),
             _ => Ok(()),
         }
     })
@@ -47,15 +42,9 @@ pub async fn review(
 
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &StorageClusterOps) -> Result<(), String> {
-    let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
-        (
-            "StorageClusterOps",
-            op.metadata.name.as_deref().unwrap_or(""),
-        ),
-        (status.phase, status.step.state.as_deref()),
+        op,
         &GRAPHS,
-        op.spec.action,
         &format!(
             "the control plane is acting on StorageCluster {}",
             op.spec.cluster_ref

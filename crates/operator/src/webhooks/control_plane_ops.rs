@@ -22,12 +22,9 @@ pub const NAME: &str = "vcontrolplaneops.simplyblock.io";
 
 /// `webhook` answering CREATE and DELETE.
 pub fn create_and_delete(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["CREATE".into(), "DELETE".into()]);
-    }
-    webhook
+    super::answering(webhook, &["CREATE", "DELETE"])
 }
 
 pub async fn review(
@@ -50,9 +47,7 @@ pub async fn review(
                     })?;
                 on_create(&op, &namespace, target.as_ref())
             }
-            (Operation::Delete, _, Some(old)) => typed::<ControlPlaneOps>(old)
-                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-                .and_then(|op| on_delete(&op)),
+            (Operation::Delete, _, Some(old)) => super::delete_verdict(old, on_delete),
             _ => Ok(()),
         }
     })
@@ -81,12 +76,9 @@ pub fn on_create(
 
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &ControlPlaneOps) -> Result<(), String> {
-    let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
-        ("ControlPlaneOps", op.metadata.name.as_deref().unwrap_or("")),
-        (status.phase, status.step.state.as_deref()),
+        op,
         &GRAPHS,
-        op.spec.action,
         &format!(
             "the control plane {} is being changed",
             op.spec.control_plane_ref

@@ -40,9 +40,7 @@ pub async fn review(
                     })?;
                 on_create(&op, &namespace, device.is_some())
             }
-            (Operation::Delete, _, Some(old)) => typed::<StorageDeviceOps>(old)
-                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-                .and_then(|op| on_delete(&op)),
+            (Operation::Delete, _, Some(old)) => super::delete_verdict(old, on_delete),
             _ => Ok(()),
         }
     })
@@ -64,19 +62,12 @@ pub fn on_create(
     ))
 }
 
-/// The steps on which an operation of `op`'s action cannot be deleted: its graph's
-/// unabortable steps (the declared-only actions' graphs included).
-/// Whether `op` may be deleted now; the refusal names the step and what to do.
+/// Whether `op` may be deleted now; the refusal names the step and what to do. The steps
+/// that keep it are its action's unabortable ones, the declared-only actions' included.
 pub fn on_delete(op: &StorageDeviceOps) -> Result<(), String> {
-    let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
-        (
-            "StorageDeviceOps",
-            op.metadata.name.as_deref().unwrap_or(""),
-        ),
-        (status.phase, status.step.state.as_deref()),
+        op,
         &DECLARED,
-        op.spec.action,
         &format!(
             "the control plane is acting on StorageDevice {}",
             op.spec.device_ref

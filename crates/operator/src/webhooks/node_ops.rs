@@ -29,12 +29,9 @@ pub const NAME: &str = "vstoragenodeops.simplyblock.io";
 
 /// `webhook` answering CREATE, UPDATE and DELETE.
 pub fn create_update_delete(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["CREATE".into(), "UPDATE".into(), "DELETE".into()]);
-    }
-    webhook
+    super::answering(webhook, &["CREATE", "UPDATE", "DELETE"])
 }
 
 pub async fn review(
@@ -66,9 +63,7 @@ pub async fn review(
                 on_create(&op, &namespace, node.as_ref(), target)
             }
             (Operation::Update, Some(new), Some(old)) => on_update(&old.data, &new.data),
-            (Operation::Delete, _, Some(old)) => typed::<StorageNodeOps>(old)
-                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-                .and_then(|op| on_delete(&op)),
+            (Operation::Delete, _, Some(old)) => super::delete_verdict(old, on_delete),
             _ => Ok(()),
         }
     })
@@ -129,12 +124,9 @@ pub fn on_update(old: &serde_json::Value, new: &serde_json::Value) -> Result<(),
 
 /// Whether `op` may be deleted now; the refusal names the step and what to do.
 pub fn on_delete(op: &StorageNodeOps) -> Result<(), String> {
-    let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
-        ("StorageNodeOps", op.metadata.name.as_deref().unwrap_or("")),
-        (status.phase, status.step.state.as_deref()),
+        op,
         &GRAPHS,
-        op.spec.action,
         &format!(
             "the control plane is acting on StorageNode {}",
             op.spec.node_ref

@@ -1,9 +1,11 @@
 //! What every webhook's handler is built from: the shared context, unpacking a review and
 //! answering it, reading the typed object, and the DELETE guard of the Ops kinds.
 
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use simplyblock_api::common::OpsPhase;
+use simplyblock_api::common::{OpsKind, OpsPhase};
+use simplyblock_statemachine::State;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -38,32 +40,31 @@ pub async fn own_user(client: &kube::Client) -> Result<String, kube::Error> {
 }
 
 /// The DELETE guard of every Ops kind, derived from its graphs: a Running operation on a
-/// step its action's graph declares unabortable is kept, and the refusal names the step,
-/// what is under way (`acting`, e.g. "the control plane is acting on StorageNode w1") and
-/// where `spec.abort` could stop it; every other operation may go (its finalizer releases
-/// the lock).
-pub fn keep_while_unabortable<A, S>(
-    operation: (&str, &str),
-    status: (OpsPhase, Option<&str>),
-    graphs: &simplyblock_statemachine::MultiGraph<A, S>,
-    action: A,
+/// step its action's graph in `graphs` declares unabortable is kept, and the refusal names
+/// the step, what is under way (`acting`, e.g. "the control plane is acting on StorageNode
+/// w1") and where `spec.abort` could stop it; every other operation may go (its finalizer
+/// releases the lock).
+pub fn keep_while_unabortable<K>(
+    op: &K,
+    graphs: &simplyblock_statemachine::MultiGraph<K::Action, K::Step>,
     acting: &str,
 ) -> Result<(), String>
 where
-    A: simplyblock_statemachine::Action,
-    S: simplyblock_statemachine::State,
+    K: OpsKind + Resource<DynamicType = ()>,
 {
-    let (phase, step) = status;
-    let Ok(graph) = graphs.graph(action) else {
+    let Ok(graph) = graphs.graph(op.action()) else {
         return Ok(());
     };
-    let names = |states: Vec<S>| -> Vec<&'static str> { states.iter().map(|s| s.name()).collect() };
-    let Some(step) = step
-        .filter(|s| phase == OpsPhase::Running && names(graph.unabortable_states()).contains(s))
-    else {
+    let status = op.status_core();
+    let names =
+        |states: Vec<K::Step>| -> Vec<&'static str> { states.iter().map(|s| s.name()).collect() };
+    let Some(step) = status.step.state.as_deref().filter(|s| {
+        status.phase == OpsPhase::Running && names(graph.unabortable_states()).contains(s)
+    }) else {
         return Ok(());
     };
-    let (kind, name) = operation;
+    let kind = K::kind(&());
+    let name = op.meta().name.as_deref().unwrap_or("");
     let abortable = names(graph.abortable_states());
     let (abort, none) = if abortable.is_empty() {
         (
@@ -121,6 +122,17 @@ pub fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K
     serde_json::to_value(object)
         .and_then(serde_json::from_value)
         .map_err(|e| format!("the object does not match its schema: {e}"))
+}
+
+/// The verdict of `on_delete` on `old`, an operation being deleted; one that cannot be read
+/// is kept.
+pub(crate) fn delete_verdict<K: serde::de::DeserializeOwned>(
+    old: &DynamicObject,
+    on_delete: impl FnOnce(&K) -> Result<(), String>,
+) -> Result<(), String> {
+    typed::<K>(old)
+        .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
+        .and_then(|op| on_delete(&op))
 }
 
 /// Where the API server reaches the webhooks.

@@ -23,12 +23,11 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-simplyblockdri
 pub const NAME: &str = "vsimplyblockdriver.simplyblock.io";
 
 /// `webhook` answering CREATE only, and admitting when it cannot be reached.
-pub fn create_only_fail_open(mut webhook: ValidatingWebhook) -> ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["CREATE".into()]);
+pub fn create_only_fail_open(webhook: ValidatingWebhook) -> ValidatingWebhook {
+    ValidatingWebhook {
+        failure_policy: Some("Ignore".into()),
+        ..super::answering(webhook, &["CREATE"])
     }
-    webhook.failure_policy = Some("Ignore".into());
-    webhook
 }
 
 pub async fn review(

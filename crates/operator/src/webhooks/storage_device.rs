@@ -33,12 +33,11 @@ pub const GARBAGE_COLLECTORS: &[&str] = &[
 ];
 
 /// `webhook` answering DELETE only, and admitting when it cannot be reached.
-pub fn delete_only_fail_open(mut webhook: ValidatingWebhook) -> ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["DELETE".into()]);
+pub fn delete_only_fail_open(webhook: ValidatingWebhook) -> ValidatingWebhook {
+    ValidatingWebhook {
+        failure_policy: Some("Ignore".into()),
+        ..super::answering(webhook, &["DELETE"])
     }
-    webhook.failure_policy = Some("Ignore".into());
-    webhook
 }
 
 pub async fn review(

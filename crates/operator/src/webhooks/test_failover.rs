@@ -31,12 +31,9 @@ pub const NAME: &str = "vtestfailover.simplyblock.io";
 /// The webhook on create only: the spec is immutable (CEL), so what was checked at
 /// creation holds for the drill's life.
 pub fn create_only(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["CREATE".into()]);
-    }
-    webhook
+    super::answering(webhook, &["CREATE"])
 }
 
 /// One right the requester needs.

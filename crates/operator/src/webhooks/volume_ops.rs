@@ -23,10 +23,10 @@ pub const NAME: &str = "vpersistentvolumeops.simplyblock.io";
 
 /// The webhook for a cluster-scoped kind, on create and delete.
 pub fn cluster_scoped(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
+    let mut webhook = super::answering(webhook, &["CREATE", "DELETE"]);
     for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(vec!["CREATE".into(), "DELETE".into()]);
         rule.scope = Some("Cluster".into());
     }
     webhook
@@ -87,9 +87,7 @@ pub async fn review(
                 }
                 on_create(&op, &world)
             }
-            (Operation::Delete, _, Some(old)) => typed::<PersistentVolumeOps>(old)
-                .map_err(|e| format!("the operation could not be read ({e}); it is kept"))
-                .and_then(|op| on_delete(&op)),
+            (Operation::Delete, _, Some(old)) => super::delete_verdict(old, on_delete),
             _ => Ok(()),
         }
     })
@@ -151,15 +149,9 @@ pub fn on_create(op: &PersistentVolumeOps, world: &World) -> Result<(), String> 
 
 /// Whether `op` may be deleted now.
 pub fn on_delete(op: &PersistentVolumeOps) -> Result<(), String> {
-    let status = op.status.clone().unwrap_or_default();
     super::keep_while_unabortable(
-        (
-            "PersistentVolumeOps",
-            op.metadata.name.as_deref().unwrap_or(""),
-        ),
-        (status.phase, status.step.state.as_deref()),
+        op,
         &GRAPHS,
-        op.spec.action,
         "the volume has moved and the operation is cleaning up its validation Jobs",
     )
 }
