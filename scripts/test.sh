@@ -78,42 +78,91 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 cargo build --manifest-path fuzz/Cargo.toml --bins
 
-step "tests (cargo test)"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+step "tests: every test binary, the longest first, several at once"
+# Most integration tests wait on an API server, sbsim or a kubelet rather than compute, so
+# the binaries run side by side (SIMPLYBLOCK_TEST_JOBS at once, each with
+# RUST_TEST_THREADS tests at once) instead of one after the other as `cargo test` runs
+# them. The real-node tests take turns on their own (a machine-wide lock).
+jobs=${SIMPLYBLOCK_TEST_JOBS:-3}
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+cargo test --workspace --no-run --message-format=json-render-diagnostics > "$logs/build.json"
+# One line a test binary: its crate directory, a name a person reads, its path.
+sed -n '/"reason":"compiler-artifact"/{/"test":true/p}' "$logs/build.json" | while read -r line; do
+    exe=$(sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' <<< "$line")
+    [ -n "$exe" ] || continue
+    dir=$(dirname "$(sed -n 's/.*"manifest_path":"\([^"]*\)".*/\1/p' <<< "$line")")
+    kind=$(sed -n 's/.*"target":{"kind":\["\([^"]*\)".*/\1/p' <<< "$line")
+    target=$(sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*/\1/p' <<< "$line")
+    case $kind in
+        test) label="$(basename "$dir") $target" ;;
+        *) label="$(basename "$dir") ($kind $target)" ;;
+    esac
+    printf '%s\t%s\t%s\n' "$dir" "$label" "$exe"
+done > "$logs/binaries"
+# The longest first, by the times of the last run (kept in the target directory); on a
+# first run, integration binaries before unit tests.
+times=target/test-times.tsv
+while IFS=$'\t' read -r dir label exe; do
+    last=$( (awk -F'\t' -v l="$label" '$2 == l { print $1; exit }' "$times" 2>/dev/null) || true)
+    case $label in *" ("*) guess=1 ;; *) guess=100 ;; esac
+    printf '%s\t%s\t%s\t%s\n' "${last:-$guess}" "$dir" "$label" "$exe"
+done < "$logs/binaries" | sort -t$'\t' -k1,1 -rn > "$logs/queue"
+
 set +e
-cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-# The fuzz targets' properties, over generated inputs (their proptest mirrors).
-cargo test --manifest-path fuzz/Cargo.toml 2>&1 | tee -a "$log"
-fuzz_status=${PIPESTATUS[0]}
-[ "$status" -ne 0 ] || status=$fuzz_status
+status=0
+declare -A running=()
+report() { # the finished binary $1: its output, its time, its status
+    local id=$1
+    printf '\n==> %s (%s s)\n' "$(cut -f3 "$logs/$id.what")" "$(cat "$logs/$id.seconds")"
+    cat "$logs/$id.log"
+    [ "$(cat "$logs/$id.rc")" = 0 ] || status=1
+}
+n=0
+while IFS=$'\t' read -r _ dir label exe; do
+    while [ ${#running[@]} -ge "$jobs" ]; do
+        wait -n
+        for id in "${!running[@]}"; do
+            if [ -e "$logs/$id.rc" ]; then report "$id"; unset "running[$id]"; fi
+        done
+    done
+    n=$((n + 1))
+    printf '%s\t%s\t%s\n' "$dir" "$exe" "$label" > "$logs/$n.what"
+    (
+        start=$(date +%s.%N)
+        cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" > "$logs/$n.log" 2>&1
+        rc=$?
+        awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }' > "$logs/$n.seconds"
+        echo "$rc" > "$logs/$n.rc"
+    ) &
+    running[$n]=1
+done < "$logs/queue"
+while [ ${#running[@]} -gt 0 ]; do
+    wait -n
+    for id in "${!running[@]}"; do
+        if [ -e "$logs/$id.rc" ]; then report "$id"; unset "running[$id]"; fi
+    done
+done
+# Doc tests and the fuzz targets' properties (their proptest mirrors, own workspace).
+cargo test --workspace --doc 2>&1 | tail -n 3
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+cargo test --manifest-path fuzz/Cargo.toml 2>&1 | tee "$logs/fuzz.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 set -e
 
 step "time per test binary (seconds, slowest first)"
-awk '
-    # "Running unittests src/lib.rs (target/debug/deps/<crate>-<hash>)" comes before
-    # the integration binaries of that crate ("Running tests/it/main.rs (.../it-<hash>)").
-    /^ *Running / {
-        name = $NF
-        gsub(/[()]/, "", name)
-        sub(/.*\//, "", name)
-        sub(/-[0-9a-f]+$/, "", name)
-        if ($2 == "unittests" && ($3 == "src/lib.rs" || name ~ /^simplyblock_/)) crate = name
-        if ($2 == "unittests") binary = name " (unit tests)"
-        else binary = crate " " name
-    }
-    /^ *Doc-tests / { binary = "doc-tests " $2 }
+for id in $(seq 1 "$n"); do
+    printf '%s\t%s\n' "$(cat "$logs/$id.seconds")" "$(cut -f3 "$logs/$id.what")"
+done | sort -t$'\t' -k1,1 -rn | tee "$times.new" | awk -F'\t' '{ printf "%8.1f  %s\n", $1, $2 }'
+mv "$times.new" "$times"
+cat "$logs"/*.log "$logs/fuzz.log" | awk '
     /^test result:/ {
         for (i = 1; i <= NF; i++) {
             if ($i == "passed;") passed += $(i - 1)
             if ($i == "failed;") failed += $(i - 1)
-            if ($i == "in") { t = $(i + 1); sub(/s$/, "", t) }
         }
-        printf "%8.1f  %s\n", t, binary
     }
-    END { printf "tests: %d passed, %d failed\n", passed, failed > "/dev/stderr" }
-' "$log" 2> "$log.total" | sort -rn
-cat "$log.total"
-rm -f "$log.total"
+    END { printf "tests: %d passed, %d failed\n", passed, failed }
+'
 exit "$status"

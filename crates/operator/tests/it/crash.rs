@@ -499,6 +499,18 @@ pub(crate) async fn abort_at(d: &Deployment, point: &str, done: impl AsyncFn() -
     }
 }
 
+/// How many StorageNodes have their control-plane node recorded.
+async fn recorded(d: &Deployment) -> usize {
+    d.storage_nodes()
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .filter(|n| n.status.as_ref().is_some_and(|s| s.uuid.is_some()))
+        .count()
+}
+
 /// Every worker's StorageNode has its control-plane node recorded.
 async fn all_recorded(d: &Deployment) -> bool {
     let nodes = d
@@ -511,6 +523,16 @@ async fn all_recorded(d: &Deployment) -> bool {
         && nodes
             .iter()
             .all(|n| n.status.as_ref().is_some_and(|s| s.uuid.is_some()))
+}
+
+/// The cluster holds no provisioning slot: every node that took one gave it back.
+async fn no_slot_held(d: &Deployment) -> bool {
+    Api::<StorageCluster>::namespaced(d.kube.clone(), &d.ns)
+        .get_opt("simplyblock")
+        .await
+        .expect("the cluster")
+        .and_then(|c| c.status)
+        .is_some_and(|s| s.provisioning_slots.is_empty())
 }
 
 async fn answered_on(d: &Deployment, on: &str) -> usize {
@@ -541,10 +563,13 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
         if point == crash::NODE_ADD && answered_on(&d, add).await >= WORKERS.len() {
             continue;
         }
-        let adds = answered_on(&d, add).await;
+        // Each predicate says the operator is past the point without stopping there, never
+        // that it is at it: an add answered is the add point about to fire, the last node
+        // recorded the recorded point about to fire.
+        let recorded = recorded(&d).await;
         let all_added = async || match point {
-            crash::NODE_ADD => answered_on(&d, add).await > adds,
-            crash::NODE_RECORDED => all_recorded(&d).await,
+            crash::NODE_ADD => self::recorded(&d).await > recorded,
+            crash::NODE_RECORDED => all_recorded(&d).await && no_slot_held(&d).await,
             _ => false,
         };
         if abort_at(&d, point, all_added).await {
