@@ -567,7 +567,7 @@ mod tests {
     /// The checked-in text of `snapshots/<file>`; `UPDATE_EXPECT=1` writes `actual` there.
     fn expected(file: &str, actual: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/cluster/workload/snapshots")
+            .join("src/workload/snapshots")
             .join(file);
         if std::env::var_os("UPDATE_EXPECT").is_some() {
             std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");

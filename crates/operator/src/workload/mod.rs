@@ -443,6 +443,38 @@ where
     Ok(())
 }
 
+/// `nodes` with, for every unfinished Migrate of one of them, a copy of its node at the
+/// target worker: the storage-node workload then enrolls the target, publishes it and
+/// writes its configuration while the node moves.
+pub async fn with_targets(
+    kube: &kube::Client,
+    ns: &str,
+    mut nodes: Vec<StorageNode>,
+) -> Result<Vec<StorageNode>, kube::Error> {
+    let moves = Api::<StorageNodeOps>::namespaced(kube.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let copies: Vec<StorageNode> = moves
+        .iter()
+        .filter(|o| o.spec.action == NodeAction::Migrate)
+        .filter(|o| !o.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+        .filter_map(|o| {
+            let to = o.spec.migrate.as_ref()?.target_worker_node.as_str();
+            let n = nodes.iter().find(|n| n.name_any() == o.spec.node_ref)?;
+            (n.spec.worker_node != to).then(|| {
+                let mut copy = n.clone();
+                copy.spec.worker_node = to.to_owned();
+                // No id: the target has no topology label before the node is there.
+                copy.status = None;
+                copy
+            })
+        })
+        .collect();
+    nodes.extend(copies);
+    Ok(nodes)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -489,36 +521,4 @@ mod tests {
         ]);
         assert_eq!(enrolled_elsewhere(&both, "sb", "a"), None);
     }
-}
-
-/// `nodes` with, for every unfinished Migrate of one of them, a copy of its node at the
-/// target worker: the storage-node workload then enrolls the target, publishes it and
-/// writes its configuration while the node moves.
-pub async fn with_targets(
-    kube: &kube::Client,
-    ns: &str,
-    mut nodes: Vec<StorageNode>,
-) -> Result<Vec<StorageNode>, kube::Error> {
-    let moves = Api::<StorageNodeOps>::namespaced(kube.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let copies: Vec<StorageNode> = moves
-        .iter()
-        .filter(|o| o.spec.action == NodeAction::Migrate)
-        .filter(|o| !o.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
-        .filter_map(|o| {
-            let to = o.spec.migrate.as_ref()?.target_worker_node.as_str();
-            let n = nodes.iter().find(|n| n.name_any() == o.spec.node_ref)?;
-            (n.spec.worker_node != to).then(|| {
-                let mut copy = n.clone();
-                copy.spec.worker_node = to.to_owned();
-                // No id: the target has no topology label before the node is there.
-                copy.status = None;
-                copy
-            })
-        })
-        .collect();
-    nodes.extend(copies);
-    Ok(nodes)
 }

@@ -314,6 +314,25 @@ fn condition(type_: &str, reason: &str, message: &str, now: Timestamp) -> Condit
     }
 }
 
+/// The API group and version of PodCertificateRequests.
+const POD_CERTIFICATES_API: &str = "certificates.k8s.io/v1";
+
+/// Whether the API server serves PodCertificateRequests ([`POD_CERTIFICATES_API`]): then
+/// each storage-node pod gets a certificate of its own through a `podCertificate` projected
+/// volume, issued by the operator's signer, rather than the cluster's shared one. Asked of
+/// API discovery on every pass, so an upgraded API server is noticed without a restart; a
+/// group version it does not serve (404) is `false`, any other error is an error.
+pub async fn pod_certificates_api(client: &kube::Client) -> Result<bool, Error> {
+    match client.list_api_group_resources(POD_CERTIFICATES_API).await {
+        Ok(list) => Ok(list
+            .resources
+            .iter()
+            .any(|r| r.name == "podcertificaterequests")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,24 +438,5 @@ mod tests {
             let f = Facts { pod, ..facts() };
             assert_eq!(deny_reason(&request(), &f), "PodMismatch");
         }
-    }
-}
-
-/// The API group and version of PodCertificateRequests.
-const POD_CERTIFICATES_API: &str = "certificates.k8s.io/v1";
-
-/// Whether the API server serves PodCertificateRequests ([`POD_CERTIFICATES_API`]): then
-/// each storage-node pod gets a certificate of its own through a `podCertificate` projected
-/// volume, issued by the operator's signer, rather than the cluster's shared one. Asked of
-/// API discovery on every pass, so an upgraded API server is noticed without a restart; a
-/// group version it does not serve (404) is `false`, any other error is an error.
-pub async fn pod_certificates_api(client: &kube::Client) -> Result<bool, Error> {
-    match client.list_api_group_resources(POD_CERTIFICATES_API).await {
-        Ok(list) => Ok(list
-            .resources
-            .iter()
-            .any(|r| r.name == "podcertificaterequests")),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
     }
 }
