@@ -140,6 +140,80 @@ impl<S, C> From<Plan<S, C>> for Noted<S, C> {
     }
 }
 
+impl<S, C> Noted<S, C> {
+    /// The same plan and events, its call (if any) turned into `D` by `into`: a kind whose
+    /// actions each have their own call type lifts one action's plan into the kind's.
+    pub fn map_call<D>(self, into: impl FnOnce(C) -> D) -> Noted<S, D> {
+        Noted {
+            plan: self.plan.map_call(into),
+            notes: self.notes,
+        }
+    }
+}
+
+impl<S, C> Plan<S, C> {
+    /// The same plan, its call (if any) turned into `D` by `into`. Pure.
+    pub fn map_call<D>(self, into: impl FnOnce(C) -> D) -> Plan<S, D> {
+        match self {
+            Plan::Advance {
+                to,
+                message,
+                kind_status,
+            } => Plan::Advance {
+                to,
+                message,
+                kind_status,
+            },
+            Plan::Record {
+                kind_status,
+                message,
+            } => Plan::Record {
+                kind_status,
+                message,
+            },
+            Plan::Progress {
+                kind_status,
+                message,
+            } => Plan::Progress {
+                kind_status,
+                message,
+            },
+            Plan::Succeed {
+                message,
+                kind_status,
+            } => Plan::Succeed {
+                message,
+                kind_status,
+            },
+            Plan::Fail(message) => Plan::Fail(message),
+            Plan::Call { call, message } => Plan::Call {
+                call: into(call),
+                message,
+            },
+            Plan::CallOnce {
+                to,
+                call,
+                message,
+                accepted,
+            } => Plan::CallOnce {
+                to,
+                call: into(call),
+                message,
+                accepted,
+            },
+            Plan::Wait {
+                message,
+                after,
+                event,
+            } => Plan::Wait {
+                message,
+                after,
+                event,
+            },
+        }
+    }
+}
+
 /// What a kind's step asks for, decided from one observation.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Plan<S, C> {
@@ -325,5 +399,99 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         _to: Move<K::Step>,
     ) -> Option<(&'static str, String)> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    enum Outer {
+        Inner(u8),
+    }
+
+    #[test]
+    fn mapping_the_call_changes_only_the_call() {
+        let called: Plan<u8, u8> = Plan::CallOnce {
+            to: 3,
+            call: 7,
+            message: "m".into(),
+            accepted: "a".into(),
+        };
+        assert_eq!(
+            called.map_call(Outer::Inner),
+            Plan::CallOnce {
+                to: 3,
+                call: Outer::Inner(7),
+                message: "m".into(),
+                accepted: "a".into(),
+            }
+        );
+        let call: Plan<u8, u8> = Plan::Call {
+            call: 1,
+            message: "m".into(),
+        };
+        assert_eq!(
+            call.map_call(Outer::Inner),
+            Plan::Call {
+                call: Outer::Inner(1),
+                message: "m".into(),
+            }
+        );
+        let waits: Plan<u8, u8> = Plan::Wait {
+            message: "w".into(),
+            after: POLL,
+            event: Some("E"),
+        };
+        assert_eq!(
+            waits.map_call(Outer::Inner),
+            Plan::Wait {
+                message: "w".into(),
+                after: POLL,
+                event: Some("E"),
+            }
+        );
+        let advance: Plan<u8, u8> = Plan::Advance {
+            to: Move::Restart,
+            message: "a".into(),
+            kind_status: Some(Map::new()),
+        };
+        assert_eq!(
+            advance.map_call(Outer::Inner),
+            Plan::Advance {
+                to: Move::Restart,
+                message: "a".into(),
+                kind_status: Some(Map::new()),
+            }
+        );
+        let fail: Plan<u8, u8> = Plan::Fail("f".into());
+        assert_eq!(fail.map_call(Outer::Inner), Plan::Fail("f".into()));
+    }
+
+    #[test]
+    fn mapping_a_noted_plan_keeps_its_events() {
+        let note = Note {
+            warning: true,
+            reason: "R",
+            message: "n".into(),
+        };
+        let noted: Noted<u8, u8> = Noted {
+            plan: Plan::Call {
+                call: 2,
+                message: "m".into(),
+            },
+            notes: vec![note.clone()],
+        };
+        assert_eq!(
+            noted.map_call(Outer::Inner),
+            Noted {
+                plan: Plan::Call {
+                    call: Outer::Inner(2),
+                    message: "m".into(),
+                },
+                notes: vec![note],
+            }
+        );
     }
 }
