@@ -31,7 +31,7 @@ use simplyblock_api::names::{derived_name, label_value};
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
-use super::{advance, wait};
+use super::step::{NodeCall, Seen, advance, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 
@@ -90,9 +90,11 @@ pub struct Worker {
     pub ready: bool,
 }
 
-/// The calls HostMaintenance makes beside the node's shutdown and restart.
+/// The calls HostMaintenance makes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
+    /// The node's shutdown and restart.
+    Node(NodeCall),
     /// Writes `claims` as the cluster's windows, if it is still at `resource_version`.
     Claim {
         cluster: String,
@@ -151,7 +153,7 @@ pub async fn observe(
     op: &StorageNodeOps,
     node: &StorageNode,
     step: NodeOpsStep,
-    _base: &super::Observed,
+    _seen: &Seen,
     ctx: &Context,
 ) -> Result<Observed, ops::Error> {
     use NodeOpsStep::*;
@@ -249,36 +251,33 @@ pub async fn observe(
     Ok(obs)
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, super::Call> {
-    Plan::Call {
-        call: super::Call::Maintenance(call),
-        message,
-    }
+fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
+    Plan::Call { call, message }
 }
 
 pub fn plan(
     op: &StorageNodeOps,
     node: &StorageNode,
     step: NodeOpsStep,
-    base: &super::Observed,
+    seen: &Seen,
+    obs: &Observed,
     _now: Timestamp,
-) -> Noted<NodeOpsStep, super::Call> {
+) -> Noted<NodeOpsStep, Call> {
     use NodeOpsStep::*;
     use NodeStatus as S;
-    let obs = &base.maintenance;
     let me = op.name_any();
     let worker = &node.spec.worker_node;
     if step == Holding {
         return hold(&me, worker, &obs.windows).into();
     }
-    let (Some(cluster), Some(id)) = (base.cluster, base.node) else {
+    let (Some(cluster), Some(id)) = (seen.cluster, seen.node) else {
         return wait(format!(
             "StorageNode {} or its cluster has no control-plane id; waiting for it",
             node.name_any()
         ))
         .into();
     };
-    let Some(found) = &base.found else {
+    let Some(found) = &seen.found else {
         return Plan::Fail(format!(
             "the control plane does not know node {id} (StorageNode {}); the window stopped at step {step}, and the worker's pods may still carry label {MAINTENANCE_LABEL}",
             node.name_any()
@@ -332,7 +331,7 @@ pub fn plan(
                 ))
             } else {
                 Plan::Call {
-                    call: super::Call::Shutdown(cluster, id),
+                    call: Call::Node(NodeCall::Shutdown(cluster, id)),
                     message: format!(
                         "shutting the node down for the maintenance of worker {worker} (it is {status})"
                     ),
@@ -396,7 +395,7 @@ pub fn plan(
                 // first and never calls it again.
                 Plan::CallOnce {
                     to: Cleanup,
-                    call: super::Call::Restart(
+                    call: Call::Node(NodeCall::Restart(
                         cluster,
                         id,
                         NodeRestart {
@@ -404,7 +403,7 @@ pub fn plan(
                             reattach_volume: op.spec.reattach_volume.unwrap_or(false),
                             ..NodeRestart::default()
                         },
-                    ),
+                    )),
                     message: format!(
                         "restarting the node after the maintenance of worker {worker} (it is {status})"
                     ),
@@ -438,7 +437,7 @@ pub fn plan(
                     format!("deleting PodDisruptionBudget {}", budget_name(worker)),
                 )
             } else {
-                super::succeed(format!(
+                succeed(format!(
                     "the maintenance of worker {worker} is over: the node is online"
                 ))
             }
@@ -448,8 +447,8 @@ pub fn plan(
     plan.into()
 }
 
-fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, super::Call> {
-    super::succeed(format!(
+fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, Call> {
+    succeed(format!(
         "the maintenance of worker {worker} is over for this node: it is online; the pods' label and budget stay for the window of its other node ({})",
         siblings.join(", ")
     ))
@@ -457,7 +456,7 @@ fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, super
 
 /// Holding: admitted when this window holds a claim, claims one when there is room (or
 /// a sibling of the same worker holds one), waits otherwise. Pure.
-pub fn hold(me: &str, worker: &str, w: &Windows) -> Plan<NodeOpsStep, super::Call> {
+pub fn hold(me: &str, worker: &str, w: &Windows) -> Plan<NodeOpsStep, Call> {
     if w.live.contains_key(me) {
         return advance(
             NodeOpsStep::ShuttingDown,
@@ -507,6 +506,7 @@ pub async fn execute(
     let ns = node.namespace().unwrap_or_default();
     let said = |e: kube::Error| e.to_string();
     match call {
+        Call::Node(call) => call.execute(ctx).await,
         Call::Claim {
             cluster,
             resource_version,
@@ -681,10 +681,10 @@ mod tests {
         }
     }
 
-    fn claimed(plan: &Plan<NodeOpsStep, super::super::Call>) -> Option<Vec<String>> {
+    fn claimed(plan: &Plan<NodeOpsStep, Call>) -> Option<Vec<String>> {
         match plan {
             Plan::Call {
-                call: super::super::Call::Maintenance(Call::Claim { claims, .. }),
+                call: Call::Claim { claims, .. },
                 ..
             } => Some(claims.clone()),
             _ => None,

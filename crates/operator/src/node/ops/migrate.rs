@@ -26,7 +26,7 @@ use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
-use super::{advance, wait};
+use super::step::{NodeCall, Seen, advance, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 use crate::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};
@@ -51,9 +51,11 @@ pub struct Observed {
     pub cluster_uuid: Option<String>,
 }
 
-/// The calls Migrate makes beside the restart.
+/// The calls Migrate makes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
+    /// The restart at the target's address.
+    Node(NodeCall),
     /// Enroll the target worker in the cluster's storage plane.
     Enroll {
         worker: String,
@@ -93,7 +95,7 @@ pub async fn observe(
     op: &StorageNodeOps,
     node: &StorageNode,
     step: NodeOpsStep,
-    base: &super::Observed,
+    seen: &Seen,
     ctx: &Context,
 ) -> Result<Observed, ops::Error> {
     use NodeOpsStep::*;
@@ -136,7 +138,7 @@ pub async fn observe(
             }
         }
         Promoting => {
-            if let (Some(c), Some(n)) = (base.cluster, base.node) {
+            if let (Some(c), Some(n)) = (seen.cluster, seen.node) {
                 let devices = ctx.control_plane()?.list_devices(c, n).await?;
                 obs.unpromoted_devices = Some(
                     devices
@@ -162,34 +164,31 @@ pub async fn observe(
     Ok(obs)
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, super::Call> {
-    Plan::Call {
-        call: super::Call::Migrate(call),
-        message,
-    }
+fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
+    Plan::Call { call, message }
 }
 
 pub fn plan(
     op: &StorageNodeOps,
     node: &StorageNode,
     step: NodeOpsStep,
-    base: &super::Observed,
+    seen: &Seen,
+    obs: &Observed,
     _now: Timestamp,
-) -> Noted<NodeOpsStep, super::Call> {
+) -> Noted<NodeOpsStep, Call> {
     use NodeOpsStep::*;
     use NodeStatus as S;
-    let obs = &base.migrate;
     let name = node.name_any();
     let Some(target) = target(op) else {
         return Plan::Fail("spec.migrate is missing; nothing was done".into()).into();
     };
-    let (Some(cluster), Some(id)) = (base.cluster, base.node) else {
+    let (Some(cluster), Some(id)) = (seen.cluster, seen.node) else {
         return wait(format!(
             "StorageNode {name} or its cluster has no control-plane id; waiting for it"
         ))
         .into();
     };
-    let Some(found) = &base.found else {
+    let Some(found) = &seen.found else {
         return Plan::Fail(format!(
             "the control plane does not know node {id} (StorageNode {name}); the move stopped at step {step}"
         ))
@@ -268,7 +267,7 @@ pub fn plan(
                 // written first and never calls.
                 Plan::CallOnce {
                     to: AwaitingNode,
-                    call: super::Call::Restart(
+                    call: Call::Node(NodeCall::Restart(
                         cluster,
                         id,
                         NodeRestart {
@@ -277,7 +276,7 @@ pub fn plan(
                             node_address: Some(address),
                             new_ssd_pcie: m.map(|m| m.new_ssd_pcie.clone()).unwrap_or_default(),
                         },
-                    ),
+                    )),
                     message: format!("restarting the node at worker {target} (it is {status})"),
                     accepted: format!(
                         "the control plane accepted the move of the node to worker {target}; waiting for it to be online there"
@@ -339,7 +338,7 @@ pub fn plan(
                     format!("removing worker {from} from the storage plane: no node is left on it"),
                 )
             } else {
-                super::succeed(format!(
+                succeed(format!(
                     "the node moved from worker {from} to worker {target} and is online there"
                 ))
             }
@@ -359,6 +358,7 @@ pub async fn execute(
     let ns = node.namespace().unwrap_or_default();
     let nodes: Api<Node> = Api::all(ctx.kube.clone());
     match call {
+        Call::Node(call) => call.execute(ctx).await,
         Call::Enroll { worker } => {
             let patch = json!({"metadata": {"labels": {
                 ENROLLMENT_LABEL: node.spec.cluster_ref,

@@ -43,9 +43,9 @@ use simplyblock_controlplane::{
     Device, NodeRemoveOptions, NodeStatus, StorageNode as CpNode, TaskStatus,
 };
 use simplyblock_controlplane::{Uuid, Volume};
-use simplyblock_statemachine::Machine;
 
-use super::{advance, succeed, system_filter, wait};
+use super::step::{Seen, advance, succeed, wait};
+use super::system_filter;
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Note, Noted, Plan};
 
@@ -231,12 +231,12 @@ pub async fn observe(
     op: &StorageNodeOps,
     node: &StorageNode,
     step: NodeOpsStep,
-    base: &super::Observed,
+    seen: &Seen,
     ctx: &Context,
 ) -> Result<Observed, ops::Error> {
     use NodeOpsStep::*;
     let mut obs = Observed::default();
-    let (Some(cluster), Some(id), Some(_)) = (base.cluster, base.node, base.found.as_ref()) else {
+    let (Some(cluster), Some(id), Some(_)) = (seen.cluster, seen.node, seen.found.as_ref()) else {
         return Ok(obs);
     };
     let cp = ctx.control_plane()?;
@@ -420,10 +420,10 @@ fn removal_of(op: &StorageNodeOps) -> Option<RemovalStatus> {
 }
 
 fn noted(
-    plan: Plan<NodeOpsStep, super::Call>,
+    plan: Plan<NodeOpsStep, Call>,
     warning: bool,
     reason: &'static str,
-) -> Noted<NodeOpsStep, super::Call> {
+) -> Noted<NodeOpsStep, Call> {
     let message = match &plan {
         Plan::Wait { message, .. } | Plan::Advance { message, .. } => message.clone(),
         _ => String::new(),
@@ -438,7 +438,7 @@ fn noted(
     }
 }
 
-fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsStep, super::Call> {
+fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsStep, Call> {
     Plan::Wait {
         message,
         after,
@@ -446,36 +446,34 @@ fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsS
     }
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, super::Call> {
-    Plan::Call {
-        call: super::Call::Remove(call),
-        message,
-    }
+fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
+    Plan::Call { call, message }
 }
 
 /// The next thing Remove does, from one observation. Pure.
 pub fn plan(
     op: &StorageNodeOps,
     node: &StorageNode,
-    machine: &Machine<'static, NodeOpsStep>,
-    obs: &super::Observed,
+    step: NodeOpsStep,
+    seen: &Seen,
+    obs: &Observed,
     now: Timestamp,
-) -> Noted<NodeOpsStep, super::Call> {
+) -> Noted<NodeOpsStep, Call> {
     use NodeOpsStep::*;
     let name = node.name_any();
-    let Some(id) = obs.node else {
+    let Some(id) = seen.node else {
         return succeed(format!(
             "StorageNode {name} has no control-plane node: there is nothing to remove"
         ))
         .into();
     };
-    let Some(cluster) = obs.cluster else {
+    let Some(cluster) = seen.cluster else {
         return wait(format!(
             "the cluster of StorageNode {name} has no control-plane id; waiting for it"
         ))
         .into();
     };
-    let Some(found) = &obs.found else {
+    let Some(found) = &seen.found else {
         return succeed(format!(
             "the control plane no longer knows node {id}: it is removed"
         ))
@@ -483,13 +481,13 @@ pub fn plan(
     };
     if found.status == NodeStatus::Removed {
         let message = format!("node {id} is removed");
-        if !matches!(machine.state(), Removing | AwaitingRemoval) {
+        if !matches!(step, Removing | AwaitingRemoval) {
             return succeed(message).into();
         }
         // The removal this operation asked for: its last state stays on the record.
         let removal = RemovalStatus {
             node_status: Some(NodeStatus::Removed.to_string()),
-            devices: device_statuses(&name, &obs.remove.devices),
+            devices: device_statuses(&name, &obs.devices),
             last_progress_time: Some(Time(now)),
             ..removal_of(op).unwrap_or_default()
         };
@@ -500,8 +498,7 @@ pub fn plan(
         .into();
     }
     let status = found.status;
-    let r = &obs.remove;
-    match machine.state() {
+    match step {
         Validating => {
             let system = match SystemVolumes::of(op, cluster, id) {
                 Ok(s) => s,
@@ -509,8 +506,8 @@ pub fn plan(
             };
             let mut blocked = Vec::new();
             let mut moving = 0;
-            for v in &r.volumes {
-                match classify(v, &r.claimed, &system) {
+            for v in &obs.volumes {
+                match classify(v, &obs.claimed, &system) {
                     Class::Move => moving += 1,
                     Class::System => {}
                     Class::Pinned => blocked.push(format!(
@@ -565,12 +562,12 @@ pub fn plan(
         }
         MigratingDevices => {
             let mut drain = drain_of(op);
-            drain.devices_total = Some(obs.remove.devices.len() as i32);
+            drain.devices_total = Some(obs.devices.len() as i32);
             Plan::Advance {
                 to: ops::Move::To(MigratingVolumes),
                 message: format!(
                     "the control plane moves the data of the node's {} device(s) as part of its removal",
-                    obs.remove.devices.len()
+                    obs.devices.len()
                 ),
                 kind_status: Some(kind(Some(drain), removal_of(op))),
             }
@@ -583,8 +580,8 @@ pub fn plan(
                 Err(e) => return Plan::Fail(e).into(),
             };
             let mut rest = Vec::new();
-            for v in &r.volumes {
-                if classify(v, &r.claimed, &system) == Class::System {
+            for v in &obs.volumes {
+                if classify(v, &obs.claimed, &system) == Class::System {
                     let Ok(pool) = v.pool_uuid.parse() else {
                         return Plan::Fail(format!(
                             "system volume {} has no pool id the control plane gave; delete it by hand and create the operation again",
@@ -624,14 +621,14 @@ pub fn plan(
         }
         Removing => {
             // Asked already (a pass that died after the call): the task is its record.
-            if r.removal_open || !matches!(status, NodeStatus::Online | NodeStatus::Suspended) {
+            if obs.removal_open || !matches!(status, NodeStatus::Online | NodeStatus::Suspended) {
                 return advance(
                     AwaitingRemoval,
                     format!("the control plane is removing the node (it is {status})"),
                 )
                 .into();
             }
-            let mut waiting: Vec<String> = r
+            let mut waiting: Vec<String> = obs
                 .peers
                 .iter()
                 .filter(|p| p.id != id)
@@ -657,7 +654,7 @@ pub fn plan(
             .into()
         }
         AwaitingRemoval => {
-            let devices = device_statuses(&name, &obs.remove.devices);
+            let devices = device_statuses(&name, &obs.devices);
             let before = removal_of(op).unwrap_or_default();
             let node_status = Some(status.to_string());
             if before.node_status != node_status || before.devices != devices {
@@ -679,7 +676,7 @@ pub fn plan(
             ))
             .into()
         }
-        step => Plan::Fail(format!("step {step:?} is not one of action Remove")).into(),
+        other => Plan::Fail(format!("step {other:?} is not one of action Remove")).into(),
     }
 }
 
@@ -695,17 +692,12 @@ fn device_statuses(node: &str, devices: &[Device]) -> BTreeMap<String, String> {
 }
 
 /// MigratingVolumes: one move per subsystem still on the node, one call per pass.
-fn migrating_volumes(
-    op: &StorageNodeOps,
-    id: Uuid,
-    obs: &super::Observed,
-) -> Noted<NodeOpsStep, super::Call> {
-    let r = &obs.remove;
+fn migrating_volumes(op: &StorageNodeOps, id: Uuid, obs: &Observed) -> Noted<NodeOpsStep, Call> {
     let total = drain_of(op).volumes_total;
-    let movable: Vec<&Volume> = r
+    let movable: Vec<&Volume> = obs
         .volumes
         .iter()
-        .filter(|v| r.claimed.iter().any(|c| c.volume == v.id && !c.pinned))
+        .filter(|v| obs.claimed.iter().any(|c| c.volume == v.id && !c.pinned))
         .collect();
     let migrated = (total - movable.len() as i32).max(0);
     let drain = DrainStatus {
@@ -722,7 +714,7 @@ fn migrating_volumes(
         .into();
     }
     // Finished moves go (Succeeded, Aborted); a failed one stays, its target ruled out.
-    for m in &r.moves {
+    for m in &obs.moves {
         match m.phase {
             OpsPhase::Succeeded | OpsPhase::Aborted => {
                 return call(
@@ -754,7 +746,7 @@ fn migrating_volumes(
         let message = format!("{total} volume(s) moved off the node");
         // The control plane shows a volume on its target before its move has verified
         // it: a move still running finishes first, since deleting it would abort it.
-        if let Some(m) = r
+        if let Some(m) = obs
             .moves
             .iter()
             .find(|m| matches!(m.phase, OpsPhase::Pending | OpsPhase::Running))
@@ -766,7 +758,7 @@ fn migrating_volumes(
             .into();
         }
         // Failed moves were kept for the record until the step ended.
-        if let Some(m) = r.moves.first() {
+        if let Some(m) = obs.moves.first() {
             return call(
                 Call::DeleteMove(m.name.clone()),
                 format!("{message}; deleting move {}", m.name),
@@ -781,7 +773,7 @@ fn migrating_volumes(
         subsystems.entry(v.nqn.as_str()).or_default().push(v);
     }
     let pv_of = |v: &Volume| {
-        r.claimed
+        obs.claimed
             .iter()
             .find(|c| c.volume == v.id)
             .map(|c| c.pv.clone())
@@ -798,7 +790,7 @@ fn migrating_volumes(
     let mut waiting = Vec::new();
     for (index, (first, vols)) in order.iter().enumerate() {
         let pvs: BTreeSet<String> = vols.iter().map(|v| pv_of(v)).collect();
-        let mine: Vec<&Move> = r.moves.iter().filter(|m| pvs.contains(&m.pv)).collect();
+        let mine: Vec<&Move> = obs.moves.iter().filter(|m| pvs.contains(&m.pv)).collect();
         if mine
             .iter()
             .any(|m| matches!(m.phase, OpsPhase::Pending | OpsPhase::Running))
@@ -821,13 +813,13 @@ fn migrating_volumes(
                     .map(String::from)
             })
             .collect();
-        let online: BTreeSet<Uuid> = r
+        let online: BTreeSet<Uuid> = obs
             .peers
             .iter()
             .filter(|p| p.status == NodeStatus::Online)
             .map(|p| p.id)
             .collect();
-        let eligible: Vec<&Member> = r
+        let eligible: Vec<&Member> = obs
             .members
             .iter()
             .filter(|m| m.uuid != id && online.contains(&m.uuid))
@@ -869,7 +861,7 @@ fn migrating_volumes(
     .into()
 }
 
-fn wait_after(message: String, after: Duration) -> Plan<NodeOpsStep, super::Call> {
+fn wait_after(message: String, after: Duration) -> Plan<NodeOpsStep, Call> {
     Plan::Wait {
         message,
         after,
@@ -1083,21 +1075,25 @@ mod tests {
         }
     }
 
-    fn seen(status: NodeStatus, remove: Observed) -> super::super::Observed {
-        super::super::Observed {
-            cluster: Some(id(1)),
-            node: Some(id(2)),
-            found: Some(peer(2, status)),
+    /// What a Remove step is planned from: the node, and what Remove reads beside it.
+    #[derive(Clone, Debug, Default)]
+    struct Looked {
+        seen: Seen,
+        remove: Observed,
+    }
+
+    fn seen(status: NodeStatus, remove: Observed) -> Looked {
+        Looked {
+            seen: Seen {
+                cluster: Some(id(1)),
+                node: Some(id(2)),
+                found: Some(peer(2, status)),
+            },
             remove,
-            ..Default::default()
         }
     }
 
-    fn at(
-        step: NodeOpsStep,
-        op: &StorageNodeOps,
-        obs: &super::super::Observed,
-    ) -> Noted<NodeOpsStep, super::super::Call> {
+    fn at(step: NodeOpsStep, op: &StorageNodeOps, obs: &Looked) -> Noted<NodeOpsStep, Call> {
         let mut machine = GRAPHS
             .start(op.spec.action, Timestamp::now())
             .expect("graph");
@@ -1117,7 +1113,14 @@ mod tests {
             machine.transition_to(*s, Timestamp::now()).expect("edge");
         }
         assert_eq!(machine.state(), step);
-        plan(op, &node(), &machine, obs, Timestamp::now())
+        plan(
+            op,
+            &node(),
+            machine.state(),
+            &obs.seen,
+            &obs.remove,
+            Timestamp::now(),
+        )
     }
 
     fn system() -> SystemVolumes {
@@ -1190,10 +1193,9 @@ mod tests {
         with_own.remove.volumes.push(own);
         let got = at(Verifying, &with_total(0), &with_own);
         let Plan::Call {
-            call:
-                super::super::Call::Remove(Call::DeleteVolume {
-                    cluster, volume, ..
-                }),
+            call: Call::DeleteVolume {
+                cluster, volume, ..
+            },
             ..
         } = &got.plan
         else {
@@ -1293,7 +1295,7 @@ mod tests {
     fn a_node_the_control_plane_lost_or_never_had_is_removed_at_any_step() {
         for step in [Validating, MigratingVolumes, Removing, AwaitingRemoval] {
             let mut gone = seen(NodeStatus::Online, Observed::default());
-            gone.found = None;
+            gone.seen.found = None;
             assert!(
                 matches!(at(step, &op(), &gone).plan, Plan::Succeed { .. }),
                 "{step:?}"
@@ -1304,7 +1306,7 @@ mod tests {
                 "{step:?}"
             );
         }
-        let never = super::super::Observed::default();
+        let never = Looked::default();
         assert!(matches!(
             at(Validating, &op(), &never).plan,
             Plan::Succeed { .. }
@@ -1363,7 +1365,7 @@ mod tests {
         );
         let got = at(MigratingVolumes, &with_total(3), &obs);
         let Plan::Call {
-            call: super::super::Call::Remove(Call::CreateMove { pv, target, name }),
+            call: Call::CreateMove { pv, target, name },
             ..
         } = &got.plan
         else {
@@ -1383,7 +1385,7 @@ mod tests {
         });
         let got = at(MigratingVolumes, &with_total(3), &obs);
         let Plan::Call {
-            call: super::super::Call::Remove(Call::CreateMove { pv, target, .. }),
+            call: Call::CreateMove { pv, target, .. },
             ..
         } = &got.plan
         else {
@@ -1420,7 +1422,7 @@ mod tests {
             matches!(
                 &got.plan,
                 Plan::Call {
-                    call: super::super::Call::Remove(Call::RuleOut { .. }),
+                    call: Call::RuleOut { .. },
                     ..
                 }
             ),
@@ -1465,7 +1467,7 @@ mod tests {
             .volumes_migrated = 1;
         let got = at(MigratingVolumes, &done, &obs);
         assert!(
-            matches!(&got.plan, Plan::Call { call: super::super::Call::Remove(Call::DeleteMove(m)), .. } if m == "m"),
+            matches!(&got.plan, Plan::Call { call: Call::DeleteMove(m), .. } if m == "m"),
             "{got:?}"
         );
         let mut empty = obs.clone();
@@ -1508,7 +1510,7 @@ mod tests {
         assert!(message.contains("waiting for move m"), "{message}");
         obs.remove.moves[0] = running(OpsPhase::Succeeded);
         assert!(
-            matches!(&at(MigratingVolumes, &done, &obs).plan, Plan::Call { call: super::super::Call::Remove(Call::DeleteMove(m)), .. } if m == "m"),
+            matches!(&at(MigratingVolumes, &done, &obs).plan, Plan::Call { call: Call::DeleteMove(m), .. } if m == "m"),
         );
     }
 
@@ -1530,7 +1532,7 @@ mod tests {
         assert!(matches!(
             at(Removing, &op(), &obs).plan,
             Plan::Call {
-                call: super::super::Call::Remove(Call::RemoveNode { .. }),
+                call: Call::RemoveNode { .. },
                 ..
             }
         ));
