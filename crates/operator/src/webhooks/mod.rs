@@ -37,7 +37,7 @@ use crate::runtime::serving::ServerLimits;
 use tls::ServingCertificates;
 
 pub use review::{Endpoint, WebhookContext, keep_while_unabortable, own_user};
-pub(crate) use review::{answer, delete_verdict, typed};
+pub(crate) use review::{answer, answering, delete_verdict, typed};
 
 /// The path of the ClusterDeploymentConfig webhook.
 pub const DEPLOYMENT_PATH: &str =
@@ -271,17 +271,6 @@ pub fn configuration(
             )),
         ]),
     }
-}
-
-/// `webhook` with each of its rules answering `operations` only.
-fn answering(
-    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
-    operations: &[&str],
-) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
-    for rule in webhook.rules.iter_mut().flatten() {
-        rule.operations = Some(operations.iter().map(|&o| o.to_owned()).collect());
-    }
-    webhook
 }
 
 /// The field manager the operator writes the webhook configuration under.

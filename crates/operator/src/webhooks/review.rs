@@ -151,3 +151,14 @@ pub fn deny(response: AdmissionResponse, message: String) -> AdmissionResponse {
     response.result.reason = "Forbidden".into();
     response
 }
+
+/// `webhook` with each of its rules answering `operations` only.
+pub fn answering(
+    mut webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
+    operations: &[&str],
+) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
+    for rule in webhook.rules.iter_mut().flatten() {
+        rule.operations = Some(operations.iter().map(|&o| o.to_owned()).collect());
+    }
+    webhook
+}
