@@ -14,6 +14,7 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
+use simplyblock_controlplane::routes as api;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
@@ -692,16 +693,16 @@ fn api_entry(
     bytes: &[u8],
     body: Option<Value>,
 ) -> Outcome {
-    match (method, path) {
-        ("GET", "/api/v2/_meta/health") => return ok(Reply::empty(204)),
-        ("GET", "/api/v2/_meta/ready") => {
+    match (method, path.strip_prefix("/api/v2")) {
+        ("GET", Some(api::HEALTH)) => return ok(Reply::empty(204)),
+        ("GET", Some(api::READY)) => {
             return if lock(&sim.faults).unready() {
                 err(ApiError::Plain(503, "FDB not ready".into()))
             } else {
                 ok(Reply::empty(204))
             };
         }
-        ("GET", "/api/v2/_meta/version") => {
+        ("GET", Some(api::VERSION)) => {
             return match lock(&sim.version).clone() {
                 Some(v) => ok(Reply::ok(json!({ "version": v }))),
                 None => err(ApiError::not_found("Not Found")),
@@ -758,7 +759,7 @@ fn api_entry(
             match &addressed {
                 Some(id) => t.clusters.get(id).is_some_and(by_secret),
                 None => {
-                    m.template == "/api/v2/clusters/"
+                    m.template.strip_prefix("/api/v2") == Some(api::CLUSTERS)
                         && method == "GET"
                         && t.clusters.values().any(by_secret)
                 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use jsonschema::Validator;
 use serde_json::{Value, json};
+use simplyblock_controlplane::routes as api;
 
 const DOC: &str = include_str!("../spec/openapi-v2.json");
 
@@ -250,13 +251,15 @@ impl Spec {
     }
 }
 
-/// The device route of a newer control plane the operator calls, which sbcli main's
-/// document does not have: `POST …/devices/{device_id}/fail`, shaped like `…/reset`.
-const DEVICE: &str =
-    "/api/v2/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}";
+/// A route template as the document writes it: with the `/api/v2` prefix.
+fn v2(route: &str) -> String {
+    format!("/api/v2{route}")
+}
 
+/// The routes of a newer control plane the operator calls, which sbcli main's document
+/// does not have. The device's `POST …/devices/{device_id}/fail` is shaped like `…/reset`.
 fn add_newer_routes(doc: &mut Value) {
-    let mut fail = doc["paths"][format!("{DEVICE}/reset")].clone();
+    let mut fail = doc["paths"][v2(api::DEVICE_RESET)].clone();
     if fail.is_null() {
         return;
     }
@@ -265,7 +268,7 @@ fn add_newer_routes(doc: &mut Value) {
         "clusters_storage_nodes_devices_fail_api_v2_clusters__cluster_id__storage_nodes__storage_node_id__devices__device_id__fail_post"
     );
     if let Some(paths) = doc["paths"].as_object_mut() {
-        paths.insert(format!("{DEVICE}/fail"), fail);
+        paths.insert(v2(api::DEVICE_FAIL), fail);
     }
     add_newer_replication_routes(doc);
     add_group_routes(doc);
@@ -330,7 +333,6 @@ fn operation(
 /// Consistency groups of a newer control plane (reference §10, inv-csi-dr §3.5): the
 /// group routes, the policy's `latest-generation`, and `consistency_group` at volume create.
 fn add_group_routes(doc: &mut Value) {
-    const CG: &str = "/api/v2/clusters/{cluster_id}/consistency-groups";
     let uuid = json!({ "type": "string", "format": "uuid" });
     let uuid_or_null =
         json!({ "anyOf": [{ "type": "string", "format": "uuid" }, { "type": "null" }] });
@@ -388,7 +390,7 @@ fn add_group_routes(doc: &mut Value) {
     let g = ["cluster_id", "group_id"];
     let routes: Vec<(String, &str, Value)> = vec![
         (
-            format!("{CG}/"),
+            v2(api::CONSISTENCY_GROUPS),
             "get",
             operation(
                 "Clusters:Consistency Groups:List",
@@ -402,7 +404,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/members"),
+            v2(api::GROUP_MEMBERS),
             "get",
             operation(
                 "Clusters:Consistency Groups:Members",
@@ -413,7 +415,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/members/{{lvol_id}}"),
+            v2(api::GROUP_MEMBER),
             "delete",
             operation(
                 "Clusters:Consistency Groups:Members:Remove",
@@ -424,7 +426,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/snapshots"),
+            v2(api::GROUP_SNAPSHOTS),
             "get",
             operation(
                 "Clusters:Consistency Groups:Snapshots:List",
@@ -438,7 +440,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/snapshots"),
+            v2(api::GROUP_SNAPSHOTS),
             "post",
             operation(
                 "Clusters:Consistency Groups:Snapshots:Create",
@@ -449,7 +451,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/snapshots/{{group_seq}}"),
+            v2(api::GROUP_SNAPSHOT),
             "get",
             operation(
                 "Clusters:Consistency Groups:Snapshots:Detail",
@@ -460,7 +462,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/snapshots/{{group_seq}}"),
+            v2(api::GROUP_SNAPSHOT),
             "delete",
             operation(
                 "Clusters:Consistency Groups:Snapshots:Delete",
@@ -471,7 +473,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/replication"),
+            v2(api::GROUP_REPLICATION),
             "put",
             operation(
                 "Clusters:Consistency Groups:Replication:Update",
@@ -486,7 +488,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/replication/failover"),
+            v2(api::GROUP_REPLICATION_FAILOVER),
             "post",
             operation(
                 "Clusters:Consistency Groups:Replication:Failover",
@@ -497,7 +499,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/replication/demote"),
+            v2(api::GROUP_REPLICATION_DEMOTE),
             "post",
             operation(
                 "Clusters:Consistency Groups:Replication:Demote",
@@ -508,7 +510,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/replication/failback"),
+            v2(api::GROUP_REPLICATION_FAILBACK),
             "post",
             operation(
                 "Clusters:Consistency Groups:Replication:Failback",
@@ -519,7 +521,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/replication/status"),
+            v2(api::GROUP_REPLICATION_STATUS),
             "get",
             operation(
                 "Clusters:Consistency Groups:Replication:Status",
@@ -530,7 +532,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            format!("{CG}/{{group_id}}/resolution"),
+            v2(api::GROUP_RESOLUTION),
             "get",
             operation(
                 "Clusters:Consistency Groups:Resolution",
@@ -549,8 +551,7 @@ fn add_group_routes(doc: &mut Value) {
             ),
         ),
         (
-            "/api/v2/clusters/{cluster_id}/replication/policies/{policy_id}/latest-generation"
-                .into(),
+            v2(api::REPLICATION_POLICY_LATEST_GENERATION),
             "get",
             operation(
                 "Clusters:Replication:Policies:Latest Generation",
@@ -569,7 +570,7 @@ fn add_group_routes(doc: &mut Value) {
     }
     add_sync_answers(doc);
     // The demote answers 202 while a member converges.
-    let demote = format!("{CG}/{{group_id}}/replication/demote");
+    let demote = v2(api::GROUP_REPLICATION_DEMOTE);
     doc["paths"][&demote]["post"]["responses"]["202"] = json!({ "description": "Accepted" });
     doc["components"]["schemas"]["_CreateParams"]["properties"]["consistency_group"] = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }], "title": "Consistency Group" });
 }
@@ -579,13 +580,10 @@ fn add_group_routes(doc: &mut Value) {
 /// (shaped like `POST …/replication/failover`), and the cluster-scoped relationship lookup
 /// `/clusters/{c}/replication/relationships/{lvol_id}` (shaped like a target's GET).
 fn add_newer_replication_routes(doc: &mut Value) {
-    const REPL: &str =
-        "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication";
-    const TARGET: &str = "/api/v2/clusters/{cluster_id}/replication/targets/{target_id}/";
     let paths = &doc["paths"];
-    let mut status = paths[format!("{REPL}/")].clone();
-    let mut demote = paths[format!("{REPL}/failover")].clone();
-    let mut lookup = json!({ "get": paths[TARGET]["get"].clone() });
+    let mut status = paths[v2(api::VOLUME_REPLICATION)].clone();
+    let mut demote = paths[v2(api::VOLUME_REPLICATION_FAILOVER)].clone();
+    let mut lookup = json!({ "get": paths[v2(api::REPLICATION_TARGET)]["get"].clone() });
     if status.is_null() || demote.is_null() || lookup["get"].is_null() {
         return;
     }
@@ -597,7 +595,7 @@ fn add_newer_replication_routes(doc: &mut Value) {
     lookup["get"]["operationId"] = json!("replication_relationship_get");
     let ok = "/responses/200/content/application~1json/schema";
     if let Some(schema) = lookup.pointer_mut(&format!("/get{ok}")) {
-        *schema = paths[format!("{REPL}/")]["get"]
+        *schema = paths[v2(api::VOLUME_REPLICATION)]["get"]
             .pointer(ok)
             .cloned()
             .unwrap_or(Value::Null);
@@ -620,17 +618,10 @@ fn add_newer_replication_routes(doc: &mut Value) {
         *schema = replicated_snapshot_schema();
     }
     if let Some(paths) = doc["paths"].as_object_mut() {
-        paths.insert(
-            "/api/v2/clusters/{cluster_id}/replication/relationships/{lvol_id}/latest-snapshot"
-                .into(),
-            latest,
-        );
-        paths.insert(format!("{REPL}/status"), status);
-        paths.insert(format!("{REPL}/demote"), demote);
-        paths.insert(
-            "/api/v2/clusters/{cluster_id}/replication/relationships/{lvol_id}".into(),
-            lookup,
-        );
+        paths.insert(v2(api::REPLICATION_RELATIONSHIP_LATEST_SNAPSHOT), latest);
+        paths.insert(v2(api::VOLUME_REPLICATION_STATUS), status);
+        paths.insert(v2(api::VOLUME_REPLICATION_DEMOTE), demote);
+        paths.insert(v2(api::REPLICATION_RELATIONSHIP), lookup);
     }
 }
 
@@ -662,9 +653,6 @@ fn replicated_snapshot_schema() -> Value {
 /// (per member for a group), and the refusals 400 (unknown site), 409 (retry) and 412
 /// (peer offline) in the `{"detail": {"message": …}}` envelope.
 fn add_sync_answers(doc: &mut Value) {
-    const VOL: &str =
-        "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication";
-    const GROUP: &str = "/api/v2/clusters/{cluster_id}/consistency-groups/{group_id}/replication";
     let promoted = json!({
         "type": "object",
         "required": ["lvol_id", "connection_strings"],
@@ -688,10 +676,15 @@ fn add_sync_answers(doc: &mut Value) {
     let query = |name: &str, schema: Value| json!({ "name": name, "in": "query", "required": false, "schema": schema });
     let str_or_null = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }] });
     let bool_or_null = json!({ "anyOf": [{ "type": "boolean" }, { "type": "null" }] });
-    for (base, ok) in [
-        (VOL, promoted.clone()),
+    for (failover, demote, ok) in [
         (
-            GROUP,
+            api::VOLUME_REPLICATION_FAILOVER,
+            api::VOLUME_REPLICATION_DEMOTE,
+            promoted.clone(),
+        ),
+        (
+            api::GROUP_REPLICATION_FAILOVER,
+            api::GROUP_REPLICATION_DEMOTE,
             json!({
                 "type": "object",
                 "required": ["members"],
@@ -699,13 +692,13 @@ fn add_sync_answers(doc: &mut Value) {
             }),
         ),
     ] {
-        for verb in ["failover", "demote"] {
-            let op = &mut doc["paths"][format!("{base}/{verb}")]["post"];
+        for route in [failover, demote] {
+            let op = &mut doc["paths"][v2(route)]["post"];
             if op.is_null() {
                 continue;
             }
             let mut extra = vec![query("site", str_or_null.clone())];
-            if verb == "failover" {
+            if route == failover {
                 extra.push(query("planned", bool_or_null.clone()));
             }
             if let Some(params) = op["parameters"].as_array_mut() {
@@ -715,7 +708,7 @@ fn add_sync_answers(doc: &mut Value) {
             for code in ["400", "409", "412"] {
                 op["responses"][code] = refusal.clone();
             }
-            if verb == "failover" {
+            if route == failover {
                 // A group's asynchronous failover answers 200 too, with its results.
                 let schema = match op.pointer("/responses/200/content/application~1json/schema") {
                     Some(async_answer) => json!({ "anyOf": [async_answer, ok] }),
@@ -790,10 +783,7 @@ mod tests {
         let m = s
             .match_path("/api/v2/clusters/abc/storage-pools/def/volumes/")
             .expect("match");
-        assert_eq!(
-            m.template,
-            "/api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/"
-        );
+        assert_eq!(m.template, v2(api::VOLUMES));
         assert_eq!(m.params["pool_id"], "def");
         assert!(s.match_path("/api/v2/clusters/abc").is_none());
         assert!(s.match_path("/api/v2/clusters/abc/activate").is_some());
@@ -811,7 +801,7 @@ mod tests {
     fn request_bodies_are_checked() {
         let s = Spec::load();
         let (schema, required) = s
-            .request_schema("POST", "/api/v2/clusters/")
+            .request_schema("POST", &v2(api::CLUSTERS))
             .expect("schema");
         assert!(required);
         let issues = s.validate(&schema, &json!({"name": "x"}));

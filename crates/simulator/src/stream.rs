@@ -14,28 +14,21 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use simplyblock_controlplane::routes as api;
+
 use crate::reply::{ApiError, Body};
 use crate::routes::{self, ApiReq};
 use crate::sim::{Sim, lock};
 
 /// The list routes that stream, each with the path parameter of its detail route.
 pub const LIST_ROUTES: &[(&str, &str)] = &[
-    ("/clusters/", "cluster_id"),
-    ("/clusters/{cluster_id}/storage-nodes/", "storage_node_id"),
-    (
-        "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/",
-        "device_id",
-    ),
-    ("/clusters/{cluster_id}/tasks/", "task_id"),
-    ("/clusters/{cluster_id}/storage-pools/", "pool_id"),
-    (
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/",
-        "volume_id",
-    ),
-    (
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/snapshots/",
-        "snapshot_id",
-    ),
+    (api::CLUSTERS, "cluster_id"),
+    (api::STORAGE_NODES, "storage_node_id"),
+    (api::DEVICES, "device_id"),
+    (api::TASKS, "task_id"),
+    (api::POOLS, "pool_id"),
+    (api::VOLUMES, "volume_id"),
+    (api::POOL_SNAPSHOTS, "snapshot_id"),
 ];
 
 /// sse-starlette's `retry:` on the first event.
@@ -359,18 +352,12 @@ mod tests {
     #[test]
     fn shapes_of_the_streamed_routes() {
         assert_eq!(
-            shape("/clusters/{cluster_id}/storage-nodes/"),
+            shape(api::STORAGE_NODES),
             Some(Shape::List("storage_node_id"))
         );
-        assert_eq!(
-            shape("/clusters/{cluster_id}/storage-nodes/{storage_node_id}/"),
-            Some(Shape::Detail)
-        );
-        assert_eq!(shape("/clusters/{cluster_id}/"), Some(Shape::Detail));
-        assert_eq!(
-            shape("/clusters/{cluster_id}/storage-nodes/{storage_node_id}/nics"),
-            None
-        );
+        assert_eq!(shape(api::STORAGE_NODE), Some(Shape::Detail));
+        assert_eq!(shape(api::CLUSTER), Some(Shape::Detail));
+        assert_eq!(shape(api::STORAGE_NODE_NICS), None);
         assert_eq!(shape("/clusters/{cluster_id}/backups/"), None);
     }
 

@@ -8,6 +8,7 @@ use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
 
 pub fn handle(_: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    // The client calls none of these routes, so they are spelt here, not in `api`.
     match (req.method.as_str(), req.route.as_str()) {
         ("GET", "/clusters/{cluster_id}/backups/")
         | ("GET", "/clusters/{cluster_id}/backups/backup-policies/")

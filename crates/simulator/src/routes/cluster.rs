@@ -2,6 +2,7 @@
 //! start, rebalance), capacity, I/O statistics and event log.
 
 use serde_json::{Value, json};
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -26,18 +27,19 @@ fn ec_valid(ndcs: u32, npcs: u32) -> bool {
 }
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/") => Ok(Reply::ok(render::list(
+        ("GET", api::CLUSTERS) => Ok(Reply::ok(render::list(
             st.t.clusters.values(),
             |c| c.seq,
             |c| render::cluster(st.t, c, st.now),
         ))),
-        ("POST", "/clusters/") => cluster_create(st, req),
-        ("GET", "/clusters/{cluster_id}/") => {
+        ("POST", api::CLUSTERS) => cluster_create(st, req),
+        ("GET", api::CLUSTER) => {
             let c = cluster(st.t, req.id("cluster_id"))?;
             Ok(Reply::ok(json!(render::cluster(st.t, c, st.now))))
         }
-        ("PUT", "/clusters/{cluster_id}/") => {
+        ("PUT", api::CLUSTER) => {
             let u: ClusterUpdate = body(st.sim, req)?;
             let id = req.id("cluster_id");
             if let Some(name) = u.name {
@@ -55,7 +57,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("DELETE", "/clusters/{cluster_id}/") => {
+        ("DELETE", api::CLUSTER) => {
             let id = req.id("cluster_id");
             if st.t.nodes.values().any(|n| n.cluster_id == id) {
                 return Err(ApiError::conflict(
@@ -71,7 +73,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.t.tasks.remove_where(|t| t.cluster_id == id);
             Ok(Reply::empty(204))
         }
-        ("GET", "/clusters/{cluster_id}/capacity") => {
+        ("GET", api::CLUSTER_CAPACITY) => {
             let c = cluster(st.t, req.id("cluster_id"))?;
             if !st.t.nodes.values().any(|n| n.cluster_id == c.id) {
                 return Err(ApiError::opaque("no capacity samples yet"));
@@ -100,14 +102,14 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 .collect();
             Ok(Reply::ok(json!(ev)))
         }
-        ("POST", "/clusters/{cluster_id}/activate") | ("POST", "/clusters/{cluster_id}/expand") => {
+        ("POST", api::CLUSTER_ACTIVATE) | ("POST", api::CLUSTER_EXPAND) => {
             let c = cluster(st.t, req.id("cluster_id"))?;
             if let Some(job) = lifecycle_job(&req.route, c.id, c.status) {
                 st.job(job, 0);
             }
             Ok(Reply::empty(202))
         }
-        ("POST", "/clusters/{cluster_id}/shutdown") => {
+        ("POST", api::CLUSTER_SHUTDOWN) => {
             st.job(
                 JobKind::ClusterShutdown {
                     cluster: req.id("cluster_id"),
@@ -116,7 +118,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             );
             Ok(Reply::empty(202))
         }
-        ("POST", "/clusters/{cluster_id}/start") => {
+        ("POST", api::CLUSTER_START) => {
             st.job(
                 JobKind::ClusterStart {
                     cluster: req.id("cluster_id"),
@@ -129,7 +131,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             let _: Value = body(st.sim, req)?;
             Ok(Reply::empty(204))
         }
-        ("POST", "/clusters/{cluster_id}/rebalance") => {
+        ("POST", api::CLUSTER_REBALANCE) => {
             let until = st.now + st.sim.timings().rebalance_ms;
             if let Some(c) = st.t.clusters.get_mut(&req.id("cluster_id").to_string()) {
                 c.rebalancing_until_ms = until;
@@ -152,7 +154,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
 
 /// The job an activation or expansion queues, if the cluster's status allows one.
 fn lifecycle_job(route: &str, cluster: Uuid, prev: ClusterStatus) -> Option<JobKind> {
-    if route.ends_with("/activate") {
+    if route == api::CLUSTER_ACTIVATE {
         matches!(
             prev,
             ClusterStatus::Unready
@@ -217,6 +219,6 @@ fn cluster_create(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     };
     let dto = json!(render::cluster(st.t, &rec, now));
     st.t.clusters.insert(id.to_string(), rec);
-    let location = format!("/api/v2/clusters/{id}/");
+    let location = format!("/api/v2{}", api::cluster(id));
     Ok(Reply::created(location, &id.to_string(), dto, &format))
 }

@@ -2,6 +2,7 @@
 //! health.
 
 use serde_json::json;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 
 use super::request::ApiReq;
@@ -11,20 +12,12 @@ use crate::sim::St;
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/") => {
-            Ok(Reply::ok(render::list(
-                render::node_devices(st.t, req.id("storage_node_id")),
-                |d| d.seq,
-                |d| render::device(st.t, d, st.now),
-            )))
-        }
-        (_, r)
-            if r.starts_with(
-                "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}/",
-            ) =>
-        {
-            device_route(st, req)
-        }
+        ("GET", api::DEVICES) => Ok(Reply::ok(render::list(
+            render::node_devices(st.t, req.id("storage_node_id")),
+            |d| d.seq,
+            |d| render::device(st.t, d, st.now),
+        ))),
+        (_, r) if r.starts_with(api::DEVICE) => device_route(st, req),
         _ => Err(req.unsimulated()),
     }
 }
@@ -42,10 +35,10 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             && t.function_name == "device_restart"
             && t.status != TaskStatus::Done
     });
-    let tail = req.route.rsplit('/').next().unwrap_or("");
-    match (req.method.as_str(), tail) {
-        ("GET", "") => Ok(Reply::ok(json!(render::device(st.t, &d, st.now)))),
-        ("POST", "remove") => {
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::DEVICE) => Ok(Reply::ok(json!(render::device(st.t, &d, st.now)))),
+        ("POST", api::DEVICE_REMOVE) => {
             let _ = req.q_bool("force")?;
             if matches!(
                 d.status,
@@ -62,7 +55,7 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("POST", "restart") => {
+        ("POST", api::DEVICE_RESTART) => {
             let _ = req.q_bool("force")?;
             if !matches!(d.status, DeviceStatus::Removed | DeviceStatus::Failed) {
                 return Err(ApiError::opaque(format!("device is {}", d.status)));
@@ -74,7 +67,7 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             Ok(Reply::empty(204))
         }
         // A newer control plane's call: a removed device is failed for good.
-        ("POST", "fail") => {
+        ("POST", api::DEVICE_FAIL) => {
             if d.status != DeviceStatus::Removed {
                 return Err(ApiError::opaque(format!(
                     "device is {}; only a removed device can be failed",
@@ -92,7 +85,7 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("POST", "reset") => {
+        ("POST", api::DEVICE_RESET) => {
             if matches!(
                 d.status,
                 DeviceStatus::Removed | DeviceStatus::FailedAndMigrated
@@ -105,10 +98,18 @@ fn device_route(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("GET", "capacity") | ("GET", "iostats") => {
-            Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
-        }
-        ("GET", "health-info") => Ok(Reply::ok(json!({
+        (
+            "GET",
+            "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}/capacity",
+        )
+        | (
+            "GET",
+            "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}/iostats",
+        ) => Ok(Reply::ok(json!([render::iostat_sample(st.now)]))),
+        (
+            "GET",
+            "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/{device_id}/health-info",
+        ) => Ok(Reply::ok(json!({
             "id": d.id, "model_number": d.model, "serial_number": d.serial,
             "firmware_revision": "SIM1", "traddr": d.pcie, "critical_warning": 0,
             "temperature_celsius": 38, "available_spare_percentage": 100,

@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 
 use serde_json::json;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -22,8 +23,6 @@ use crate::store::Tables;
 
 /// The most members a group holds.
 pub const MAX_MEMBERS: usize = 20;
-
-const ROUTE: &str = "/clusters/{cluster_id}/consistency-groups/";
 
 pub fn dto(t: &Tables, g: &GroupRec) -> ConsistencyGroup {
     ConsistencyGroup {
@@ -137,8 +136,7 @@ fn save(st: &mut St<'_>, g: GroupRec) {
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let c = req.id("cluster_id");
-    let rest = req.route_below(ROUTE);
-    if (req.method.as_str(), rest) == ("GET", "") {
+    if (req.method.as_str(), req.route.as_str()) == ("GET", api::CONSISTENCY_GROUPS) {
         let name = req.q("name");
         return Ok(Reply::ok(render::list(
             st.t.groups
@@ -149,8 +147,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         )));
     }
     let mut g = group(st.t, c, req.id("group_id"))?;
-    match (req.method.as_str(), rest) {
-        ("GET", "{group_id}/members") => Ok(Reply::ok(json!(
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::GROUP_MEMBERS) => Ok(Reply::ok(json!(
             g.members
                 .iter()
                 .map(|m| ConsistencyGroupMember {
@@ -160,7 +158,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 })
                 .collect::<Vec<_>>()
         ))),
-        ("DELETE", "{group_id}/members/{lvol_id}") => {
+        ("DELETE", api::GROUP_MEMBER) => {
             let lvol = req.id("lvol_id");
             let seq = st.seq();
             let Some(m) = g
@@ -177,10 +175,10 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             save(st, g);
             Ok(Reply::empty(204))
         }
-        ("GET", "{group_id}/snapshots") => Ok(Reply::ok(json!(
+        ("GET", api::GROUP_SNAPSHOTS) => Ok(Reply::ok(json!(
             g.snapshots.iter().map(snapshot_dto).collect::<Vec<_>>()
         ))),
-        ("POST", "{group_id}/snapshots") => {
+        ("POST", api::GROUP_SNAPSHOTS) => {
             let vols = group_members(st.t, &g);
             if vols.is_empty() {
                 return Err(ApiError::bad_request(format!(
@@ -206,14 +204,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             let out = snapshot_dto(&snap);
             g.group_seq = seq;
             g.snapshots.push(snap);
-            let location = format!(
-                "/api/v2/clusters/{c}/consistency-groups/{}/snapshots/{seq}",
-                g.id
-            );
+            let location = format!("/api/v2{}", api::group_snapshot(c, g.id, seq));
             save(st, g);
             Ok(Reply::json(201, json!(out)).with_location(location))
         }
-        ("GET", "{group_id}/snapshots/{group_seq}") => {
+        ("GET", api::GROUP_SNAPSHOT) => {
             let seq = group_seq(req)?;
             let s = g
                 .snapshots
@@ -222,7 +217,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 .ok_or_else(|| no_snapshot(&g, seq))?;
             Ok(Reply::ok(json!(snapshot_dto(s))))
         }
-        ("DELETE", "{group_id}/snapshots/{group_seq}") => {
+        ("DELETE", api::GROUP_SNAPSHOT) => {
             let seq = group_seq(req)?;
             let Some(at) = g.snapshots.iter().position(|s| s.group_seq == seq) else {
                 return Err(no_snapshot(&g, seq));
@@ -234,24 +229,24 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             save(st, g);
             Ok(Reply::empty(204))
         }
-        ("PUT", "{group_id}/replication") => {
+        ("PUT", api::GROUP_REPLICATION) => {
             let b: GroupReplicationUpdate = body(st.sim, req)?;
             attach(st, g, b.replication_policy_id)
         }
-        ("POST", "{group_id}/replication/failover") if req.q("site").is_some() => {
+        ("POST", api::GROUP_REPLICATION_FAILOVER) if req.q("site").is_some() => {
             let planned = req.q_bool("planned")?;
             let vols = group_members(st.t, &g);
             super::sync::failover_group(st, &vols, req.q("site"), planned)
         }
-        ("POST", "{group_id}/replication/demote") if req.q("site").is_some() => {
+        ("POST", api::GROUP_REPLICATION_DEMOTE) if req.q("site").is_some() => {
             let vols = group_members(st.t, &g);
             super::sync::demote_group(st, &vols, req.q("site"))
         }
-        ("POST", "{group_id}/replication/failover") => {
+        ("POST", api::GROUP_REPLICATION_FAILOVER) => {
             let results = failover(st, &g);
             Ok(Reply::ok(json!(results)))
         }
-        ("POST", "{group_id}/replication/demote") => {
+        ("POST", api::GROUP_REPLICATION_DEMOTE) => {
             let mut converging = false;
             for v in group_members(st.t, &g) {
                 let own = st.t.replications.get(&v.to_string()).cloned();
@@ -260,7 +255,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(if converging { 202 } else { 204 }))
         }
-        ("POST", "{group_id}/replication/failback") => {
+        ("POST", api::GROUP_REPLICATION_FAILBACK) => {
             let b: Failback = body(st.sim, req)?;
             let mut rels = Vec::new();
             for v in group_members(st.t, &g) {
@@ -292,8 +287,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("GET", "{group_id}/replication/status") => Ok(Reply::ok(json!(status(st, &g)))),
-        ("GET", "{group_id}/resolution") => {
+        ("GET", api::GROUP_REPLICATION_STATUS) => Ok(Reply::ok(json!(status(st, &g)))),
+        ("GET", api::GROUP_RESOLUTION) => {
             let active = active(st.t, &g);
             Ok(Reply::ok(json!(GroupResolution {
                 named: dto(st.t, &g),

@@ -23,6 +23,7 @@ pub fn management_node(sim: &Sim) -> ManagementNode {
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let r = req.route.as_str();
+    // The client calls none of these routes, so they are spelt here, not in `api`.
     match (req.method.as_str(), r) {
         ("GET", "/management-nodes/") | ("GET", "/management-nodes/{management_node_id}/") => {
             let Some(c) = req.q("cluster_id") else {

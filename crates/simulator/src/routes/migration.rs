@@ -2,6 +2,7 @@
 //! (NQN) moves to another node, in phases the engine advances.
 
 use serde_json::{Map, json};
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -26,7 +27,6 @@ fn members(st: &St<'_>, c: Uuid, nqn: &str) -> Vec<VolumeRec> {
 }
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
-    let rest = req.route_below("/clusters/{cluster_id}/subsystems/{nqn}/migrations/");
     let c = req.id("cluster_id");
     let nqn = req.params.get("nqn").cloned().unwrap_or_default();
     if !nqn.starts_with(NQN_PATTERN_HINT) || !nqn.contains(':') {
@@ -46,8 +46,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             Some(m) => Ok(m.clone()),
         }
     };
-    match (req.method.as_str(), rest) {
-        ("GET", "") => {
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::MIGRATIONS) => {
             let mut list: Vec<&MigrationRec> =
                 st.t.migrations
                     .values()
@@ -60,7 +60,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     .collect::<Vec<_>>()
             )))
         }
-        ("POST", "") => {
+        ("POST", api::MIGRATIONS) => {
             let format = req.format("full")?;
             let p: MigrationCreate = body(st.sim, req)?;
             let mem = members(st, c, &nqn);
@@ -177,11 +177,11 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             let location = format!("/api/v2/clusters/{c}/subsystems/{nqn}/migrations/{id}/");
             Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
-        ("GET", "{migration_id}/") => {
+        ("GET", api::MIGRATION) => {
             let m = find(st, req.id("migration_id"))?;
             Ok(Reply::ok(render::migration(st.t, &m)))
         }
-        ("DELETE", "{migration_id}/") => {
+        ("DELETE", api::MIGRATION) => {
             let m = find(st, req.id("migration_id"))?;
             if !m.active() {
                 return Err(ApiError::bad_request(format!(
@@ -202,7 +202,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::ok(json!({"status": "cancelled"})))
         }
-        ("POST", "{migration_id}/continue") => {
+        ("POST", api::MIGRATION_CONTINUE) => {
             let p: MigrationContinue = body(st.sim, req)?;
             let m = find(st, req.id("migration_id"))?;
             if m.phase != "pre_created" {
@@ -237,7 +237,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::ok(json!({"migration_id": m.id})))
         }
-        ("POST", "{migration_id}/cleanup-target") => {
+        ("POST", api::MIGRATION_CLEANUP_TARGET) => {
             let m = find(st, req.id("migration_id"))?;
             if m.batch {
                 return Err(ApiError::bad_request(

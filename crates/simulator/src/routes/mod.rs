@@ -23,6 +23,8 @@ mod volume_create;
 
 pub use request::ApiReq;
 
+use simplyblock_controlplane::routes as api;
+
 use crate::reply::ApiResult;
 use crate::sim::{Sim, St};
 
@@ -31,44 +33,38 @@ type Handler = fn(&mut St<'_>, &ApiReq) -> ApiResult;
 /// Route template prefix → its resource's handler. The first prefix the route starts with
 /// wins, so a prefix stands before any shorter one it begins with.
 const RESOURCES: &[(&str, Handler)] = &[
-    (
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication/",
-        replication::volume_relationship,
-    ),
-    (
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/snapshots",
-        snapshot::handle,
-    ),
+    (api::VOLUME_REPLICATION, replication::volume_relationship),
+    (api::VOLUME_SNAPSHOTS, snapshot::handle),
+    // A prefix: a volume's backup routes.
     (
         "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/backups",
         backup::handle,
     ),
+    // A prefix: a pool's volume routes.
     (
         "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes",
         volume::handle,
     ),
+    // A prefix: a pool's snapshot routes.
     (
         "/clusters/{cluster_id}/storage-pools/{pool_id}/snapshots",
         snapshot::handle,
     ),
-    ("/clusters/{cluster_id}/storage-pools/", pool::handle),
-    (
-        "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/devices/",
-        device::handle,
-    ),
-    ("/clusters/{cluster_id}/storage-nodes/", node::handle),
-    ("/clusters/{cluster_id}/tasks/", task::handle),
-    ("/clusters/{cluster_id}/consistency-groups/", group::handle),
+    (api::POOLS, pool::handle),
+    (api::DEVICES, device::handle),
+    (api::STORAGE_NODES, node::handle),
+    (api::TASKS, task::handle),
+    (api::CONSISTENCY_GROUPS, group::handle),
+    // A prefix: a cluster's backup routes.
     ("/clusters/{cluster_id}/backups/", backup::handle),
-    (
-        "/clusters/{cluster_id}/subsystems/{nqn}/migrations/",
-        migration::handle,
-    ),
+    (api::MIGRATIONS, migration::handle),
+    // A prefix: a cluster's replication targets, policies and relationships.
     (
         "/clusters/{cluster_id}/replication/",
         replication::targets_and_policies,
     ),
-    ("/clusters/", cluster::handle),
+    (api::CLUSTERS, cluster::handle),
+    // A prefix: the management nodes' routes, which the client does not call.
     ("/management-nodes/", management::handle),
 ];
 

@@ -2,6 +2,7 @@
 //! their NICs and statistics. Their devices are in [`super::device`].
 
 use serde_json::{Map, Value, json};
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 
 use super::lookup::node;
@@ -12,8 +13,9 @@ use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/{cluster_id}/storage-nodes/") => {
+        ("GET", api::STORAGE_NODES) => {
             let id = req.id("cluster_id");
             Ok(Reply::ok(render::list(
                 st.t.nodes.values().filter(|n| n.cluster_id == id),
@@ -21,20 +23,18 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 |n| render::node(st.t, n, st.now),
             )))
         }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/") => node_add(st, req),
-        ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/") => {
+        ("POST", api::STORAGE_NODES) => node_add(st, req),
+        ("GET", api::STORAGE_NODE) => {
             let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;
             Ok(Reply::ok(json!(render::node(st.t, n, st.now))))
         }
-        ("DELETE", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/") => {
-            node_remove(st, req)
-        }
+        ("DELETE", api::STORAGE_NODE) => node_remove(st, req),
         ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/capacity")
         | ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/iostats") => {
             // The real capacity route returns iostats history too.
             Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
         }
-        ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/nics") => {
+        ("GET", api::STORAGE_NODE_NICS) => {
             let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;
             let nics: Vec<Nic> = n
                 .data_ips
@@ -64,17 +64,15 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
         }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/suspend") => {
+        ("POST", api::STORAGE_NODE_SUSPEND) => {
             let _force = req.q_bool("force")?;
             suspend_or_resume(st, req, NodeStatus::Online, NodeStatus::Suspended)
         }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/resume") => {
+        ("POST", api::STORAGE_NODE_RESUME) => {
             suspend_or_resume(st, req, NodeStatus::Suspended, NodeStatus::Online)
         }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/shutdown") => {
-            node_shutdown(st, req)
-        }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/restart")
+        ("POST", api::STORAGE_NODE_SHUTDOWN) => node_shutdown(st, req),
+        ("POST", api::STORAGE_NODE_RESTART)
         | ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/start") => {
             let params: NodeRestart = body(st.sim, req)?;
             st.job(
@@ -86,7 +84,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             );
             Ok(Reply::empty(202))
         }
-        ("POST", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/promote") => {
+        ("POST", api::STORAGE_NODE_PROMOTE) => {
             let nid = req.id("storage_node_id");
             st.t.devices.update_where(
                 |d| {
@@ -142,7 +140,7 @@ fn node_add(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         "node_add",
         format!("node add queued for {}", p.node_address),
     );
-    let loc = format!("/api/v2/clusters/{c}/tasks/{task}/");
+    let loc = format!("/api/v2{}", api::task(c, task));
     let full =
         st.t.tasks
             .get(&task.to_string())

@@ -2,6 +2,7 @@
 //! pool allows.
 
 use serde_json::json;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 
 use super::lookup::pool;
@@ -12,8 +13,9 @@ use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/{cluster_id}/storage-pools/") => {
+        ("GET", api::POOLS) => {
             let id = req.id("cluster_id");
             Ok(Reply::ok(render::list(
                 st.t.pools.values().filter(|p| p.cluster_id == id),
@@ -21,12 +23,12 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 |p| render::pool(st.t, p, st.now),
             )))
         }
-        ("POST", "/clusters/{cluster_id}/storage-pools/") => pool_create(st, req),
-        ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/") => {
+        ("POST", api::POOLS) => pool_create(st, req),
+        ("GET", api::POOL) => {
             let p = pool(st.t, req.id("cluster_id"), req.id("pool_id"))?;
             Ok(Reply::ok(json!(render::pool(st.t, p, st.now))))
         }
-        ("PUT", "/clusters/{cluster_id}/storage-pools/{pool_id}/") => {
+        ("PUT", api::POOL) => {
             let u: PoolUpdate = body(st.sim, req)?;
             if let Some(p) = st.t.pools.get_mut(&req.id("pool_id").to_string()) {
                 if let Some(v) = u.name {
@@ -53,7 +55,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("DELETE", "/clusters/{cluster_id}/storage-pools/{pool_id}/") => {
+        ("DELETE", api::POOL) => {
             let p = pool(st.t, req.id("cluster_id"), req.id("pool_id"))?;
             if p.status == ActiveStatus::Inactive {
                 return Err(ApiError::bad_request("Pool is inactive"));
@@ -73,7 +75,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/iostats") => {
             Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
         }
-        ("POST", "/clusters/{cluster_id}/storage-pools/{pool_id}/host") => {
+        ("POST", api::POOL_HOST) => {
             let h: HostNqn = body(st.sim, req)?;
             let p = pool(st.t, req.id("cluster_id"), req.id("pool_id"))?;
             if !p.dhchap {
@@ -90,7 +92,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("DELETE", "/clusters/{cluster_id}/storage-pools/{pool_id}/host") => {
+        ("DELETE", api::POOL_HOST) => {
             let h: HostNqn = body(st.sim, req)?;
             let p = pool(st.t, req.id("cluster_id"), req.id("pool_id"))?;
             if !p.allowed_hosts.contains(&h.host_nqn) {
@@ -142,6 +144,6 @@ fn pool_create(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     };
     let dto = json!(render::pool(st.t, &rec, st.now));
     st.t.pools.insert(id.to_string(), rec);
-    let location = format!("/api/v2/clusters/{c}/storage-pools/{id}/");
+    let location = format!("/api/v2{}", api::pool(c, id));
     Ok(Reply::created(location, &id.to_string(), dto, &format))
 }

@@ -2,6 +2,7 @@
 //! replica on the target cluster.
 
 use serde_json::{Map, json};
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -16,7 +17,6 @@ use crate::store::Tables;
 
 /// A cluster's replication targets and policies, and failing over all they cover.
 pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
-    let rest = req.route_below("/clusters/{cluster_id}/replication/");
     let c = req.id("cluster_id");
     let target_of = |st: &St<'_>, id: Uuid| -> Result<TargetRec, ApiError> {
         match st.t.targets.get(&id.to_string()) {
@@ -34,13 +34,14 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             ))),
         }
     };
-    match (req.method.as_str(), rest) {
-        ("GET", "targets/") => Ok(Reply::ok(render::list(
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::REPLICATION_TARGETS) => Ok(Reply::ok(render::list(
             st.t.targets.values().filter(|t| t.cluster_id == c),
             |t| t.seq,
             render::target,
         ))),
-        ("POST", "targets/") => {
+        ("POST", api::REPLICATION_TARGETS) => {
             let format = req.format("full")?;
             let p: ReplicationTargetCreate = body(st.sim, req)?;
             cluster(st.t, p.target_cluster_id)?;
@@ -66,14 +67,14 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let dto = json!(render::target(&rec));
             st.t.targets.insert(id.to_string(), rec);
-            let location = format!("/api/v2/clusters/{c}/replication/targets/{id}/");
+            let location = format!("/api/v2{}", api::replication_target(c, id));
             Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
-        ("GET", "targets/{target_id}/") => {
+        ("GET", api::REPLICATION_TARGET) => {
             let t = target_of(st, req.id("target_id"))?;
             Ok(Reply::ok(json!(render::target(&t))))
         }
-        ("DELETE", "targets/{target_id}/") => {
+        ("DELETE", api::REPLICATION_TARGET) => {
             let t = target_of(st, req.id("target_id"))?;
             if st.t.policies.values().any(|p| p.target_id == t.id) {
                 return Err(ApiError::bad_request(
@@ -83,7 +84,7 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.t.targets.remove(&t.id.to_string());
             Ok(Reply::empty(204))
         }
-        ("POST", "targets/{target_id}/failover") => {
+        ("POST", api::REPLICATION_TARGET_FAILOVER) => {
             let t = target_of(st, req.id("target_id"))?;
             let vols: Vec<Uuid> =
                 st.t.replications
@@ -93,14 +94,14 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     .collect();
             Ok(Reply::ok(json!(failover_all(st, &vols))))
         }
-        ("GET", "relationships/{lvol_id}") => {
+        ("GET", api::REPLICATION_RELATIONSHIP) => {
             let lvol = req.id("lvol_id");
             let r = lookup(st.t, c, lvol)?;
             Ok(Reply::ok(json!(render::relationship_lookup(
                 st.t, &r, lvol
             ))))
         }
-        ("GET", "relationships/{lvol_id}/latest-snapshot") => {
+        ("GET", api::REPLICATION_RELATIONSHIP_LATEST_SNAPSHOT) => {
             let r = lookup(st.t, c, req.id("lvol_id"))?;
             let s = crate::replicated::latest(st.t, &r).ok_or_else(|| {
                 ApiError::not_found("No snapshot of this relationship was replicated yet")
@@ -119,12 +120,12 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 created_at: Some(render::iso_time(s.created_ms)),
             })))
         }
-        ("GET", "policies/") => Ok(Reply::ok(render::list(
+        ("GET", api::REPLICATION_POLICIES) => Ok(Reply::ok(render::list(
             st.t.policies.values().filter(|p| p.cluster_id == c),
             |p| p.seq,
             |p| render::policy(st.t, p),
         ))),
-        ("POST", "policies/") => {
+        ("POST", api::REPLICATION_POLICIES) => {
             let format = req.format("full")?;
             let p: ReplicationPolicyCreate = body(st.sim, req)?;
             target_of(st, p.target_id)?;
@@ -154,14 +155,14 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             };
             let dto = json!(render::policy(st.t, &rec));
             st.t.policies.insert(id.to_string(), rec);
-            let location = format!("/api/v2/clusters/{c}/replication/policies/{id}/");
+            let location = format!("/api/v2{}", api::replication_policy(c, id));
             Ok(Reply::created(location, &id.to_string(), dto, &format))
         }
-        ("GET", "policies/{policy_id}/") => {
+        ("GET", api::REPLICATION_POLICY) => {
             let p = policy_of(st, req.id("policy_id"))?;
             Ok(Reply::ok(json!(render::policy(st.t, &p))))
         }
-        ("DELETE", "policies/{policy_id}/") => {
+        ("DELETE", api::REPLICATION_POLICY) => {
             let p = policy_of(st, req.id("policy_id"))?;
             if st
                 .t
@@ -176,11 +177,11 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.t.policies.remove(&p.id.to_string());
             Ok(Reply::empty(204))
         }
-        ("GET", "policies/{policy_id}/latest-generation") => {
+        ("GET", api::REPLICATION_POLICY_LATEST_GENERATION) => {
             let p = policy_of(st, req.id("policy_id"))?;
             latest_generation(st.t, c, p.id)
         }
-        ("POST", "policies/{policy_id}/failover") => {
+        ("POST", "/clusters/{cluster_id}/replication/policies/{policy_id}/failover") => {
             let p = policy_of(st, req.id("policy_id"))?;
             let vols: Vec<Uuid> =
                 st.t.volumes
@@ -200,9 +201,6 @@ pub fn targets_and_policies(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
 /// failover of a volume that is both acts on the one it is the replica of, unless that one
 /// failed over already and the volume, serving, is the source of a newer one.
 pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
-    let rest = req.route_below(
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/replication/",
-    );
     let c = req.id("cluster_id");
     let p = req.id("pool_id");
     let vid = req.id("volume_id");
@@ -214,13 +212,15 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let replica_of = replica_relationship(st.t, vid);
     let rel = own.clone().or_else(|| replica_of.clone());
     let no_rel = || ApiError::not_found("Volume has no replication relationship");
-    match (req.method.as_str(), rest) {
-        ("GET", "") => {
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::VOLUME_REPLICATION) => {
             let r = rel.ok_or_else(no_rel)?;
             Ok(Reply::ok(json!(render::relationship(st.t, &r, vid))))
         }
-        ("GET", "status") => Ok(Reply::ok(json!(status(st, &v, own, replica_of)))),
-        ("POST", "start") => {
+        ("GET", api::VOLUME_REPLICATION_STATUS) => {
+            Ok(Reply::ok(json!(status(st, &v, own, replica_of))))
+        }
+        ("POST", api::VOLUME_REPLICATION_START) => {
             let b: Option<ReplicationStart> = body(st.sim, req)?;
             let b = b.unwrap_or_default();
             let fail = || ApiError::Http(500, "Failed to start volume snapshot replication".into());
@@ -315,7 +315,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("POST", "stop") => {
+        ("POST", api::VOLUME_REPLICATION_STOP) => {
             let Some(r) = rel else {
                 return Err(ApiError::Http(
                     500,
@@ -327,7 +327,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("POST", "trigger") => {
+        ("POST", api::VOLUME_REPLICATION_TRIGGER) => {
             let Some(r) = rel else {
                 return Err(ApiError::Http(
                     500,
@@ -338,14 +338,14 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("POST", "failover") if req.q("site").is_some() => {
+        ("POST", api::VOLUME_REPLICATION_FAILOVER) if req.q("site").is_some() => {
             let planned = req.q_bool("planned")?;
             super::sync::failover(st, vid, req.q("site"), planned)
         }
-        ("POST", "demote") if req.q("site").is_some() => {
+        ("POST", api::VOLUME_REPLICATION_DEMOTE) if req.q("site").is_some() => {
             super::sync::demote(st, vid, req.q("site"))
         }
-        ("POST", "failover") => {
+        ("POST", api::VOLUME_REPLICATION_FAILOVER) => {
             // A replica that already serves and was protected again moves on: its own
             // relationship is the one to fail over (a failback to the other site).
             let r = match (replica_of, own) {
@@ -378,8 +378,8 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 Err(e) => Err(ApiError::Http(500, e)),
             }
         }
-        ("POST", "demote") => demote(st, vid, own, replica_of),
-        ("POST", "commit") => {
+        ("POST", api::VOLUME_REPLICATION_DEMOTE) => demote(st, vid, own, replica_of),
+        ("POST", api::VOLUME_REPLICATION_COMMIT) => {
             let r = rel.ok_or_else(no_rel)?;
             let key = r.source_lvol;
             if let Some(t) = st.t.tasks.values().find(|t| {
@@ -388,7 +388,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     && t.status != TaskStatus::Done
             }) {
                 return Ok(Reply::empty(202)
-                    .with_location(format!("/api/v2/clusters/{}/tasks/{}/", r.cluster_id, t.id)));
+                    .with_location(format!("/api/v2{}", api::task(r.cluster_id, t.id))));
             }
             if r.target_lvol.is_none() {
                 return Err(ApiError::Http(
@@ -413,10 +413,12 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             if let Some(x) = st.t.replications.get_mut(&key.to_string()) {
                 x.state = ReplicationState::CutoverPending;
             }
-            Ok(Reply::empty(202)
-                .with_location(format!("/api/v2/clusters/{}/tasks/{task}/", r.cluster_id)))
+            Ok(
+                Reply::empty(202)
+                    .with_location(format!("/api/v2{}", api::task(r.cluster_id, task))),
+            )
         }
-        ("POST", "failback") => {
+        ("POST", api::VOLUME_REPLICATION_FAILBACK) => {
             let b: Failback = body(st.sim, req)?;
             let r = replica_of.or(own).ok_or_else(no_rel)?;
             if let Some(sc) = b.source_cluster_id
@@ -435,7 +437,7 @@ pub fn volume_relationship(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.sim.wake.notify_one();
             Ok(Reply::empty(204))
         }
-        ("GET", "tasks") => {
+        ("GET", api::VOLUME_REPLICATION_TASKS) => {
             let key = rel.map_or(vid, |r| r.source_lvol);
             Ok(Reply::ok(render::list(
                 st.t.tasks.values().filter(|t| {

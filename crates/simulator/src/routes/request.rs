@@ -10,9 +10,6 @@ use uuid::Uuid;
 use crate::reply::ApiError;
 use crate::sim::Sim;
 
-/// Where a storage pool's routes (its volumes and snapshots) begin.
-pub const POOL_ROUTE: &str = "/clusters/{cluster_id}/storage-pools/{pool_id}";
-
 /// One API request after routing.
 #[derive(Debug)]
 pub struct ApiReq {
@@ -75,11 +72,6 @@ impl ApiReq {
     /// The full template, for spec lookups.
     pub fn template(&self) -> String {
         format!("/api/v2{}", self.route)
-    }
-
-    /// The route below `prefix`, for handlers that match on their own part of it.
-    pub fn route_below(&self, prefix: &str) -> &str {
-        self.route.strip_prefix(prefix).unwrap_or("")
     }
 
     /// The answer to a route the document has and sbsim does not serve.

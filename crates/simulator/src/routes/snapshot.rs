@@ -1,11 +1,12 @@
 //! Snapshots: of a volume (list, take) and of a pool (list, read, delete).
 
 use serde_json::json;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{mutable_cluster, snapshot, volume};
-use super::request::{ApiReq, POOL_ROUTE, body};
+use super::request::{ApiReq, body};
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -16,30 +17,28 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let p = req.id("pool_id");
     let vid = req.id("volume_id");
     let base = req.base.clone();
-    match (req.method.as_str(), req.route_below(POOL_ROUTE)) {
-        ("GET", "/volumes/{volume_id}/snapshots") => Ok(Reply::ok(render::list(
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::VOLUME_SNAPSHOTS) => Ok(Reply::ok(render::list(
             st.t.snapshots.values().filter(|s| s.volume_id == vid),
             |s| s.seq,
             |s| render::snapshot(st.t, s, &base),
         ))),
-        ("POST", "/volumes/{volume_id}/snapshots") => {
+        ("POST", api::VOLUME_SNAPSHOTS) => {
             let b: SnapshotCreate = body(st.sim, req)?;
             let v = volume(st.t, p, vid)?.clone();
             let id = snapshot_create(st, c, &v, &b.name)?;
-            Ok(Reply::empty(201).with_location(format!(
-                "/api/v2/clusters/{c}/storage-pools/{p}/snapshots/{id}/"
-            )))
+            Ok(Reply::empty(201).with_location(format!("/api/v2{}", api::pool_snapshot(c, p, id))))
         }
-        ("GET", "/snapshots/") => Ok(Reply::ok(render::list(
+        ("GET", api::POOL_SNAPSHOTS) => Ok(Reply::ok(render::list(
             st.t.snapshots.values().filter(|s| s.pool_id == p),
             |s| s.seq,
             |s| render::snapshot(st.t, s, &base),
         ))),
-        ("GET", "/snapshots/{snapshot_id}/") => {
+        ("GET", api::POOL_SNAPSHOT) => {
             let s = snapshot(st.t, p, req.id("snapshot_id"))?;
             Ok(Reply::ok(json!(render::snapshot(st.t, s, &base))))
         }
-        ("DELETE", "/snapshots/{snapshot_id}/") => {
+        ("DELETE", api::POOL_SNAPSHOT) => {
             let sid = req.id("snapshot_id");
             snapshot(st.t, p, sid)?;
             let has_clones =

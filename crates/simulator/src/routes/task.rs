@@ -2,6 +2,8 @@
 
 use serde_json::json;
 
+use simplyblock_controlplane::routes as api;
+
 use super::request::ApiReq;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -9,7 +11,7 @@ use crate::sim::St;
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     match (req.method.as_str(), req.route.as_str()) {
-        ("GET", "/clusters/{cluster_id}/tasks/") => {
+        ("GET", api::TASKS) => {
             let id = req.id("cluster_id");
             Ok(Reply::ok(render::list(
                 st.t.tasks
@@ -19,7 +21,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 render::task,
             )))
         }
-        ("GET", "/clusters/{cluster_id}/tasks/{task_id}/") => {
+        ("GET", api::TASK) => {
             // The real lookup raises KeyError past its None check: 500, not 404.
             match st.t.tasks.get(&req.id("task_id").to_string()) {
                 Some(t) if t.cluster_id == req.id("cluster_id") => {

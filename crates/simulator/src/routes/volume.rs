@@ -4,11 +4,12 @@
 
 use serde_json::{Value, json};
 use simplyblock_api::quantity;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{cluster, mutable_cluster, pool, volume};
-use super::request::{ApiReq, POOL_ROUTE, body};
+use super::request::{ApiReq, body};
 use super::snapshot::snapshot_create;
 use super::volume_create::{
     clone_from_snapshot, create_or_clone, dhchap_key, name_taken, volume_location,
@@ -25,16 +26,20 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
     let vid = req.id("volume_id");
     let base = req.base.clone();
     let now = st.now;
-    match (req.method.as_str(), req.route_below(POOL_ROUTE)) {
-        ("GET", "/volumes/") => Ok(Reply::ok(render::list(
+    // `api` has the routes the client calls; the literals are routes only sbsim serves.
+    match (req.method.as_str(), req.route.as_str()) {
+        ("GET", api::VOLUMES) => Ok(Reply::ok(render::list(
             st.t.volumes
                 .values()
                 .filter(|v| v.pool_id == p && v.status != VolumeStatus::Deleted),
             |v| v.seq,
             |v| render::volume(st.t, v, &base, false, now),
         ))),
-        ("POST", "/volumes/") => create_or_clone(st, req),
-        ("POST", "/volumes/replicate_lvol_on_source_cluster") => {
+        ("POST", api::VOLUMES) => create_or_clone(st, req),
+        (
+            "POST",
+            "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/replicate_lvol_on_source_cluster",
+        ) => {
             let b: Value = body(st.sim, req)?;
             let id = b["lvol_id"]
                 .as_str()
@@ -45,12 +50,12 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("GET", "/volumes/{volume_id}/") => {
+        ("GET", api::VOLUME) => {
             let v = volume(st.t, p, vid)?;
             Ok(Reply::ok(json!(render::volume(st.t, v, &base, true, now))))
         }
-        ("PUT", "/volumes/{volume_id}/") => volume_update(st, req),
-        ("DELETE", "/volumes/{volume_id}/") => {
+        ("PUT", api::VOLUME) => volume_update(st, req),
+        ("DELETE", api::VOLUME) => {
             let v = volume(st.t, p, vid)?.clone();
             match v.status {
                 VolumeStatus::Deleted => return Err(ApiError::not_found("Volume deleted")),
@@ -87,14 +92,14 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.job(JobKind::VolumeDelete { volume: vid }, delay);
             Ok(Reply::empty(204))
         }
-        ("GET", "/volumes/{volume_id}/connect") => {
+        ("GET", api::VOLUME_CONNECT) => {
             let v = match st.t.volumes.get(&vid.to_string()) {
                 Some(v) if v.status != VolumeStatus::Deleted => v.clone(),
                 _ => return Err(ApiError::Plain(404, "Failed to find volume".into())),
             };
             Ok(Reply::ok(json!(connect(st, &v, req.q("host_nqn"))?)))
         }
-        ("POST", "/volumes/{volume_id}/hosts") => {
+        ("POST", api::VOLUME_HOSTS) => {
             let h: HostNqn = body(st.sim, req)?;
             let v = volume(st.t, p, vid)?;
             if v.allowed_hosts.iter().any(|e| e.nqn == h.host_nqn) {
@@ -114,7 +119,10 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::json(201, out))
         }
-        ("GET", "/volumes/{volume_id}/hosts/{host_nqn}/secret") => {
+        (
+            "GET",
+            "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/hosts/{host_nqn}/secret",
+        ) => {
             let v = volume(st.t, p, vid)?;
             let h = req.params.get("host_nqn").cloned().unwrap_or_default();
             v.allowed_hosts
@@ -127,7 +135,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                     ))
                 })
         }
-        ("DELETE", "/volumes/{volume_id}/hosts/{host_nqn}") => {
+        ("DELETE", api::VOLUME_HOST) => {
             let h = req.params.get("host_nqn").cloned().unwrap_or_default();
             let v = volume(st.t, p, vid)?;
             if !v.allowed_hosts.iter().any(|e| e.nqn == h) {
@@ -140,7 +148,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             }
             Ok(Reply::empty(204))
         }
-        ("POST", "/volumes/{volume_id}/inflate") => {
+        ("POST", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/inflate") => {
             let v = volume(st.t, p, vid)?;
             let Some(snap) = v.cloned_from else {
                 return Err(ApiError::bad_request("Volume must be cloned"));
@@ -151,7 +159,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             reap_snapshot(st.t, snap);
             Ok(Reply::empty(204))
         }
-        ("GET", "/volumes/{volume_id}/capacity") | ("GET", "/volumes/{volume_id}/iostats") => {
+        ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/capacity")
+        | ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/iostats") => {
             let v = volume(st.t, p, vid)?;
             Ok(Reply::ok(json!([{
                 "date": now / 1000, "size_total": v.size, "size_prov": v.size,
@@ -159,7 +168,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 "size_util": 1
             }])))
         }
-        ("POST", "/volumes/{volume_id}/clone") => {
+        ("POST", api::VOLUME_CLONE) => {
             let Some(name) = req.q("clone_name").map(str::to_string) else {
                 return Err(ApiError::invalid(
                     "missing",

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 use simplyblock_api::quantity;
+use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
@@ -71,7 +72,7 @@ fn secondaries(t: &Tables, c: Uuid, primary: Uuid, ha: bool, npcs: u32) -> Vec<U
 
 /// The `Location` of a new volume.
 pub fn volume_location(c: Uuid, p: Uuid, v: Uuid) -> String {
-    format!("/api/v2/clusters/{c}/storage-pools/{p}/volumes/{v}/")
+    format!("/api/v2{}", api::volume(c, p, v))
 }
 
 fn count_fields(v: &Value, schema: &Value) -> usize {
