@@ -31,7 +31,7 @@ use simplyblock_api::names::{derived_name, label_value};
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
-use super::step::{NodeCall, Seen, advance, succeed, wait};
+use super::step::{At, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 
@@ -149,13 +149,8 @@ fn step_of(op: &StorageNodeOps) -> Option<&str> {
     op.status.as_ref()?.step.state.as_deref()
 }
 
-pub async fn observe(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    _seen: &Seen,
-    ctx: &Context,
-) -> Result<Observed, ops::Error> {
+pub async fn observe(at: At<'_>, ctx: &Context) -> Result<Observed, ops::Error> {
+    let (op, node, step) = (at.op, at.node, at.step);
     use NodeOpsStep::*;
     let ns = node.namespace().unwrap_or_default();
     let worker = &node.spec.worker_node;
@@ -251,18 +246,8 @@ pub async fn observe(
     Ok(obs)
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
-    Plan::Call { call, message }
-}
-
-pub fn plan(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    seen: &Seen,
-    obs: &Observed,
-    _now: Timestamp,
-) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call> {
+    let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     use NodeStatus as S;
     let me = op.name_any();

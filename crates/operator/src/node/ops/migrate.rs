@@ -26,7 +26,7 @@ use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
-use super::step::{NodeCall, Seen, advance, succeed, wait};
+use super::step::{At, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 use crate::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};
@@ -91,13 +91,8 @@ fn source<'a>(op: &'a StorageNodeOps, node: &'a StorageNode) -> &'a str {
 /// Annotation on a Migrate: the worker its node moved from, written with the re-point.
 pub const SOURCE_ANNOTATION: &str = "storage.simplyblock.io/migrated-from";
 
-pub async fn observe(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    seen: &Seen,
-    ctx: &Context,
-) -> Result<Observed, ops::Error> {
+pub async fn observe(at: At<'_>, ctx: &Context) -> Result<Observed, ops::Error> {
+    let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     let mut obs = Observed::default();
     let Some(target) = target(op) else {
@@ -164,18 +159,8 @@ pub async fn observe(
     Ok(obs)
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
-    Plan::Call { call, message }
-}
-
-pub fn plan(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    seen: &Seen,
-    obs: &Observed,
-    _now: Timestamp,
-) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call> {
+    let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     use NodeStatus as S;
     let name = node.name_any();

@@ -109,18 +109,17 @@ impl Steps<StorageNodeOps> for NodeSteps {
         ctx: &Context,
     ) -> Result<Observed, ops::Error> {
         let seen = step::observe(target, ctx).await?;
-        let step = machine.state();
+        let at = step::At {
+            op,
+            node: target,
+            step: machine.state(),
+            seen: &seen,
+        };
         let mut obs = Observed::default();
         match op.spec.action {
-            NodeAction::Remove => {
-                obs.remove = remove::observe(op, target, step, &seen, ctx).await?
-            }
-            NodeAction::HostMaintenance => {
-                obs.maintenance = maintenance::observe(op, target, step, &seen, ctx).await?
-            }
-            NodeAction::Migrate => {
-                obs.migrate = migrate::observe(op, target, step, &seen, ctx).await?
-            }
+            NodeAction::Remove => obs.remove = remove::observe(at, ctx).await?,
+            NodeAction::HostMaintenance => obs.maintenance = maintenance::observe(at, ctx).await?,
+            NodeAction::Migrate => obs.migrate = migrate::observe(at, ctx).await?,
             _ => {}
         }
         obs.seen = seen;
@@ -137,17 +136,18 @@ impl Steps<StorageNodeOps> for NodeSteps {
     ) -> ops::Noted<NodeOpsStep, Call> {
         let step = machine.state();
         let seen = &obs.seen;
+        let at = step::At {
+            op,
+            node: target,
+            step,
+            seen,
+        };
         match op.spec.action {
-            NodeAction::Remove => {
-                remove::plan(op, target, step, seen, &obs.remove, now).map_call(Call::Remove)
-            }
+            NodeAction::Remove => remove::plan(at, &obs.remove, now).map_call(Call::Remove),
             NodeAction::HostMaintenance => {
-                maintenance::plan(op, target, step, seen, &obs.maintenance, now)
-                    .map_call(Call::Maintenance)
+                maintenance::plan(at, &obs.maintenance, now).map_call(Call::Maintenance)
             }
-            NodeAction::Migrate => {
-                migrate::plan(op, target, step, seen, &obs.migrate, now).map_call(Call::Migrate)
-            }
+            NodeAction::Migrate => migrate::plan(at, &obs.migrate, now).map_call(Call::Migrate),
             _ => single::plan(op, step, seen).map_call(Call::Single).into(),
         }
     }

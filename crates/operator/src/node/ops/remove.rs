@@ -44,7 +44,7 @@ use simplyblock_controlplane::{
 };
 use simplyblock_controlplane::{Uuid, Volume};
 
-use super::step::{Seen, advance, succeed, wait};
+use super::step::{At, advance, call, succeed, wait};
 use super::system_filter;
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Note, Noted, Plan};
@@ -227,13 +227,8 @@ fn unmanaged(volume: &Volume, system: &SystemVolumes) -> String {
     }
 }
 
-pub async fn observe(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    seen: &Seen,
-    ctx: &Context,
-) -> Result<Observed, ops::Error> {
+pub async fn observe(at: At<'_>, ctx: &Context) -> Result<Observed, ops::Error> {
+    let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     let mut obs = Observed::default();
     let (Some(cluster), Some(id), Some(_)) = (seen.cluster, seen.node, seen.found.as_ref()) else {
@@ -446,19 +441,9 @@ fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsS
     }
 }
 
-fn call(call: Call, message: String) -> Plan<NodeOpsStep, Call> {
-    Plan::Call { call, message }
-}
-
 /// The next thing Remove does, from one observation. Pure.
-pub fn plan(
-    op: &StorageNodeOps,
-    node: &StorageNode,
-    step: NodeOpsStep,
-    seen: &Seen,
-    obs: &Observed,
-    now: Timestamp,
-) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, now: Timestamp) -> Noted<NodeOpsStep, Call> {
+    let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     let name = node.name_any();
     let Some(id) = seen.node else {
@@ -1017,6 +1002,7 @@ pub async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::ops::step::Seen;
     use NodeOpsStep::*;
     use simplyblock_api::storage_node_ops::GRAPHS;
 
@@ -1113,14 +1099,14 @@ mod tests {
             machine.transition_to(*s, Timestamp::now()).expect("edge");
         }
         assert_eq!(machine.state(), step);
-        plan(
+        let node = node();
+        let at = At {
             op,
-            &node(),
-            machine.state(),
-            &obs.seen,
-            &obs.remove,
-            Timestamp::now(),
-        )
+            node: &node,
+            step: machine.state(),
+            seen: &obs.seen,
+        };
+        plan(at, &obs.remove, Timestamp::now())
     }
 
     fn system() -> SystemVolumes {

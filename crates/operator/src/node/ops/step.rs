@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::Api;
-use simplyblock_api::storage_node_ops::NodeOpsStep;
+use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
     ClusterStatus, NodeRestart, NodeStatus, StorageNode as CpNode, Uuid,
@@ -97,6 +97,21 @@ pub async fn cluster_gate(
 }
 
 /// Looks again after [`AWAIT_POLL`], saying `message`.
+/// What a step of an action is decided over, beside the action's own observation: the
+/// operation, its StorageNode, the step it is at, and the common observation.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub op: &'a StorageNodeOps,
+    pub node: &'a StorageNode,
+    pub step: NodeOpsStep,
+    pub seen: &'a Seen,
+}
+
+/// The step issues `call`, saying `message`.
+pub fn call<C>(call: C, message: String) -> Plan<NodeOpsStep, C> {
+    Plan::Call { call, message }
+}
+
 pub fn wait<C>(message: String) -> Plan<NodeOpsStep, C> {
     Plan::Wait {
         message,
