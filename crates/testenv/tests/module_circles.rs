@@ -43,12 +43,13 @@ fn no_crate_has_a_module_circle() {
 
 #[test]
 fn the_check_finds_a_circle_and_resolves_every_path_form() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let src = dir.path();
     let write = |path: &str, text: &str| {
         let path = src.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
+        std::fs::create_dir_all(path.parent().expect("a file has a folder"))
+            .expect("create the folder");
+        std::fs::write(path, text).expect("write the file");
     };
     write("lib.rs", "pub mod a; pub mod b; pub mod c; pub mod d;");
     write("a.rs", "use crate::b::Thing; pub fn f() {}");
@@ -75,7 +76,7 @@ fn workspace() -> PathBuf {
     Path::new(&manifest)
         .ancestors()
         .nth(2)
-        .unwrap()
+        .expect("the crate sits two levels below the workspace")
         .to_path_buf()
 }
 
@@ -141,7 +142,7 @@ impl Graph {
         for file in rust_files(src) {
             let rel = file
                 .strip_prefix(src)
-                .unwrap()
+                .expect("a path below src")
                 .to_string_lossy()
                 .into_owned();
             // A binary's root is a crate of its own (it names the library by its name).
@@ -162,7 +163,7 @@ impl Graph {
             .map(|(m, f)| (m.clone(), f.clone()))
             .collect();
         for (module, file) in modules {
-            let text = std::fs::read_to_string(src.join(&file)).unwrap();
+            let text = std::fs::read_to_string(src.join(&file)).expect("read the source file");
             let syntax =
                 syn::parse_file(&text).unwrap_or_else(|e| panic!("{file} does not parse: {e}"));
             let mut paths = Paths {
@@ -305,8 +306,8 @@ impl Graph {
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for entry in std::fs::read_dir(dir).expect("read the directory") {
+        let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             out.extend(rust_files(&path));
         } else if path.extension().is_some_and(|e| e == "rs") {
@@ -358,7 +359,9 @@ struct Paths {
 
 impl Paths {
     fn here(&self) -> &Vec<String> {
-        self.stack.last().unwrap()
+        self.stack
+            .last()
+            .expect("the file's own module is always on the stack")
     }
 
     /// Resolves `segments` (as written) from the current module; `None` when it leaves
@@ -379,7 +382,11 @@ impl Paths {
                     rest = &rest[1..];
                 }
             }
-            name if self.children.last().unwrap().contains(name) => {}
+            name if self
+                .children
+                .last()
+                .expect("a level per module on the stack")
+                .contains(name) => {}
             _ => return None,
         }
         base.extend(rest.iter().cloned());
