@@ -83,7 +83,7 @@ step "tests: every test binary, the longest first, several at once"
 # the binaries run side by side (SIMPLYBLOCK_TEST_JOBS at once, each with
 # RUST_TEST_THREADS tests at once) instead of one after the other as `cargo test` runs
 # them. The real-node tests take turns on their own (a machine-wide lock).
-jobs=${SIMPLYBLOCK_TEST_JOBS:-3}
+jobs=${SIMPLYBLOCK_TEST_JOBS:-2}
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -102,11 +102,18 @@ sed -n '/"reason":"compiler-artifact"/{/"test":true/p}' "$logs/build.json" | whi
     printf '%s\t%s\t%s\n' "$dir" "$label" "$exe"
 done > "$logs/binaries"
 # The longest first, by the times of the last run (kept in the target directory); on a
-# first run, integration binaries before unit tests.
+# first run, by what they took on two cores, then integration binaries before unit tests.
 times=target/test-times.tsv
 while IFS=$'\t' read -r dir label exe; do
     last=$( (awk -F'\t' -v l="$label" '$2 == l { print $1; exit }' "$times" 2>/dev/null) || true)
-    case $label in *" ("*) guess=1 ;; *) guess=100 ;; esac
+    case $label in
+        "operator it") guess=500 ;;
+        "demo it") guess=120 ;;
+        "upgrade it") guess=70 ;;
+        "testenv it" | "operator node") guess=50 ;;
+        *" ("*) guess=1 ;;
+        *) guess=10 ;;
+    esac
     printf '%s\t%s\t%s\t%s\n' "${last:-$guess}" "$dir" "$label" "$exe"
 done < "$logs/binaries" | sort -t$'\t' -k1,1 -rn > "$logs/queue"
 

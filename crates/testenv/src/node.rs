@@ -98,9 +98,10 @@ impl Node {
             .map_err(|e| Error::Node(format!("the asset build task failed: {e}")))??;
         check_host_tools()?;
         let archives = image_archives(images)?;
-        let lock = take_lock(
+        let lock = wait_for_lock(
             "another node is up on this machine; stop it (Ctrl-C in the process that started it) first",
-        )?;
+        )
+        .await?;
         down_unlocked()?;
         fs::create_dir_all(RUN_DIR).map_err(|e| Error::io(format!("creating {RUN_DIR}"), e))?;
         let dir = PathBuf::from(NODE_DIR);
@@ -845,6 +846,33 @@ pub fn down() -> Result<(), Error> {
 }
 
 /// The machine's node lock, or `Error::Node(held)` when another process holds it.
+/// How long [`Node::up`] waits for a node another process holds (test binaries run side
+/// by side, and each real-node test takes its turn).
+const LOCK_WAIT: Duration = Duration::from_secs(30 * 60);
+
+/// The node's lock, waiting while another process holds it (saying so once), at most
+/// [`LOCK_WAIT`]; then the error says who to stop.
+async fn wait_for_lock(held: &str) -> Result<File, Error> {
+    let lock =
+        File::create(LOCK_PATH).map_err(|e| Error::io(format!("creating {LOCK_PATH}"), e))?;
+    let start = Instant::now();
+    let mut said = false;
+    while lock.try_lock().is_err() {
+        if start.elapsed() >= LOCK_WAIT {
+            return Err(Error::Node(format!(
+                "{held} (its process has held {LOCK_PATH} for {} minutes)",
+                LOCK_WAIT.as_secs() / 60
+            )));
+        }
+        if !said {
+            eprintln!("waiting for the node another process holds ({LOCK_PATH}) to go down");
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(lock)
+}
+
 fn take_lock(held: &str) -> Result<File, Error> {
     let lock =
         File::create(LOCK_PATH).map_err(|e| Error::io(format!("creating {LOCK_PATH}"), e))?;
