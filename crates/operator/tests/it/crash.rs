@@ -566,9 +566,9 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
         // Each predicate says the operator is past the point without stopping there, never
         // that it is at it: an add answered is the add point about to fire, the last node
         // recorded the recorded point about to fire.
-        let recorded = recorded(&d).await;
+        let recorded_before = recorded(&d).await;
         let all_added = async || match point {
-            crash::NODE_ADD => self::recorded(&d).await > recorded,
+            crash::NODE_ADD => recorded(&d).await > recorded_before,
             crash::NODE_RECORDED => all_recorded(&d).await && no_slot_held(&d).await,
             _ => false,
         };
