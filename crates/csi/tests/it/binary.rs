@@ -2,8 +2,6 @@
 //! the command line (its secret in a file); it serves until SIGTERM and removes its
 //! socket.
 
-use std::time::Duration;
-
 use crate::common::*;
 use simplyblock_csi::proto::csi::v1 as csi;
 use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
@@ -30,7 +28,7 @@ async fn the_binary_serves_the_controller_from_flags() {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
-    eventually("socket", Duration::from_secs(20), || async {
+    eventually("socket", || async {
         tokio::net::UnixStream::connect(&socket)
             .await
             .ok()
@@ -125,7 +123,7 @@ async fn the_binary_serves_the_controller_from_flags() {
         .status()
         .expect("kill");
     assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(20), child.wait())
+    let exit = tokio::time::timeout(simplyblock_testenv::wait::PATIENCE, child.wait())
         .await
         .expect("exits on SIGTERM")
         .expect("wait");
@@ -179,7 +177,7 @@ async fn an_unreadable_api_token_file_stops_the_driver_at_start() {
         .arg(format!("--api-token-file={}", missing.display()))
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), out)
+    let out = tokio::time::timeout(simplyblock_testenv::wait::PATIENCE, out)
         .await
         .expect("exits at start")
         .expect("run");

@@ -39,12 +39,14 @@ pub fn client_for(url: &str) -> Client {
     Client::new(cfg).expect("client")
 }
 
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+/// Polls `f` until it yields a value. The limit is the workspace's one patience: it only
+/// says how long a failing test takes to fail, and a shorter one fails a loaded machine.
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    simplyblock_testenv::wait::until_within(what, timeout, async || f().await).await
+    simplyblock_testenv::wait::until(what, async || f().await).await
 }
 
 /// sbsim with `workers` enrolled workers, an active cluster over all of them and a pool.
@@ -87,13 +89,13 @@ pub async fn sbsim(workers: usize) -> Sbsim {
         .await
         .expect("node add");
     }
-    eventually("nodes online", Duration::from_secs(30), || async {
+    eventually("nodes online", || async {
         let n = c.list_storage_nodes(cluster.id).await.ok()?;
         (n.len() == workers && n.iter().all(|x| x.status == NodeStatus::Online)).then_some(())
     })
     .await;
     c.activate_cluster(cluster.id).await.expect("activate");
-    eventually("cluster active", Duration::from_secs(30), || async {
+    eventually("cluster active", || async {
         (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -196,7 +198,7 @@ impl DriverProc {
             .await
             .expect("serve");
         });
-        eventually("driver socket", Duration::from_secs(10), || async {
+        eventually("driver socket", || async {
             tokio::net::UnixStream::connect(&socket)
                 .await
                 .ok()

@@ -386,18 +386,14 @@ async fn deleting_a_volume_with_snapshots_is_answered_as_the_control_plane_answe
     .await
     .expect("delete with snapshots");
     let vid = simplyblock_csi::handle::VolumeHandle::parse(&v.volume_id).expect("handle");
-    eventually(
-        "volume gone",
-        std::time::Duration::from_secs(10),
-        || async {
-            s.sim
-                .client
-                .get_volume(s.sim.cluster, s.sim.pool, vid.volume)
-                .await
-                .is_err()
-                .then_some(())
-        },
-    )
+    eventually("volume gone", || async {
+        s.sim
+            .client
+            .get_volume(s.sim.cluster, s.sim.pool, vid.volume)
+            .await
+            .is_err()
+            .then_some(())
+    })
     .await;
     let listed = ctl
         .list_snapshots(csi::ListSnapshotsRequest {
@@ -682,26 +678,22 @@ async fn a_leftover_of_the_same_name_is_deleted_and_recreated_in_one_call() {
     let params = s.sim.params();
     let call = tokio::spawn(async move { create(&mut ctl2, "leftover", params, None).await });
     // The driver's create met the name (409) while the leftover was being deleted.
-    eventually(
-        "the driver's create to meet the leftover",
-        std::time::Duration::from_secs(30),
-        || async {
-            let calls = c
-                .raw(
-                    simplyblock_controlplane::Method::GET,
-                    "/../../_sim/calls",
-                    &[],
-                    None,
-                )
-                .await
-                .ok()?;
-            let calls: Vec<serde_json::Value> = serde_json::from_slice(&calls.body).ok()?;
-            calls
-                .iter()
-                .any(|x| x["method"] == "POST" && x["status"] == 409)
-                .then_some(())
-        },
-    )
+    eventually("the driver's create to meet the leftover", || async {
+        let calls = c
+            .raw(
+                simplyblock_controlplane::Method::GET,
+                "/../../_sim/calls",
+                &[],
+                None,
+            )
+            .await
+            .ok()?;
+        let calls: Vec<serde_json::Value> = serde_json::from_slice(&calls.body).ok()?;
+        calls
+            .iter()
+            .any(|x| x["method"] == "POST" && x["status"] == 409)
+            .then_some(())
+    })
     .await;
     s.sim.server.sim.clock.set_scale(1000.0);
     let v = call

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 use simplyblock_controlplane::{
     ReplicationDirection, ReplicationPolicyCreate, Uuid, VolumeCreate, VolumeStatus,
@@ -182,7 +181,7 @@ async fn every_verb_moves_a_volume_between_two_sites() {
 
     // Info reads the active end (B's replica, still being written) from either site.
     for d in [&mut a, &mut b] {
-        let i = eventually("a last sync time", Duration::from_secs(20), || {
+        let i = eventually("a last sync time", || {
             let mut r = d.repl.clone();
             let h = h.clone();
             async move {
@@ -229,7 +228,7 @@ async fn every_verb_moves_a_volume_between_two_sites() {
         Code::Aborted,
         "a converging demote is worth a retry: {msg}"
     );
-    eventually("the demote is done", Duration::from_secs(20), || {
+    eventually("the demote is done", || {
         let mut r = a.repl.clone();
         let h = h.clone();
         s.advance(5.0);
@@ -500,16 +499,12 @@ async fn a_consistency_group_moves_as_one() {
             .map(|r| r.into_inner())
         }
     };
-    let i = eventually(
-        "every member replicated",
-        Duration::from_secs(20),
-        || async {
-            group_info(&a.repl)
-                .await
-                .ok()
-                .filter(|i| i.last_sync_time.is_some())
-        },
-    )
+    let i = eventually("every member replicated", || async {
+        group_info(&a.repl)
+            .await
+            .ok()
+            .filter(|i| i.last_sync_time.is_some())
+    })
     .await;
     assert!(i.status_message.starts_with("role source"), "{i:?}");
 
@@ -540,7 +535,7 @@ async fn a_consistency_group_moves_as_one() {
 
     // Demote on A until its last writes are across, then promote on B.
     s.freeze();
-    eventually("the group demote is done", Duration::from_secs(20), || {
+    eventually("the group demote is done", || {
         let mut r = a.repl.clone();
         let cg = cg.clone();
         s.advance(5.0);
@@ -797,7 +792,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), Status>>,
 {
-    eventually(what, Duration::from_secs(30), || {
+    eventually(what, || {
         let r = call();
         async move {
             match r.await {
@@ -854,7 +849,7 @@ async fn a_volume_fails_over_and_back_and_every_stage_reads_the_active_end() {
     enable(&mut a.repl, &h, class_a.clone())
         .await
         .expect("enable on A");
-    eventually("a replicated cycle", Duration::from_secs(20), || {
+    eventually("a replicated cycle", || {
         let mut r = a.repl.clone();
         let h = h.clone();
         async move {
@@ -908,11 +903,9 @@ async fn a_volume_fails_over_and_back_and_every_stage_reads_the_active_end() {
         })
         .await
         .expect("delete on A");
-    eventually(
-        "A's demoted volume is reaped",
-        Duration::from_secs(20),
-        || async { (status_of(&s, &s.a, vol).await == Some(VolumeStatus::Deleted)).then_some(()) },
-    )
+    eventually("A's demoted volume is reaped", || async {
+        (status_of(&s, &s.a, vol).await == Some(VolumeStatus::Deleted)).then_some(())
+    })
     .await;
     assert_eq!(
         status_of(&s, &s.b, replica).await,
@@ -969,13 +962,9 @@ async fn a_volume_fails_over_and_back_and_every_stage_reads_the_active_end() {
         })
         .await
         .expect("delete on B");
-    eventually(
-        "B's demoted replica is reaped",
-        Duration::from_secs(20),
-        || async {
-            (status_of(&s, &s.b, replica).await == Some(VolumeStatus::Deleted)).then_some(())
-        },
-    )
+    eventually("B's demoted replica is reaped", || async {
+        (status_of(&s, &s.b, replica).await == Some(VolumeStatus::Deleted)).then_some(())
+    })
     .await;
     assert_eq!(status_of(&s, &s.a, back).await, Some(VolumeStatus::Online));
     assert_eq!(

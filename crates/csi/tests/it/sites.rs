@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use simplyblock_controlplane::{
     Client, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, ReplicationStart,
@@ -122,24 +121,20 @@ pub async fn stretched() -> Stretched {
             .expect("node add");
         }
         let before: Vec<Uuid> = sites.iter().flatten().copied().collect();
-        let nodes = eventually(
-            "the site's nodes online",
-            Duration::from_secs(30),
-            || async {
-                let nodes = c.list_storage_nodes(cluster.id).await.ok()?;
-                let new: Vec<Uuid> = nodes
-                    .iter()
-                    .filter(|n| !before.contains(&n.id) && n.status == NodeStatus::Online)
-                    .map(|n| n.id)
-                    .collect();
-                (new.len() == 2).then_some(new)
-            },
-        )
+        let nodes = eventually("the site's nodes online", || async {
+            let nodes = c.list_storage_nodes(cluster.id).await.ok()?;
+            let new: Vec<Uuid> = nodes
+                .iter()
+                .filter(|n| !before.contains(&n.id) && n.status == NodeStatus::Online)
+                .map(|n| n.id)
+                .collect();
+            (new.len() == 2).then_some(new)
+        })
         .await;
         sites.push(nodes);
     }
     c.activate_cluster(cluster.id).await.expect("activate");
-    eventually("cluster active", Duration::from_secs(30), || async {
+    eventually("cluster active", || async {
         (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -217,13 +212,13 @@ async fn site(c: &Client, name: &str, workers: [&str; 2]) -> Site {
             .await
             .expect("node add");
     }
-    eventually("nodes online", Duration::from_secs(30), || async {
+    eventually("nodes online", || async {
         let n = c.list_storage_nodes(cluster.id).await.ok()?;
         (n.len() == 2 && n.iter().all(|x| x.status == NodeStatus::Online)).then_some(())
     })
     .await;
     c.activate_cluster(cluster.id).await.expect("activate");
-    eventually("cluster active", Duration::from_secs(30), || async {
+    eventually("cluster active", || async {
         (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -336,7 +331,7 @@ impl TwoSites {
         c.volume_replication_action(site.cluster, site.pool, vol, "trigger")
             .await
             .expect("trigger");
-        eventually("the replica exists", Duration::from_secs(20), || async {
+        eventually("the replica exists", || async {
             let r = c
                 .volume_replication(site.cluster, site.pool, vol)
                 .await
@@ -352,14 +347,10 @@ impl TwoSites {
         c.delete_volume(site.cluster, site.pool, vol)
             .await
             .expect("reap the old primary");
-        eventually(
-            "the old primary is reaped",
-            Duration::from_secs(20),
-            || async {
-                let v = c.get_volume(site.cluster, site.pool, vol).await.ok()?;
-                (v.status == VolumeStatus::Deleted).then_some(())
-            },
-        )
+        eventually("the old primary is reaped", || async {
+            let v = c.get_volume(site.cluster, site.pool, vol).await.ok()?;
+            (v.status == VolumeStatus::Deleted).then_some(())
+        })
         .await;
     }
 

@@ -761,7 +761,7 @@ async fn replacing_the_controller(h: &Harness, name: &str) -> (StorageClusterOps
             last = at;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(60),
+            start.elapsed() < crate::support::PATIENCE,
             "timed out at {last}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -3,7 +3,6 @@
 //! per worker, come Online, and whose activation is requested.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -21,7 +20,7 @@ use simplyblock_operator::workload::ENROLLMENT_LABEL;
 use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, Timings, labels};
 
-use crate::support::{TOKEN, until_within};
+use crate::support::{TOKEN, until};
 
 const NS: &str = "provision";
 const WORKERS: [&str; 3] = ["pw1", "pw2", "pw3"];
@@ -111,10 +110,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     let name = doc.metadata.name.clone().expect("name");
 
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
-    let online = until_within(
-        "every storage node Online",
-        Duration::from_secs(90),
-        async || {
+    let online = until("every storage node Online", async || {
             let items = storage_nodes.list(&Default::default()).await.ok()?.items;
             (items.len() == WORKERS.len()
                 && items.iter().all(|n| {
@@ -195,23 +191,19 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     );
     // Labels follow the nodes' status through the workload controller: eventually.
     for w in WORKERS {
-        let labels = until_within(
-            "the worker's enrollment and topology labels",
-            Duration::from_secs(30),
-            async || {
-                let labels = nodes_api
-                    .get(w)
-                    .await
-                    .ok()?
-                    .metadata
-                    .labels
-                    .unwrap_or_default();
-                labels
-                    .keys()
-                    .any(|k| k.starts_with(simplyblock_api::keys::STORAGE_NODE_TOPOLOGY_PREFIX))
-                    .then_some(labels)
-            },
-        )
+        let labels = until("the worker's enrollment and topology labels", async || {
+            let labels = nodes_api
+                .get(w)
+                .await
+                .ok()?
+                .metadata
+                .labels
+                .unwrap_or_default();
+            labels
+                .keys()
+                .any(|k| k.starts_with(simplyblock_api::keys::STORAGE_NODE_TOPOLOGY_PREFIX))
+                .then_some(labels)
+        })
         .await;
         assert_eq!(
             labels.get(ENROLLMENT_LABEL).map(String::as_str),
@@ -372,16 +364,12 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         )
         .await
         .expect("delete the serving Secret");
-    let reissued = until_within(
-        "the serving Secret again",
-        Duration::from_secs(60),
-        async || {
-            secrets
-                .get_opt("simplyblock-storage-node-tls-simplyblock")
-                .await
-                .ok()?
-        },
-    )
+    let reissued = until("the serving Secret again", async || {
+        secrets
+            .get_opt("simplyblock-storage-node-tls-simplyblock")
+            .await
+            .ok()?
+    })
     .await;
     let reissued_data = reissued.data.clone().unwrap_or_default();
     assert_eq!(reissued_data["ca.crt"].0, ca_pem);
@@ -399,30 +387,22 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         ca_after.metadata.resource_version,
         ca.metadata.resource_version
     );
-    until_within(
-        "the template names the new certificate",
-        Duration::from_secs(60),
-        async || {
-            let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS)
-                .get("simplyblock-storage-node-simplyblock")
-                .await
-                .ok()?;
-            let a = ds.spec.template.metadata?.annotations?;
-            (a.get("storage.simplyblock.io/serving-certificate-version")
-                == reissued.metadata.resource_version.as_ref())
-            .then_some(())
-        },
-    )
+    until("the template names the new certificate", async || {
+        let ds = Api::<DaemonSet>::namespaced(kube.clone(), NS)
+            .get("simplyblock-storage-node-simplyblock")
+            .await
+            .ok()?;
+        let a = ds.spec.template.metadata?.annotations?;
+        (a.get("storage.simplyblock.io/serving-certificate-version")
+            == reissued.metadata.resource_version.as_ref())
+        .then_some(())
+    })
     .await;
 
-    let expanded = until_within(
-        "the document Expanded",
-        Duration::from_secs(30),
-        async || {
-            let s = docs.get(&name).await.ok()?.status?;
-            (s.phase == DeploymentPhase::Expanded).then_some(s)
-        },
-    )
+    let expanded = until("the document Expanded", async || {
+        let s = docs.get(&name).await.ok()?.status?;
+        (s.phase == DeploymentPhase::Expanded).then_some(s)
+    })
     .await;
     assert_eq!(expanded.node_refs.len(), WORKERS.len());
     Api::<StorageClusterOps>::namespaced(kube.clone(), NS)
@@ -456,7 +436,7 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
     )
     .await
     .expect("removed by hand");
-    until_within("pw3 removed", Duration::from_secs(60), async || {
+    until("pw3 removed", async || {
         let n = cp.get_storage_node(cluster_id, node_id).await.ok()?;
         (n.status == simplyblock_controlplane::types::NodeStatus::Removed).then_some(())
     })
@@ -467,14 +447,14 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         .delete(&pw3_name, &DeleteParams::default())
         .await
         .expect("delete pw3");
-    until_within(
-        "the StorageNode of pw3 gone",
-        Duration::from_secs(30),
-        async || match storage_nodes.get_opt(&pw3_name).await.ok()? {
-            Some(n) if n.metadata.uid == pw3_uid => None,
-            _ => Some(()),
-        },
-    )
+    until("the StorageNode of pw3 gone", async || match storage_nodes
+        .get_opt(&pw3_name)
+        .await
+        .ok()?
+    {
+        Some(n) if n.metadata.uid == pw3_uid => None,
+        _ => Some(()),
+    })
     .await;
     let r = cp
         .raw(Method::GET, "/../../_sim/calls", &[], None)
@@ -544,26 +524,22 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
         .expect("document");
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
     let all_online = async |count: usize| {
-        until_within(
-            "the storage nodes Online",
-            Duration::from_secs(120),
-            async || {
-                let items = storage_nodes.list(&Default::default()).await.ok()?.items;
-                (items.len() == count
-                    && items.iter().all(|n| {
-                        n.status
-                            .as_ref()
-                            .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
-                    }))
-                .then_some(())
-            },
-        )
+        until("the storage nodes Online", async || {
+            let items = storage_nodes.list(&Default::default()).await.ok()?.items;
+            (items.len() == count
+                && items.iter().all(|n| {
+                    n.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+                }))
+            .then_some(())
+        })
         .await
     };
     all_online(initial.len()).await;
     let cluster_id = cp.list_clusters().await.expect("clusters")[0].id;
     let active = async || {
-        until_within("the cluster active", Duration::from_secs(60), async || {
+        until("the cluster active", async || {
             let c = cp.get_cluster(cluster_id).await.ok()?;
             (c.status == simplyblock_controlplane::types::ClusterStatus::Active).then_some(())
         })
@@ -795,7 +771,7 @@ async fn an_add_that_gave_up_is_asked_again_and_a_refused_removal_is_asked_again
         .await
         .expect("document");
     let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
-    let online = until_within("rw1 Online", Duration::from_secs(120), async || {
+    let online = until("rw1 Online", async || {
         let items = storage_nodes.list(&Default::default()).await.ok()?.items;
         items.into_iter().find(|n| {
             n.status
@@ -859,18 +835,14 @@ async fn an_add_that_gave_up_is_asked_again_and_a_refused_removal_is_asked_again
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete");
-    until_within(
-        "the StorageNode gone",
-        Duration::from_secs(90),
-        async || {
-            storage_nodes
-                .get_opt(&name)
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
+    until("the StorageNode gone", async || {
+        storage_nodes
+            .get_opt(&name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
     .await;
     let removals: Vec<Value> = call_log(&cp)
         .await

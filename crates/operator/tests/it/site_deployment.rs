@@ -25,7 +25,7 @@ use simplyblock_operator::{cluster, deployment, node};
 use simplyblock_simulator::{Server, Sim, SimConfig, jobs, labels};
 use simplyblock_testenv::ocm;
 
-use crate::support::{TOKEN, until, until_explained, until_within};
+use crate::support::{TOKEN, until, until_explained};
 
 /// The site's namespace: where its operator runs and its draft is written.
 const SITE_NS: &str = "sbsd-site";
@@ -393,7 +393,7 @@ async fn a_site_is_discovered_drafted_approved_and_deployed_and_kept_when_the_re
         .delete("east", &Default::default())
         .await
         .expect("delete");
-    until_within("the request to go", Duration::from_secs(60), async || {
+    until("the request to go", async || {
         requests.get_opt("east").await.ok()?.is_none().then_some(())
     })
     .await;
@@ -518,7 +518,7 @@ async fn a_refused_discovery_fails_with_the_sites_words_and_an_unknown_cluster_w
             .delete(name, &Default::default())
             .await
             .expect("delete");
-        until_within("the request to go", Duration::from_secs(60), async || {
+        until("the request to go", async || {
             requests.get_opt(name).await.ok()?.is_none().then_some(())
         })
         .await;

@@ -194,7 +194,7 @@ async fn storage_node_api_follows_enrollment_and_node_add_reboots() {
         .expect("add");
     env.server.sim.clock.advance(1_500);
     env.server.sim.wake.notify_one();
-    eventually("worker rebooting", Duration::from_secs(5), || async {
+    eventually("worker rebooting", || async {
         agent("w1").info().await.is_err().then_some(())
     })
     .await;
@@ -214,7 +214,7 @@ async fn storage_node_api_follows_enrollment_and_node_add_reboots() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let from = passes();
-    eventually("two engine passes", Duration::from_secs(5), || async {
+    eventually("two engine passes", || async {
         env.server.sim.wake.notify_one();
         (passes() >= from + 2).then_some(())
     })
@@ -223,7 +223,7 @@ async fn storage_node_api_follows_enrollment_and_node_add_reboots() {
     env.server.sim.clock.advance(21_000);
     env.server.sim.wake.notify_one();
     agent("w1").info().await.expect("back after the reboot");
-    let node = eventually("in_creation", Duration::from_secs(5), || async {
+    let node = eventually("in_creation", || async {
         env.client
             .list_storage_nodes(cluster.id)
             .await
@@ -235,7 +235,7 @@ async fn storage_node_api_follows_enrollment_and_node_add_reboots() {
     assert_eq!(node.status, NodeStatus::InCreation);
     env.server.sim.clock.advance(9_000);
     env.server.sim.wake.notify_one();
-    eventually("online", Duration::from_secs(5), || async {
+    eventually("online", || async {
         (env.client
             .get_storage_node(cluster.id, node.id)
             .await
@@ -268,11 +268,11 @@ async fn cluster_degrades_suspends_and_recovers() {
         e.is_conflict() && e.message().contains("cannot shutdown"),
         "{e}"
     );
-    eventually("degraded", Duration::from_secs(10), || async {
+    eventually("degraded", || async {
         (status().await == ClusterStatus::Degraded).then_some(())
     })
     .await;
-    eventually("offline", Duration::from_secs(10), || async {
+    eventually("offline", || async {
         (c.get_storage_node(cid, nodes[0].id).await.ok()?.status == NodeStatus::Offline)
             .then_some(())
     })
@@ -280,7 +280,7 @@ async fn cluster_degrades_suspends_and_recovers() {
     c.shutdown_storage_node(cid, nodes[1].id, false)
         .await
         .expect("second");
-    eventually("suspended", Duration::from_secs(10), || async {
+    eventually("suspended", || async {
         (status().await == ClusterStatus::Suspended).then_some(())
     })
     .await;
@@ -289,14 +289,14 @@ async fn cluster_degrades_suspends_and_recovers() {
         .await
         .expect("202");
     for n in &nodes[..2] {
-        eventually("offline", Duration::from_secs(10), || async {
+        eventually("offline", || async {
             (c.get_storage_node(cid, n.id).await.ok()?.status == NodeStatus::Offline).then_some(())
         })
         .await;
         c.restart_storage_node(cid, n.id, &NodeRestart::default())
             .await
             .expect("restart");
-        eventually("online", Duration::from_secs(10), || async {
+        eventually("online", || async {
             (c.get_storage_node(cid, n.id).await.ok()?.status == NodeStatus::Online).then_some(())
         })
         .await;
@@ -308,7 +308,7 @@ async fn cluster_degrades_suspends_and_recovers() {
             .status,
         NodeStatus::Online
     );
-    eventually("active again", Duration::from_secs(10), || async {
+    eventually("active again", || async {
         (status().await == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -434,19 +434,19 @@ async fn cluster_degrades_suspends_and_recovers() {
     assert!(e.is_conflict());
     assert_eq!(e.message(), "Volume v exists");
     c.shutdown_cluster(cid).await.expect("cluster shutdown");
-    eventually("suspended", Duration::from_secs(10), || async {
+    eventually("suspended", || async {
         (status().await == ClusterStatus::Suspended).then_some(())
     })
     .await;
     let e = c.delete_volume(cid, pool.id, vid).await.expect_err("400");
     assert!(matches!(e, Error::Refused { status: 400, .. }), "{e}");
     c.start_cluster(cid).await.expect("start");
-    eventually("active after start", Duration::from_secs(10), || async {
+    eventually("active after start", || async {
         (status().await == ClusterStatus::Active).then_some(())
     })
     .await;
     c.delete_volume(cid, pool.id, vid).await.expect("delete");
-    eventually("gone", Duration::from_secs(10), || async {
+    eventually("gone", || async {
         c.get_volume(cid, pool.id, vid)
             .await
             .err()
@@ -472,13 +472,13 @@ async fn replication_fails_over_to_the_replica() {
             .await
             .expect("add");
     }
-    eventually("dst nodes", Duration::from_secs(10), || async {
+    eventually("dst nodes", || async {
         let n = c.list_storage_nodes(dst.id).await.ok()?;
         (n.len() == 2 && n.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
     })
     .await;
     c.activate_cluster(dst.id).await.expect("activate");
-    eventually("dst active", Duration::from_secs(10), || async {
+    eventually("dst active", || async {
         (c.get_cluster(dst.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -528,7 +528,7 @@ async fn replication_fails_over_to_the_replica() {
     c.volume_replication_action(src, spool.id, vid, "trigger")
         .await
         .expect("trigger");
-    let rel = eventually("replicated", Duration::from_secs(10), || async {
+    let rel = eventually("replicated", || async {
         let r = c.volume_replication(src, spool.id, vid).await.ok()?;
         r.target_lvol_id.is_some().then_some(r)
     })
@@ -583,7 +583,7 @@ async fn replication_fails_over_to_the_replica() {
         .commit_volume_replication(src, spool.id, vid)
         .await
         .expect("commit");
-    eventually("cutover done", Duration::from_secs(10), || async {
+    eventually("cutover done", || async {
         let r = c.volume_replication(src, spool.id, vid).await.ok()?;
         (r.state == ReplicationState::CutoverDone).then_some(())
     })

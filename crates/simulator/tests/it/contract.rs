@@ -4,7 +4,6 @@
 //! each answer sbsim gave against the route's response schema for that status.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -264,7 +263,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
         );
     }
     for t in &tasks {
-        eventually("node_add done", Duration::from_secs(10), || async {
+        eventually("node_add done", || async {
             let t = c.get_task(cid, *t).await.ok()?;
             (t.status == TaskStatus::Done).then_some(t)
         })
@@ -303,7 +302,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
 
     // Activate.
     c.activate_cluster(cid).await.expect("activate");
-    eventually("active", Duration::from_secs(10), || async {
+    eventually("active", || async {
         (c.get_cluster(cid).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -439,7 +438,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
     )
     .await
     .expect("expansion add");
-    let n4 = eventually("w4 online", Duration::from_secs(10), || async {
+    let n4 = eventually("w4 online", || async {
         c.list_storage_nodes(cid)
             .await
             .ok()?
@@ -452,7 +451,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
     // starts, so wait for that task to finish, not for the cluster status to change. The
     // task is read from the simulator's tables: listing a `cluster_expand` task over the
     // API is a 500 on the real control plane, and the contract check refuses it.
-    eventually("the expansion over", Duration::from_secs(30), || async {
+    eventually("the expansion over", || async {
         env.server
             .sim
             .read(|t, _| {
@@ -477,14 +476,14 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.shutdown_storage_node(cid, n4.id, false)
         .await
         .expect("shutdown");
-    eventually("offline", Duration::from_secs(60), || async {
+    eventually("offline", || async {
         (c.get_storage_node(cid, n4.id).await.ok()?.status == NodeStatus::Offline).then_some(())
     })
     .await;
     c.restart_storage_node(cid, n4.id, &NodeRestart::default())
         .await
         .expect("restart");
-    eventually("online again", Duration::from_secs(10), || async {
+    eventually("online again", || async {
         (c.get_storage_node(cid, n4.id).await.ok()?.status == NodeStatus::Online).then_some(())
     })
     .await;
@@ -514,7 +513,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.continue_migration(cid, &vol.nqn, mig.id, &MigrationContinue::default())
         .await
         .expect("continue");
-    eventually("migration done", Duration::from_secs(10), || async {
+    eventually("migration done", || async {
         let m = c.get_migration(cid, &vol.nqn, mig.id).await.ok()?;
         m.is_terminal().then_some(m)
     })
@@ -649,7 +648,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
     for v in [clone1, clone2, vid] {
         c.delete_volume(cid, pid, v).await.expect("delete volume");
     }
-    eventually("volumes gone", Duration::from_secs(10), || async {
+    eventually("volumes gone", || async {
         c.list_volumes(cid, pid)
             .await
             .ok()?
@@ -673,7 +672,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
         c.remove_storage_node(cid, n.id, NodeRemoveOptions::default())
             .await
             .expect("remove node");
-        eventually("node removed", Duration::from_secs(10), || async {
+        eventually("node removed", || async {
             (c.get_storage_node(cid, n.id).await.ok()?.status == NodeStatus::Removed).then_some(())
         })
         .await;
@@ -721,7 +720,7 @@ async fn lifecycles_conform_to_the_openapi_document() {
 
 /// Waits until no background job of the kind `is` picks is left.
 async fn jobs_done(env: &Env, what: &str, is: fn(&JobKind) -> bool) {
-    eventually(what, Duration::from_secs(30), || async {
+    eventually(what, || async {
         env.server
             .sim
             .read(|t, _| !t.jobs.values().any(|j| is(&j.kind)))
@@ -836,13 +835,13 @@ async fn operations_conform_to_the_openapi_document() {
             .await
             .expect("add");
     }
-    eventually("dst nodes", Duration::from_secs(10), || async {
+    eventually("dst nodes", || async {
         let n = c.list_storage_nodes(dst.id).await.ok()?;
         (n.len() == 2 && n.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
     })
     .await;
     c.activate_cluster(dst.id).await.expect("activate dst");
-    eventually("dst active", Duration::from_secs(10), || async {
+    eventually("dst active", || async {
         (c.get_cluster(dst.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -879,7 +878,7 @@ async fn operations_conform_to_the_openapi_document() {
         c.volume_replication_action(cid, pid, v, "trigger")
             .await
             .expect("trigger");
-        eventually("replicated", Duration::from_secs(10), || async {
+        eventually("replicated", || async {
             let r = c.volume_replication(cid, pid, v).await.ok()?;
             r.target_lvol_id.is_some().then_some(())
         })
@@ -926,7 +925,7 @@ async fn operations_conform_to_the_openapi_document() {
     c.commit_volume_replication(cid, pid, rv)
         .await
         .expect("commit");
-    eventually("cutover done", Duration::from_secs(10), || async {
+    eventually("cutover done", || async {
         let r = c.volume_replication(cid, pid, rv).await.ok()?;
         (r.state == ReplicationState::CutoverDone).then_some(())
     })
@@ -938,7 +937,7 @@ async fn operations_conform_to_the_openapi_document() {
         matches!(k, JobKind::ClusterShutdown { .. })
     })
     .await;
-    eventually("nodes offline", Duration::from_secs(60), || async {
+    eventually("nodes offline", || async {
         let n = c.list_storage_nodes(cid).await.ok()?;
         n.iter()
             .all(|n| n.status == NodeStatus::Offline)
@@ -946,7 +945,7 @@ async fn operations_conform_to_the_openapi_document() {
     })
     .await;
     c.start_cluster(cid).await.expect("start");
-    eventually("active again", Duration::from_secs(60), || async {
+    eventually("active again", || async {
         (c.get_cluster(cid).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;

@@ -1,7 +1,5 @@
 //! Faults scripted from a test through `/_sim/faults`, and the call log that counts calls.
 
-use std::time::Duration;
-
 use crate::common::*;
 use serde_json::{Value, json};
 use simplyblock_controlplane::*;
@@ -219,10 +217,7 @@ async fn latency_and_unready_windows() {
     let e = env.client.ready().await.expect_err("unready");
     assert!(matches!(e, Error::Unavailable { .. }), "{e}");
     assert_eq!(e.message(), "FDB not ready");
-    eventually("ready again", Duration::from_secs(5), || async {
-        env.client.ready().await.ok()
-    })
-    .await;
+    eventually("ready again", || async { env.client.ready().await.ok() }).await;
     // Faults can also come from the command-line spec; a bad one is refused.
     let dir = tempfile::tempdir().expect("dir");
     let mut cfg = config(dir.path(), &fleet_yaml(1, 1));
@@ -247,7 +242,7 @@ async fn node_add_failures_retry_to_max_retry_with_the_real_result() {
         )
         .await
         .expect("add");
-    let task = eventually("done", Duration::from_secs(10), || async {
+    let task = eventually("done", || async {
         let t = c.get_task(cluster.id, t1).await.ok()?;
         (t.status == TaskStatus::Done).then_some(t)
     })
@@ -263,7 +258,7 @@ async fn node_add_failures_retry_to_max_retry_with_the_real_result() {
         )
         .await
         .expect("add");
-    let task = eventually("given up", Duration::from_secs(10), || async {
+    let task = eventually("given up", || async {
         let t = c.get_task(cluster.id, t2).await.ok()?;
         (t.status == TaskStatus::Done).then_some(t)
     })

@@ -9,7 +9,8 @@ use simplyblock_controlplane::*;
 
 use crate::common::*;
 
-const WAIT: Duration = Duration::from_secs(20);
+/// How long a frame or change may take: the workspace's one patience.
+const WAIT: Duration = simplyblock_testenv::wait::PATIENCE;
 
 fn quick() -> InformerConfig {
     InformerConfig {
@@ -96,7 +97,7 @@ async fn the_cache_is_read_only_once_synced_and_a_plain_get_answers_before() {
     let scope = Scope::Pools { cluster };
     let mut sub = informer.subscribe(scope);
     let detail = format!("/api/v2/clusters/{cluster}/storage-pools/{pool}/");
-    eventually("a refused connect", WAIT, || async {
+    eventually("a refused connect", || async {
         (calls_to(
             &env,
             "GET",
@@ -251,7 +252,7 @@ async fn a_stream_the_server_ends_is_reopened_with_a_fresh_snapshot() {
         json!({"spec": "unready:for=120s"}),
     )
     .await;
-    eventually("a refused reconnect", WAIT, || async {
+    eventually("a refused reconnect", || async {
         let refused = env
             .server
             .sim
@@ -296,14 +297,14 @@ async fn a_scope_closes_when_its_object_is_deleted_and_when_nobody_follows_it() 
     );
     assert!(informer.is_gone(volumes));
     assert_eq!(informer.streaming(), vec![pools]);
-    eventually("only the pools stream open", WAIT, || async {
+    eventually("only the pools stream open", || async {
         (env.server.streams.open_total() == 1).then_some(())
     })
     .await;
 
     drop(pools_sub);
     assert!(informer.streaming().is_empty());
-    eventually("no stream open", WAIT, || async {
+    eventually("no stream open", || async {
         (env.server.streams.open_total() == 0).then_some(())
     })
     .await;

@@ -3,7 +3,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use crate::common::*;
 use simplyblock_controlplane::*;
@@ -77,7 +76,7 @@ async fn kill_9_loses_nothing_and_queued_tasks_resume_once() {
     }
     // At 20x a node add takes about 1.5 s real: kill as soon as one is seen running, with
     // at least one not done yet (workers rebooting).
-    let before = eventually("a node add running", Duration::from_secs(20), || async {
+    let before = eventually("a node add running", || async {
         let t = c.list_tasks(cluster.id).await.ok()?;
         (t.iter().any(|t| t.status == TaskStatus::Running)
             && t.iter().any(|t| t.status != TaskStatus::Done))
@@ -95,14 +94,10 @@ async fn kill_9_loses_nothing_and_queued_tasks_resume_once() {
     let again = c.get_cluster(cluster.id).await.expect("cluster survived");
     assert_eq!(again.secret, cluster.secret);
     assert_eq!(again.nqn, cluster.nqn);
-    let done = eventually(
-        "tasks resumed and done",
-        Duration::from_secs(20),
-        || async {
-            let t = c.list_tasks(cluster.id).await.ok()?;
-            t.iter().all(|t| t.status == TaskStatus::Done).then_some(t)
-        },
-    )
+    let done = eventually("tasks resumed and done", || async {
+        let t = c.list_tasks(cluster.id).await.ok()?;
+        t.iter().all(|t| t.status == TaskStatus::Done).then_some(t)
+    })
     .await;
     let mut ids: Vec<Uuid> = done.iter().map(|t| t.id).collect();
     ids.sort();
@@ -123,7 +118,7 @@ async fn kill_9_loses_nothing_and_queued_tasks_resume_once() {
 
     // Phase 2: a burst of volume creates, killed in the middle.
     c.activate_cluster(cluster.id).await.expect("activate");
-    eventually("active", Duration::from_secs(20), || async {
+    eventually("active", || async {
         (c.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;

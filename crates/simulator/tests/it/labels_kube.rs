@@ -40,7 +40,7 @@ async fn enrollment_label_on_the_node_opens_the_storage_node_api() {
     cfg.timeout = Duration::from_secs(2);
     let agent = SnodeClient::new(cfg).expect("agent");
     // The watch has seen the Node, which is not enrolled: no answer.
-    eventually("labels mirrored", Duration::from_secs(20), || async {
+    eventually("labels mirrored", || async {
         let calls = env.server.sim.read(|t, _| {
             t.workers
                 .get("w1")
@@ -56,17 +56,14 @@ async fn enrollment_label_on_the_node_opens_the_storage_node_api() {
         .patch("w1", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("label the Node");
-    eventually("agent answers", Duration::from_secs(20), || async {
-        agent.info().await.ok()
-    })
-    .await;
+    eventually("agent answers", || async { agent.info().await.ok() }).await;
 
     let unlabel = serde_json::json!({"metadata": {"labels": {LABEL: null}}});
     nodes
         .patch("w1", &PatchParams::default(), &Patch::Merge(&unlabel))
         .await
         .expect("unlabel");
-    eventually("agent gone again", Duration::from_secs(20), || async {
+    eventually("agent gone again", || async {
         agent.info().await.is_err().then_some(())
     })
     .await;

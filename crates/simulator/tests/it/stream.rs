@@ -10,7 +10,8 @@ use simplyblock_controlplane::*;
 
 use crate::common::*;
 
-const WAIT: Duration = Duration::from_secs(20);
+/// How long a frame or change may take: the workspace's one patience.
+const WAIT: Duration = simplyblock_testenv::wait::PATIENCE;
 
 /// The next event (pings skipped), or `None` at the end of the stream.
 async fn next_event(s: &mut EventStream) -> Option<(String, Value)> {
@@ -57,7 +58,7 @@ async fn open_streams(env: &Env) -> Value {
 }
 
 async fn no_stream_open(env: &Env) {
-    eventually("no stream open", WAIT, || async {
+    eventually("no stream open", || async {
         let v = open_streams(env).await;
         (v["total"] == json!(0)).then_some(())
     })

@@ -2,8 +2,6 @@
 //! site, a volume is served on its primary node's site, and demote and promote with
 //! `?site=` move it between them with the control plane's status codes.
 
-use std::time::Duration;
-
 use simplyblock_controlplane::*;
 
 use crate::common::*;
@@ -28,19 +26,15 @@ async fn add_site(c: &Client, cluster: Uuid, site: &str, workers: &[&str]) -> Ve
         .await
         .expect("node add");
     }
-    eventually(
-        "the site's nodes online",
-        Duration::from_secs(10),
-        || async {
-            let nodes = c.list_storage_nodes(cluster).await.ok()?;
-            let new: Vec<Uuid> = nodes
-                .iter()
-                .filter(|n| !before.contains(&n.id) && n.status == NodeStatus::Online)
-                .map(|n| n.id)
-                .collect();
-            (new.len() == workers.len()).then_some(new)
-        },
-    )
+    eventually("the site's nodes online", || async {
+        let nodes = c.list_storage_nodes(cluster).await.ok()?;
+        let new: Vec<Uuid> = nodes
+            .iter()
+            .filter(|n| !before.contains(&n.id) && n.status == NodeStatus::Online)
+            .map(|n| n.id)
+            .collect();
+        (new.len() == workers.len()).then_some(new)
+    })
     .await
 }
 
@@ -56,7 +50,7 @@ async fn sync_demote_and_promote_move_a_volume_between_sites() {
     let east = add_site(c, cluster, "east", &["w1", "w2"]).await;
     let west = add_site(c, cluster, "west", &["w3", "w4"]).await;
     c.activate_cluster(cluster).await.expect("activate");
-    eventually("cluster active", Duration::from_secs(10), || async {
+    eventually("cluster active", || async {
         (c.get_cluster(cluster).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -203,7 +197,7 @@ async fn sync_group_demote_and_promote_act_on_every_member() {
     let east = add_site(c, cluster, "east", &["w1", "w2"]).await;
     let west = add_site(c, cluster, "west", &["w3", "w4"]).await;
     c.activate_cluster(cluster).await.expect("activate");
-    eventually("cluster active", Duration::from_secs(10), || async {
+    eventually("cluster active", || async {
         (c.get_cluster(cluster).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;

@@ -67,13 +67,13 @@ async fn two_sites_with(files: bool) -> (Sites, std::path::PathBuf) {
             .await
             .expect("add a node to site B");
     }
-    eventually("site B nodes online", Duration::from_secs(10), || async {
+    eventually("site B nodes online", || async {
         let n = c.list_storage_nodes(b.id).await.ok()?;
         (n.len() == 2 && n.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
     })
     .await;
     c.activate_cluster(b.id).await.expect("activate site B");
-    eventually("site B active", Duration::from_secs(10), || async {
+    eventually("site B active", || async {
         (c.get_cluster(b.id).await.ok()?.status == ClusterStatus::Active).then_some(())
     })
     .await;
@@ -143,7 +143,7 @@ async fn protect(s: &Sites, site: Site, vol: Uuid) -> Uuid {
     c.volume_replication_action(site.cluster, site.pool, vol, "trigger")
         .await
         .expect("trigger");
-    eventually("the replica exists", Duration::from_secs(10), || async {
+    eventually("the replica exists", || async {
         let r = c
             .volume_replication(site.cluster, site.pool, vol)
             .await
@@ -322,27 +322,21 @@ async fn replication_between_two_sites_follows_the_policy_schedule() {
         .await
         .expect("start");
     // No trigger: the schedule alone snapshots, once per interval of sim time.
-    let rel = eventually(
-        "two scheduled snapshots",
-        Duration::from_secs(20),
-        || async {
-            let tasks = c
-                .volume_replication_tasks(s.a.cluster, s.a.pool, vol)
-                .await
-                .ok()?;
-            let done = tasks
-                .iter()
-                .filter(|t| {
-                    t.function_name == "snapshot_replication" && t.status == TaskStatus::Done
-                })
-                .count();
-            let r = c
-                .volume_replication(s.a.cluster, s.a.pool, vol)
-                .await
-                .ok()?;
-            (done >= 2).then_some(r)
-        },
-    )
+    let rel = eventually("two scheduled snapshots", || async {
+        let tasks = c
+            .volume_replication_tasks(s.a.cluster, s.a.pool, vol)
+            .await
+            .ok()?;
+        let done = tasks
+            .iter()
+            .filter(|t| t.function_name == "snapshot_replication" && t.status == TaskStatus::Done)
+            .count();
+        let r = c
+            .volume_replication(s.a.cluster, s.a.pool, vol)
+            .await
+            .ok()?;
+        (done >= 2).then_some(r)
+    })
     .await;
     assert_eq!(rel.state, ReplicationState::Replicating);
     assert_eq!(rel.direction, ReplicationDirection::ToTarget);
@@ -519,14 +513,10 @@ async fn demote_failover_failback_and_reaping_across_sites() {
     c.delete_volume(a.cluster, a.pool, other)
         .await
         .expect("reap");
-    let gone = eventually(
-        "the old primary is reaped",
-        Duration::from_secs(10),
-        || async {
-            let v = c.get_volume(a.cluster, a.pool, other).await.ok()?;
-            (v.status == VolumeStatus::Deleted).then_some(v)
-        },
-    )
+    let gone = eventually("the old primary is reaped", || async {
+        let v = c.get_volume(a.cluster, a.pool, other).await.ok()?;
+        (v.status == VolumeStatus::Deleted).then_some(v)
+    })
     .await;
     assert_eq!(gone.id, other);
     let listed = c.list_volumes(a.cluster, a.pool).await.expect("A volumes");
@@ -574,14 +564,10 @@ async fn a_twelve_move_chain_alternating_sites_walks_to_its_active_end() {
         c.delete_volume(here.cluster, here.pool, vol)
             .await
             .expect("reap the old primary");
-        eventually(
-            "the old primary is reaped",
-            Duration::from_secs(10),
-            || async {
-                let v = c.get_volume(here.cluster, here.pool, vol).await.ok()?;
-                (v.status == VolumeStatus::Deleted).then_some(())
-            },
-        )
+        eventually("the old primary is reaped", || async {
+            let v = c.get_volume(here.cluster, here.pool, vol).await.ok()?;
+            (v.status == VolumeStatus::Deleted).then_some(())
+        })
         .await;
         members.push((there.cluster, replica));
     }
@@ -1074,7 +1060,7 @@ async fn a_consistency_group_replicates_fails_over_and_back_as_one() {
             .consistency_group
     );
 
-    let generation = eventually("a complete generation", Duration::from_secs(10), || async {
+    let generation = eventually("a complete generation", || async {
         c.latest_replicated_generation(a.cluster, p.id)
             .await
             .ok()
@@ -1106,7 +1092,7 @@ async fn a_consistency_group_replicates_fails_over_and_back_as_one() {
             .role,
         "source"
     );
-    eventually("the group is demoted", Duration::from_secs(10), || async {
+    eventually("the group is demoted", || async {
         (c.demote_group_replication(a.cluster, g.id).await.ok()? == DemoteOutcome::Done)
             .then_some(())
     })

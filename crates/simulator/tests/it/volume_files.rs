@@ -1,8 +1,6 @@
 //! `--volume-files`: each volume and snapshot is a sparse file of its size that follows
 //! create, snapshot, clone, resize and delete through the API.
 
-use std::time::Duration;
-
 use crate::common::*;
 use simplyblock_controlplane::*;
 
@@ -66,7 +64,7 @@ async fn volume_files_follow_the_api() {
         .expect("resize");
     assert_eq!(std::fs::metadata(&vf).expect("file").len(), 3 << 30);
     c.delete_volume(cid, pool.id, v).await.expect("delete");
-    eventually("volume file removed", Duration::from_secs(10), || async {
+    eventually("volume file removed", || async {
         (!vf.exists()).then_some(())
     })
     .await;
