@@ -629,9 +629,35 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
             ],
         ),
     ];
+    let admin = |path: &str, body: Value| {
+        let cp = d.cp.clone();
+        let path = format!("/../../_sim/{path}");
+        async move {
+            let r = cp
+                .raw(Method::PUT, &path, &[], Some(&body))
+                .await
+                .expect("sbsim admin");
+            assert!(r.status < 300, "{path}: {}", r.status);
+        }
+    };
     let ops: Api<StorageClusterOps> = Api::namespaced(d.kube.clone(), &d.ns);
     for (action, steps, expected) in actions {
         let name = format!("crash-{}", action.to_lowercase());
+        // An expansion killed after its call is judged by the restarted operator seeing
+        // the cluster still expanding (the record alone cannot say the call went out): the
+        // simulated clock holds the expansion until that operator has looked, however long
+        // its start takes.
+        let held_at = if action == "Expand" {
+            let clock =
+                d.cp.raw(Method::GET, "/../../_sim/clock", &[], None)
+                    .await
+                    .expect("the simulated clock");
+            let scale = clock.json().and_then(|c| c["scale"].as_f64());
+            admin("clock", json!({"scale": 0.0})).await;
+            Some(scale.expect("the clock's scale"))
+        } else {
+            None
+        };
         let from = calls(&d.cp).await.len();
         let op: StorageClusterOps = serde_json::from_value(json!({
             "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
@@ -654,6 +680,14 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
             assert!(abort_at(&d, &point, finished).await, "{point} never fired");
         }
         let mut child = d.operator(None);
+        if let Some(scale) = held_at {
+            crate::support::until("the restarted operator to see the expansion", async || {
+                let message = ops.get(&name).await.ok()?.status?.message?;
+                message.contains("the cluster is expanding").then_some(())
+            })
+            .await;
+            admin("clock", json!({"scale": scale})).await;
+        }
         let done = crate::support::until(&format!("{name} to finish"), async || {
             ops.get(&name)
                 .await
@@ -678,17 +712,6 @@ async fn a_kill_after_every_non_idempotent_step_of_a_deployment_changes_nothing(
 
     // CancelTask on a node add held open: every attempt fails and the frozen clock keeps
     // the task in the queue until the cancel has been sent, killed after, and awaited.
-    let admin = |path: &str, body: Value| {
-        let cp = d.cp.clone();
-        let path = format!("/../../_sim/{path}");
-        async move {
-            let r = cp
-                .raw(Method::PUT, &path, &[], Some(&body))
-                .await
-                .expect("sbsim admin");
-            assert!(r.status < 300, "{path}: {}", r.status);
-        }
-    };
     admin("faults", json!({"spec": "taskfail:name=node_add"})).await;
     admin("clock", json!({"scale": 0.0})).await;
     let cluster = d.cp.list_clusters().await.expect("clusters")[0].id;
