@@ -139,7 +139,11 @@ async fn the_driver_follows_the_secret_and_never_forgets_a_volume() {
     // With the cluster back in the secret the retried delete goes through.
     secret.update(&ours);
     ctl.delete_volume(delete(&v)).await.expect("delete");
-    assert_eq!(volume_count().await, 1);
+    // The control plane deletes in the background: the volume goes, the other stays.
+    simplyblock_testenv::wait::until("the deleted volume gone", async || {
+        (volume_count().await == 1).then_some(())
+    })
+    .await;
     // A handle the driver never issued still names nothing to delete.
     ctl.delete_volume(csi::DeleteVolumeRequest {
         volume_id: "reallyfakevolumeid".into(),

@@ -391,6 +391,13 @@ async fn a_pool_already_gone_from_the_control_plane_is_not_deleted_again() {
     h.cp.delete_volume(h.uuid, pool_id, volume)
         .await
         .expect("volume deleted");
+    // The control plane deletes a volume in the background, and refuses to delete a pool
+    // that still holds one.
+    crate::support::until("the volume gone from the control plane", async || {
+        let left = h.cp.list_volumes(h.uuid, pool_id).await.ok()?;
+        left.is_empty().then_some(())
+    })
+    .await;
     h.cp.delete_pool(h.uuid, pool_id)
         .await
         .expect("pool deleted");
