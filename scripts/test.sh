@@ -81,9 +81,12 @@ cargo build --manifest-path fuzz/Cargo.toml --bins
 step "tests: every test binary, the longest first"
 # SIMPLYBLOCK_TEST_JOBS binaries at once (one by default: on two cores, binaries side by
 # side saturate the CPU and the crash and stream tests' timing with it); each runs
-# RUST_TEST_THREADS tests at once, libtest's default when unset. The real-node tests take
-# turns on their own (a machine-wide lock).
+# RUST_TEST_THREADS tests at once, four unless set: an integration test spends most of its
+# time waiting on an API server or the simulated control plane, and twice the cores of
+# tests at once take about two thirds of the time that one a core takes. The real-node
+# tests take turns on their own (a machine-wide lock).
 jobs=${SIMPLYBLOCK_TEST_JOBS:-1}
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-4}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 cargo test --workspace --no-run --message-format=json-render-diagnostics > "$logs/build.json"
