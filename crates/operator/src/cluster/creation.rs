@@ -2,16 +2,16 @@
 //! → ResolvingConfig → Creating → Adopting → Persisting) as one pass of three parts:
 //!
 //! - [`observe`] reads what the current step needs, and only that; it writes nothing;
-//! - [`plan`] decides, purely, what the step does next with what was read;
-//! - [`execute`] performs the plan's writes and its one control-plane call.
+//! - [`plan`] decides, purely, what the step does next with what was read: one
+//!   [`Plan`] of the machine runtime, whose calls ([`CreationCall`]) are this kind's own;
+//! - the runtime's [`machine::execute`] performs it, with [`Creation`] as the writer of
+//!   the creation status and the caller of the one control-plane call.
 //!
 //! Every step is written to `status.step` before its side effect, and every side effect is
 //! preceded by a look at whether it already happened: a cluster created by a request whose
 //! answer was lost is found by name and adopted, never created twice. The claim is written
 //! only onto the resourceVersion it was decided from, and the identity the create call
 //! answers with is stored in its Secret before anything else can fail.
-
-use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,6 +31,7 @@ use super::params::{self, BackupCredentials, ConfigError};
 use super::status::{write_steady, write_step};
 use crate::runtime::context::{Context, requeue};
 use crate::runtime::kit::{Error, Guard};
+use crate::runtime::machine::{self, After, Entity, Move, Pass, Plan, Stage, Status};
 
 /// What one pass of the creation machine read. Each field is read only in the steps named
 /// beside it; elsewhere it stays empty.
@@ -62,25 +63,9 @@ pub struct Reported {
     pub tasks: Vec<Task>,
 }
 
-/// What the current step does next.
+/// What the creation machine calls that is its own.
 #[derive(Clone, Debug, PartialEq)]
-pub enum CreationPlan {
-    /// The step's outcome is there: move to `to`. Under [`Guard::ResourceVersion`] (the
-    /// claim) only the writer whose read is still current moves the cluster on.
-    Advance {
-        to: CreationStep,
-        message: String,
-        guard: Guard,
-    },
-    /// Stay in the step: raise `reason` (a warning), write `message`, look again after
-    /// `after`.
-    Hold {
-        reason: &'static str,
-        message: String,
-        after: Duration,
-    },
-    /// Stay in the step with nothing new to say; look again after `after`.
-    Wait { after: Duration },
+pub enum CreationCall {
     /// Store `identity` in the cluster's Secret, then move to `to`; `adopted`: the cluster
     /// was not created by this operator, which an event says.
     Record {
@@ -88,10 +73,8 @@ pub enum CreationPlan {
         to: CreationStep,
         adopted: bool,
     },
-    /// Create the cluster in the control plane.
+    /// Create the cluster in the control plane, then record the identity it answers with.
     Create { body: Box<ClusterCreate> },
-    /// Back to the first step, saying why.
-    Restart { message: String },
     /// The control plane has the cluster: publish it to the CSI driver and write the
     /// steady-state `status`, which ends the machine.
     Finish {
@@ -99,6 +82,10 @@ pub enum CreationPlan {
         status: Box<StorageClusterStatus>,
     },
 }
+
+/// What the current step does next. The creation status has no fields of its own beyond
+/// the step, phase and message: the steady status replaces it whole.
+pub type CreationPlan = Plan<CreationStep, CreationCall, ()>;
 
 /// The notice of a step that outlived its deadline, raised once: when the cluster is not
 /// already Unavailable. The step goes on being retried.
@@ -129,22 +116,22 @@ pub fn holding_phase(machine: &Machine<'_, CreationStep>, now: Timestamp) -> Clu
 /// What `step` does next, given what was read. Pure.
 pub fn plan(step: CreationStep, status: &StorageClusterStatus, obs: &Observation) -> CreationPlan {
     // A read the step always makes is missing only if observe changed: look again.
-    let look_again = CreationPlan::Wait {
-        after: requeue::RETRY,
-    };
+    let look_again: CreationPlan = Plan::quiet(status.message.as_deref(), requeue::RETRY);
     match step {
-        CreationStep::Claiming => CreationPlan::Advance {
-            to: CreationStep::CheckingControlPlane,
+        // Like every write of the machine, onto the resourceVersion read: only the writer
+        // whose read is still current claims the cluster.
+        CreationStep::Claiming => Plan::Advance {
+            to: Move::To(CreationStep::CheckingControlPlane),
             message: "claimed; checking the control plane".into(),
-            guard: Guard::ResourceVersion,
+            kind_status: None,
         },
         CreationStep::CheckingControlPlane => match (&obs.not_ready, &obs.upgrade) {
-            (Some(why), _) => CreationPlan::Hold {
-                reason: "FDBNotReady",
+            (Some(why), _) => Plan::Wait {
                 message: format!(
                     "the control plane is not ready ({why}); the cluster is created once it is"
                 ),
                 after: requeue::RETRY,
+                event: Some("FDBNotReady"),
             },
             (None, Some(_)) => advance(CreationStep::Adopting),
             (None, None) => advance(CreationStep::ResolvingConfig),
@@ -159,38 +146,33 @@ pub fn plan(step: CreationStep, status: &StorageClusterStatus, obs: &Observation
         }
         CreationStep::Creating => match (&obs.existing, &obs.config) {
             // An earlier create whose answer was lost, or another writer.
-            (Some(existing), _) => CreationPlan::Record {
-                identity: existing.clone(),
-                to: CreationStep::Adopting,
-                adopted: false,
-            },
-            (None, Some(Ok(body))) => CreationPlan::Create {
-                body: Box::new(body.clone()),
+            (Some(existing), _) => record(existing.clone(), CreationStep::Adopting, false),
+            (None, Some(Ok(body))) => Plan::Call {
+                call: CreationCall::Create {
+                    body: Box::new(body.clone()),
+                },
+                message: "creating the cluster in the control plane".into(),
             },
             (None, Some(Err(e))) => hold_on_config(status, e),
             (None, None) => look_again,
         },
         CreationStep::Adopting => match obs.upgrade.as_ref().or(obs.existing.as_ref()) {
-            Some(found) => CreationPlan::Record {
-                identity: found.clone(),
-                to: CreationStep::Persisting,
-                adopted: true,
-            },
-            None => CreationPlan::Restart {
-                message: "nothing to adopt was found; creating the cluster afresh".into(),
-            },
+            Some(found) => record(found.clone(), CreationStep::Persisting, true),
+            None => restart("nothing to adopt was found; creating the cluster afresh"),
         },
         CreationStep::Persisting => match (&obs.stored, &obs.reported) {
-            (None, _) => CreationPlan::Restart {
-                message: "the cluster's Secret is missing; looking the cluster up again".into(),
-            },
+            (None, _) => restart("the cluster's Secret is missing; looking the cluster up again"),
             (Some(identity), Some(reported)) => {
                 let mut next = steady_status(status, &reported.cluster, &reported.tasks);
+                let message = format!("created in the control plane as {}", identity.uuid);
                 next.step = Default::default();
-                next.message = Some(format!("created in the control plane as {}", identity.uuid));
-                CreationPlan::Finish {
-                    identity: identity.clone(),
-                    status: Box::new(next),
+                next.message = Some(message.clone());
+                Plan::Call {
+                    call: CreationCall::Finish {
+                        identity: identity.clone(),
+                        status: Box::new(next),
+                    },
+                    message,
                 }
             }
             (Some(_), None) => look_again,
@@ -206,14 +188,12 @@ fn name_taken(status: &StorageClusterStatus, holder: &str) -> CreationPlan {
         "StorageCluster {holder} already holds this name in the control plane, which names clusters without their namespace; StorageClusters in different namespaces need different names: delete this one and create it under another name"
     );
     if status.message.as_deref() == Some(message.as_str()) {
-        return CreationPlan::Wait {
-            after: requeue::RESYNC,
-        };
+        return Plan::quiet(Some(&message), requeue::RESYNC);
     }
-    CreationPlan::Hold {
-        reason: "ClusterNameTaken",
+    Plan::Wait {
         message,
         after: requeue::RESYNC,
+        event: Some("ClusterNameTaken"),
     }
 }
 
@@ -251,10 +231,10 @@ pub fn after_failed_create(error: &str, exists: bool) -> CreationPlan {
     if exists {
         return advance(CreationStep::Adopting);
     }
-    CreationPlan::Hold {
-        reason: "ClusterCreationFailed",
+    Plan::Wait {
         message: format!("creating the cluster in the control plane failed: {error}"),
         after: requeue::RETRY,
+        event: Some("ClusterCreationFailed"),
     }
 }
 
@@ -262,10 +242,31 @@ pub fn after_failed_create(error: &str, exists: bool) -> CreationPlan {
 /// a stale copy (the informer behind the controller's own last write) must not write an
 /// earlier step over a later one, nor drop the fields the later one recorded.
 fn advance(to: CreationStep) -> CreationPlan {
-    CreationPlan::Advance {
-        to,
+    Plan::Advance {
+        to: Move::To(to),
         message: format!("creation step {}", to.name()),
-        guard: Guard::ResourceVersion,
+        kind_status: None,
+    }
+}
+
+/// Back to the first step, saying why.
+fn restart(message: &str) -> CreationPlan {
+    Plan::Advance {
+        to: Move::Restart,
+        message: message.into(),
+        kind_status: None,
+    }
+}
+
+/// Store `identity` as the cluster's, then move to `to`.
+fn record(identity: Identity, to: CreationStep, adopted: bool) -> CreationPlan {
+    Plan::Call {
+        call: CreationCall::Record {
+            identity,
+            to,
+            adopted,
+        },
+        message: format!("creation step {}", to.name()),
     }
 }
 
@@ -274,14 +275,12 @@ fn advance(to: CreationStep) -> CreationPlan {
 fn hold_on_config(status: &StorageClusterStatus, e: &ConfigError) -> CreationPlan {
     let message = e.to_string();
     if status.message.as_deref() == Some(message.as_str()) {
-        return CreationPlan::Wait {
-            after: requeue::RESYNC,
-        };
+        return Plan::quiet(Some(&message), requeue::RESYNC);
     }
-    CreationPlan::Hold {
-        reason: e.reason(),
+    Plan::Wait {
         message,
         after: requeue::RESYNC,
+        event: Some(e.reason()),
     }
 }
 
@@ -426,110 +425,96 @@ async fn resolve(
     ))
 }
 
-/// Performs `plan` for the step `machine` is in: its writes, in write-ahead order, and at
-/// most one control-plane call.
-pub async fn execute(
-    cluster: &StorageCluster,
-    mut machine: Machine<'_, CreationStep>,
-    plan: CreationPlan,
-    ctx: &Context,
-    now: Timestamp,
-) -> Result<Action, Error> {
-    match plan {
-        CreationPlan::Advance { to, message, guard } => {
-            if let Err(e) = machine.transition_to(to, now) {
-                // A controller bug, not a user's: say so and stop rather than loop.
-                tracing::error!(error = %e, "illegal creation transition");
-                return Ok(Action::await_change());
-            }
-            let creating = ClusterPhase::Creating;
-            if !write_step(ctx, cluster, creating, Some(&machine), Some(message), guard).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
-            }
-            Ok(Action::requeue(requeue::NEXT_STEP))
-        }
-        CreationPlan::Hold {
-            reason,
-            message,
-            after,
-        } => {
-            if !say(ctx, cluster, &machine, message.clone(), now).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
-            }
-            ctx.event(cluster, true, reason, message).await;
-            Ok(Action::requeue(after))
-        }
-        CreationPlan::Wait { after } => Ok(Action::requeue(after)),
-        CreationPlan::Record {
-            identity,
-            to,
-            adopted,
-        } => {
-            identity::write(ctx, cluster, &identity).await?;
-            if adopted {
-                let note = format!(
-                    "adopted control-plane cluster {} instead of creating one",
-                    identity.uuid
-                );
-                ctx.event(cluster, false, "ClusterAdopted", note).await;
-            }
-            Box::pin(execute(cluster, machine, advance(to), ctx, now)).await
-        }
-        CreationPlan::Create { body } => {
-            let created = ctx.control_plane()?.create_cluster(&body).await;
-            crate::runtime::crash::point(crate::runtime::crash::CLUSTER_CREATE);
-            let next = match created {
-                // The secret exists nowhere else it can be read back from reliably: it is
-                // recorded before anything else can fail.
-                Ok(created) => CreationPlan::Record {
-                    identity: Identity {
-                        uuid: created.id,
-                        secret: created.secret.expose().to_owned(),
-                    },
-                    to: CreationStep::Persisting,
-                    adopted: false,
-                },
-                Err(e) => {
-                    let exists = named(ctx, &cluster.name_any()).await?.is_some();
-                    after_failed_create(&e.to_string(), exists)
+/// The creation machine's writer and caller, for [`machine::execute`].
+pub struct Creation;
+
+impl Entity for Creation {
+    type Object = StorageCluster;
+    type Step = CreationStep;
+    type Call = CreationCall;
+    type Fields = ();
+
+    fn message(cluster: &StorageCluster) -> Option<&str> {
+        cluster.status.as_ref()?.message.as_deref()
+    }
+
+    async fn call(
+        &self,
+        pass: &mut Pass<'_, Self>,
+        call: CreationCall,
+        _message: String,
+    ) -> Result<After<Self>, Error> {
+        let (cluster, ctx) = (&pass.object, pass.ctx);
+        match call {
+            CreationCall::Record {
+                identity,
+                to,
+                adopted,
+            } => {
+                identity::write(ctx, cluster, &identity).await?;
+                if adopted {
+                    let note = format!(
+                        "adopted control-plane cluster {} instead of creating one",
+                        identity.uuid
+                    );
+                    ctx.event(cluster, false, "ClusterAdopted", note).await;
                 }
-            };
-            Box::pin(execute(cluster, machine, next, ctx, now)).await
-        }
-        CreationPlan::Restart { message } => {
-            machine.reset(now);
-            if !say(ctx, cluster, &machine, message, now).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
+                Ok(After::Plan(advance(to).into()))
             }
-            Ok(Action::requeue(requeue::NEXT_STEP))
-        }
-        CreationPlan::Finish { identity, status } => {
-            identity::publish_csi_entry(ctx, cluster, &identity).await?;
-            write_steady(ctx, cluster, &status).await?;
-            Ok(Action::requeue(requeue::NEXT_STEP))
+            CreationCall::Create { body } => {
+                let created = ctx.control_plane()?.create_cluster(&body).await;
+                crate::runtime::crash::point(crate::runtime::crash::CLUSTER_CREATE);
+                let next = match created {
+                    // The secret exists nowhere else it can be read back from reliably: it
+                    // is recorded before anything else can fail.
+                    Ok(created) => record(
+                        Identity {
+                            uuid: created.id,
+                            secret: created.secret.expose().to_owned(),
+                        },
+                        CreationStep::Persisting,
+                        false,
+                    ),
+                    Err(e) => {
+                        let exists = named(ctx, &cluster.name_any()).await?.is_some();
+                        after_failed_create(&e.to_string(), exists)
+                    }
+                };
+                Ok(After::Plan(next.into()))
+            }
+            CreationCall::Finish { identity, status } => {
+                identity::publish_csi_entry(ctx, cluster, &identity).await?;
+                write_steady(ctx, cluster, &status).await?;
+                Ok(After::requeue(requeue::NEXT_STEP))
+            }
         }
     }
-}
 
-/// Writes the step and `message` in the [`holding_phase`], unless the cluster moved since
-/// it was read (`false`: decide again on the newer copy).
-async fn say(
-    ctx: &Context,
-    cluster: &StorageCluster,
-    machine: &Machine<'_, CreationStep>,
-    message: String,
-    now: Timestamp,
-) -> Result<bool, Error> {
-    let phase = holding_phase(machine, now);
-    write_step(
-        ctx,
-        cluster,
-        phase,
-        Some(machine),
-        Some(message),
-        Guard::ResourceVersion,
-    )
-    .await
+    /// A held step writes the [`holding_phase`]; the machine plans no ending of its own
+    /// (its finish writes the steady status), so a failure would only be Unavailable.
+    async fn write(
+        &self,
+        ctx: &Context,
+        cluster: &StorageCluster,
+        status: Status<'_, CreationStep, ()>,
+    ) -> Result<Option<StorageCluster>, Error> {
+        let phase = match status.stage {
+            Stage::Running | Stage::Succeeded => ClusterPhase::Creating,
+            Stage::Holding => holding_phase(status.machine, status.now),
+            Stage::Failed => ClusterPhase::Unavailable,
+        };
+        let machine = Some(status.machine);
+        let message = Some(status.message);
+        write_step(
+            ctx,
+            cluster,
+            phase,
+            machine,
+            message,
+            Guard::ResourceVersion,
+        )
+        .await
+    }
 }
 
 /// One pass of the creation machine: restore the step, note a missed deadline, then
@@ -546,7 +531,8 @@ pub async fn create(
             let message = format!("the stored creation step cannot be resumed: {e}");
             let unavailable = ClusterPhase::Unavailable;
             let guard = Guard::ResourceVersion;
-            if !write_step(ctx, cluster, unavailable, None, Some(message), guard).await? {
+            let written = write_step(ctx, cluster, unavailable, None, Some(message), guard).await?;
+            if written.is_none() {
                 return Ok(Action::requeue(requeue::CONFLICT));
             }
             return Ok(Action::await_change());
@@ -563,7 +549,7 @@ pub async fn create(
             Guard::ResourceVersion,
         )
         .await?;
-        if !written {
+        if written.is_none() {
             return Ok(Action::requeue(requeue::CONFLICT));
         }
         // Said once: the cluster is Unavailable from now on, which holds the notice back.
@@ -574,7 +560,7 @@ pub async fn create(
     }
     let obs = observe(cluster, machine.state(), ctx).await?;
     let next = plan(machine.state(), status, &obs);
-    execute(cluster, machine, next, ctx, now).await
+    machine::execute(&Creation, ctx, cluster.clone(), machine, next.into(), now).await
 }
 
 #[cfg(test)]

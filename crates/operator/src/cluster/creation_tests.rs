@@ -1,6 +1,8 @@
 //! The creation machine's plans over observations, without an API server or a control
 //! plane: given this step and this observation, the next thing is that.
 
+use std::time::Duration;
+
 use CreationStep::*;
 use simplyblock_controlplane::{ClusterStatus, Uuid};
 
@@ -38,21 +40,55 @@ fn plan_of(step: CreationStep, obs: Observation) -> CreationPlan {
 }
 
 fn advanced(to: CreationStep) -> CreationPlan {
-    CreationPlan::Advance {
-        to,
+    Plan::Advance {
+        to: Move::To(to),
         message: format!("creation step {}", to.name()),
-        guard: Guard::ResourceVersion,
+        kind_status: None,
+    }
+}
+
+fn recorded(n: u128, to: CreationStep, adopted: bool) -> CreationPlan {
+    Plan::Call {
+        call: CreationCall::Record {
+            identity: id(n),
+            to,
+            adopted,
+        },
+        message: format!("creation step {}", to.name()),
+    }
+}
+
+fn restarted(message: &str) -> CreationPlan {
+    Plan::Advance {
+        to: Move::Restart,
+        message: message.into(),
+        kind_status: None,
+    }
+}
+
+/// The reason a plan holds its step under, with its message; a plan that is no hold
+/// fails the test.
+fn held(plan: &CreationPlan) -> (&'static str, &str) {
+    match plan {
+        Plan::Wait {
+            event: Some(reason),
+            message,
+            ..
+        } => (*reason, message),
+        other => panic!("not a hold: {other:?}"),
     }
 }
 
 #[test]
 fn claiming_moves_on_only_under_the_resource_version_read() {
+    // The claim is a move like any other: the machine runtime writes every move onto the
+    // resourceVersion the pass read, which makes it the claim.
     assert_eq!(
         plan_of(Claiming, Observation::default()),
-        CreationPlan::Advance {
-            to: CheckingControlPlane,
+        Plan::Advance {
+            to: Move::To(CheckingControlPlane),
             message: "claimed; checking the control plane".into(),
-            guard: Guard::ResourceVersion,
+            kind_status: None,
         }
     );
 }
@@ -65,10 +101,10 @@ fn an_unready_control_plane_holds_the_check_and_says_why() {
     };
     assert_eq!(
         plan_of(CheckingControlPlane, obs),
-        CreationPlan::Hold {
-            reason: "FDBNotReady",
+        Plan::Wait {
             message: "the control plane is not ready (503 Service Unavailable); the cluster is created once it is".into(),
             after: requeue::RETRY,
+            event: Some("FDBNotReady"),
         }
     );
 }
@@ -104,19 +140,17 @@ fn a_config_error_is_said_once_then_waited_on() {
         };
         assert_eq!(
             plan(step, &stored(None), &obs()),
-            CreationPlan::Hold {
-                reason: "InvalidConfig",
+            Plan::Wait {
                 message: hugepages().to_string(),
                 after: requeue::RESYNC,
+                event: Some("InvalidConfig"),
             },
             "{step}"
         );
         let said = stored(Some(&hugepages().to_string()));
         assert_eq!(
             plan(step, &said, &obs()),
-            CreationPlan::Wait {
-                after: requeue::RESYNC
-            },
+            Plan::quiet(Some(&hugepages().to_string()), requeue::RESYNC),
             "{step}"
         );
     }
@@ -129,10 +163,8 @@ fn a_missing_backup_secret_is_held_under_its_own_reason() {
         config: Some(Err(e)),
         ..Observation::default()
     };
-    let CreationPlan::Hold { reason, .. } = plan_of(ResolvingConfig, obs) else {
-        panic!("a config error holds the step");
-    };
-    assert_eq!(reason, "BackupCredentialsError");
+    let config_held = plan_of(ResolvingConfig, obs);
+    assert_eq!(held(&config_held).0, "BackupCredentialsError");
 }
 
 #[test]
@@ -143,14 +175,7 @@ fn creating_records_a_cluster_of_the_name_that_is_there_already_instead_of_creat
         config: Some(Ok(body())),
         ..Observation::default()
     };
-    assert_eq!(
-        plan_of(Creating, obs),
-        CreationPlan::Record {
-            identity: id(3),
-            to: Adopting,
-            adopted: false,
-        }
-    );
+    assert_eq!(plan_of(Creating, obs), recorded(3, Adopting, false));
 }
 
 #[test]
@@ -161,8 +186,11 @@ fn creating_without_a_cluster_of_the_name_calls_create_with_the_body() {
     };
     assert_eq!(
         plan_of(Creating, obs),
-        CreationPlan::Create {
-            body: Box::new(body())
+        Plan::Call {
+            call: CreationCall::Create {
+                body: Box::new(body())
+            },
+            message: "creating the cluster in the control plane".into(),
         }
     );
 }
@@ -175,10 +203,10 @@ fn a_failed_create_whose_cluster_exists_is_adopted_not_retried() {
     );
     assert_eq!(
         after_failed_create("400: name taken", false),
-        CreationPlan::Hold {
-            reason: "ClusterCreationFailed",
+        Plan::Wait {
             message: "creating the cluster in the control plane failed: 400: name taken".into(),
             after: requeue::RETRY,
+            event: Some("ClusterCreationFailed"),
         }
     );
 }
@@ -190,11 +218,7 @@ fn adopting_prefers_the_upgrade_secret_then_the_cluster_of_the_name() {
         existing: Some(id(2)),
         ..Observation::default()
     };
-    let adopt = |n| CreationPlan::Record {
-        identity: id(n),
-        to: Persisting,
-        adopted: true,
-    };
+    let adopt = |n| recorded(n, Persisting, true);
     assert_eq!(plan_of(Adopting, both), adopt(1));
     let named = Observation {
         existing: Some(id(2)),
@@ -207,9 +231,7 @@ fn adopting_prefers_the_upgrade_secret_then_the_cluster_of_the_name() {
 fn adopting_nothing_starts_the_machine_over() {
     assert_eq!(
         plan_of(Adopting, Observation::default()),
-        CreationPlan::Restart {
-            message: "nothing to adopt was found; creating the cluster afresh".into()
-        }
+        restarted("nothing to adopt was found; creating the cluster afresh")
     );
 }
 
@@ -217,9 +239,7 @@ fn adopting_nothing_starts_the_machine_over() {
 fn persisting_without_the_identity_secret_looks_the_cluster_up_again() {
     assert_eq!(
         plan_of(Persisting, Observation::default()),
-        CreationPlan::Restart {
-            message: "the cluster's Secret is missing; looking the cluster up again".into()
-        }
+        restarted("the cluster's Secret is missing; looking the cluster up again")
     );
 }
 
@@ -241,10 +261,15 @@ fn persisting_finishes_into_the_steady_status_of_the_stored_identity() {
     };
     let mut current = stored(Some("creation step Persisting"));
     current.step = CREATION_GRAPH.start(now()).snapshot();
-    let CreationPlan::Finish { identity, status } = plan(Persisting, &current, &obs) else {
+    let Plan::Call {
+        call: CreationCall::Finish { identity, status },
+        message,
+    } = plan(Persisting, &current, &obs)
+    else {
         panic!("a stored identity the control plane knows finishes the machine");
     };
     assert_eq!(identity, id(5));
+    assert_eq!(Some(message), status.message);
     assert_eq!(
         status.uuid.as_deref(),
         Some(id(5).uuid.to_string().as_str())
@@ -258,16 +283,20 @@ fn persisting_finishes_into_the_steady_status_of_the_stored_identity() {
 
 #[test]
 fn a_read_the_step_needs_but_did_not_get_is_looked_at_again() {
-    let look_again = CreationPlan::Wait {
-        after: requeue::RETRY,
-    };
+    // Nothing new is said: the stored message stands.
+    let look_again = Plan::quiet(None, requeue::RETRY);
     assert_eq!(plan_of(ResolvingConfig, Observation::default()), look_again);
     assert_eq!(plan_of(Creating, Observation::default()), look_again);
-    let unreported = Observation {
+    let unreported = || Observation {
         stored: Some(id(5)),
         ..Observation::default()
     };
-    assert_eq!(plan_of(Persisting, unreported), look_again);
+    assert_eq!(plan_of(Persisting, unreported()), look_again);
+    let said = stored(Some("creation step Persisting"));
+    assert_eq!(
+        plan(Persisting, &said, &unreported()),
+        Plan::quiet(Some("creation step Persisting"), requeue::RETRY)
+    );
 }
 
 #[test]
@@ -349,22 +378,17 @@ fn a_name_held_elsewhere_neither_creates_nor_adopts_and_is_said_once() {
         ..Observation::default()
     };
     for step in [Creating, Adopting] {
-        let CreationPlan::Hold {
-            reason, message, ..
-        } = plan_of(step, obs())
-        else {
-            panic!("{step:?} did not hold");
-        };
+        let taken = plan_of(step, obs());
+        let (reason, message) = held(&taken);
         assert_eq!(reason, "ClusterNameTaken");
         assert!(
             message.starts_with("StorageCluster a/sb already holds this name"),
             "{message}"
         );
+        assert!(matches!(&taken, Plan::Wait { after, .. } if *after == requeue::RESYNC));
         assert_eq!(
-            plan(step, &stored(Some(&message)), &obs()),
-            CreationPlan::Wait {
-                after: requeue::RESYNC
-            }
+            plan(step, &stored(Some(message)), &obs()),
+            Plan::quiet(Some(message), requeue::RESYNC)
         );
     }
 }

@@ -29,8 +29,8 @@ struct CreationStatus {
 }
 
 /// Writes the creation machine's position (and phase and message), before the step's
-/// side effect. Under [`Guard::ResourceVersion`], `false`: the object moved since it was
-/// read and nothing was written.
+/// side effect, and returns the cluster as stored. Under [`Guard::ResourceVersion`],
+/// `None`: the object moved since it was read and nothing was written.
 pub async fn write_step(
     ctx: &Context,
     cluster: &StorageCluster,
@@ -38,7 +38,7 @@ pub async fn write_step(
     machine: Option<&Machine<'_, CreationStep>>,
     message: Option<String>,
     guard: Guard,
-) -> Result<bool, Error> {
+) -> Result<Option<StorageCluster>, Error> {
     let status = CreationStatus {
         phase,
         step: machine.map(|m| m.snapshot()).unwrap_or_default(),
@@ -114,20 +114,22 @@ pub async fn write_steady(
     } else {
         Guard::None
     };
-    apply_unless_stale(ctx, cluster, &status, guard).await
+    Ok(apply_unless_stale(ctx, cluster, &status, guard)
+        .await?
+        .is_some())
 }
 
-/// [`kit::apply_status`], with a refused conditional write as `false` rather than an
+/// [`kit::apply_status`], with a refused conditional write as `None` rather than an
 /// error: the caller decides again on the newer version.
 async fn apply_unless_stale<S: Serialize>(
     ctx: &Context,
     cluster: &StorageCluster,
     status: &S,
     guard: Guard,
-) -> Result<bool, Error> {
+) -> Result<Option<StorageCluster>, Error> {
     match kit::apply_status(&ctx.kube, cluster, MANAGER, status, guard).await {
-        Ok(_) => Ok(true),
-        Err(Error::Stale(_)) => Ok(false),
+        Ok(written) => Ok(Some(written)),
+        Err(Error::Stale(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -8,7 +8,8 @@
 //! any number of passes produce the same nodes.
 //!
 //! A pass of the expansion is `observe` (reads only, what the step needs), the pure
-//! [`plan::plan`] over it, and `Pass::execute`, which performs the plan's writes.
+//! [`plan::plan`] over it, and the machine runtime's `execute`, which performs the plan
+//! with [`Expansion`] as the document's status writer and caller.
 //!
 //! A document has no finalizer, so the controller never sees one go: after every pass,
 //! and every [`SWEEP_INTERVAL`], the phase series of the documents its cache no longer
@@ -36,10 +37,11 @@ use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_statemachine::Machine;
 
 use super::expansion::{self, CLUSTER_LABEL};
-use super::plan::{self, Advance, ExpansionPlan, Observation};
+use super::plan::{self, ExpansionCall, Observation, Refs};
 use super::{validation, world};
 use crate::runtime::context::{Context, requeue};
 use crate::runtime::kit::{self, Error, Guard};
+use crate::runtime::machine::{self, After, Entity, Note, Pass, Stage, Status};
 
 const MANAGER: &str = "clusterdeploymentconfig-controller";
 /// Set on approved documents, for selectors; output only.
@@ -208,15 +210,8 @@ async fn draft(
             ctx.event(doc, true, p.reason.as_str(), p.message.clone())
                 .await;
         }
-        write_status(
-            ctx,
-            doc,
-            DeploymentPhase::Draft,
-            None,
-            Change::message(message),
-            None,
-        )
-        .await?;
+        let draft = DeploymentPhase::Draft;
+        write_status(ctx, doc, draft, None, Some(message), Refs::default(), None).await?;
     }
     Ok(Action::requeue(requeue::RESYNC))
 }
@@ -248,29 +243,15 @@ async fn label_ready(
     }
 }
 
-/// What one status write changes; what it leaves `None` is restated as stored.
-#[derive(Default)]
-struct Change {
-    message: Option<String>,
-    cluster_ref: Option<String>,
-    node_refs: Option<Vec<String>>,
-}
-
-impl Change {
-    fn message(message: String) -> Change {
-        Change {
-            message: Some(message),
-            ..Change::default()
-        }
-    }
-}
-
+/// Writes the document's status onto the resourceVersion read: `message` and `refs`
+/// where given, the rest restated as stored.
 async fn write_status(
     ctx: &Context,
     doc: &ClusterDeploymentConfig,
     phase: DeploymentPhase,
     machine: Option<&Machine<'_, ExpansionStep>>,
-    change: Change,
+    message: Option<String>,
+    refs: Refs,
     started: Option<Timestamp>,
 ) -> Result<ClusterDeploymentConfig, Error> {
     let current = doc.status.clone().unwrap_or_default();
@@ -279,9 +260,9 @@ async fn write_status(
     let status = ClusterDeploymentConfigStatus {
         phase,
         step: machine.map(|m| m.snapshot()).unwrap_or(current.step),
-        cluster_ref: change.cluster_ref.or(current.cluster_ref),
-        node_refs: change.node_refs.unwrap_or(current.node_refs),
-        message: change.message.or(current.message),
+        cluster_ref: refs.cluster_ref.or(current.cluster_ref),
+        node_refs: refs.node_refs.unwrap_or(current.node_refs),
+        message: message.or(current.message),
         observed_generation: doc.metadata.generation,
         expansion_started_at: started.map(Time),
     };
@@ -295,25 +276,23 @@ async fn expand(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let now = Timestamp::now();
-    let pass = Pass {
-        doc,
-        written: std::sync::Mutex::new(None),
-        ctx,
+    let entity = Expansion {
         // The stored start, or this first pass after approval.
         started: status.expansion_started_at.as_ref().map_or(now, |t| t.0),
-        now,
     };
-    let machine = match plan::restore(status, now) {
-        Ok(m) => m,
-        Err(e) => {
-            let fresh = EXPANSION_GRAPH.start(now);
-            return pass.fail(&fresh, "UnknownStep", e.to_string()).await;
+    let (machine, next) = match plan::restore(status, now) {
+        Ok(machine) => {
+            let target = expansion::target_cluster(doc);
+            let observation = observe(doc, status, machine.state(), target, ctx).await?;
+            let next = plan::plan(&machine, doc, status, &observation, now);
+            (machine, next)
         }
+        Err(e) => (
+            EXPANSION_GRAPH.start(now),
+            plan::fail("UnknownStep", e.to_string()),
+        ),
     };
-    let target = expansion::target_cluster(doc);
-    let observation = observe(doc, status, machine.state(), target, ctx).await?;
-    let next = plan::plan(&machine, doc, status, &observation, now);
-    pass.execute(next, machine).await
+    machine::execute(&entity, ctx, doc.clone(), machine, next, now).await
 }
 
 /// Reads what `step`'s plan needs, and nothing else. No writes.
@@ -376,44 +355,73 @@ async fn cluster_nodes(ctx: &Context, ns: &str, cluster: &str) -> Result<Vec<Sto
         .items)
 }
 
-/// What one expansion pass writes with: the document, and when the expansion began.
-struct Pass<'a> {
-    doc: &'a ClusterDeploymentConfig,
-    /// The document as this pass last stored it: a second write goes onto that version.
-    written: std::sync::Mutex<Option<ClusterDeploymentConfig>>,
-    ctx: &'a Context,
+/// The expansion's writer and caller, for the machine runtime: one pass over one
+/// document whose expansion began at `started`.
+struct Expansion {
     started: Timestamp,
-    now: Timestamp,
 }
 
-impl Pass<'_> {
-    /// Performs `next`: the writes, in the order crash-safety needs.
-    async fn execute(
+impl Entity for Expansion {
+    type Object = ClusterDeploymentConfig;
+    type Step = ExpansionStep;
+    type Call = ExpansionCall;
+    type Fields = Refs;
+
+    fn message(doc: &ClusterDeploymentConfig) -> Option<&str> {
+        doc.status.as_ref()?.message.as_deref()
+    }
+
+    /// Expanding until the machine ends Expanded (its duration measured) or Failed.
+    async fn write(
         &self,
-        next: ExpansionPlan,
-        mut machine: Machine<'_, ExpansionStep>,
-    ) -> Result<Action, Error> {
-        let (doc, ctx) = (self.doc, self.ctx);
-        match next {
-            ExpansionPlan::Begin { message } => {
-                self.write(
-                    DeploymentPhase::Expanding,
-                    &machine,
-                    Change::message(message),
-                )
-                .await?;
-                Ok(Action::requeue(requeue::NEXT_STEP))
+        ctx: &Context,
+        doc: &ClusterDeploymentConfig,
+        status: Status<'_, ExpansionStep, Refs>,
+    ) -> Result<Option<ClusterDeploymentConfig>, Error> {
+        let phase = match status.stage {
+            Stage::Running | Stage::Holding => DeploymentPhase::Expanding,
+            Stage::Succeeded => {
+                let seconds = status.now.duration_since(self.started).as_secs_f64();
+                super::metrics::expanded(&ctx.metrics, &namespace(doc), seconds);
+                DeploymentPhase::Expanded
             }
-            ExpansionPlan::Fail { reason, message } => self.fail(&machine, reason, message).await,
-            ExpansionPlan::Advance(then) => self.advance(&mut machine, then).await,
-            ExpansionPlan::CreateCluster { cluster, then } => {
+            Stage::Failed => DeploymentPhase::Failed,
+        };
+        let refs = status.fields.unwrap_or_default();
+        let machine = Some(status.machine);
+        let message = Some(status.message);
+        let started = Some(self.started);
+        match write_status(ctx, doc, phase, machine, message, refs, started).await {
+            Ok(written) => Ok(Some(written)),
+            Err(Error::Stale(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn failing(&self, ctx: &Context, doc: &ClusterDeploymentConfig, notes: &[Note]) {
+        for note in notes {
+            super::metrics::validation_failure(&ctx.metrics, &namespace(doc), note.reason);
+        }
+    }
+
+    async fn call(
+        &self,
+        pass: &mut Pass<'_, Self>,
+        call: ExpansionCall,
+        message: String,
+    ) -> Result<After<Self>, Error> {
+        let ctx = pass.ctx;
+        match call {
+            ExpansionCall::CreateCluster { cluster, then } => {
                 // Recorded first: a crash after the create finds the cluster as ours.
-                let record = Change {
+                let record = Refs {
                     cluster_ref: cluster.metadata.name.clone(),
-                    ..Change::default()
+                    node_refs: None,
                 };
-                self.write(DeploymentPhase::Expanding, &machine, record)
-                    .await?;
+                if !pass.write(Stage::Running, message, Some(record)).await? {
+                    return Ok(After::requeue(requeue::CONFLICT));
+                }
+                let doc = &pass.object;
                 let clusters: Api<StorageCluster> = kit::api_of(&ctx.kube, doc);
                 match clusters.create(&PostParams::default(), &cluster).await {
                     Ok(_) => {
@@ -423,17 +431,18 @@ impl Pass<'_> {
                     // Someone else's, created between the look and the create, or an
                     // earlier pass's: the next pass tells which.
                     Err(kube::Error::Api(s)) if s.code == 409 => {
-                        return Ok(Action::requeue(requeue::NEXT_STEP));
+                        return Ok(After::requeue(requeue::NEXT_STEP));
                     }
                     Err(e) => return Err(e.into()),
                 }
-                self.advance(&mut machine, then).await
+                Ok(After::Plan((*then).into()))
             }
-            ExpansionPlan::CreateNodes {
+            ExpansionCall::CreateNodes {
                 cluster,
                 nodes,
                 then,
             } => {
+                let doc = &pass.object;
                 let ns = namespace(doc);
                 let api: Api<StorageNode> = Api::namespaced(ctx.kube.clone(), &ns);
                 let mut created = 0;
@@ -450,105 +459,35 @@ impl Pass<'_> {
                         format!("created {created} StorageNode(s) for StorageCluster {cluster}");
                     ctx.event(doc, false, "NodesCreated", message).await;
                 }
-                self.advance(&mut machine, then).await
+                Ok(After::Plan((*then).into()))
             }
-            ExpansionPlan::Wait { announce } => {
-                if let Some(message) = announce {
-                    ctx.event(doc, false, "AwaitingNodes", message.clone())
-                        .await;
-                    self.write(
-                        DeploymentPhase::Expanding,
-                        &machine,
-                        Change::message(message),
-                    )
-                    .await?;
-                }
-                Ok(Action::requeue(requeue::RESYNC))
-            }
-            ExpansionPlan::Finish { activate, message } => {
-                if let Some(op) = activate {
-                    self.request_activation(&op).await?;
-                }
-                let seconds = self.now.duration_since(self.started).as_secs_f64();
-                super::metrics::expanded(&ctx.metrics, &namespace(doc), seconds);
-                self.write(
-                    DeploymentPhase::Expanded,
-                    &machine,
-                    Change::message(message),
-                )
-                .await?;
-                Ok(Action::await_change())
+            ExpansionCall::Activate { op, then } => {
+                request_activation(ctx, &pass.object, &op).await?;
+                Ok(After::Plan((*then).into()))
             }
         }
     }
+}
 
-    async fn request_activation(&self, op: &StorageClusterOps) -> Result<(), Error> {
-        let (doc, ctx) = (self.doc, self.ctx);
-        let ops: Api<StorageClusterOps> = kit::api_of(&ctx.kube, doc);
-        match ops.create(&PostParams::default(), op).await {
-            Ok(_) => {}
-            // Created by an earlier pass whose status write was lost.
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-        let message = format!(
-            "requested activation of StorageCluster {} ({})",
-            op.spec.cluster_ref,
-            op.name_any()
-        );
-        ctx.event(doc, false, "ActivationRequested", message).await;
-        Ok(())
+/// Creates `op`, the activation of the document's new cluster, unless an earlier pass
+/// did, and says so.
+async fn request_activation(
+    ctx: &Context,
+    doc: &ClusterDeploymentConfig,
+    op: &StorageClusterOps,
+) -> Result<(), Error> {
+    let ops: Api<StorageClusterOps> = kit::api_of(&ctx.kube, doc);
+    match ops.create(&PostParams::default(), op).await {
+        Ok(_) => {}
+        // Created by an earlier pass whose status write was lost.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
     }
-
-    async fn write(
-        &self,
-        phase: DeploymentPhase,
-        machine: &Machine<'_, ExpansionStep>,
-        change: Change,
-    ) -> Result<(), Error> {
-        let started = Some(self.started);
-        let base = self.latest();
-        let written = write_status(self.ctx, &base, phase, Some(machine), change, started).await?;
-        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = Some(written);
-        Ok(())
-    }
-
-    /// The document to write onto: as this pass last stored it, or as read.
-    fn latest(&self) -> ClusterDeploymentConfig {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.clone().unwrap_or_else(|| self.doc.clone())
-    }
-
-    async fn fail(
-        &self,
-        machine: &Machine<'_, ExpansionStep>,
-        reason: &str,
-        message: String,
-    ) -> Result<Action, Error> {
-        let (doc, ctx) = (self.doc, self.ctx);
-        super::metrics::validation_failure(&ctx.metrics, &namespace(doc), reason);
-        ctx.event(doc, true, reason, message.clone()).await;
-        let change = Change::message(format!("{reason}: {message}"));
-        self.write(DeploymentPhase::Failed, machine, change).await?;
-        Ok(Action::await_change())
-    }
-
-    async fn advance(
-        &self,
-        machine: &mut Machine<'_, ExpansionStep>,
-        then: Advance,
-    ) -> Result<Action, Error> {
-        if let Err(e) = machine.transition_to(then.to, self.now) {
-            tracing::error!(error = %e, "illegal expansion transition");
-            return Ok(Action::await_change());
-        }
-        let change = Change {
-            message: Some(then.message),
-            cluster_ref: then.cluster_ref,
-            node_refs: then.node_refs,
-        };
-        self.write(DeploymentPhase::Expanding, machine, change)
-            .await?;
-        Ok(Action::requeue(requeue::NEXT_STEP))
-    }
+    let message = format!(
+        "requested activation of StorageCluster {} ({})",
+        op.spec.cluster_ref,
+        op.name_any()
+    );
+    ctx.event(doc, false, "ActivationRequested", message).await;
+    Ok(())
 }

@@ -1,7 +1,9 @@
 //! The expansion machine's decisions: given the document, its status, its step and an
-//! [`Observation`] of the world, [`plan`] says the one next thing to do. Pure, so every
-//! step and branch is a table test; the controller reads the observation and performs
-//! the plan.
+//! [`Observation`] of the world, [`plan`] says the one next thing to do, as a [`Plan`] of
+//! the machine runtime over the document's own status fields ([`Refs`]) and its own calls
+//! ([`ExpansionCall`]). Pure, so every step and branch is a table test; the controller
+//! reads the observation, and the runtime performs the plan with the controller's writer
+//! and calls.
 //!
 //! | step | done when | otherwise |
 //! |---|---|---|
@@ -29,6 +31,8 @@ use simplyblock_statemachine::Machine;
 
 use super::expansion::{self, CREATED_BY_LABEL};
 use super::validation::{self, World};
+use crate::runtime::context::requeue;
+use crate::runtime::machine::{Move, Note, Noted, Plan};
 
 /// What a step's plan reads, gathered by the controller once per pass. Each step fills
 /// only its own fields; the others stay empty.
@@ -46,49 +50,45 @@ pub struct Observation {
     pub activation_requested: bool,
 }
 
-/// A move to the next step, with what the status records on the way.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Advance {
-    pub to: ExpansionStep,
-    pub message: String,
+/// The document's own status fields a plan writes; what is `None` stays as stored.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Refs {
+    /// The cluster this document expands.
     pub cluster_ref: Option<String>,
+    /// The StorageNodes this document describes.
     pub node_refs: Option<Vec<String>>,
 }
 
-/// The next thing an expansion pass does.
+/// The next thing an expansion pass does, without its events.
+pub type ExpansionPlan = Plan<ExpansionStep, ExpansionCall, Refs>;
+
+/// What the expansion calls that is its own. Each ends in `then`, the move its effect
+/// allows.
 #[derive(Clone, Debug)]
-pub enum ExpansionPlan {
-    /// Mark the expansion begun (phase Expanding, its start stamped) before judging it.
-    Begin { message: String },
-    /// The document cannot be expanded: phase Failed, an event `reason`, no retry.
-    Fail {
-        reason: &'static str,
-        message: String,
-    },
-    /// The step's outcome is there.
-    Advance(Advance),
-    /// Record the cluster as this document's, then create it, then advance: a crash after
-    /// the create finds the cluster recorded as ours.
+pub enum ExpansionCall {
+    /// Record the cluster as this document's (the call's message with its
+    /// `cluster_ref`), then create it: a crash after the create finds the cluster
+    /// recorded as ours.
     CreateCluster {
         cluster: Box<StorageCluster>,
-        then: Advance,
+        then: Box<ExpansionPlan>,
     },
-    /// Create the StorageNodes of the slots that have none, then advance.
+    /// Create the StorageNodes of the slots that have none.
     CreateNodes {
         cluster: String,
         nodes: Vec<StorageNode>,
-        then: Advance,
+        then: Box<ExpansionPlan>,
     },
-    /// Not there yet; look again later. `announce`: a new waiting message, written with
-    /// an `AwaitingNodes` event.
-    Wait { announce: Option<String> },
-    /// Every node is Online: request the activation (a new cluster whose request does not
-    /// exist yet), then end Expanded.
-    Finish {
-        activate: Option<Box<StorageClusterOps>>,
-        message: String,
+    /// Request the activation of a new cluster whose request does not exist yet.
+    Activate {
+        op: Box<StorageClusterOps>,
+        then: Box<ExpansionPlan>,
     },
 }
+
+/// The next thing an expansion pass does, with its events: a failure's reason, the
+/// announcement of a new count of nodes online.
+pub type NotedExpansion = Noted<ExpansionStep, ExpansionCall, Refs>;
 
 /// The machine `status.step` stores; a status from before approval starts over.
 pub fn restore(
@@ -118,7 +118,7 @@ pub fn plan(
     status: &ClusterDeploymentConfigStatus,
     obs: &Observation,
     now: Timestamp,
-) -> ExpansionPlan {
+) -> NotedExpansion {
     if machine.timed_out(now) {
         let message = format!("expansion step {} outlived its deadline", machine.state());
         return fail("StepDeadlineExceeded", message);
@@ -140,26 +140,39 @@ pub fn plan(
                 .and_then(|s| s.uuid.as_deref())
                 .is_some_and(|u| !u.is_empty());
             if !created {
-                return ExpansionPlan::Wait { announce: None };
+                return ExpansionPlan::quiet(status.message.as_deref(), requeue::RESYNC).into();
             }
-            advance(ExpansionStep::CreatingNodes, "creating the storage nodes")
+            advance(ExpansionStep::CreatingNodes, "creating the storage nodes").into()
         }
         ExpansionStep::CreatingNodes => creating_nodes(doc, target, obs),
         ExpansionStep::Activating => activating(doc, status, target, obs),
     }
 }
 
-fn fail(reason: &'static str, message: String) -> ExpansionPlan {
-    ExpansionPlan::Fail { reason, message }
+/// The document cannot be expanded: phase Failed, its message led by `reason`, and a
+/// warning event of `reason`; no retry.
+pub fn fail(reason: &'static str, message: String) -> NotedExpansion {
+    Noted {
+        plan: Plan::Fail(format!("{reason}: {message}")),
+        notes: vec![Note {
+            warning: true,
+            reason,
+            message,
+        }],
+    }
 }
 
 fn advance(to: ExpansionStep, message: impl Into<String>) -> ExpansionPlan {
-    ExpansionPlan::Advance(Advance {
-        to,
-        message: message.into(),
-        cluster_ref: None,
-        node_refs: None,
-    })
+    recording(to, message.into(), None)
+}
+
+/// A move to `to` that writes `refs` on the way (`None`: as stored).
+fn recording(to: ExpansionStep, message: String, refs: Option<Refs>) -> ExpansionPlan {
+    Plan::Advance {
+        to: Move::To(to),
+        message,
+        kind_status: refs,
+    }
 }
 
 fn validating(
@@ -167,11 +180,14 @@ fn validating(
     status: &ClusterDeploymentConfigStatus,
     target: &str,
     obs: &Observation,
-) -> ExpansionPlan {
+) -> NotedExpansion {
+    // Marked begun (phase Expanding, its start stamped) before it is judged.
     let (true, Some(world)) = (began(status), &obs.world) else {
-        return ExpansionPlan::Begin {
+        return Plan::Record {
+            kind_status: Refs::default(),
             message: "validating against the cluster".into(),
-        };
+        }
+        .into();
     };
     let mut world = world.clone();
     // A document that resumes its own cluster is not in conflict with it.
@@ -182,10 +198,12 @@ fn validating(
     if let Some(first) = problems.first() {
         return fail(first.reason.as_str(), validation::summary(&problems));
     }
-    advance(
-        ExpansionStep::CreatingCluster,
-        format!("creating or resolving StorageCluster {target}"),
-    )
+    advance(ExpansionStep::CreatingCluster, resolving(target)).into()
+}
+
+/// The message of CreatingCluster, which its record of the cluster keeps.
+fn resolving(target: &str) -> String {
+    format!("creating or resolving StorageCluster {target}")
 }
 
 fn creating_cluster(
@@ -193,15 +211,17 @@ fn creating_cluster(
     status: &ClusterDeploymentConfigStatus,
     target: &str,
     obs: &Observation,
-) -> ExpansionPlan {
-    let then = Advance {
-        to: ExpansionStep::AwaitingCluster,
-        message: format!("waiting for StorageCluster {target} to exist in the control plane"),
-        cluster_ref: Some(target.to_string()),
-        node_refs: None,
-    };
+) -> NotedExpansion {
+    let then = recording(
+        ExpansionStep::AwaitingCluster,
+        format!("waiting for StorageCluster {target} to exist in the control plane"),
+        Some(Refs {
+            cluster_ref: Some(target.to_string()),
+            node_refs: None,
+        }),
+    );
     match (doc.spec.cluster_ref.is_some(), &obs.cluster) {
-        (true, Some(_)) => ExpansionPlan::Advance(then),
+        (true, Some(_)) => then.into(),
         (true, None) => fail(
             "ClusterNotFound",
             format!("StorageCluster {target} named by spec.clusterRef does not exist"),
@@ -210,7 +230,7 @@ fn creating_cluster(
             let ours = c.labels().get(CREATED_BY_LABEL) == Some(&label_value(&doc.name_any()))
                 && status.cluster_ref.as_deref() == Some(target);
             if ours {
-                ExpansionPlan::Advance(then)
+                then.into()
             } else {
                 fail(
                     "ClusterExists",
@@ -221,10 +241,14 @@ fn creating_cluster(
             }
         }
         (false, None) => match expansion::cluster(doc) {
-            Some(cluster) => ExpansionPlan::CreateCluster {
-                cluster: Box::new(cluster),
-                then,
-            },
+            Some(cluster) => Plan::Call {
+                call: ExpansionCall::CreateCluster {
+                    cluster: Box::new(cluster),
+                    then: Box::new(then),
+                },
+                message: resolving(target),
+            }
+            .into(),
             None => fail(
                 "NoClusterNamed",
                 "the document has no spec.cluster to create".into(),
@@ -233,7 +257,11 @@ fn creating_cluster(
     }
 }
 
-fn creating_nodes(doc: &ClusterDeploymentConfig, target: &str, obs: &Observation) -> ExpansionPlan {
+fn creating_nodes(
+    doc: &ClusterDeploymentConfig,
+    target: &str,
+    obs: &Observation,
+) -> NotedExpansion {
     let Some(cluster) = &obs.cluster else {
         return fail(
             "ClusterNotFound",
@@ -247,12 +275,15 @@ fn creating_nodes(doc: &ClusterDeploymentConfig, target: &str, obs: &Observation
         .iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    let then = Advance {
-        to: ExpansionStep::Activating,
-        message: format!("waiting for {} storage node(s) to come online", refs.len()),
-        cluster_ref: None,
-        node_refs: Some(refs),
-    };
+    let message = format!("waiting for {} storage node(s) to come online", refs.len());
+    let then = recording(
+        ExpansionStep::Activating,
+        message.clone(),
+        Some(Refs {
+            cluster_ref: None,
+            node_refs: Some(refs),
+        }),
+    );
     let missing: Vec<StorageNode> = wanted
         .into_iter()
         .filter(|n| {
@@ -261,13 +292,17 @@ fn creating_nodes(doc: &ClusterDeploymentConfig, target: &str, obs: &Observation
         })
         .collect();
     if missing.is_empty() {
-        return ExpansionPlan::Advance(then);
+        return then.into();
     }
-    ExpansionPlan::CreateNodes {
-        cluster: target.to_string(),
-        nodes: missing,
-        then,
+    Plan::Call {
+        call: ExpansionCall::CreateNodes {
+            cluster: target.to_string(),
+            nodes: missing,
+            then: Box::new(then),
+        },
+        message,
     }
+    .into()
 }
 
 fn activating(
@@ -275,7 +310,7 @@ fn activating(
     status: &ClusterDeploymentConfigStatus,
     target: &str,
     obs: &Observation,
-) -> ExpansionPlan {
+) -> NotedExpansion {
     let wanted = status.node_refs.len();
     let online = status
         .node_refs
@@ -284,17 +319,41 @@ fn activating(
         .count();
     if online < wanted {
         let message = format!("{online}/{wanted} storage node(s) online; waiting for the rest");
-        let announce = (status.message.as_deref() != Some(message.as_str())).then_some(message);
-        return ExpansionPlan::Wait { announce };
+        if status.message.as_deref() == Some(message.as_str()) {
+            return ExpansionPlan::quiet(Some(&message), requeue::RESYNC).into();
+        }
+        // A new count is announced with an event.
+        return Noted {
+            plan: Plan::Wait {
+                message: message.clone(),
+                after: requeue::RESYNC,
+                event: None,
+            },
+            notes: vec![Note {
+                warning: false,
+                reason: "AwaitingNodes",
+                message,
+            }],
+        };
     }
+    let message = format!("expanded: StorageCluster {target} with {wanted} storage node(s)");
+    let expanded = Plan::Succeed {
+        message: message.clone(),
+        kind_status: None,
+    };
     // A growth document's nodes are added with expand: the control plane rebalances onto
     // them itself; only a new cluster is activated.
-    let activate = (doc.spec.cluster_ref.is_none() && !obs.activation_requested)
-        .then(|| Box::new(activation_request(doc, target)));
-    ExpansionPlan::Finish {
-        activate,
-        message: format!("expanded: StorageCluster {target} with {wanted} storage node(s)"),
+    if doc.spec.cluster_ref.is_some() || obs.activation_requested {
+        return expanded.into();
     }
+    Plan::Call {
+        call: ExpansionCall::Activate {
+            op: Box::new(activation_request(doc, target)),
+            then: Box::new(expanded),
+        },
+        message,
+    }
+    .into()
 }
 
 /// The StorageClusterOps that activates `cluster`, owned by the document.

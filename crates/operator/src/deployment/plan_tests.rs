@@ -68,30 +68,87 @@ fn plan_of(
     doc: &ClusterDeploymentConfig,
     status: &ClusterDeploymentConfigStatus,
     obs: &Observation,
-) -> ExpansionPlan {
+) -> NotedExpansion {
     let machine = restore(status, now()).expect("machine");
     plan(&machine, doc, status, obs, now())
 }
 
-fn failed_with(p: &ExpansionPlan) -> &'static str {
-    match p {
-        ExpansionPlan::Fail { reason, .. } => reason,
-        other => panic!("not a failure: {other:?}"),
+/// The reason a plan fails with: its message leads with it, and its warning says it.
+fn failed_with(p: &NotedExpansion) -> &'static str {
+    match (&p.plan, p.notes.as_slice()) {
+        (Plan::Fail(message), [note]) => {
+            assert!(note.warning, "a failure is a warning");
+            assert_eq!(*message, format!("{}: {}", note.reason, note.message));
+            note.reason
+        }
+        _ => panic!("not a failure: {p:?}"),
     }
 }
 
-/// The announcement of a wait; a plan that is no wait fails the test.
-fn waits(p: &ExpansionPlan) -> Option<&str> {
-    match p {
-        ExpansionPlan::Wait { announce } => announce.as_deref(),
-        other => panic!("not a wait: {other:?}"),
+/// The announcement of a wait; a plan that is no wait fails the test. A quiet wait
+/// restates the stored message and announces nothing.
+fn waits<'a>(p: &'a NotedExpansion, stored: Option<&str>) -> Option<&'a str> {
+    let Plan::Wait {
+        message,
+        after,
+        event: None,
+    } = &p.plan
+    else {
+        panic!("not a wait: {p:?}");
+    };
+    assert_eq!(*after, requeue::RESYNC);
+    match p.notes.as_slice() {
+        [] => {
+            assert_eq!(
+                message,
+                stored.unwrap_or_default(),
+                "a quiet wait says nothing new"
+            );
+            None
+        }
+        [note] => {
+            assert_eq!((note.reason, note.warning), ("AwaitingNodes", false));
+            assert_eq!(&note.message, message);
+            Some(message.as_str())
+        }
+        _ => panic!("a wait with more than one event: {p:?}"),
     }
 }
 
-fn advanced_to(p: &ExpansionPlan) -> &Advance {
+/// A move: where to, its message, and the fields it records.
+struct Advanced<'a> {
+    to: ExpansionStep,
+    message: &'a str,
+    cluster_ref: Option<&'a str>,
+    node_refs: Option<&'a Vec<String>>,
+}
+
+fn advance_of(p: &ExpansionPlan) -> Advanced<'_> {
     match p {
-        ExpansionPlan::Advance(a) => a,
+        Plan::Advance {
+            to: Move::To(to),
+            message,
+            kind_status,
+        } => Advanced {
+            to: *to,
+            message,
+            cluster_ref: kind_status.as_ref().and_then(|r| r.cluster_ref.as_deref()),
+            node_refs: kind_status.as_ref().and_then(|r| r.node_refs.as_ref()),
+        },
         other => panic!("not an advance: {other:?}"),
+    }
+}
+
+fn advanced_to(p: &NotedExpansion) -> Advanced<'_> {
+    assert!(p.notes.is_empty(), "{p:?}");
+    advance_of(&p.plan)
+}
+
+/// The call a plan issues, with its message.
+fn calls(p: &NotedExpansion) -> (&ExpansionCall, &str) {
+    match &p.plan {
+        Plan::Call { call, message } => (call, message),
+        _ => panic!("not a call: {p:?}"),
     }
 }
 
@@ -115,8 +172,10 @@ fn a_fresh_approval_begins_before_judging() {
         serde_json::from_value(json!({"phase": "Draft", "message": "ready for review"}))
             .expect("status");
     let p = plan_of(&doc(false), &draft, &with_world(world(&WORKERS)));
+    assert!(p.notes.is_empty(), "{p:?}");
     assert!(
-        matches!(&p, ExpansionPlan::Begin { message } if message == "validating against the cluster"),
+        matches!(&p.plan, Plan::Record { kind_status, message }
+            if *kind_status == Refs::default() && message == "validating against the cluster"),
         "{p:?}"
     );
 }
@@ -165,7 +224,10 @@ fn validating_without_the_world_read_begins_again() {
         &status("Validating", json!({})),
         &Observation::default(),
     );
-    assert!(matches!(p, ExpansionPlan::Begin { .. }), "{p:?}");
+    assert!(
+        matches!(&p.plan, Plan::Record { kind_status, .. } if *kind_status == Refs::default()),
+        "{p:?}"
+    );
 }
 
 fn world_with_sb() -> World {
@@ -230,16 +292,19 @@ fn creating_records_then_creates_a_missing_cluster() {
         &status("CreatingCluster", json!({})),
         &Observation::default(),
     );
-    let ExpansionPlan::CreateCluster { cluster, then } = p else {
+    let (ExpansionCall::CreateCluster { cluster, then }, message) = calls(&p) else {
         panic!("not a create: {p:?}");
     };
+    // The record before the create keeps the step's message.
+    assert_eq!(message, "creating or resolving StorageCluster sb");
     assert_eq!(cluster.name_any(), "sb");
     assert_eq!(
         cluster.labels().get(CREATED_BY_LABEL).map(String::as_str),
         Some("d")
     );
+    let then = advance_of(then);
     assert_eq!(then.to, ExpansionStep::AwaitingCluster);
-    assert_eq!(then.cluster_ref.as_deref(), Some("sb"));
+    assert_eq!(then.cluster_ref, Some("sb"));
 }
 
 #[test]
@@ -252,7 +317,7 @@ fn creating_resumes_a_cluster_it_created_and_recorded() {
     let p = plan_of(&doc(false), &s, &obs);
     let a = advanced_to(&p);
     assert_eq!(a.to, ExpansionStep::AwaitingCluster);
-    assert_eq!(a.cluster_ref.as_deref(), Some("sb"));
+    assert_eq!(a.cluster_ref, Some("sb"));
 }
 
 #[test]
@@ -285,7 +350,7 @@ fn a_growth_document_resolves_the_cluster_it_names() {
         ..Observation::default()
     };
     let p = plan_of(&doc(true), &status("CreatingCluster", json!({})), &obs);
-    assert_eq!(advanced_to(&p).cluster_ref.as_deref(), Some("sb"));
+    assert_eq!(advanced_to(&p).cluster_ref, Some("sb"));
 }
 
 #[test]
@@ -307,7 +372,7 @@ fn awaiting_waits_for_the_control_plane_uuid() {
             ..Observation::default()
         };
         assert_eq!(
-            waits(&plan_of(&doc(false), &s, &obs)),
+            waits(&plan_of(&doc(false), &s, &obs), None),
             None,
             "uuid {uuid:?}"
         );
@@ -332,31 +397,36 @@ fn nodes_observed(existing: &[&str]) -> Observation {
 fn creating_nodes_creates_every_slot_of_a_new_cluster() {
     let s = status("CreatingNodes", json!({"clusterRef": "sb"}));
     let p = plan_of(&doc(false), &s, &nodes_observed(&[]));
-    let ExpansionPlan::CreateNodes {
-        cluster,
-        nodes,
-        then,
-    } = p
+    let (
+        ExpansionCall::CreateNodes {
+            cluster,
+            nodes,
+            then,
+        },
+        _,
+    ) = calls(&p)
     else {
         panic!("not a create: {p:?}");
     };
     assert_eq!(cluster, "sb");
     let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
     assert_eq!(names, node_names());
+    let then = advance_of(then);
     assert_eq!(then.to, ExpansionStep::Activating);
-    assert_eq!(then.node_refs, Some(node_names()));
+    assert_eq!(then.node_refs, Some(&node_names()));
 }
 
 #[test]
 fn creating_nodes_creates_only_the_missing_slots_and_records_them_all() {
     let s = status("CreatingNodes", json!({"clusterRef": "sb"}));
     let p = plan_of(&doc(false), &s, &nodes_observed(&["w1", "w3"]));
-    let ExpansionPlan::CreateNodes { nodes, then, .. } = p else {
+    let (ExpansionCall::CreateNodes { nodes, then, .. }, _) = calls(&p) else {
         panic!("not a create: {p:?}");
     };
     let workers: Vec<&str> = nodes.iter().map(|n| n.spec.worker_node.as_str()).collect();
     assert_eq!(workers, ["w2"]);
-    assert_eq!(then.node_refs, Some(node_names()));
+    let then = advance_of(then);
+    assert_eq!(then.node_refs, Some(&node_names()));
     assert_eq!(then.message, "waiting for 3 storage node(s) to come online");
 }
 
@@ -366,7 +436,7 @@ fn creating_nodes_advances_when_every_slot_has_its_node() {
     let p = plan_of(&doc(false), &s, &nodes_observed(&WORKERS));
     let a = advanced_to(&p);
     assert_eq!(a.to, ExpansionStep::Activating);
-    assert_eq!(a.node_refs, Some(node_names()));
+    assert_eq!(a.node_refs, Some(&node_names()));
 }
 
 #[test]
@@ -374,6 +444,13 @@ fn creating_nodes_fails_when_the_cluster_disappeared() {
     let s = status("CreatingNodes", json!({"clusterRef": "sb"}));
     let p = plan_of(&doc(false), &s, &Observation::default());
     assert_eq!(failed_with(&p), "ClusterNotFound");
+}
+
+/// The expansion ends Expanded with nothing more to request.
+fn finishes_without_activation(p: &NotedExpansion) -> bool {
+    p.notes.is_empty()
+        && matches!(&p.plan, Plan::Succeed { message, kind_status: None }
+            if message == "expanded: StorageCluster sb with 3 storage node(s)")
 }
 
 fn activating(message: Option<&str>) -> ClusterDeploymentConfigStatus {
@@ -405,32 +482,34 @@ fn phases(online: usize) -> Observation {
 fn activating_announces_each_new_count_of_online_nodes() {
     let p = plan_of(&doc(false), &activating(None), &phases(2));
     assert_eq!(
-        waits(&p),
+        waits(&p, None),
         Some("2/3 storage node(s) online; waiting for the rest")
     );
 }
 
 #[test]
 fn activating_waits_quietly_on_an_unchanged_count() {
-    let s = activating(Some("2/3 storage node(s) online; waiting for the rest"));
+    let said = "2/3 storage node(s) online; waiting for the rest";
+    let s = activating(Some(said));
     let p = plan_of(&doc(false), &s, &phases(2));
-    assert_eq!(waits(&p), None);
+    assert_eq!(waits(&p, Some(said)), None);
 }
 
 #[test]
 fn activating_requests_the_activation_of_a_new_cluster() {
     let p = plan_of(&doc(false), &activating(None), &phases(3));
-    let ExpansionPlan::Finish {
-        activate: Some(op),
-        message,
-    } = p
-    else {
+    let (ExpansionCall::Activate { op, then }, message) = calls(&p) else {
         panic!("no activation: {p:?}");
     };
+    // Requested, the expansion ends Expanded with the same message.
+    assert!(
+        matches!(&**then, Plan::Succeed { message: m, kind_status: None } if m == message),
+        "{then:?}"
+    );
     assert_eq!(op.name_any(), "sb-activate");
     assert_eq!(op.spec.cluster_ref, "sb");
     assert_eq!(op.spec.action, ClusterAction::Activate);
-    let owner = op.metadata.owner_references.unwrap_or_default();
+    let owner = op.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owner.first().map(|o| o.uid.as_str()), Some("d-uid"));
     assert_eq!(
         message,
@@ -443,17 +522,11 @@ fn activating_does_not_request_an_activation_twice() {
     let mut obs = phases(3);
     obs.activation_requested = true;
     let p = plan_of(&doc(false), &activating(None), &obs);
-    assert!(
-        matches!(p, ExpansionPlan::Finish { activate: None, .. }),
-        "{p:?}"
-    );
+    assert!(finishes_without_activation(&p), "{p:?}");
 }
 
 #[test]
 fn a_growth_document_finishes_without_an_activation() {
     let p = plan_of(&doc(true), &activating(None), &phases(3));
-    assert!(
-        matches!(p, ExpansionPlan::Finish { activate: None, .. }),
-        "{p:?}"
-    );
+    assert!(finishes_without_activation(&p), "{p:?}");
 }

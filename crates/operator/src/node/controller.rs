@@ -29,10 +29,11 @@ use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{Uuid, types::NodeStatus};
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
-use super::machine::{self, Observation, ProvisioningPlan, SlotInputs};
+use super::machine::{self, Observation, ProvisioningCall, SlotInputs};
 use super::provisioning::{self, AddWindow, Contender};
 use crate::runtime::context::{Context, requeue};
 use crate::runtime::kit::{self, Error, Guard};
+use crate::runtime::machine::{After, Entity, Pass, Stage, Status};
 use crate::workload::snode::snode;
 
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenode-finalizer";
@@ -107,11 +108,10 @@ async fn apply(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     let clusters: Api<StorageCluster> = Api::namespaced(ctx.kube.clone(), &ns);
     let status = node.status.clone().unwrap_or_default();
     let Some(cluster) = clusters.get_opt(&node.spec.cluster_ref).await? else {
-        hold(
+        wait_for_cluster(
             ctx,
             node,
             &status,
-            None,
             "ClusterNotFound",
             format!("StorageCluster {} does not exist", node.spec.cluster_ref),
         )
@@ -119,11 +119,10 @@ async fn apply(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(requeue::RESYNC));
     };
     let Some(cluster_id) = cluster_uuid(&cluster) else {
-        hold(
+        wait_for_cluster(
             ctx,
             node,
             &status,
-            None,
             "ClusterNotReady",
             format!(
                 "waiting for StorageCluster {} to be created in the control plane",
@@ -144,28 +143,25 @@ async fn apply(node: &StorageNode, ctx: &Context) -> Result<Action, Error> {
     provision(node, &status, &cluster, cluster_id, ctx).await
 }
 
-/// Writes a held step's message (and event) once.
-async fn hold(
+/// Writes why the node waits for its cluster (and its event) once, before the machine
+/// runs: the step stays as stored.
+async fn wait_for_cluster(
     ctx: &Context,
     node: &StorageNode,
     status: &StorageNodeStatus,
-    machine: Option<&Machine<'_, ProvisioningStep>>,
     reason: &str,
     message: String,
 ) -> Result<(), Error> {
-    let overdue = machine
-        .filter(|m| m.timed_out(jiff::Timestamp::now()))
-        .map(|m| machine::overdue_note(m.state()));
-    let message = machine::held_message(message, overdue.as_deref());
     if status.message.as_deref() == Some(message.as_str()) {
         return Ok(());
     }
     ctx.event(node, false, reason, message.clone()).await;
+    let step = Some(status.step.clone());
     write(
         ctx,
         node,
         NodePhase::Provisioning,
-        machine.map(|m| m.snapshot()).or(Some(status.step.clone())),
+        step,
         Some(message),
         None,
     )
@@ -297,28 +293,6 @@ fn forget_series(m: &crate::runtime::metrics::Metrics, cluster: &str, node: &str
     );
 }
 
-/// Moves the machine to `next` and writes it, then looks again after `then`; a write that
-/// lost its race looks again after [`requeue::CONFLICT`] instead.
-async fn advance(
-    ctx: &Context,
-    node: &StorageNode,
-    machine: &mut Machine<'_, ProvisioningStep>,
-    next: ProvisioningStep,
-    message: String,
-    then: std::time::Duration,
-) -> Result<Action, Error> {
-    if let Err(e) = machine.transition_to(next, jiff::Timestamp::now()) {
-        tracing::error!(error = %e, "illegal provisioning transition");
-        return Ok(Action::await_change());
-    }
-    let step = Some(machine.snapshot());
-    let phase = NodePhase::Provisioning;
-    match write(ctx, node, phase, step, Some(message), None).await? {
-        Some(_) => Ok(Action::requeue(then)),
-        None => Ok(Action::requeue(requeue::CONFLICT)),
-    }
-}
-
 /// The worker's Node, if it is one of this cluster's.
 async fn worker_node(ctx: &Context, worker: &str) -> Result<Option<Node>, Error> {
     Ok(Api::<Node>::all(ctx.kube.clone()).get_opt(worker).await?)
@@ -384,7 +358,7 @@ async fn provision(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let now = jiff::Timestamp::now();
-    let mut machine = match PROVISIONING_GRAPH.restore(&status.step, now) {
+    let machine = match PROVISIONING_GRAPH.restore(&status.step, now) {
         Ok(m) => m,
         Err(e) => {
             write(
@@ -450,7 +424,13 @@ async fn provision(
     let node = current.as_ref().unwrap_or(node);
     let observed = observe(machine.state(), node, cluster, cluster_id, ctx).await?;
     let plan = machine::plan(machine.state(), node, cluster, &observed, now);
-    execute(plan, &mut machine, node, status, cluster, cluster_id, ctx).await
+    let provisioning = Provisioning {
+        cluster,
+        cluster_id,
+    };
+    let plan = machine::past_deadline(plan, provisioning.overdue(&machine).as_deref());
+    let now = jiff::Timestamp::now();
+    crate::runtime::machine::execute(&provisioning, ctx, node.clone(), machine, plan, now).await
 }
 
 /// Reads what `step` decides from, and nothing else: the control plane is asked only
@@ -509,125 +489,152 @@ async fn observe(
     Ok(observed)
 }
 
-/// Does what `plan` says: the status writes, the slot claim and the node add.
-async fn execute(
-    plan: ProvisioningPlan,
-    machine: &mut Machine<'_, ProvisioningStep>,
-    node: &StorageNode,
-    status: &StorageNodeStatus,
-    cluster: &StorageCluster,
+/// The provisioning machine's writer and caller, for the machine runtime: one pass over
+/// one node of `cluster` (`cluster_id` in the control plane).
+struct Provisioning<'a> {
+    cluster: &'a StorageCluster,
     cluster_id: Uuid,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    let worker = &node.spec.worker_node;
-    match plan {
-        ProvisioningPlan::Advance { to, message, then } => {
-            advance(ctx, node, machine, to, message, then).await
-        }
-        ProvisioningPlan::Hold {
-            reason,
-            message,
-            then,
-        } => {
-            hold(ctx, node, status, Some(machine), reason, message).await?;
-            Ok(Action::requeue(then))
-        }
-        ProvisioningPlan::TakeSlot {
-            slots,
-            cluster_version,
-            message,
-        } => {
-            // The slot first, under the cluster's resourceVersion: two claims from one
-            // reading cannot both land. Then the transition into Posting, under the
-            // node's: two passes cannot both get there.
-            if !write_slots(ctx, cluster, cluster_version, &slots).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
-            }
-            let to = ProvisioningStep::Posting;
-            advance(ctx, node, machine, to, message, requeue::NEXT_STEP).await
-        }
-        ProvisioningPlan::SendAdd { message } => {
-            let namespace = cluster.namespace().unwrap_or_default();
-            let body = provisioning::node_add_body(
-                ctx.snode.address(worker, &namespace)?,
-                &namespace,
-                node,
-                cluster,
-            );
-            let added = ctx
-                .control_plane()?
-                .add_storage_node(cluster_id, &body)
-                .await;
-            crate::runtime::crash::point(crate::runtime::crash::NODE_ADD);
-            match added {
-                Ok(task) => {
-                    ctx.event(
-                        node,
-                        false,
-                        "NodeAddRequested",
-                        format!("node add for worker {worker} queued as task {task}"),
-                    )
-                    .await
+}
+
+impl Provisioning<'_> {
+    /// The notice of a step past its deadline, which a held step says with its reason.
+    fn overdue(&self, machine: &Machine<'_, ProvisioningStep>) -> Option<String> {
+        machine
+            .timed_out(jiff::Timestamp::now())
+            .then(|| machine::overdue_note(machine.state()))
+    }
+}
+
+impl Entity for Provisioning<'_> {
+    type Object = StorageNode;
+    type Step = ProvisioningStep;
+    type Call = ProvisioningCall;
+    type Fields = ();
+
+    fn after_advance(&self, to: ProvisioningStep) -> std::time::Duration {
+        machine::after_advance(to)
+    }
+
+    fn message(node: &StorageNode) -> Option<&str> {
+        node.status.as_ref()?.message.as_deref()
+    }
+
+    /// Provisioning until the node is recorded (the machine plans no ending of its own: a
+    /// record writes the node's observed status).
+    async fn write(
+        &self,
+        ctx: &Context,
+        node: &StorageNode,
+        status: Status<'_, ProvisioningStep, ()>,
+    ) -> Result<Option<StorageNode>, Error> {
+        let phase = match status.stage {
+            Stage::Failed => NodePhase::Failed,
+            _ => NodePhase::Provisioning,
+        };
+        let step = Some(status.machine.snapshot());
+        write(ctx, node, phase, step, Some(status.message), None).await
+    }
+
+    async fn call(
+        &self,
+        pass: &mut Pass<'_, Self>,
+        call: ProvisioningCall,
+        message: String,
+    ) -> Result<After<Self>, Error> {
+        let (node, ctx, cluster) = (&pass.object, pass.ctx, self.cluster);
+        let worker = &node.spec.worker_node;
+        match call {
+            ProvisioningCall::TakeSlot {
+                slots,
+                cluster_version,
+            } => {
+                // The slot first, under the cluster's resourceVersion: two claims from one
+                // reading cannot both land. Then the transition into Posting, under the
+                // node's: two passes cannot both get there.
+                if !write_slots(ctx, cluster, cluster_version, &slots).await? {
+                    return Ok(After::requeue(requeue::CONFLICT));
                 }
-                // The real server's answer to a second add while one is open.
-                Err(e) if e.is_retryable() => {
-                    tracing::info!(%worker, error = %e, "a node add for this worker is already open")
-                }
-                Err(e) => {
-                    let message = format!("the control plane refused to add worker {worker}: {e}");
-                    hold(ctx, node, status, Some(machine), "NodeAddFailed", message).await?;
-                    return Ok(Action::requeue(requeue::RETRY));
-                }
+                let to = ProvisioningStep::Posting;
+                Ok(After::Plan(machine::advance(to, message)))
             }
-            // Onto the version read: a pass that read an older copy (a requeue can run
-            // before the watch brings this controller's own last write) must not move the
-            // node back.
-            let to = ProvisioningStep::Resolving;
-            advance(ctx, node, machine, to, message, requeue::NEXT_STEP).await
-        }
-        ProvisioningPlan::Record { found } => {
-            let message = format!("created in the control plane as {}", found.id);
-            if !record(ctx, node, &found, message).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
-            }
-            crate::runtime::crash::point(crate::runtime::crash::NODE_RECORDED);
-            if let Some(created) = &node.metadata.creation_timestamp {
-                let took = jiff::Timestamp::now().duration_since(created.0);
-                ctx.metrics.observe(
-                    "simplyblock_storagenode_provisioning_duration_seconds",
-                    vec![("cluster", node.spec.cluster_ref.clone())],
-                    took.as_secs_f64(),
+            ProvisioningCall::SendAdd => {
+                let namespace = cluster.namespace().unwrap_or_default();
+                let body = provisioning::node_add_body(
+                    ctx.snode.address(worker, &namespace)?,
+                    &namespace,
+                    node,
+                    cluster,
                 );
+                let added = ctx
+                    .control_plane()?
+                    .add_storage_node(self.cluster_id, &body)
+                    .await;
+                crate::runtime::crash::point(crate::runtime::crash::NODE_ADD);
+                match added {
+                    Ok(task) => {
+                        ctx.event(
+                            node,
+                            false,
+                            "NodeAddRequested",
+                            format!("node add for worker {worker} queued as task {task}"),
+                        )
+                        .await
+                    }
+                    // The real server's answer to a second add while one is open.
+                    Err(e) if e.is_retryable() => {
+                        tracing::info!(%worker, error = %e, "a node add for this worker is already open")
+                    }
+                    Err(e) => {
+                        let message =
+                            format!("the control plane refused to add worker {worker}: {e}");
+                        let refused = machine::hold("NodeAddFailed", message, requeue::RETRY);
+                        let overdue = self.overdue(&pass.machine);
+                        return Ok(After::Plan(machine::past_deadline(
+                            refused,
+                            overdue.as_deref(),
+                        )));
+                    }
+                }
+                // Onto the version read: a pass that read an older copy (a requeue can run
+                // before the watch brings this controller's own last write) must not move
+                // the node back.
+                let to = ProvisioningStep::Resolving;
+                Ok(After::Plan(machine::advance(to, message)))
             }
-            release_slot(ctx, node, cluster).await?;
-            let slot = node.spec.slot.unwrap_or(0);
-            let message = format!(
-                "worker {worker} slot {slot} is control-plane node {}",
-                found.id
-            );
-            ctx.event(node, false, "NodeOnline", message).await;
-            Ok(Action::requeue(requeue::NEXT_STEP))
-        }
-        ProvisioningPlan::Adopt { found } => {
-            let message = format!("adopted control-plane node {}", found.id);
-            if !record(ctx, node, &found, message).await? {
-                return Ok(Action::requeue(requeue::CONFLICT));
+            ProvisioningCall::Record { found } => {
+                if !record(ctx, node, &found, message).await? {
+                    return Ok(After::requeue(requeue::CONFLICT));
+                }
+                crate::runtime::crash::point(crate::runtime::crash::NODE_RECORDED);
+                if let Some(created) = &node.metadata.creation_timestamp {
+                    let took = jiff::Timestamp::now().duration_since(created.0);
+                    ctx.metrics.observe(
+                        "simplyblock_storagenode_provisioning_duration_seconds",
+                        vec![("cluster", node.spec.cluster_ref.clone())],
+                        took.as_secs_f64(),
+                    );
+                }
+                release_slot(ctx, node, cluster).await?;
+                let slot = node.spec.slot.unwrap_or(0);
+                let message = format!(
+                    "worker {worker} slot {slot} is control-plane node {}",
+                    found.id
+                );
+                ctx.event(node, false, "NodeOnline", message).await;
+                Ok(After::requeue(requeue::NEXT_STEP))
             }
-            let message = format!(
-                "adopted control-plane node {} instead of adding one",
-                found.id
-            );
-            ctx.event(node, false, "NodeAdopted", message).await;
-            Ok(Action::requeue(requeue::NEXT_STEP))
+            ProvisioningCall::Adopt { found } => {
+                if !record(ctx, node, &found, message).await? {
+                    return Ok(After::requeue(requeue::CONFLICT));
+                }
+                let message = format!(
+                    "adopted control-plane node {} instead of adding one",
+                    found.id
+                );
+                ctx.event(node, false, "NodeAdopted", message).await;
+                Ok(After::requeue(requeue::NEXT_STEP))
+            }
         }
-        ProvisioningPlan::Restart { message } => {
-            machine.reset(jiff::Timestamp::now());
-            let step = Some(machine.snapshot());
-            let phase = NodePhase::Provisioning;
-            write(ctx, node, phase, step, Some(message), None).await?;
-            Ok(Action::requeue(requeue::NEXT_STEP))
-        }
-        ProvisioningPlan::Wait(after) => Ok(Action::requeue(after)),
     }
 }
 

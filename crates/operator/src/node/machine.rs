@@ -2,8 +2,9 @@
 //! is at and what one pass observed, the next thing to do.
 //!
 //! [`super::controller`] is the I/O around it: it observes (reads only, and only what the
-//! step needs), asks [`plan`], and executes the plan (the status writes, the slot claim,
-//! the one node-add call).
+//! step needs), asks [`plan`] for one [`Plan`] of the machine runtime, and the runtime
+//! executes it (the status writes), with the controller's [`ProvisioningCall`]s (the slot
+//! claim, the one node-add call, the record of the node).
 //!
 //! | step | done (advance) when | holds or waits while | call |
 //! |---|---|---|---|
@@ -27,6 +28,7 @@ use simplyblock_controlplane::StorageNode as CpNode;
 
 use super::provisioning::{self, AddWindow, Contender, SlotDecision};
 use crate::runtime::context::requeue;
+use crate::runtime::machine::{Move, Note, Noted, Plan};
 
 /// How often Resolving looks at the control plane while the add runs.
 pub const RESOLVE_POLL: Duration = Duration::from_secs(1);
@@ -59,40 +61,27 @@ pub struct SlotInputs {
     pub contenders: Vec<Contender>,
 }
 
-/// The next thing to do, decided from one observation.
+/// What the provisioning machine calls that is its own.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ProvisioningPlan {
-    /// Move to `to`, writing `message` only onto the object this pass read (every status
-    /// write is guarded by its resourceVersion), then look again after `then`.
-    Advance {
-        to: ProvisioningStep,
-        message: String,
-        then: Duration,
-    },
-    /// Stay, saying why (an event and a status message, once), and look again after `then`.
-    Hold {
-        reason: &'static str,
-        message: String,
-        then: Duration,
-    },
+pub enum ProvisioningCall {
     /// Claim a node-add slot: write `slots` onto the cluster under `cluster_version`, then
     /// move into Posting under the node's resourceVersion (the two together are the claim).
     TakeSlot {
         slots: Vec<ProvisioningSlot>,
         cluster_version: Option<String>,
-        message: String,
     },
     /// Send the node add, then move into Resolving under the node's resourceVersion.
-    SendAdd { message: String },
+    SendAdd,
     /// The control plane made the node: record it, and give the worker's slot back.
     Record { found: CpNode },
     /// The worker already had a node at this slot: record it instead of adding one.
     Adopt { found: CpNode },
-    /// Start the machine over, saying why.
-    Restart { message: String },
-    /// Nothing to write; look again after this long.
-    Wait(Duration),
 }
+
+/// The next thing to do, decided from one observation, with the event of a held step.
+/// The provisioning status has no fields of its own beyond the step, phase and message
+/// until the node is recorded.
+pub type ProvisioningPlan = Noted<ProvisioningStep, ProvisioningCall, ()>;
 
 /// The next thing for `node`, at `step`, given what this pass observed.
 pub fn plan(
@@ -102,19 +91,21 @@ pub fn plan(
     observed: &Observation,
     now: Timestamp,
 ) -> ProvisioningPlan {
-    use ProvisioningPlan::*;
     use ProvisioningStep::*;
     let worker = &node.spec.worker_node;
     let at_slot = observed.backend.get(slot_of(node));
+    let stored = node.status.as_ref().and_then(|s| s.message.as_deref());
+    let call = |call, message| -> ProvisioningPlan { Plan::Call { call, message }.into() };
+    let quiet = |after| -> ProvisioningPlan { Plan::quiet(stored, after).into() };
     match step {
         CheckingHost => match &observed.host_unreachable {
-            Some(why) => Hold {
-                reason: "HostUnreachable",
-                message: format!(
+            Some(why) => hold(
+                "HostUnreachable",
+                format!(
                     "worker {worker}'s storage-node API does not answer yet ({why}); the node is added once it does"
                 ),
-                then: requeue::CONFLICT,
-            },
+                requeue::CONFLICT,
+            ),
             None => advance(
                 if at_slot.is_some() {
                     Adopting
@@ -128,22 +119,20 @@ pub fn plan(
             if cluster.spec.enable_failure_domains.unwrap_or(false)
                 && node.spec.config.failure_domain.is_none()
             {
-                return Hold {
-                    reason: "FailureDomainMissing",
-                    message: "StorageCluster uses failure domains and this node names none; set spec.config.failureDomain".into(),
-                    then: requeue::RESYNC,
-                };
+                return hold(
+                    "FailureDomainMissing",
+                    "StorageCluster uses failure domains and this node names none; set spec.config.failureDomain".into(),
+                    requeue::RESYNC,
+                );
             }
             advance(AwaitingSlot, "waiting for a node-add slot".into())
         }
         AwaitingSlot => plan_slot(node, observed.slots.as_ref(), now),
         Posting => {
+            // Looked at again after the resync ([`after_advance`]): the worker's return
+            // brings no event of its own.
             if let Some(why) = &observed.worker_away {
-                return Advance {
-                    to: AwaitingWorker,
-                    message: why.clone(),
-                    then: requeue::RESYNC,
-                };
+                return advance(AwaitingWorker, why.clone());
             }
             let message = format!("waiting for the control plane to create worker {worker}'s node");
             // The add's effect may already be there: nodes of the worker, a sibling that
@@ -152,43 +141,108 @@ pub fn plan(
                 || observed.sibling_posted
                 || observed.add == Some(AddWindow::Open);
             if sent {
-                Advance {
-                    to: Resolving,
-                    message,
-                    then: requeue::NEXT_STEP,
-                }
+                advance(Resolving, message)
             } else {
-                SendAdd { message }
+                call(ProvisioningCall::SendAdd, message)
             }
         }
         // The task window is the evidence of where the add is: while it is open the node
         // may exist half-made, and the worker keeps its node-add slot, so the budget
         // covers the whole add and not only its first half.
         Resolving => match (at_slot, observed.add) {
-            (Some(_), Some(AddWindow::Open)) => Wait(RESOLVE_POLL),
-            (Some(found), _) => Record {
-                found: found.clone(),
-            },
+            (Some(_), Some(AddWindow::Open)) => quiet(RESOLVE_POLL),
+            (Some(found), _) => call(
+                ProvisioningCall::Record {
+                    found: found.clone(),
+                },
+                format!("created in the control plane as {}", found.id),
+            ),
             // An add that is over without a node (refused, lost, or out of retries) is
             // asked for again rather than waited out while it holds the slot.
             (None, Some(AddWindow::EndedWithoutNode)) => advance(
                 Posting,
                 format!("the node add for worker {worker} ended without a node; asking again"),
             ),
-            (None, _) => Wait(RESOLVE_POLL),
+            (None, _) => quiet(RESOLVE_POLL),
         },
         AwaitingWorker => match observed.worker_away {
-            Some(_) => Wait(requeue::RESYNC),
+            Some(_) => quiet(requeue::RESYNC),
             None => advance(CheckingHost, format!("worker {worker} is back")),
         },
         Adopting => match at_slot {
-            Some(found) => Adopt {
-                found: found.clone(),
-            },
-            None => Restart {
+            Some(found) => call(
+                ProvisioningCall::Adopt {
+                    found: found.clone(),
+                },
+                format!("adopted control-plane node {}", found.id),
+            ),
+            None => Plan::Advance {
+                to: Move::Restart,
                 message: "nothing to adopt; adding the node".into(),
-            },
+                kind_status: None,
+            }
+            .into(),
         },
+    }
+}
+
+/// How long after a move into `to` the node is looked at again: a worker that went away
+/// is waited for at the resync, every other step at once.
+pub fn after_advance(to: ProvisioningStep) -> Duration {
+    match to {
+        ProvisioningStep::AwaitingWorker => requeue::RESYNC,
+        _ => requeue::NEXT_STEP,
+    }
+}
+
+/// Stay, saying why (a status message, and an event of `reason`, once), and look again
+/// after `after`.
+pub fn hold(reason: &'static str, message: String, after: Duration) -> ProvisioningPlan {
+    Noted {
+        plan: Plan::Wait {
+            message: message.clone(),
+            after,
+            event: None,
+        },
+        notes: vec![Note {
+            warning: false,
+            reason,
+            message,
+        }],
+    }
+}
+
+/// `plan` as a step past its deadline performs it: a hold says the deadline's notice
+/// `overdue` in its own message and event ([`held_message`]).
+pub fn past_deadline(plan: ProvisioningPlan, overdue: Option<&str>) -> ProvisioningPlan {
+    match plan {
+        Noted {
+            plan:
+                Plan::Wait {
+                    message,
+                    after,
+                    event,
+                },
+            notes,
+        } if !notes.is_empty() => {
+            let message = held_message(message, overdue);
+            let notes = notes
+                .into_iter()
+                .map(|note| Note {
+                    message: message.clone(),
+                    ..note
+                })
+                .collect();
+            Noted {
+                plan: Plan::Wait {
+                    message,
+                    after,
+                    event,
+                },
+                notes,
+            }
+        }
+        other => other,
     }
 }
 
@@ -197,11 +251,7 @@ pub fn plan(
 /// rides on its claim.
 fn plan_slot(node: &StorageNode, inputs: Option<&SlotInputs>, now: Timestamp) -> ProvisioningPlan {
     let worker = &node.spec.worker_node;
-    let hold = |message: String| ProvisioningPlan::Hold {
-        reason: "AwaitingSlot",
-        message,
-        then: requeue::CONFLICT,
-    };
+    let hold = |message: String| hold("AwaitingSlot", message, requeue::CONFLICT);
     let Some(inputs) = inputs else {
         return hold("the cluster is gone".into());
     };
@@ -209,11 +259,7 @@ fn plan_slot(node: &StorageNode, inputs: Option<&SlotInputs>, now: Timestamp) ->
     match provisioning::slot_decision(worker, inputs.budget, &inputs.slots, &inputs.contenders) {
         // The transition into Posting is the mutex: under the resourceVersion this pass
         // read, so two passes cannot both get here.
-        SlotDecision::Held => ProvisioningPlan::Advance {
-            to: ProvisioningStep::Posting,
-            message,
-            then: requeue::NEXT_STEP,
-        },
+        SlotDecision::Held => advance(ProvisioningStep::Posting, message),
         SlotDecision::Wait(why) => hold(why),
         SlotDecision::Claim(mut slots) => {
             slots.push(ProvisioningSlot {
@@ -221,22 +267,26 @@ fn plan_slot(node: &StorageNode, inputs: Option<&SlotInputs>, now: Timestamp) ->
                 node: node.name_any(),
                 taken_at: Time(now),
             });
-            ProvisioningPlan::TakeSlot {
-                slots,
-                cluster_version: inputs.cluster_version.clone(),
+            Plan::Call {
+                call: ProvisioningCall::TakeSlot {
+                    slots,
+                    cluster_version: inputs.cluster_version.clone(),
+                },
                 message,
             }
+            .into()
         }
     }
 }
 
-/// A move to `to`, looked at again at once.
-fn advance(to: ProvisioningStep, message: String) -> ProvisioningPlan {
-    ProvisioningPlan::Advance {
-        to,
+/// A move to `to`.
+pub fn advance(to: ProvisioningStep, message: String) -> ProvisioningPlan {
+    Plan::Advance {
+        to: Move::To(to),
         message,
-        then: requeue::NEXT_STEP,
+        kind_status: None,
     }
+    .into()
 }
 
 /// The node's slot on its worker, as an index into the worker's nodes.

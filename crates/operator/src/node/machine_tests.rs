@@ -8,7 +8,7 @@ use simplyblock_controlplane::Uuid;
 use simplyblock_statemachine::State;
 
 use super::*;
-use ProvisioningPlan::*;
+use ProvisioningCall::*;
 use ProvisioningStep::*;
 
 fn now() -> Timestamp {
@@ -58,14 +58,45 @@ fn next(step: ProvisioningStep, node: &StorageNode, observed: Observation) -> Pr
 }
 
 fn advance_to(to: ProvisioningStep) -> impl Fn(&ProvisioningPlan) -> bool {
-    move |p| matches!(p, Advance { to: t, .. } if *t == to)
+    move |p| matches!(&p.plan, Plan::Advance { to: Move::To(t), .. } if *t == to)
 }
 
+/// A hold's reason and when it looks again: a wait whose message is said with an event
+/// of that reason.
 fn held(plan: &ProvisioningPlan) -> (&'static str, Duration) {
-    match plan {
-        Hold { reason, then, .. } => (reason, *then),
+    match (&plan.plan, plan.notes.as_slice()) {
+        (Plan::Wait { message, after, .. }, [note]) => {
+            assert_eq!(&note.message, message, "the event says the hold's message");
+            assert!(!note.warning, "a hold is no warning");
+            (note.reason, *after)
+        }
+        _ => panic!("expected a hold, got {plan:?}"),
+    }
+}
+
+fn held_saying(plan: &ProvisioningPlan) -> &str {
+    match &plan.plan {
+        Plan::Wait { message, .. } => message,
         other => panic!("expected a hold, got {other:?}"),
     }
+}
+
+/// The call a plan issues, with its message.
+fn calls(plan: &ProvisioningPlan) -> (&ProvisioningCall, &str) {
+    match &plan.plan {
+        Plan::Call { call, message } => (call, message),
+        other => panic!("expected a call, got {other:?}"),
+    }
+}
+
+/// A wait with nothing new to say, looked at again after `after`.
+fn quiet(after: Duration) -> ProvisioningPlan {
+    bare(Plan::quiet(None, after))
+}
+
+/// A plan without events.
+fn bare(plan: Plan<ProvisioningStep, ProvisioningCall, ()>) -> ProvisioningPlan {
+    plan.into()
 }
 
 fn away() -> Observation {
@@ -83,7 +114,7 @@ fn checking_host_waits_for_the_api_then_adopts_or_checks_the_config() {
     };
     let p = next(CheckingHost, &node(), unreachable);
     assert_eq!(held(&p), ("HostUnreachable", requeue::CONFLICT));
-    assert!(matches!(&p, Hold { message, .. } if message.contains("connection refused")));
+    assert!(held_saying(&p).contains("connection refused"));
 
     let fresh = next(CheckingHost, &node(), Observation::default());
     assert!(advance_to(CheckingConfig)(&fresh), "{fresh:?}");
@@ -155,17 +186,20 @@ fn slots(budget: i32, slots: Vec<ProvisioningSlot>, waiting: &[&str]) -> Observa
 #[test]
 fn awaiting_slot_claims_a_free_slot_under_the_clusters_version() {
     let p = next(AwaitingSlot, &node(), slots(1, vec![], &["w1", "w2"]));
-    let TakeSlot {
-        slots: claim,
-        cluster_version,
-        ..
-    } = p
+    let (
+        TakeSlot {
+            slots: claim,
+            cluster_version,
+        },
+        message,
+    ) = calls(&p)
     else {
         panic!("expected a claim, got {p:?}");
     };
+    assert_eq!(message, "adding worker w1 to the control plane");
     assert_eq!(cluster_version.as_deref(), Some("41"));
     assert_eq!(
-        claim,
+        *claim,
         [ProvisioningSlot {
             worker: "w1".into(),
             node: "sb-w1-0".into(),
@@ -186,7 +220,7 @@ fn awaiting_slot_holds_while_the_budget_is_full_or_the_cluster_is_gone() {
     let full = slots(1, vec![slot("w2", "sb-w2-0")], &["w1", "w2"]);
     let p = next(AwaitingSlot, &node(), full);
     assert_eq!(held(&p), ("AwaitingSlot", requeue::CONFLICT));
-    assert!(matches!(&p, Hold { message, .. } if message.contains("nodeProvisioningBudget")));
+    assert!(held_saying(&p).contains("nodeProvisioningBudget"));
     // An earlier worker in line goes first.
     let mut behind = slots(1, vec![], &["w1", "w0"]);
     if let Some(inputs) = behind.slots.as_mut() {
@@ -197,19 +231,23 @@ fn awaiting_slot_holds_while_the_budget_is_full_or_the_cluster_is_gone() {
         ("AwaitingSlot", requeue::CONFLICT)
     );
     let gone = next(AwaitingSlot, &node(), Observation::default());
-    assert!(matches!(&gone, Hold { message, .. } if message == "the cluster is gone"));
+    assert_eq!(held(&gone), ("AwaitingSlot", requeue::CONFLICT));
+    assert_eq!(held_saying(&gone), "the cluster is gone");
 }
 
 #[test]
 fn posting_sends_the_add_only_when_nothing_shows_it_was_sent() {
     let p = next(Posting, &node(), Observation::default());
-    assert!(matches!(&p, SendAdd { message } if message.contains("worker w1's node")));
+    assert!(matches!(calls(&p), (SendAdd, message) if message.contains("worker w1's node")));
     for nothing_open in [AddWindow::EndedWithoutNode, AddWindow::Succeeded] {
         let observed = Observation {
             add: Some(nothing_open),
             ..Observation::default()
         };
-        assert!(matches!(next(Posting, &node(), observed), SendAdd { .. }));
+        assert!(matches!(
+            calls(&next(Posting, &node(), observed)),
+            (SendAdd, _)
+        ));
     }
     let sent = [
         Observation {
@@ -236,12 +274,19 @@ fn posting_waits_out_an_away_worker_without_sending() {
     let p = next(Posting, &node(), away());
     assert_eq!(
         p,
-        Advance {
-            to: AwaitingWorker,
+        bare(Plan::Advance {
+            to: Move::To(AwaitingWorker),
             message: "worker w1 is cordoned".into(),
-            then: requeue::RESYNC,
-        }
+            kind_status: None,
+        })
     );
+    // The worker is looked at again at the resync, every other move at once.
+    assert_eq!(after_advance(AwaitingWorker), requeue::RESYNC);
+    for &step in ProvisioningStep::ALL {
+        if step != AwaitingWorker {
+            assert_eq!(after_advance(step), requeue::NEXT_STEP, "{step}");
+        }
+    }
 }
 
 #[test]
@@ -254,27 +299,34 @@ fn resolving_records_the_node_once_the_add_is_closed() {
         };
         next(Resolving, &node_at(slot, json!({})), observed)
     };
-    assert_eq!(resolving(0, 1, AddWindow::Open), Wait(RESOLVE_POLL));
+    assert_eq!(resolving(0, 1, AddWindow::Open), quiet(RESOLVE_POLL));
     let second = backend(2).remove(1);
+    let message = format!("created in the control plane as {}", second.id);
     assert_eq!(
         resolving(1, 2, AddWindow::Succeeded),
-        Record { found: second }
+        bare(Plan::Call {
+            call: Record { found: second },
+            message,
+        })
     );
     // A node at the slot is the add's outcome, whatever the task says of the add.
     assert!(matches!(
-        resolving(0, 1, AddWindow::EndedWithoutNode),
-        Record { .. }
+        calls(&resolving(0, 1, AddWindow::EndedWithoutNode)),
+        (Record { .. }, _)
     ));
     // Nothing at this slot yet: wait, unless the add is over without a node.
-    assert_eq!(resolving(1, 1, AddWindow::Open), Wait(RESOLVE_POLL));
-    assert_eq!(resolving(1, 1, AddWindow::Succeeded), Wait(RESOLVE_POLL));
+    assert_eq!(resolving(1, 1, AddWindow::Open), quiet(RESOLVE_POLL));
+    assert_eq!(resolving(1, 1, AddWindow::Succeeded), quiet(RESOLVE_POLL));
     let again = resolving(0, 0, AddWindow::EndedWithoutNode);
     assert!(advance_to(Posting)(&again), "{again:?}");
 }
 
 #[test]
 fn awaiting_worker_looks_again_until_the_worker_is_back() {
-    assert_eq!(next(AwaitingWorker, &node(), away()), Wait(requeue::RESYNC));
+    assert_eq!(
+        next(AwaitingWorker, &node(), away()),
+        quiet(requeue::RESYNC)
+    );
     let back = next(AwaitingWorker, &node(), Observation::default());
     assert!(advance_to(CheckingHost)(&back), "{back:?}");
 }
@@ -286,11 +338,22 @@ fn adopting_records_the_node_at_the_slot_or_starts_over() {
         ..Observation::default()
     };
     let found = backend(1).remove(0);
-    assert_eq!(next(Adopting, &node(), observed), Adopt { found });
-    assert!(matches!(
+    let message = format!("adopted control-plane node {}", found.id);
+    assert_eq!(
+        next(Adopting, &node(), observed),
+        bare(Plan::Call {
+            call: Adopt { found },
+            message,
+        })
+    );
+    assert_eq!(
         next(Adopting, &node(), Observation::default()),
-        Restart { .. }
-    ));
+        bare(Plan::Advance {
+            to: Move::Restart,
+            message: "nothing to adopt; adding the node".into(),
+            kind_status: None,
+        })
+    );
 }
 
 #[test]
@@ -312,7 +375,10 @@ fn every_advance_is_an_edge_of_the_graph() {
     let mut edges = 0;
     for &step in ProvisioningStep::ALL {
         for observed in &observations {
-            if let Advance { to, .. } = next(step, &node(), observed.clone()) {
+            if let Plan::Advance {
+                to: Move::To(to), ..
+            } = next(step, &node(), observed.clone()).plan
+            {
                 assert!(PROVISIONING_GRAPH.allows(step, to), "{step} -> {to}");
                 edges += 1;
             }
@@ -337,4 +403,21 @@ fn a_held_step_past_its_deadline_says_both_in_one_message() {
         "waiting",
         "in time, the reason alone"
     );
+}
+
+#[test]
+fn a_hold_past_its_deadline_says_the_notice_in_its_message_and_event() {
+    let note = overdue_note(ProvisioningStep::AwaitingSlot);
+    let slot = || hold("AwaitingSlot", "waiting".into(), requeue::CONFLICT);
+    let late = past_deadline(slot(), Some(&note));
+    assert_eq!(held(&late), ("AwaitingSlot", requeue::CONFLICT));
+    assert_eq!(held_saying(&late), format!("waiting ({note})"));
+    assert_eq!(past_deadline(slot(), None), slot(), "in time, as planned");
+    // A wait with nothing new to say, and a move, are no holds: they stay as they are.
+    assert_eq!(
+        past_deadline(quiet(RESOLVE_POLL), Some(&note)),
+        quiet(RESOLVE_POLL)
+    );
+    let moves = || advance(Posting, "m".into());
+    assert_eq!(past_deadline(moves(), Some(&note)), moves());
 }

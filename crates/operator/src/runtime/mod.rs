@@ -1,7 +1,8 @@
 //! The machinery every domain's controllers run on, apart from the domains: the context
-//! and scope of a running operator, the controller kit and its one error, the `*Ops`
-//! runtime, metrics, events, the control-plane streams and links, the serving and CA
-//! certificates, and the kill points of the crash tests.
+//! and scope of a running operator, the controller kit and its one error, the step-machine
+//! runtime (its plan and entity mode in `machine`, its `*Ops` mode in `ops`), metrics,
+//! events, the control-plane streams and links, the serving and CA certificates, and the
+//! kill points of the crash tests.
 //!
 //! Nothing here imports a domain module (`cluster`, `node`, …): the domains sit above.
 
@@ -12,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod kit;
 pub mod link;
+pub mod machine;
 pub mod metrics;
 pub mod ops;
 pub mod serving;

@@ -17,8 +17,8 @@ use simplyblock_statemachine::{Machine, MultiGraph};
 
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
+pub use crate::runtime::machine::{Move, Note, Noted, Plan};
 
-/// The standard events of every Ops kind (a closed set; kinds add their own beside them).
 /// The standard events of every Ops kind (a closed set; kinds add their own beside them).
 pub mod reason {
     pub const QUEUED: &str = "OperationQueued";
@@ -107,168 +107,12 @@ pub trait OpsResource:
     }
 }
 
-/// A kind's own event, beside the standard ones.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub message: String,
-}
-
 /// Why [`Steps::admission`] keeps an operation Pending: the event's reason and the
 /// sentence a person reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hold {
     pub reason: &'static str,
     pub message: String,
-}
-
-/// A plan and the kind's own events that go with it (what an inspection found, why an
-/// item was left out), decided from the same observation.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Noted<S, C> {
-    pub plan: Plan<S, C>,
-    pub notes: Vec<Note>,
-}
-
-impl<S, C> From<Plan<S, C>> for Noted<S, C> {
-    fn from(plan: Plan<S, C>) -> Self {
-        Noted {
-            plan,
-            notes: Vec::new(),
-        }
-    }
-}
-
-impl<S, C> Noted<S, C> {
-    /// The same plan and events, its call (if any) turned into `D` by `into`: a kind whose
-    /// actions each have their own call type lifts one action's plan into the kind's.
-    pub fn map_call<D>(self, into: impl FnOnce(C) -> D) -> Noted<S, D> {
-        Noted {
-            plan: self.plan.map_call(into),
-            notes: self.notes,
-        }
-    }
-}
-
-impl<S, C> Plan<S, C> {
-    /// The same plan, its call (if any) turned into `D` by `into`. Pure.
-    pub fn map_call<D>(self, into: impl FnOnce(C) -> D) -> Plan<S, D> {
-        match self {
-            Plan::Advance {
-                to,
-                message,
-                kind_status,
-            } => Plan::Advance {
-                to,
-                message,
-                kind_status,
-            },
-            Plan::Record {
-                kind_status,
-                message,
-            } => Plan::Record {
-                kind_status,
-                message,
-            },
-            Plan::Progress {
-                kind_status,
-                message,
-            } => Plan::Progress {
-                kind_status,
-                message,
-            },
-            Plan::Succeed {
-                message,
-                kind_status,
-            } => Plan::Succeed {
-                message,
-                kind_status,
-            },
-            Plan::Fail(message) => Plan::Fail(message),
-            Plan::Call { call, message } => Plan::Call {
-                call: into(call),
-                message,
-            },
-            Plan::CallOnce {
-                to,
-                call,
-                message,
-                accepted,
-            } => Plan::CallOnce {
-                to,
-                call: into(call),
-                message,
-                accepted,
-            },
-            Plan::Wait {
-                message,
-                after,
-                event,
-            } => Plan::Wait {
-                message,
-                after,
-                event,
-            },
-        }
-    }
-}
-
-/// What a kind's step asks for, decided from one observation.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Plan<S, C> {
-    /// The step's outcome is there: move to `to` (a declared edge, or back to the initial
-    /// step with [`Move::Restart`]).
-    Advance {
-        to: Move<S>,
-        message: String,
-        kind_status: Option<Map<String, Value>>,
-    },
-    /// Record kind fields (e.g. a list written once) without moving.
-    Record {
-        kind_status: Map<String, Value>,
-        message: String,
-    },
-    /// Record kind fields that show the step progressing, and give the step its whole
-    /// budget again from now (a long wait that keeps moving is not stuck).
-    Progress {
-        kind_status: Map<String, Value>,
-        message: String,
-    },
-    /// The action reached what it asked for.
-    Succeed {
-        message: String,
-        kind_status: Option<Map<String, Value>>,
-    },
-    /// The action cannot reach it; no retry.
-    Fail(String),
-    /// The outcome is not there and nothing has produced it yet: issue `call`.
-    Call { call: C, message: String },
-    /// A call that must never be issued twice and whose effect may not show at once: the
-    /// move to `to` is written first (the record that the call is under way; `to` never
-    /// calls again), then the call, then `accepted` as the message. A failed call ends the
-    /// operation Failed: the control plane may have acted on it.
-    CallOnce {
-        to: S,
-        call: C,
-        message: String,
-        accepted: String,
-    },
-    /// The outcome is not there yet but is on its way (or blocked): look again later.
-    /// `event` is raised once, when the message first appears.
-    Wait {
-        message: String,
-        after: Duration,
-        event: Option<&'static str>,
-    },
-}
-
-/// Where [`Plan::Advance`] goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Move<S> {
-    To(S),
-    /// Back to the initial step (a per-item loop starting its next item).
-    Restart,
 }
 
 /// The step graphs of kind `K` that its [`Steps`] run over, their deadlines scaled by
@@ -399,99 +243,5 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         _to: Move<K::Step>,
     ) -> Option<(&'static str, String)> {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Clone, Debug, PartialEq)]
-    enum Outer {
-        Inner(u8),
-    }
-
-    #[test]
-    fn mapping_the_call_changes_only_the_call() {
-        let called: Plan<u8, u8> = Plan::CallOnce {
-            to: 3,
-            call: 7,
-            message: "m".into(),
-            accepted: "a".into(),
-        };
-        assert_eq!(
-            called.map_call(Outer::Inner),
-            Plan::CallOnce {
-                to: 3,
-                call: Outer::Inner(7),
-                message: "m".into(),
-                accepted: "a".into(),
-            }
-        );
-        let call: Plan<u8, u8> = Plan::Call {
-            call: 1,
-            message: "m".into(),
-        };
-        assert_eq!(
-            call.map_call(Outer::Inner),
-            Plan::Call {
-                call: Outer::Inner(1),
-                message: "m".into(),
-            }
-        );
-        let waits: Plan<u8, u8> = Plan::Wait {
-            message: "w".into(),
-            after: POLL,
-            event: Some("E"),
-        };
-        assert_eq!(
-            waits.map_call(Outer::Inner),
-            Plan::Wait {
-                message: "w".into(),
-                after: POLL,
-                event: Some("E"),
-            }
-        );
-        let advance: Plan<u8, u8> = Plan::Advance {
-            to: Move::Restart,
-            message: "a".into(),
-            kind_status: Some(Map::new()),
-        };
-        assert_eq!(
-            advance.map_call(Outer::Inner),
-            Plan::Advance {
-                to: Move::Restart,
-                message: "a".into(),
-                kind_status: Some(Map::new()),
-            }
-        );
-        let fail: Plan<u8, u8> = Plan::Fail("f".into());
-        assert_eq!(fail.map_call(Outer::Inner), Plan::Fail("f".into()));
-    }
-
-    #[test]
-    fn mapping_a_noted_plan_keeps_its_events() {
-        let note = Note {
-            warning: true,
-            reason: "R",
-            message: "n".into(),
-        };
-        let noted: Noted<u8, u8> = Noted {
-            plan: Plan::Call {
-                call: 2,
-                message: "m".into(),
-            },
-            notes: vec![note.clone()],
-        };
-        assert_eq!(
-            noted.map_call(Outer::Inner),
-            Noted {
-                plan: Plan::Call {
-                    call: Outer::Inner(2),
-                    message: "m".into(),
-                },
-                notes: vec![note],
-            }
-        );
     }
 }

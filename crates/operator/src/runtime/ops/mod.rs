@@ -14,6 +14,10 @@
 //!
 //! The decisions are pure functions ([`gate`], [`queue_ahead`], [`running`]) tested without
 //! an API server; [`runtime`] is the thin I/O around them.
+//!
+//! The plan a step returns is the machine runtime's ([`crate::runtime::machine`]), with
+//! the kind's own status fields as an untyped map; the entity machines run the same plan
+//! in the runtime's entity mode.
 
 pub mod decide;
 pub mod kind;
