@@ -886,15 +886,21 @@ pub async fn dependents_gone(
         return Ok(None);
     }
     let mut running = Vec::new();
+    let mut going = Vec::new();
     for m in &mine {
         let name = m.name_any();
         let ended = m.status.as_ref().is_some_and(|s| s.phase.is_terminal());
         if ended {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
+            // Deleted, a move is still there until its own finalizer goes: the removal
+            // holds until it is gone, as it says.
+            if m.metadata.deletion_timestamp.is_none() {
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => continue,
+                    Err(e) => return Err(e.into()),
+                }
             }
+            going.push(name);
         } else {
             if !m.spec.abort {
                 let abort = json!({"spec": {"abort": true}});
@@ -908,12 +914,13 @@ pub async fn dependents_gone(
             running.push(name);
         }
     }
-    Ok((!running.is_empty()).then(|| {
-        format!(
+    if !running.is_empty() {
+        return Ok(Some(format!(
             "waiting for the moves {} to stop (abort asked)",
             running.join(", ")
-        )
-    }))
+        )));
+    }
+    Ok((!going.is_empty()).then(|| format!("waiting for the moves {} to go", going.join(", "))))
 }
 
 pub async fn execute(
