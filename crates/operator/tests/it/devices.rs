@@ -214,7 +214,10 @@ async fn as_user(h: &Harness, user: &str, service_account: Option<(&str, &str)>)
         .expect("RBAC for the impersonated user");
     let mut config = env.config().clone();
     config.auth_info.impersonate = Some(user.to_owned());
-    kube::Client::try_from(config).expect("client")
+    let client = kube::Client::try_from(config).expect("client");
+    let group = "storage.simplyblock.io";
+    crate::support::until_allowed(&client, "delete", group, "storagedevices", &h.ns).await;
+    client
 }
 
 fn device_object(name: &str) -> StorageDevice {

@@ -32,6 +32,34 @@ pub const OPERATOR_NAMESPACE: &str = "simplyblock-system";
 
 pub use simplyblock_testenv::wait::{PATIENCE, until, until_explained, until_within};
 
+/// Waits until `client` may `verb` `resource` of API group `group` in `namespace`, as the
+/// API server's authorizer sees it. The authorizer reads RBAC from a cache: a binding just
+/// written is in force only once that cache has it, and a loaded server lags.
+pub async fn until_allowed(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {
+            "verb": verb, "group": group, "resource": resource, "namespace": namespace
+        }}
+    }))
+    .expect("review");
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    until(
+        &format!("{verb} {resource} allowed in {namespace}"),
+        async || {
+            let answer = reviews.create(&PostParams::default(), &review).await.ok()?;
+            answer.status?.allowed.then_some(())
+        },
+    )
+    .await
+}
+
 /// Waits until `controller` has ended `n` more passes over `namespace/name` than it had
 /// when called: the proof that it looked again, taken before asserting that it changed
 /// nothing. A pass running when this is called counts, so a caller that needs a pass that

@@ -292,7 +292,10 @@ async fn storage_nodes_are_checked_against_their_cluster_and_guarded() {
         config.auth_info.impersonate = Some(format!(
             "system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
         ));
-        kube::Client::try_from(config).expect("client")
+        let client = kube::Client::try_from(config).expect("client");
+        let group = "storage.simplyblock.io";
+        crate::support::until_allowed(&client, "update", group, "storagenodes", "nodes").await;
+        client
     };
     let neighbour = as_account("simplyblock-nodeprobe").await;
     let as_neighbour = api::<StorageNode>(&neighbour, "nodes");
@@ -1208,6 +1211,8 @@ async fn deletion_finishes_while_the_operator_is_down() {
         .service_account_client(system, account)
         .await
         .expect("the namespace controller's client");
+    let group = "storage.simplyblock.io";
+    crate::support::until_allowed(&controller, "delete", group, "storageclusterops", ns).await;
     api::<StorageClusterOps>(&controller, ns)
         .delete("restart", &DeleteParams::default())
         .await
