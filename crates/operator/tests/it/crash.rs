@@ -942,10 +942,12 @@ async fn deploy_through_kills(ns: &str, faults: &str, seed: u64) {
     let mut child = d.operator(None);
     let mut landed: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..KILLS {
-        // Each moment is timed from the restarted process's first call to the control
+        // Each moment is timed from the restarted process's first calls to the control
         // plane, not from its spawn: a loaded machine can spend the whole delay just
-        // starting the process, and the kills would then land before any step.
-        until_calls(&d, from, 1).await;
+        // starting the process, and the kills would then land before any step. A few
+        // calls, not one: on a loaded machine a process that made its first call can
+        // still make no more in the whole delay, and the deployment would never move.
+        until_calls(&d, from, 1 + rng.below(3) as usize).await;
         tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
         child.kill().expect("kill -9");
         child.wait().expect("reaped");
