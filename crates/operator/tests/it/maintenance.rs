@@ -108,11 +108,30 @@ pub async fn fleet(ns: &str, workers: usize, served: usize, windows: i32) -> Fle
         })
         .await;
     }
-    let online = until("the nodes online", async || {
-        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-        (nodes.len() == served && nodes.iter().all(|n| n.status == NodeStatus::Online))
-            .then_some(nodes)
-    })
+    // What was last seen, for the failure to say: the nodes' statuses and the add tasks'.
+    let seen = Mutex::new(String::new());
+    let online = until_explained(
+        "the nodes online",
+        PATIENCE,
+        async || {
+            let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
+            let tasks = cp.list_tasks(cluster.id).await.unwrap_or_default();
+            *seen.lock().expect("seen") = format!(
+                "nodes {:?}, tasks {:?}",
+                nodes
+                    .iter()
+                    .map(|n| (&n.hostname, n.status))
+                    .collect::<Vec<_>>(),
+                tasks
+                    .iter()
+                    .map(|t| (&t.function_name, &t.status, &t.function_result))
+                    .collect::<Vec<_>>()
+            );
+            (nodes.len() == served && nodes.iter().all(|n| n.status == NodeStatus::Online))
+                .then_some(nodes)
+        },
+        || seen.lock().expect("seen").clone(),
+    )
     .await;
     cp.activate_cluster(cluster.id).await.expect("activate");
     until("the cluster active", async || {
