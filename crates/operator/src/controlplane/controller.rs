@@ -200,11 +200,18 @@ async fn install(
     let (obs, reached) = observe(cp, local, machine.state(), ctx).await?;
     let next = plan::install(machine.state(), Tls::of(local), &obs);
     let next = plan::overdue(&machine, now, next);
+    let mut cp = cp.clone();
     if let Plan::Wait { message, .. } = &next {
         // Every held pass says where the installation waits, whether or not its status
         // already does: the link starts empty when the operator does.
         let said = Some(message.clone());
         publish(ctx, ControlPlanePhase::Installing, said, reached.clone());
+        // Said already, over a record the status does not hold (a deadline this restore
+        // armed, another endpoint): the record is restated, the message not said again.
+        let record = installing(status, &machine, &obs.endpoint, message.clone());
+        if !machine::says_news(status.message.as_deref(), message) && record != *status {
+            cp = write(ctx, &cp, &record, Guard::ResourceVersion).await?;
+        }
     }
     let installation = Installation {
         local,
@@ -212,7 +219,24 @@ async fn install(
         endpoint: obs.endpoint,
         reached,
     };
-    machine::execute(&installation, ctx, cp.clone(), machine, next.into(), now).await
+    machine::execute(&installation, ctx, cp, machine, next.into(), now).await
+}
+
+/// The install status at `machine`'s step saying `message`: Installing, where the
+/// management API is asked, the other fields as `stored`.
+fn installing(
+    stored: &ControlPlaneStatus,
+    machine: &Machine<'_, InstallStep>,
+    endpoint: &str,
+    message: String,
+) -> ControlPlaneStatus {
+    ControlPlaneStatus {
+        phase: ControlPlanePhase::Installing,
+        step: machine.snapshot(),
+        endpoint: Some(endpoint.to_owned()),
+        message: Some(message),
+        ..stored.clone()
+    }
 }
 
 /// Reads what `step` needs, and only that. No writes.
@@ -282,11 +306,8 @@ impl Entity for Installation<'_> {
             // again, which changes nothing.
             crash::point(&crash::control_plane_point(left.name()));
         }
-        let mut next = cp.status.clone().unwrap_or_default();
-        next.phase = ControlPlanePhase::Installing;
-        next.step = status.machine.snapshot();
-        next.endpoint = Some(self.endpoint.clone());
-        next.message = Some(status.message);
+        let stored = cp.status.clone().unwrap_or_default();
+        let next = installing(&stored, status.machine, &self.endpoint, status.message);
         if moved {
             let said = next.message.clone();
             publish(
@@ -860,6 +881,37 @@ mod tests {
         assert!(
             named.contains("only the ControlPlane named simplyblock"),
             "{named}"
+        );
+    }
+
+    #[test]
+    fn an_install_record_moves_the_step_and_keeps_what_the_steady_state_wrote() {
+        let now = Timestamp::from_second(1_000_000).expect("ts");
+        let stored = ControlPlaneStatus {
+            phase: ControlPlanePhase::Unavailable,
+            version: Some("1.0".into()),
+            last_checked: Some(Time(now)),
+            components: vec![Component {
+                name: API.into(),
+                desired: 1,
+                ready: 0,
+                essential: true,
+            }],
+            message: Some("before".into()),
+            observed_generation: Some(3),
+            ..ControlPlaneStatus::default()
+        };
+        let machine = INSTALL_GRAPH.start(now);
+        let record = installing(&stored, &machine, "http://cp:5000", "held".into());
+        assert_eq!(
+            record,
+            ControlPlaneStatus {
+                phase: ControlPlanePhase::Installing,
+                step: machine.snapshot(),
+                endpoint: Some("http://cp:5000".into()),
+                message: Some("held".into()),
+                ..stored
+            }
         );
     }
 
