@@ -3,9 +3,11 @@
 //!
 //! A local control plane is installed along `INSTALL_GRAPH` (ApplyingFoundationDB →
 //! AwaitingFoundationDB → ApplyingDatastore → ApplyingAPI → AwaitingAPI), each pass
-//! [`observe`]s what its step needs, [`plan::install`] decides, and [`execute`] applies the
-//! step's objects (server-side, under one field manager, owned by the ControlPlane) and
-//! records the next step. Once the management API answers, and for a managed control
+//! [`observe`]s what its step needs, [`plan::install`] decides, and the machine runtime's
+//! entity mode performs the plan with [`Installation`] as the writer of the install status
+//! and the caller that applies the step's objects (server-side, under one field manager,
+//! owned by the ControlPlane) before the next step is recorded, or hands over to the
+//! steady state. Once the management API answers, and for a managed control
 //! plane from the start, every pass is the steady state: re-apply every object, probe
 //! `/_meta/ready` and `/_meta/version`, compute `status.components` and the phase, publish
 //! `status.endpoint` — and the client behind it to every other controller
@@ -49,19 +51,21 @@ use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use super::manifests::{self, Manifest, Tls};
 use super::names::{API, FDB_CLUSTER, OBJECT_STORE, OBJECT_STORE_CREDENTIALS, SINGLETON_NAME};
-use super::plan::{self, Batch, FdbHealth, Install, Observation, Probe, Reason, Replicas, reason};
+use super::plan::{
+    self, Batch, FdbHealth, InstallCall, Observation, Probe, Reason, Replicas, reason,
+};
 use super::reach;
 use crate::runtime::context::{Context, requeue};
+use crate::runtime::crash;
 use crate::runtime::kit::{self, Error, Guard};
 use crate::runtime::link::{Published, Reach};
+use crate::runtime::machine::{self, After, Entity, Move, Pass, Plan, Status};
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "controlplane";
 /// The field manager of the ControlPlane's status and of every object it applies.
 pub const MANAGER: &str = "controlplane-controller";
 const METRIC_PREFIX: &str = "simplyblock_controlplane_";
-/// How often a held install step looks again.
-const INSTALL_POLL: Duration = Duration::from_secs(2);
 /// How often a control plane that is not Available is probed.
 const UNWELL_POLL: Duration = Duration::from_secs(10);
 
@@ -193,9 +197,46 @@ async fn install(
             return Ok(Action::await_change());
         }
     };
-    let (obs, reach) = observe(cp, local, machine.state(), ctx).await?;
+    let (obs, reached) = observe(cp, local, machine.state(), ctx).await?;
     let next = plan::install(machine.state(), Tls::of(local), &obs);
-    execute(cp, local, status, machine, next, obs, reach, ctx, now).await
+    let next = plan::overdue(&machine, now, next);
+    let mut cp = cp.clone();
+    if let Plan::Wait { message, .. } = &next {
+        // Every held pass says where the installation waits, whether or not its status
+        // already does: the link starts empty when the operator does.
+        let said = Some(message.clone());
+        publish(ctx, ControlPlanePhase::Installing, said, reached.clone());
+        // Said already, over a record the status does not hold (a deadline this restore
+        // armed, another endpoint): the record is restated, the message not said again.
+        let record = installing(status, &machine, &obs.endpoint, message.clone());
+        if !machine::says_news(status.message.as_deref(), message) && record != *status {
+            cp = write(ctx, &cp, &record, Guard::ResourceVersion).await?;
+        }
+    }
+    let installation = Installation {
+        local,
+        from: machine.clone(),
+        endpoint: obs.endpoint,
+        reached,
+    };
+    machine::execute(&installation, ctx, cp, machine, next.into(), now).await
+}
+
+/// The install status at `machine`'s step saying `message`: Installing, where the
+/// management API is asked, the other fields as `stored`.
+fn installing(
+    stored: &ControlPlaneStatus,
+    machine: &Machine<'_, InstallStep>,
+    endpoint: &str,
+    message: String,
+) -> ControlPlaneStatus {
+    ControlPlaneStatus {
+        phase: ControlPlanePhase::Installing,
+        step: machine.snapshot(),
+        endpoint: Some(endpoint.to_owned()),
+        message: Some(message),
+        ..stored.clone()
+    }
 }
 
 /// Reads what `step` needs, and only that. No writes.
@@ -231,78 +272,96 @@ async fn observe(
     Ok((obs, reached))
 }
 
-/// Performs an install plan: the step's objects applied, then the record of the next step
-/// (a kill between the two applies them again, which changes nothing), or the hold.
-#[allow(clippy::too_many_arguments)]
-async fn execute(
-    cp: &ControlPlane,
-    local: &LocalSource,
-    status: &ControlPlaneStatus,
-    mut machine: Machine<'_, InstallStep>,
-    next: Install,
-    obs: Observation,
+/// The install machine's writer and caller, for the machine runtime: one pass over the
+/// ControlPlane, with what it read beside it.
+struct Installation<'a> {
+    local: &'a LocalSource,
+    /// The machine as the pass restored it: the step a move leaves.
+    from: Machine<'static, InstallStep>,
+    /// Where the management API is asked, written with every install status.
+    endpoint: String,
+    /// The client built this pass, published with the status.
     reached: Option<Reach>,
-    ctx: &Context,
-    now: Timestamp,
-) -> Result<Action, Error> {
-    let step = machine.state();
-    let to = match next {
-        Install::Hold { message, event } => {
-            let (message, event) = plan::overdue(&machine, now, message, event);
-            let mut held = status.clone();
-            held.phase = ControlPlanePhase::Installing;
-            held.step = machine.snapshot();
-            held.endpoint = Some(obs.endpoint.clone());
-            held.message = Some(message.clone());
+}
+
+impl Entity for Installation<'_> {
+    type Object = ControlPlane;
+    type Step = InstallStep;
+    type Call = InstallCall;
+    type Fields = ();
+
+    /// Installing, whatever the stage: the machine plans no ending of its own (its
+    /// hand-over writes the steady status). The fields it does not move are restated as
+    /// stored. A move is published first, and its step's duration measured once written.
+    async fn write(
+        &self,
+        ctx: &Context,
+        cp: &ControlPlane,
+        status: Status<'_, InstallStep, ()>,
+    ) -> Result<Option<ControlPlane>, Error> {
+        let left = self.from.state();
+        let moved = status.machine.state() != left;
+        if moved {
+            // After the step's effect, before its record: the next pass does the step
+            // again, which changes nothing.
+            crash::point(&crash::control_plane_point(left.name()));
+        }
+        let stored = cp.status.clone().unwrap_or_default();
+        let next = installing(&stored, status.machine, &self.endpoint, status.message);
+        if moved {
+            let said = next.message.clone();
             publish(
                 ctx,
                 ControlPlanePhase::Installing,
-                Some(message.clone()),
-                reached,
+                said,
+                self.reached.clone(),
             );
-            if held != *status {
-                write(ctx, cp, &held, Guard::ResourceVersion).await?;
+        }
+        match write(ctx, cp, &next, Guard::ResourceVersion).await {
+            Ok(written) => {
+                if moved {
+                    step_left(ctx, cp, &self.from);
+                }
+                Ok(Some(written))
             }
-            if status.message.as_deref() != Some(message.as_str()) {
-                ctx.event(cp, true, event, message.clone()).await;
-            }
-            return Ok(Action::requeue(INSTALL_POLL));
+            Err(Error::Stale(_)) => Ok(None),
+            Err(e) => Err(e),
         }
-        Install::Installed => {
-            crate::runtime::crash::point(&crate::runtime::crash::control_plane_point(step.name()));
-            // Left once its record is gone: a write refused as stale leaves the step
-            // where it was, for the next pass to leave.
-            let action = steady(cp, Some(local), status, ctx, Some(machine.state())).await?;
-            step_left(ctx, cp, &machine);
-            return Ok(action);
-        }
-        Install::Apply { batch, to } => {
-            apply_batch(ctx, cp, local, batch, true).await?;
-            to
-        }
-        Install::Advance { to } => to,
-    };
-    crate::runtime::crash::point(&crate::runtime::crash::control_plane_point(step.name()));
-    let before = machine.clone();
-    if let Err(e) = machine.transition_to(to, now) {
-        // A controller bug, not a user's: say so and stop rather than loop.
-        tracing::error!(error = %e, "illegal install transition");
-        return Ok(Action::await_change());
     }
-    let mut advanced = status.clone();
-    advanced.phase = ControlPlanePhase::Installing;
-    advanced.step = machine.snapshot();
-    advanced.endpoint = Some(obs.endpoint.clone());
-    advanced.message = Some(format!("installing: step {}", to.name()));
-    publish(
-        ctx,
-        ControlPlanePhase::Installing,
-        advanced.message.clone(),
-        reached,
-    );
-    write(ctx, cp, &advanced, Guard::ResourceVersion).await?;
-    step_left(ctx, cp, &before);
-    Ok(Action::requeue(requeue::NEXT_STEP))
+
+    async fn call(
+        &self,
+        pass: &mut Pass<'_, Self>,
+        call: InstallCall,
+        message: String,
+    ) -> Result<After<Self>, Error> {
+        match call {
+            InstallCall::Apply { batch, to } => {
+                apply_batch(pass.ctx, &pass.object, self.local, batch, true).await?;
+                let advance = Plan::Advance {
+                    to: Move::To(to),
+                    message,
+                    kind_status: None,
+                };
+                Ok(After::Plan(advance.into()))
+            }
+            InstallCall::HandOver => {
+                let (cp, ctx, step) = (&pass.object, pass.ctx, pass.machine.state());
+                crash::point(&crash::control_plane_point(step.name()));
+                // Nothing was written this pass: the object is the one read.
+                let status = cp.status.clone().unwrap_or_default();
+                // Left once its record is gone: a write refused as stale leaves the step
+                // where it was, for the next pass to leave.
+                let action = steady(cp, Some(self.local), &status, ctx, Some(step)).await?;
+                step_left(ctx, cp, &pass.machine);
+                Ok(After::Done(action))
+            }
+        }
+    }
+
+    fn message(cp: &ControlPlane) -> Option<&str> {
+        cp.status.as_ref()?.message.as_deref()
+    }
 }
 
 /// The steady state: every object re-applied (a local control plane), the control plane
@@ -563,12 +622,13 @@ struct Written {
     observed_generation: Option<i64>,
 }
 
+/// Writes `next` and returns the ControlPlane as stored.
 async fn write(
     ctx: &Context,
     cp: &ControlPlane,
     next: &ControlPlaneStatus,
     guard: Guard,
-) -> Result<(), Error> {
+) -> Result<ControlPlane, Error> {
     let written = Written {
         phase: next.phase,
         step: next.step.clone(),
@@ -579,8 +639,7 @@ async fn write(
         message: next.message.clone(),
         observed_generation: cp.metadata.generation,
     };
-    kit::apply_status(&ctx.kube, cp, MANAGER, &written, guard).await?;
-    Ok(())
+    kit::apply_status(&ctx.kube, cp, MANAGER, &written, guard).await
 }
 
 /// Whether the API server serves `resource` of `group_version`.
@@ -822,6 +881,37 @@ mod tests {
         assert!(
             named.contains("only the ControlPlane named simplyblock"),
             "{named}"
+        );
+    }
+
+    #[test]
+    fn an_install_record_moves_the_step_and_keeps_what_the_steady_state_wrote() {
+        let now = Timestamp::from_second(1_000_000).expect("ts");
+        let stored = ControlPlaneStatus {
+            phase: ControlPlanePhase::Unavailable,
+            version: Some("1.0".into()),
+            last_checked: Some(Time(now)),
+            components: vec![Component {
+                name: API.into(),
+                desired: 1,
+                ready: 0,
+                essential: true,
+            }],
+            message: Some("before".into()),
+            observed_generation: Some(3),
+            ..ControlPlaneStatus::default()
+        };
+        let machine = INSTALL_GRAPH.start(now);
+        let record = installing(&stored, &machine, "http://cp:5000", "held".into());
+        assert_eq!(
+            record,
+            ControlPlaneStatus {
+                phase: ControlPlanePhase::Installing,
+                step: machine.snapshot(),
+                endpoint: Some("http://cp:5000".into()),
+                message: Some("held".into()),
+                ..stored
+            }
         );
     }
 

@@ -2,13 +2,15 @@
 //!
 //! - [`install`]: the next thing the current install step of a local control plane does
 //!   (apply its objects and move on, wait for a dependency, or hand over to the steady
-//!   state);
+//!   state), as one [`Plan`] of the machine runtime whose calls ([`InstallCall`]) are the
+//!   ControlPlane's own;
 //! - [`components`] and [`verdict`]: the steady state's `status.components` and phase,
 //!   by the rule "the worst verdict wins";
 //! - [`transition`]: the one event a change of verdict raises (none without a change);
 //! - [`deletion`]: whether the finalizer still holds.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,6 +21,7 @@ use simplyblock_statemachine::{Machine, State};
 
 use super::manifests::Tls;
 use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
+use crate::runtime::machine::{Move, Plan};
 
 /// Events on the ControlPlane.
 pub mod reason {
@@ -103,20 +106,43 @@ pub enum Batch {
     Api,
 }
 
-/// What the current install step does next.
+/// What the install machine does that is its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Install {
-    /// Apply the step's objects, then move on to `to`.
+pub enum InstallCall {
+    /// Apply the step's objects, then move on to `to` with the plan's message.
     Apply { batch: Batch, to: InstallStep },
-    /// The step's outcome is there: move on to `to`.
-    Advance { to: InstallStep },
-    /// Stay in the step saying `message`; `event` is raised when the message is new.
-    Hold {
-        message: String,
-        event: &'static str,
-    },
-    /// The management API answers: the installation is done.
-    Installed,
+    /// The management API answers: the steady state takes over, and its status (the step
+    /// cleared) ends the installation.
+    HandOver,
+}
+
+/// What the current install step does next; the ControlPlane's status fields beside the
+/// step are written by its own writer, so a plan carries none.
+pub type InstallPlan = Plan<InstallStep, InstallCall, ()>;
+
+/// How often a held install step looks again.
+pub const INSTALL_POLL: Duration = Duration::from_secs(2);
+
+/// The message of a move into `to`.
+fn installing(to: InstallStep) -> String {
+    format!("installing: step {}", to.name())
+}
+
+/// Apply `batch`, then move on to `to`.
+fn apply(batch: Batch, to: InstallStep) -> InstallPlan {
+    Plan::Call {
+        call: InstallCall::Apply { batch, to },
+        message: installing(to),
+    }
+}
+
+/// Stay in the step saying `message`; `event` (a warning) is raised when it is new.
+fn hold(message: String, event: &'static str) -> InstallPlan {
+    Plan::Wait {
+        message,
+        after: INSTALL_POLL,
+        event: Some(event),
+    }
 }
 
 /// The hold while the FoundationDB operator reports the cluster unavailable: its operator
@@ -143,59 +169,54 @@ fn fdb_not_reported(ns: &str) -> String {
 }
 
 /// The next thing `step` does with what was read. Pure.
-pub fn install(step: InstallStep, tls: Tls, obs: &Observation) -> Install {
-    let hold = |message: String| Install::Hold {
-        message,
-        event: reason::AWAITING,
-    };
+pub fn install(step: InstallStep, tls: Tls, obs: &Observation) -> InstallPlan {
+    let awaiting = |message: String| hold(message, reason::AWAITING);
     match step {
-        InstallStep::ApplyingFoundationDB if !obs.fdb_served => hold(
+        InstallStep::ApplyingFoundationDB if !obs.fdb_served => awaiting(
             "the FoundationDB operator's API (apps.foundationdb.org/v1beta2 FoundationDBCluster) is not served: install the FoundationDB operator and its CRDs; the installation goes on once it is".into(),
         ),
-        InstallStep::ApplyingFoundationDB => Install::Apply {
-            batch: Batch::FoundationDb,
-            to: InstallStep::AwaitingFoundationDB,
-        },
+        InstallStep::ApplyingFoundationDB => {
+            apply(Batch::FoundationDb, InstallStep::AwaitingFoundationDB)
+        }
         InstallStep::AwaitingFoundationDB => match &obs.fdb {
-            Some(h) if h.available => Install::Advance {
-                to: InstallStep::ApplyingDatastore,
+            Some(h) if h.available => Plan::Advance {
+                to: Move::To(InstallStep::ApplyingDatastore),
+                message: installing(InstallStep::ApplyingDatastore),
+                kind_status: None,
             },
-            Some(_) => hold(fdb_not_available(&obs.namespace)),
-            None => hold(fdb_not_reported(&obs.namespace)),
+            Some(_) => awaiting(fdb_not_available(&obs.namespace)),
+            None => awaiting(fdb_not_reported(&obs.namespace)),
         },
-        InstallStep::ApplyingDatastore => Install::Apply {
-            batch: Batch::Datastore,
-            to: InstallStep::ApplyingAPI,
-        },
-        InstallStep::ApplyingAPI if tls.needs_cert_manager() && !obs.cert_manager_served => hold(
+        InstallStep::ApplyingDatastore => apply(Batch::Datastore, InstallStep::ApplyingAPI),
+        InstallStep::ApplyingAPI if tls.needs_cert_manager() && !obs.cert_manager_served => awaiting(
             "TLS is on with provider cert-manager, but cert-manager's API (cert-manager.io/v1) is not served: install cert-manager, or set spec.source.local.tls.provider to OpenShift or enableTLS to false".into(),
         ),
-        InstallStep::ApplyingAPI => Install::Apply {
-            batch: Batch::Api,
-            to: InstallStep::AwaitingAPI,
-        },
+        InstallStep::ApplyingAPI => apply(Batch::Api, InstallStep::AwaitingAPI),
         InstallStep::AwaitingAPI => match &obs.probe {
             // Answering without a pod of its own would be another server's answer.
             _ if obs.workloads.get(API).is_none_or(|r| r.ready == 0) => {
                 let desired = obs.workloads.get(API).map_or(0, |r| r.desired);
-                hold(format!(
+                awaiting(format!(
                     "waiting for a ready replica of Deployment {API} (0 of {desired} ready)"
                 ))
             }
-            Some(Probe::Asked { ready: Ok(()), .. }) => Install::Installed,
-            Some(Probe::Asked { ready: Err(e), .. }) => hold(format!(
+            Some(Probe::Asked { ready: Ok(()), .. }) => Plan::Call {
+                call: InstallCall::HandOver,
+                message: format!("installed: the management API at {} answers", obs.endpoint),
+            },
+            Some(Probe::Asked { ready: Err(e), .. }) => awaiting(format!(
                 "waiting for the management API at {} to answer: {e}",
                 obs.endpoint
             )),
-            Some(Probe::NoClient { credentials, why }) => Install::Hold {
-                message: why.clone(),
-                event: if *credentials {
+            Some(Probe::NoClient { credentials, why }) => hold(
+                why.clone(),
+                if *credentials {
                     reason::CREDENTIALS
                 } else {
                     reason::AWAITING
                 },
-            },
-            None => hold(format!(
+            ),
+            None => awaiting(format!(
                 "waiting for the management API at {} to answer",
                 obs.endpoint
             )),
@@ -203,28 +224,30 @@ pub fn install(step: InstallStep, tls: Tls, obs: &Observation) -> Install {
     }
 }
 
-/// A held step's message once past its deadline, and the event to raise: the step goes
-/// on waiting (clients keep holding), but says it is late, once.
+/// `plan` as a step past its deadline performs it: a hold goes on waiting (clients keep
+/// holding), but says it is late in its message and its event, once. Pure.
 pub fn overdue(
     machine: &Machine<'_, InstallStep>,
     now: Timestamp,
-    message: String,
-    event: &'static str,
-) -> (String, &'static str) {
-    if !machine.timed_out(now) {
-        return (message, event);
+    plan: InstallPlan,
+) -> InstallPlan {
+    match plan {
+        Plan::Wait { message, after, .. } if machine.timed_out(now) => {
+            let deadline = machine
+                .deadline()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default();
+            Plan::Wait {
+                message: format!(
+                    "install step {} outlived its deadline{deadline}; still waiting: {message}",
+                    machine.state().name()
+                ),
+                after,
+                event: Some(reason::DEADLINE),
+            }
+        }
+        other => other,
     }
-    let deadline = machine
-        .deadline()
-        .map(|d| format!(" ({d})"))
-        .unwrap_or_default();
-    (
-        format!(
-            "install step {} outlived its deadline{deadline}; still waiting: {message}",
-            machine.state().name()
-        ),
-        reason::DEADLINE,
-    )
 }
 
 /// The components of a local control plane, by name. FoundationDB reports health, not

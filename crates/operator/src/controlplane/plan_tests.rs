@@ -55,10 +55,26 @@ fn obs(f: impl FnOnce(&mut Observation)) -> Observation {
     o
 }
 
-fn held(plan: Install) -> (String, &'static str) {
+/// A hold's message and event; every hold looks again after [`INSTALL_POLL`].
+fn held(plan: InstallPlan) -> (String, &'static str) {
     match plan {
-        Install::Hold { message, event } => (message, event),
+        Plan::Wait {
+            message,
+            after,
+            event: Some(event),
+        } => {
+            assert_eq!(after, INSTALL_POLL, "{message}");
+            (message, event)
+        }
         other => panic!("not held: {other:?}"),
+    }
+}
+
+/// Apply `batch`, then move on to `to`, saying so.
+fn applies(batch: Batch, to: InstallStep) -> InstallPlan {
+    Plan::Call {
+        call: InstallCall::Apply { batch, to },
+        message: format!("installing: step {}", to.name()),
     }
 }
 
@@ -69,50 +85,40 @@ fn each_install_step_applies_its_objects_or_waits_for_what_it_needs() {
         healthy: true,
         ready_storage: None,
     };
-    let table: Vec<(InstallStep, Tls, Observation, Install)> = vec![
+    let table: Vec<(InstallStep, Tls, Observation, InstallPlan)> = vec![
         (
             ApplyingFoundationDB,
             plain(),
             obs(|o| o.fdb_served = true),
-            Install::Apply {
-                batch: Batch::FoundationDb,
-                to: AwaitingFoundationDB,
-            },
+            applies(Batch::FoundationDb, AwaitingFoundationDB),
         ),
         (
             AwaitingFoundationDB,
             plain(),
             obs(|o| o.fdb = Some(available.clone())),
-            Install::Advance {
-                to: ApplyingDatastore,
+            Plan::Advance {
+                to: Move::To(ApplyingDatastore),
+                message: "installing: step ApplyingDatastore".into(),
+                kind_status: None,
             },
         ),
         (
             ApplyingDatastore,
             plain(),
             obs(|_| {}),
-            Install::Apply {
-                batch: Batch::Datastore,
-                to: ApplyingAPI,
-            },
+            applies(Batch::Datastore, ApplyingAPI),
         ),
         (
             ApplyingAPI,
             plain(),
             obs(|_| {}),
-            Install::Apply {
-                batch: Batch::Api,
-                to: AwaitingAPI,
-            },
+            applies(Batch::Api, AwaitingAPI),
         ),
         (
             ApplyingAPI,
             cert_manager(),
             obs(|o| o.cert_manager_served = true),
-            Install::Apply {
-                batch: Batch::Api,
-                to: AwaitingAPI,
-            },
+            applies(Batch::Api, AwaitingAPI),
         ),
         (
             AwaitingAPI,
@@ -127,7 +133,10 @@ fn each_install_step_applies_its_objects_or_waits_for_what_it_needs() {
                 );
                 o.probe = Some(answered(None));
             }),
-            Install::Installed,
+            Plan::Call {
+                call: InstallCall::HandOver,
+                message: "installed: the management API at http://simplyblock-webappapi.sb.svc:5000 answers".into(),
+            },
         ),
     ];
     for (step, tls, o, want) in table {
@@ -180,10 +189,10 @@ fn tls_with_cert_manager_holds_the_api_step_until_cert_manager_is_served() {
     assert!(message.contains("enableTLS to false"), "{message}");
     // OpenShift's service CA needs no cert-manager.
     let openshift = Tls::of(&local(json!({"tls": {"provider": "OpenShift"}})));
-    assert!(matches!(
+    assert_eq!(
         install(ApplyingAPI, openshift, &obs(|_| {})),
-        Install::Apply { .. }
-    ));
+        applies(Batch::Api, AwaitingAPI)
+    );
 }
 
 fn api_with_a_ready_replica(o: &mut Observation) {
@@ -239,31 +248,42 @@ fn the_api_not_answering_holds_the_last_step_and_missing_credentials_say_so() {
     });
     assert_eq!(
         install(AwaitingAPI, plain(), &no_token),
-        Install::Hold {
+        Plan::Wait {
             message: "no token".into(),
-            event: reason::CREDENTIALS,
+            after: INSTALL_POLL,
+            event: Some(reason::CREDENTIALS),
         }
     );
 }
 
 #[test]
 fn a_held_step_past_its_deadline_says_so_once_and_keeps_waiting() {
+    let waiting = || hold("waiting".into(), reason::AWAITING);
     let machine = INSTALL_GRAPH.start(now());
-    let (message, event) = overdue(&machine, now(), "waiting".into(), reason::AWAITING);
-    assert_eq!((message.as_str(), event), ("waiting", reason::AWAITING));
+    assert_eq!(overdue(&machine, now(), waiting()), waiting());
     let stored = StepSnapshot {
         state: Some("AwaitingFoundationDB".into()),
         deadline: Some(now()),
     };
     let late = INSTALL_GRAPH.restore(&stored, now()).expect("machine");
     let later = now() + jiff::SignedDuration::from_secs(1);
-    let (message, event) = overdue(&late, later, "waiting".into(), reason::AWAITING);
+    let (message, event) = held(overdue(&late, later, waiting()));
     assert_eq!(event, reason::DEADLINE);
     assert!(
         message.starts_with("install step AwaitingFoundationDB outlived its deadline")
             && message.ends_with("still waiting: waiting"),
         "{message}"
     );
+    // Only a hold is late: a step whose outcome is there moves on as it would.
+    let available = obs(|o| {
+        o.fdb = Some(FdbHealth {
+            available: true,
+            ..FdbHealth::default()
+        })
+    });
+    let moves = install(AwaitingFoundationDB, plain(), &available);
+    assert_eq!(overdue(&late, later, moves.clone()), moves);
+    assert!(matches!(moves, Plan::Advance { .. }), "{moves:?}");
 }
 
 fn replicas(desired: i32, ready: i32) -> Replicas {
