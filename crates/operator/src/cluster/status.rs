@@ -127,9 +127,5 @@ async fn apply_unless_stale<S: Serialize>(
     status: &S,
     guard: Guard,
 ) -> Result<Option<StorageCluster>, Error> {
-    match kit::apply_status(&ctx.kube, cluster, MANAGER, status, guard).await {
-        Ok(written) => Ok(Some(written)),
-        Err(Error::Stale(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
+    kit::unless_stale(kit::apply_status(&ctx.kube, cluster, MANAGER, status, guard).await)
 }

@@ -317,16 +317,11 @@ impl Entity for Installation<'_> {
                 self.reached.clone(),
             );
         }
-        match write(ctx, cp, &next, Guard::ResourceVersion).await {
-            Ok(written) => {
-                if moved {
-                    step_left(ctx, cp, &self.from);
-                }
-                Ok(Some(written))
-            }
-            Err(Error::Stale(_)) => Ok(None),
-            Err(e) => Err(e),
+        let written = kit::unless_stale(write(ctx, cp, &next, Guard::ResourceVersion).await)?;
+        if moved && written.is_some() {
+            step_left(ctx, cp, &self.from);
         }
+        Ok(written)
     }
 
     async fn call(

@@ -380,22 +380,21 @@ impl Entity for Expansion {
     ) -> Result<Option<ClusterDeploymentConfig>, Error> {
         let phase = match status.stage {
             Stage::Running | Stage::Holding => DeploymentPhase::Expanding,
-            Stage::Succeeded => {
-                let seconds = status.now.duration_since(self.started).as_secs_f64();
-                super::metrics::expanded(&ctx.metrics, &namespace(doc), seconds);
-                DeploymentPhase::Expanded
-            }
+            Stage::Succeeded => DeploymentPhase::Expanded,
             Stage::Failed => DeploymentPhase::Failed,
         };
         let refs = status.fields.unwrap_or_default();
         let machine = Some(status.machine);
         let message = Some(status.message);
         let started = Some(self.started);
-        match write_status(ctx, doc, phase, machine, message, refs, started).await {
-            Ok(written) => Ok(Some(written)),
-            Err(Error::Stale(_)) => Ok(None),
-            Err(e) => Err(e),
+        let written = write_status(ctx, doc, phase, machine, message, refs, started).await;
+        let written = kit::unless_stale(written)?;
+        // Measured once the end is recorded: a write that lost its race is done again.
+        if written.is_some() && phase == DeploymentPhase::Expanded {
+            let seconds = status.now.duration_since(self.started).as_secs_f64();
+            super::metrics::expanded(&ctx.metrics, &namespace(doc), seconds);
         }
+        Ok(written)
     }
 
     fn failing(&self, ctx: &Context, doc: &ClusterDeploymentConfig, notes: &[Note]) {

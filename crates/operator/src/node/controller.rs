@@ -231,14 +231,12 @@ async fn write(
         failure_domain: observed.failure_domain,
         observed_generation: node.metadata.generation,
     };
-    match kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion).await {
-        Ok(written) => {
-            phase_state(ctx, node, phase);
-            Ok(Some(written))
-        }
-        Err(Error::Stale(_)) => Ok(None),
-        Err(e) => Err(e),
+    let written = kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion);
+    let written = kit::unless_stale(written.await)?;
+    if written.is_some() {
+        phase_state(ctx, node, phase);
     }
+    Ok(written)
 }
 
 /// Every phase a StorageNode can be in, as the phase gauge names them.

@@ -75,6 +75,16 @@ impl Error {
     }
 }
 
+/// `result`, with a write refused because the object moved since it was read
+/// ([`Error::Stale`]) as `None`: the caller decides again on the newer copy.
+pub fn unless_stale<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(written) => Ok(Some(written)),
+        Err(Error::Stale(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What can go wrong in the operator's own machinery (controllers report their domain
 /// errors in status and events instead).
 #[derive(Debug, thiserror::Error)]

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-pub use super::error::Error;
+pub use super::error::{Error, unless_stale};
 pub use crate::runtime::context::Scope;
 use crate::runtime::context::{Context, requeue};
 
