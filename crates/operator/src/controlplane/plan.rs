@@ -425,13 +425,8 @@ pub fn verdict(
     }
 }
 
-/// An event: warning or not, its reason and note.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub message: String,
-}
+/// An event: warning or not, its reason and note (the machine runtime's).
+pub use crate::runtime::machine::Note;
 
 /// The event a new verdict raises: one per change of reason (the first verdict after the
 /// installation, or after a change of phase or of why), none while it stays the same.
