@@ -21,6 +21,7 @@ use super::{
     abort_check, gate, queue_ahead, reason, running,
 };
 use crate::runtime::context::{Context, requeue};
+use crate::runtime::machine::says_news;
 
 /// The lock field on every target's status.
 pub const LOCK_FIELD: &str = "activeOpsRef";
@@ -304,7 +305,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
         Decision::Carry {
             plan: Plan::Wait { message, .. },
             ..
-        } => status.message.as_deref() != Some(message.as_str()),
+        } => says_news(status.message.as_deref(), message),
         _ => true,
     };
     if noted {
@@ -497,7 +498,7 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             after,
         } => {
             if let Some(reason) = event
-                && status.message.as_deref() != Some(message.as_str())
+                && says_news(status.message.as_deref(), &message)
             {
                 ctx.event(op, true, reason, message.clone()).await;
             }
