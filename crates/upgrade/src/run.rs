@@ -20,6 +20,9 @@ pub const CRASH_ENV: &str = "SIMPLYBLOCK_UPGRADE_CRASH_AFTER";
 /// How often a step's effect is looked for.
 const POLL: Duration = Duration::from_millis(500);
 
+/// How many times a step whose write met a newer object is read and applied again.
+const CONFLICT_RETRIES: u32 = 5;
+
 impl From<record::Error> for RunError {
     fn from(e: record::Error) -> RunError {
         RunError::Step(StepError::Failed(e.into()))
@@ -75,28 +78,44 @@ pub async fn run(
     }
     let mine: Vec<Step> = steps.iter().filter(|s| s.stage == stage).cloned().collect();
     for step in plan::order(&mine).map_err(RunError::Order)? {
-        let world = observe(ctx, target).await?;
-        if (step.done)(&world) || (step.recorded && record.completed.contains(step.id)) {
+        let mut conflicts = 0;
+        let world = loop {
+            let world = observe(ctx, target).await?;
+            if (step.done)(&world) || (step.recorded && record.completed.contains(step.id)) {
+                break None;
+            }
+            // Validated again on what is there now: an earlier step may have changed it.
+            if let Err(refusals) = (step.validate)(&world, options) {
+                return Err(RunError::Refused(vec![(step.id, refusals)]));
+            }
+            if stage == Stage::Migrate && !step.phase.is_empty() {
+                enter(&store, &mut record, step.phase).await?;
+            }
+            println!("  {:<34} running", step.id);
+            for action in (step.describe)(&world) {
+                if action.verb == "check" {
+                    println!("    check: {}", action.detail);
+                } else {
+                    println!("    {} {}: {}", action.verb, action.object, action.detail);
+                }
+            }
+            match step.apply(ctx, &world).await {
+                Ok(()) => break Some(world),
+                // The operator runs beside the tool and writes the same objects (their
+                // status, their finalizers): a write from a read it outdated is decided
+                // again on a fresh one, as a controller does.
+                Err(StepError::Conflict(e)) if conflicts < CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    println!("    changed since it was read ({e:#}); reading again");
+                }
+                Err(e) => return Err(RunError::Step(e)),
+            }
+        };
+        let Some(world) = world else {
             println!("  {:<34} done", step.id);
             crash_point(step.id);
             continue;
-        }
-        // Validated again on what is there now: an earlier step may have changed it.
-        if let Err(refusals) = (step.validate)(&world, options) {
-            return Err(RunError::Refused(vec![(step.id, refusals)]));
-        }
-        if stage == Stage::Migrate && !step.phase.is_empty() {
-            enter(&store, &mut record, step.phase).await?;
-        }
-        println!("  {:<34} running", step.id);
-        for action in (step.describe)(&world) {
-            if action.verb == "check" {
-                println!("    check: {}", action.detail);
-            } else {
-                println!("    {} {}: {}", action.verb, action.object, action.detail);
-            }
-        }
-        step.apply(ctx, &world).await.map_err(RunError::Step)?;
+        };
         crash_point(step.id);
         if !step.recorded {
             await_done(ctx, target, step).await?;

@@ -75,6 +75,10 @@ pub enum StepError {
     NotImplemented(&'static str),
     /// It ran and failed.
     Failed(anyhow::Error),
+    /// A write was refused because its object changed since the step read it (409: the
+    /// operator, running beside the tool, wrote it meanwhile). The step is decided again
+    /// on a fresh read.
+    Conflict(anyhow::Error),
 }
 
 impl fmt::Display for StepError {
@@ -84,11 +88,28 @@ impl fmt::Display for StepError {
                 write!(f, "{id}: not implemented in this release")
             }
             StepError::Failed(e) => write!(f, "{e:#}"),
+            StepError::Conflict(e) => write!(
+                f,
+                "{e:#} (changed by another writer each time it was read again; run again to resume)"
+            ),
         }
     }
 }
 
 impl std::error::Error for StepError {}
+
+impl StepError {
+    /// A failed write or read of `what`: a conflict when the server refused it as made
+    /// from an outdated read (409), else a failure.
+    pub fn kube(what: impl fmt::Display, e: kube::Error) -> StepError {
+        match e {
+            kube::Error::Api(s) if s.code == 409 => {
+                StepError::Conflict(anyhow::anyhow!("{what}: {}", s.message))
+            }
+            e => StepError::Failed(anyhow::anyhow!("{what}: {e}")),
+        }
+    }
+}
 
 /// What effects work with.
 #[derive(Clone)]

@@ -45,7 +45,7 @@ pub(super) fn failed(e: impl Into<anyhow::Error>) -> StepError {
 }
 
 pub(super) fn kube_failed(what: impl std::fmt::Display) -> impl FnOnce(kube::Error) -> StepError {
-    move |e| StepError::Failed(anyhow::anyhow!("{what}: {e}"))
+    move |e| StepError::kube(what, e)
 }
 
 /// The API of `object`'s kind: the group's kinds at the version the object was read at,

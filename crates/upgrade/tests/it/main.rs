@@ -3,4 +3,5 @@
 
 mod preflight;
 mod record;
+mod run;
 mod upgrade;

@@ -135,10 +135,10 @@ async fn kill_at_every_step(env: &TestEnv, stage: Stage, args: &[&str]) -> Vec<&
         assert_eq!(
             out.status.signal(),
             Some(6),
-            "{stage} killed after {id} did not stop there ({:?})\nstdout:\n{}\nstderr:\n{}",
+            "{stage} killed after {id} did not stop there ({:?})\nstderr:\n{}\nstdout:\n{}",
             out.status,
-            stdout(&out),
-            stderr(&out)
+            stderr(&out),
+            stdout(&out)
         );
         assert!(
             stderr(&out).contains(&format!("aborting after {id}")),
@@ -150,10 +150,10 @@ async fn kill_at_every_step(env: &TestEnv, stage: Stage, args: &[&str]) -> Vec<&
     let out = tool(env, args, None).await;
     assert!(
         out.status.success(),
-        "{stage} rerun to its end: {:?}\nstdout:\n{}\nstderr:\n{}",
+        "{stage} rerun to its end: {:?}\nstderr:\n{}\nstdout:\n{}",
         out.status,
-        stdout(&out),
-        stderr(&out)
+        stderr(&out),
+        stdout(&out)
     );
     assert!(
         stdout(&out).contains(&format!("stage {stage}: every step done")),
@@ -318,8 +318,6 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
         .expect("the operation ends");
     let out = upgrade_binary(env, &["preflight"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    // The plan a person approves (shown with --nocapture).
-    println!("{}", stdout(&out));
     for planned in [
         "hold-controllers",
         "reparent-storage-nodes",
