@@ -108,8 +108,8 @@ async fn apply(
     let obs = observe::observe(&ctx.kube, driver, &ctx.namespace, operator_image).await?;
     let plan = plan::plan(driver, &obs);
     let refused = match &plan {
-        Plan::Converge(converge) => execute(ctx, driver, converge).await?,
-        Plan::Hold(_) => None,
+        Ok(converge) => execute(ctx, driver, converge).await?,
+        Err(_) => None,
     };
     let mut status = plan::status(driver, &obs, &plan);
     if let Some(refused) = &refused {
@@ -241,15 +241,15 @@ async fn report(
     let previous = driver.status.as_ref();
     let message = status.message.clone().unwrap_or_default();
     let held = match plan {
-        Plan::Hold(hold) => Some(hold),
-        Plan::Converge(_) => refused,
+        Err(hold) => Some(hold),
+        Ok(_) => refused,
     };
     if let Some(hold) = held
         && previous.and_then(|p| p.message.as_deref()) != Some(hold.message.as_str())
     {
         ctx.event(driver, true, hold.reason, message.clone()).await;
     }
-    let converging = matches!(plan, Plan::Converge(_));
+    let converging = plan.is_ok();
     if converging && previous.map(|p| p.phase) != Some(status.phase) {
         let (reason, warning) = match status.phase {
             DriverPhase::Installing => ("Installing", false),

@@ -153,17 +153,15 @@ pub struct Converge {
     pub image: String,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    Hold(Hold),
-    Converge(Converge),
-}
+/// A pass's decision: converge, or hold with the reason (a decision, not a machine: the
+/// driver has no steps, each pass brings every object to the spec at once).
+pub type Plan = Result<Converge, Hold>;
 
 /// The next thing to do for `driver`.
 pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     let me = DriverRef::of(driver);
     if let Some(first) = active(&obs.drivers).filter(|first| **first != me) {
-        return Plan::Hold(Hold {
+        return Err(Hold {
             reason: "DuplicateDriver",
             message: format!(
                 "SimplyblockDriver {first} is this cluster's CSI driver (the oldest; a cluster runs one); this one installs nothing: delete it, or delete {first} to have this one take over"
@@ -172,7 +170,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     }
     let namespace = me.namespace.as_str();
     if namespace != obs.operator_namespace {
-        return Plan::Hold(Hold {
+        return Err(Hold {
             reason: "WrongNamespace",
             message: format!(
                 "the driver's pods read the CSI secret {} from their own namespace, and the operator writes it in {}; create the SimplyblockDriver there",
@@ -183,7 +181,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     }
     let unbound = permissions_missing(namespace, &obs.bindings);
     if !unbound.is_empty() {
-        return Plan::Hold(Hold {
+        return Err(Hold {
             reason: "PermissionsMissing",
             message: format!(
                 "the CSI driver's pods would lack their permissions, which the simplyblock-operator chart grants and the operator does not: {}; install or upgrade the simplyblock-operator chart in namespace {namespace}, which creates them",
@@ -196,7 +194,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
         None => match names::default_image(&obs.operator_image) {
             Ok(image) => image,
             Err(why) => {
-                return Plan::Hold(Hold {
+                return Err(Hold {
                     reason: "ImageUnresolved",
                     message: why,
                 });
@@ -211,7 +209,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     let desired = manifests::manifests(driver, settings).objects();
     let refusals = adoption::refusals(driver, &desired, &obs.live, &obs.helm_csi_drivers);
     if !refusals.is_empty() {
-        return Plan::Hold(Hold {
+        return Err(Hold {
             reason: "AdoptionRefused",
             message: format!(
                 "the existing CSI driver objects are not taken over: {}",
@@ -249,7 +247,7 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
         })
         .map(|(key, _)| key.clone())
         .collect();
-    Plan::Converge(converge)
+    Ok(converge)
 }
 
 /// What is wrong with each of the chart's bindings that does not give its role to its
@@ -365,14 +363,14 @@ pub fn status(
         ..SimplyblockDriverStatus::default()
     };
     let converge = match plan {
-        Plan::Hold(hold) => {
+        Err(hold) => {
             return SimplyblockDriverStatus {
                 phase: DriverPhase::Installing,
                 message: Some(hold.message.clone()),
                 ..base
             };
         }
-        Plan::Converge(converge) => converge,
+        Ok(converge) => converge,
     };
     let w = workloads(obs);
     let installing =

@@ -74,15 +74,15 @@ fn empty(d: &SimplyblockDriver) -> Observation {
 
 fn converge(p: Plan) -> Converge {
     match p {
-        Plan::Converge(c) => c,
-        Plan::Hold(h) => panic!("held: {h:?}"),
+        Ok(c) => c,
+        Err(h) => panic!("held: {h:?}"),
     }
 }
 
 fn hold(p: Plan) -> Hold {
     match p {
-        Plan::Hold(h) => h,
-        Plan::Converge(c) => panic!("converges: {c:?}"),
+        Err(h) => h,
+        Ok(c) => panic!("converges: {c:?}"),
     }
 }
 
@@ -352,7 +352,7 @@ fn the_driver_is_held_until_the_charts_bindings_give_its_accounts_their_permissi
         !h.message
             .contains("RoleBinding/simplyblock-operator-csi-controller")
     );
-    let s = status(&d, &obs, &Plan::Hold(h.clone()));
+    let s = status(&d, &obs, &Err(h.clone()));
     assert_eq!(s.phase, DriverPhase::Installing);
     assert_eq!(s.message, Some(h.message));
 
@@ -519,7 +519,7 @@ fn a_helm_install_of_another_driver_name_is_refused_and_untouched() {
     let h = hold(plan(&d, &obs));
     assert_eq!(h.reason, "AdoptionRefused");
     assert!(h.message.contains("legacy.simplyblock.io"), "{}", h.message);
-    let status = status(&d, &obs, &Plan::Hold(h.clone()));
+    let status = status(&d, &obs, &Err(h.clone()));
     assert_eq!(status.phase, DriverPhase::Installing);
     assert_eq!(status.message, Some(h.message));
     assert_eq!(status.origin, None);

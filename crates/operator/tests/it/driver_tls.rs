@@ -26,7 +26,7 @@ use simplyblock_operator::driver::manifests::CSI_CLIENT_TLS_SECRET;
 use simplyblock_operator::driver::names::CONTROLLER_STATEFULSET;
 use simplyblock_operator::driver::objects::Kind;
 use simplyblock_operator::driver::observe::{self, api};
-use simplyblock_operator::driver::plan::{self, DriverRef, Plan};
+use simplyblock_operator::driver::plan::{self, DriverRef};
 use simplyblock_simulator::{Server, ServerTls, Sim, SimConfig};
 use tonic::transport::Channel;
 
@@ -213,7 +213,7 @@ async fn rendered_controller(kube: &kube::Client, ns: &str) -> StatefulSet {
             (g.binding_key(), plan::Seen::Found(binding))
         })
         .collect();
-    let Plan::Converge(converge) = plan::plan(&driver, &obs) else {
+    let Ok(converge) = plan::plan(&driver, &obs) else {
         panic!("the driver is held");
     };
     for (key, body) in converge.apply.iter().filter(|(k, _)| k.kind.namespaced()) {
