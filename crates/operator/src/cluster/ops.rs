@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 use simplyblock_api::StorageCluster;
 use simplyblock_api::common::Stripe;
 use simplyblock_api::storage_cluster_ops::{
@@ -55,6 +55,14 @@ const EXPAND_RECORD_GRACE: f64 = 10.0;
 /// How often an awaited step looks at the control plane.
 const AWAIT_POLL: Duration = Duration::from_secs(1);
 
+/// StorageClusterOps' own status fields, beside the common ones.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolling_restart: Option<RollingRestartStatus>,
+}
+
 impl OpsResource for StorageClusterOps {
     type Target = StorageCluster;
     const FINALIZER: &'static str = FINALIZER;
@@ -65,16 +73,11 @@ impl OpsResource for StorageClusterOps {
     fn target_name(&self) -> &str {
         &self.spec.cluster_ref
     }
-    fn kind_status(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        if let Some(rr) = self
-            .status
-            .as_ref()
-            .and_then(|s| s.rolling_restart.as_ref())
-        {
-            m.insert("rollingRestart".into(), json!(rr));
+    type Fields = Fields;
+    fn kind_status(&self) -> Fields {
+        Fields {
+            rolling_restart: self.status.as_ref().and_then(|s| s.rolling_restart.clone()),
         }
-        m
     }
     fn lock_holder(target: &StorageCluster) -> Option<&str> {
         target.status.as_ref()?.active_ops_ref.as_deref()
@@ -142,7 +145,7 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         machine: &Machine<'static, ClusterOpsStep>,
         obs: &Observed,
         now: Timestamp,
-    ) -> ops::Noted<ClusterOpsStep, Call> {
+    ) -> ops::Noted<ClusterOpsStep, Call, Fields> {
         plan(op, target, machine, obs, now).into()
     }
 
@@ -183,30 +186,21 @@ impl Steps<StorageClusterOps> for ClusterSteps {
         }
     }
 
-    fn kind_status_written(
-        &self,
-        ctx: &Context,
-        op: &StorageClusterOps,
-        kind: &Map<String, Value>,
-    ) {
-        let Some(rr) = kind.get("rollingRestart") else {
+    fn kind_status_written(&self, ctx: &Context, op: &StorageClusterOps, kind: &Fields) {
+        let Some(rr) = &kind.rolling_restart else {
             return;
         };
         let labels = || vec![("cluster", op.spec.cluster_ref.clone())];
-        if let Some(nodes) = rr["nodes"].as_array() {
-            ctx.metrics.set(
-                &format!("{METRIC_PREFIX}rolling_restart_node_count"),
-                labels(),
-                nodes.len() as f64,
-            );
-        }
-        if let Some(index) = rr["nodeIndex"].as_f64() {
-            ctx.metrics.set(
-                &format!("{METRIC_PREFIX}rolling_restart_node_index_count"),
-                labels(),
-                index,
-            );
-        }
+        ctx.metrics.set(
+            &format!("{METRIC_PREFIX}rolling_restart_node_count"),
+            labels(),
+            rr.nodes.len() as f64,
+        );
+        ctx.metrics.set(
+            &format!("{METRIC_PREFIX}rolling_restart_node_index_count"),
+            labels(),
+            f64::from(rr.node_index),
+        );
     }
 
     fn succeed_event(&self, op: &StorageClusterOps) -> Option<(&'static str, String)> {
@@ -354,7 +348,7 @@ async fn execute(op: &StorageClusterOps, call: &Call, ctx: &Context) -> Result<(
     result.map_err(|e| e.to_string())
 }
 
-fn wait(message: String) -> Plan<ClusterOpsStep, Call> {
+fn wait(message: String) -> Plan<ClusterOpsStep, Call, Fields> {
     Plan::Wait {
         message,
         after: AWAIT_POLL,
@@ -362,7 +356,7 @@ fn wait(message: String) -> Plan<ClusterOpsStep, Call> {
     }
 }
 
-fn advance(to: ClusterOpsStep, message: impl Into<String>) -> Plan<ClusterOpsStep, Call> {
+fn advance(to: ClusterOpsStep, message: impl Into<String>) -> Plan<ClusterOpsStep, Call, Fields> {
     Plan::Advance {
         to: Move::To(to),
         message: message.into(),
@@ -370,7 +364,7 @@ fn advance(to: ClusterOpsStep, message: impl Into<String>) -> Plan<ClusterOpsSte
     }
 }
 
-fn succeed(message: impl Into<String>) -> Plan<ClusterOpsStep, Call> {
+fn succeed(message: impl Into<String>) -> Plan<ClusterOpsStep, Call, Fields> {
     Plan::Succeed {
         message: message.into(),
         kind_status: None,
@@ -392,7 +386,7 @@ pub fn plan(
     machine: &Machine<'_, ClusterOpsStep>,
     obs: &Observed,
     now: Timestamp,
-) -> Plan<ClusterOpsStep, Call> {
+) -> Plan<ClusterOpsStep, Call, Fields> {
     use ClusterOpsStep::*;
     let name = &op.spec.cluster_ref;
     let Some(uuid) = obs.uuid else {
@@ -553,7 +547,10 @@ fn stripe_refusal(stripe: &Stripe, online: usize, need: usize) -> String {
     )
 }
 
-fn shut_down_or_wait(status: ClusterStatus, nodes: &[CpNode]) -> Plan<ClusterOpsStep, Call> {
+fn shut_down_or_wait(
+    status: ClusterStatus,
+    nodes: &[CpNode],
+) -> Plan<ClusterOpsStep, Call, Fields> {
     let offline = all_nodes_in(nodes, &[NodeStatus::Offline]);
     if offline && status != ClusterStatus::Active {
         return advance(
@@ -585,7 +582,7 @@ fn plan_cancel(
     cluster: Uuid,
     step: ClusterOpsStep,
     tasks: &[Task],
-) -> Plan<ClusterOpsStep, Call> {
+) -> Plan<ClusterOpsStep, Call, Fields> {
     let text = op
         .spec
         .cancel_task
@@ -634,7 +631,7 @@ pub fn plan_rolling(
     cluster: &simplyblock_controlplane::Cluster,
     obs: &Observed,
     now: Timestamp,
-) -> Plan<ClusterOpsStep, Call> {
+) -> Plan<ClusterOpsStep, Call, Fields> {
     use ClusterOpsStep::*;
     let step = machine.state();
     let rr = match rolling(op) {
@@ -802,13 +799,10 @@ pub fn plan_rolling(
     }
 }
 
-fn rr_status(rr: &RollingRestartStatus) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert(
-        "rollingRestart".into(),
-        json!({"nodes": rr.nodes, "nodeIndex": rr.node_index}),
-    );
-    m
+fn rr_status(rr: &RollingRestartStatus) -> Fields {
+    Fields {
+        rolling_restart: Some(rr.clone()),
+    }
 }
 
 #[cfg(test)]

@@ -28,8 +28,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::core::NamespaceResourceScope;
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use simplyblock_api::StorageClusterOps;
 use simplyblock_api::StoragePoolOps;
 use simplyblock_api::common::{OpsKind, OpsPhase};
@@ -65,6 +66,14 @@ pub mod reason {
     pub const VERSION_MISMATCH: &str = "VersionMismatch";
 }
 
+/// ControlPlaneOps' own status fields, beside the common ones.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup_ref: Option<String>,
+}
+
 impl OpsResource for ControlPlaneOps {
     type Target = ControlPlane;
     const FINALIZER: &'static str = CONTROL_PLANE_OPS_FINALIZER;
@@ -75,12 +84,11 @@ impl OpsResource for ControlPlaneOps {
     fn target_name(&self) -> &str {
         &self.spec.control_plane_ref
     }
-    fn kind_status(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        if let Some(r) = self.status.as_ref().and_then(|s| s.backup_ref.as_ref()) {
-            m.insert("backupRef".into(), json!(r));
+    type Fields = Fields;
+    fn kind_status(&self) -> Fields {
+        Fields {
+            backup_ref: self.status.as_ref().and_then(|s| s.backup_ref.clone()),
         }
-        m
     }
     fn lock_holder(target: &ControlPlane) -> Option<&str> {
         target.status.as_ref()?.active_ops_ref.as_deref()
@@ -359,7 +367,7 @@ impl Steps<ControlPlaneOps> for ControlPlaneSteps {
         machine: &Machine<'static, ControlPlaneOpsStep>,
         obs: &Observed,
         _now: Timestamp,
-    ) -> Noted<ControlPlaneOpsStep, Call> {
+    ) -> Noted<ControlPlaneOpsStep, Call, Fields> {
         plan(op, target, machine.state(), obs)
     }
 
@@ -550,7 +558,7 @@ async fn execute(
     }
 }
 
-fn wait(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call> {
+fn wait(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     Plan::Wait {
         message: message.into(),
         after: POLL,
@@ -558,7 +566,10 @@ fn wait(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call> {
     }
 }
 
-fn advance(to: ControlPlaneOpsStep, message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call> {
+fn advance(
+    to: ControlPlaneOpsStep,
+    message: impl Into<String>,
+) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     Plan::Advance {
         to: Move::To(to),
         message: message.into(),
@@ -566,7 +577,7 @@ fn advance(to: ControlPlaneOpsStep, message: impl Into<String>) -> Plan<ControlP
     }
 }
 
-fn succeed(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call> {
+fn succeed(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     Plan::Succeed {
         message: message.into(),
         kind_status: None,
@@ -574,7 +585,7 @@ fn succeed(message: impl Into<String>) -> Plan<ControlPlaneOpsStep, Call> {
 }
 
 /// Draining: wait while operations on storage run; then `to`.
-fn drain(obs: &Observed, to: ControlPlaneOpsStep) -> Plan<ControlPlaneOpsStep, Call> {
+fn drain(obs: &Observed, to: ControlPlaneOpsStep) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     if obs.in_flight.is_empty() {
         return advance(to, "no operation on storage is running");
     }
@@ -605,7 +616,7 @@ pub fn plan(
     target: &ControlPlane,
     step: ControlPlaneOpsStep,
     obs: &Observed,
-) -> Noted<ControlPlaneOpsStep, Call> {
+) -> Noted<ControlPlaneOpsStep, Call, Fields> {
     use ControlPlaneOpsStep::*;
     let Some(local) = target.spec.source.local.as_ref() else {
         return Plan::Fail(format!(
@@ -629,7 +640,7 @@ fn plan_restart(
     op: &ControlPlaneOps,
     step: ControlPlaneOpsStep,
     obs: &Observed,
-) -> Plan<ControlPlaneOpsStep, Call> {
+) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     use ControlPlaneOpsStep::*;
     let workloads = match restarted(op) {
         Ok(w) => w,
@@ -714,7 +725,7 @@ fn plan_upgrade(
     running: &str,
     step: ControlPlaneOpsStep,
     obs: &Observed,
-) -> Noted<ControlPlaneOpsStep, Call> {
+) -> Noted<ControlPlaneOpsStep, Call, Fields> {
     use ControlPlaneOpsStep::*;
     let Some(image) = op.spec.upgrade.as_ref().map(|u| u.image.clone()) else {
         return Plan::Fail("action Upgrade needs spec.upgrade.image".into()).into();
@@ -809,12 +820,13 @@ fn plan_backup(
     op: &ControlPlaneOps,
     step: ControlPlaneOpsStep,
     obs: &Observed,
-) -> Noted<ControlPlaneOpsStep, Call> {
+) -> Noted<ControlPlaneOpsStep, Call, Fields> {
     use ControlPlaneOpsStep::*;
     let name = backup_name(op);
     let me = op.name_any();
-    let mut backup_ref = Map::new();
-    backup_ref.insert("backupRef".into(), json!(name));
+    let backup_ref = Fields {
+        backup_ref: Some(name.clone()),
+    };
     match step {
         Requesting => {
             let Some(spec) = op.spec.backup.as_ref() else {

@@ -73,7 +73,7 @@ fn plan_of(
     op: &ControlPlaneOps,
     target: &ControlPlane,
     obs: &Observed,
-) -> Plan<ControlPlaneOpsStep, Call> {
+) -> Plan<ControlPlaneOpsStep, Call, Fields> {
     let step = op
         .status
         .as_ref()
@@ -407,7 +407,7 @@ fn a_backup_is_created_or_triggered_once_then_awaited_to_a_snapshot() {
     };
     let asked = plan(&o, &target("Available"), Requesting, &mine);
     assert!(
-        matches!(&asked.plan, Plan::Advance { to: Move::To(Awaiting), kind_status: Some(k), .. } if k["backupRef"] == "simplyblock"),
+        matches!(&asked.plan, Plan::Advance { to: Move::To(Awaiting), kind_status: Some(k), .. } if k.backup_ref.as_deref() == Some("simplyblock")),
         "{asked:?}"
     );
 

@@ -25,7 +25,8 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::json;
 use simplyblock_api::cluster_deployment_config::Environment;
 use simplyblock_api::operator_ops::{OperatorOps, OperatorOpsStep};
 use simplyblock_api::{ClusterDeploymentConfig, StorageCluster, StorageNode};
@@ -81,6 +82,20 @@ impl Default for ProbeSettings {
     }
 }
 
+/// OperatorOps' own status fields, beside the common ones.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    /// Fixed in Inspecting.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
+    /// The document Writing wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_ref: Option<String>,
+}
+
 impl OpsResource for OperatorOps {
     /// The operator is not a resource of this API: a run is its own target.
     type Target = OperatorOps;
@@ -93,21 +108,16 @@ impl OpsResource for OperatorOps {
     fn target_name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
     }
-    fn kind_status(&self) -> Map<String, Value> {
-        let mut m = Map::new();
+    type Fields = Fields;
+    fn kind_status(&self) -> Fields {
         let Some(s) = &self.status else {
-            return m;
+            return Fields::default();
         };
-        if !s.workers.is_empty() {
-            m.insert("workers".into(), json!(s.workers));
+        Fields {
+            workers: s.workers.clone(),
+            environment: s.environment,
+            config_ref: s.config_ref.clone(),
         }
-        if let Some(environment) = s.environment {
-            m.insert("environment".into(), json!(environment));
-        }
-        if let Some(config) = &s.config_ref {
-            m.insert("configRef".into(), json!(config));
-        }
-        m
     }
     fn lock_holder(_: &OperatorOps) -> Option<&str> {
         None
@@ -190,7 +200,7 @@ impl Steps<OperatorOps> for DiscoverSteps {
         machine: &Machine<'static, OperatorOpsStep>,
         obs: &Observed,
         _now: Timestamp,
-    ) -> Noted<OperatorOpsStep, Call> {
+    ) -> Noted<OperatorOpsStep, Call, Fields> {
         plan(op, machine.state(), obs, &self.probe.image)
     }
 
@@ -439,22 +449,13 @@ fn notes(events: Vec<run::Event>) -> Vec<Note> {
     events.into_iter().map(Note::from).collect()
 }
 
-/// The run's kind fields with `fields` set.
-fn kind_with(op: &OperatorOps, fields: &[(&str, Value)]) -> Map<String, Value> {
-    let mut kind = op.kind_status();
-    for (field, value) in fields {
-        kind.insert((*field).into(), value.clone());
-    }
-    kind
-}
-
 /// What `step` does next, from one observation, with the events that go with it. Pure.
 pub fn plan(
     op: &OperatorOps,
     step: OperatorOpsStep,
     obs: &Observed,
     probe_image: &str,
-) -> Noted<OperatorOpsStep, Call> {
+) -> Noted<OperatorOpsStep, Call, Fields> {
     match step {
         OperatorOpsStep::Inspecting => plan_inspecting(op, obs),
         OperatorOpsStep::Probing => plan_probing(op, obs, probe_image),
@@ -462,7 +463,7 @@ pub fn plan(
     }
 }
 
-fn plan_inspecting(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call> {
+fn plan_inspecting(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call, Fields> {
     if let Some(home) = &obs.operator_namespace
         && op.namespace().as_ref() != Some(home)
     {
@@ -476,13 +477,11 @@ fn plan_inspecting(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, C
             plan: Plan::Advance {
                 to: Move::To(OperatorOpsStep::Probing),
                 message: format!("probing {} worker(s)", inspection.workers.len()),
-                kind_status: Some(kind_with(
-                    op,
-                    &[
-                        ("workers", json!(inspection.workers)),
-                        ("environment", json!(inspection.environment)),
-                    ],
-                )),
+                kind_status: Some(Fields {
+                    workers: inspection.workers,
+                    environment: Some(inspection.environment),
+                    ..op.kind_status()
+                }),
             },
             notes: notes(inspection.events),
         },
@@ -493,7 +492,7 @@ fn plan_probing(
     op: &OperatorOps,
     obs: &Observed,
     probe_image: &str,
-) -> Noted<OperatorOpsStep, Call> {
+) -> Noted<OperatorOpsStep, Call, Fields> {
     if let Some((pod, why)) = obs
         .probe_pods
         .iter()
@@ -579,7 +578,7 @@ fn plan_probing(
     Noted { plan, notes }
 }
 
-fn plan_writing(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call> {
+fn plan_writing(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call, Fields> {
     let run = op.name_any();
     let ns = op.namespace().unwrap_or_default();
     let spec = op.spec.discover.clone().unwrap_or_default();
@@ -616,7 +615,10 @@ fn plan_writing(op: &OperatorOps, obs: &Observed) -> Noted<OperatorOpsStep, Call
             Noted {
                 plan: Plan::Succeed {
                     message,
-                    kind_status: Some(kind_with(op, &[("configRef", json!(name))])),
+                    kind_status: Some(Fields {
+                        config_ref: Some(name.clone()),
+                        ..op.kind_status()
+                    }),
                 },
                 // Its events were raised when it was written; an adopted document's
                 // planned notes describe another document.

@@ -1,7 +1,7 @@
 //! The steps' plans over observations, without an API server.
 
 use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use OperatorOpsStep::*;
@@ -61,7 +61,7 @@ fn job(worker: &str) -> String {
     configmap::config_map_name("run", worker)
 }
 
-fn reasons(noted: &Noted<OperatorOpsStep, Call>) -> Vec<&str> {
+fn reasons(noted: &Noted<OperatorOpsStep, Call, Fields>) -> Vec<&str> {
     noted.notes.iter().map(|n| n.reason).collect()
 }
 
@@ -90,11 +90,11 @@ fn inspecting_records_the_usable_workers_and_the_environment() {
     assert_eq!(*to, Move::To(Probing));
     assert_eq!(message, "probing 2 worker(s)");
     assert_eq!(
-        kind["workers"],
-        json!(["w1", "w2"]),
+        kind.workers,
+        ["w1", "w2"],
         "a worker with a StorageNode is left out"
     );
-    assert_eq!(kind["environment"], json!("Vanilla"));
+    assert_eq!(kind.environment, Some(Environment::Vanilla));
     assert_eq!(reasons(&noted), ["EnvironmentPartiallyRead"]);
 }
 
@@ -322,8 +322,8 @@ fn writing_succeeds_on_the_draft_it_wrote_without_saying_it_again() {
         message.starts_with("wrote discovered-run in Draft"),
         "{message}"
     );
-    assert_eq!(kind["configRef"], json!("discovered-run"));
-    assert_eq!(kind["workers"], json!(["w1"]), "the other kind fields stay");
+    assert_eq!(kind.config_ref.as_deref(), Some("discovered-run"));
+    assert_eq!(kind.workers, ["w1"], "the other kind fields stay");
     assert!(noted.notes.is_empty(), "{noted:?}");
 }
 
@@ -332,7 +332,7 @@ fn writing_adopts_a_document_of_that_name_written_by_someone_else() {
     let op = op("Writing", &["w1"], json!({"configName": "by-hand"}));
     let noted = plan(&op, Writing, &writing_world(Some(BTreeMap::new())), IMAGE);
     assert!(
-        matches!(&noted.plan, Plan::Succeed { kind_status: Some(k), .. } if k["configRef"] == json!("by-hand")),
+        matches!(&noted.plan, Plan::Succeed { kind_status: Some(k), .. } if k.config_ref.as_deref() == Some("by-hand")),
         "{noted:?}"
     );
     assert_eq!(reasons(&noted), ["ConfigExists"]);

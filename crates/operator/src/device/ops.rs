@@ -20,7 +20,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 use simplyblock_api::StorageDevice;
 use simplyblock_api::keys::CLUSTER_LABEL;
 use simplyblock_api::storage_device::DevicePhase;
@@ -38,7 +38,14 @@ pub const CONTROLLER: &str = "storagedeviceops";
 const METRIC_PREFIX: &str = "simplyblock_storagedevice_";
 /// How often an awaited step looks at the control plane.
 const AWAIT_POLL: Duration = Duration::from_secs(1);
-const BEFORE: &str = "deviceStatusBefore";
+
+/// StorageDeviceOps' own status fields, beside the common ones.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_status_before: Option<String>,
+}
 
 impl OpsResource for StorageDeviceOps {
     type Target = StorageDevice;
@@ -53,16 +60,14 @@ impl OpsResource for StorageDeviceOps {
     fn action_name(&self) -> &'static str {
         self.spec.action.name()
     }
-    fn kind_status(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        if let Some(before) = self
-            .status
-            .as_ref()
-            .and_then(|s| s.device_status_before.as_ref())
-        {
-            m.insert(BEFORE.into(), json!(before));
+    type Fields = Fields;
+    fn kind_status(&self) -> Fields {
+        Fields {
+            device_status_before: self
+                .status
+                .as_ref()
+                .and_then(|s| s.device_status_before.clone()),
         }
-        m
     }
     fn lock_holder(target: &StorageDevice) -> Option<&str> {
         target.status.as_ref()?.active_ops_ref.as_deref()
@@ -133,7 +138,7 @@ impl Steps<StorageDeviceOps> for DeviceSteps {
         machine: &Machine<'static, DeviceOpsStep>,
         obs: &Observed,
         _now: Timestamp,
-    ) -> Noted<DeviceOpsStep, Call> {
+    ) -> Noted<DeviceOpsStep, Call, Fields> {
         plan(op, machine.state(), obs)
     }
 
@@ -181,7 +186,7 @@ pub async fn run(ctx: Arc<Context>) {
     ops::run(CONTROLLER, ops::controller(&ctx), steps, ctx).await
 }
 
-fn wait(message: String) -> Plan<DeviceOpsStep, Call> {
+fn wait(message: String) -> Plan<DeviceOpsStep, Call, Fields> {
     Plan::Wait {
         message,
         after: AWAIT_POLL,
@@ -189,7 +194,7 @@ fn wait(message: String) -> Plan<DeviceOpsStep, Call> {
     }
 }
 
-fn advance(to: DeviceOpsStep, message: String) -> Plan<DeviceOpsStep, Call> {
+fn advance(to: DeviceOpsStep, message: String) -> Plan<DeviceOpsStep, Call, Fields> {
     Plan::Advance {
         to: Move::To(to),
         message,
@@ -197,7 +202,7 @@ fn advance(to: DeviceOpsStep, message: String) -> Plan<DeviceOpsStep, Call> {
     }
 }
 
-fn succeed(message: &str) -> Plan<DeviceOpsStep, Call> {
+fn succeed(message: &str) -> Plan<DeviceOpsStep, Call, Fields> {
     Plan::Succeed {
         message: message.to_owned(),
         kind_status: None,
@@ -217,7 +222,7 @@ pub fn plan(
     op: &StorageDeviceOps,
     step: DeviceOpsStep,
     obs: &Observed,
-) -> Noted<DeviceOpsStep, Call> {
+) -> Noted<DeviceOpsStep, Call, Fields> {
     use DeviceAction as A;
     use DeviceOpsStep::*;
     let name = &op.spec.device_ref;
@@ -248,10 +253,10 @@ pub fn plan(
             (A::Restart, Requesting) | (A::Fail, Removing)
         )
     {
-        let mut kind = Map::new();
-        kind.insert(BEFORE.into(), json!(status.as_str()));
         return Plan::Record {
-            kind_status: kind,
+            kind_status: Fields {
+                device_status_before: Some(status.as_str().to_owned()),
+            },
             message: format!("the device is {status}"),
         }
         .into();
@@ -370,6 +375,7 @@ mod tests {
     use super::*;
     use DeviceOpsStep::*;
     use DeviceStatus as S;
+    use serde_json::json;
 
     fn op(action: &str, before: Option<&str>) -> StorageDeviceOps {
         serde_json::from_value(json!({
@@ -392,7 +398,7 @@ mod tests {
         }
     }
 
-    fn kind(plan: &Plan<DeviceOpsStep, Call>) -> &'static str {
+    fn kind(plan: &Plan<DeviceOpsStep, Call, Fields>) -> &'static str {
         match plan {
             Plan::Advance { .. } => "advance",
             Plan::Record { .. } => "record",
@@ -451,7 +457,7 @@ mod tests {
             let Plan::Record { kind_status, .. } = &got else {
                 panic!("{got:?}")
             };
-            assert_eq!(kind_status[BEFORE], json!("removed"));
+            assert_eq!(kind_status.device_status_before.as_deref(), Some("removed"));
         }
         // Later steps never record it again.
         assert_eq!(

@@ -31,6 +31,7 @@ use simplyblock_api::names::{derived_name, label_value};
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
+use super::Fields;
 use super::step::{At, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
@@ -246,7 +247,7 @@ pub async fn observe(at: At<'_>, ctx: &Context) -> Result<Observed, ops::Error> 
     Ok(obs)
 }
 
-pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call, Fields> {
     let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     use NodeStatus as S;
@@ -432,7 +433,7 @@ pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, C
     plan.into()
 }
 
-fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, Call> {
+fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, Call, Fields> {
     succeed(format!(
         "the maintenance of worker {worker} is over for this node: it is online; the pods' label and budget stay for the window of its other node ({})",
         siblings.join(", ")
@@ -441,7 +442,7 @@ fn succeed_leaving(worker: &str, siblings: &[String]) -> Plan<NodeOpsStep, Call>
 
 /// Holding: admitted when this window holds a claim, claims one when there is room (or
 /// a sibling of the same worker holds one), waits otherwise. Pure.
-pub fn hold(me: &str, worker: &str, w: &Windows) -> Plan<NodeOpsStep, Call> {
+pub fn hold(me: &str, worker: &str, w: &Windows) -> Plan<NodeOpsStep, Call, Fields> {
     if w.live.contains_key(me) {
         return advance(
             NodeOpsStep::ShuttingDown,
@@ -666,7 +667,7 @@ mod tests {
         }
     }
 
-    fn claimed(plan: &Plan<NodeOpsStep, Call>) -> Option<Vec<String>> {
+    fn claimed(plan: &Plan<NodeOpsStep, Call, Fields>) -> Option<Vec<String>> {
         match plan {
             Plan::Call {
                 call: Call::Claim { claims, .. },

@@ -26,6 +26,7 @@ use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
+use super::Fields;
 use super::step::{At, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
@@ -159,7 +160,7 @@ pub async fn observe(at: At<'_>, ctx: &Context) -> Result<Observed, ops::Error> 
     Ok(obs)
 }
 
-pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, _now: Timestamp) -> Noted<NodeOpsStep, Call, Fields> {
     let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     use NodeStatus as S;

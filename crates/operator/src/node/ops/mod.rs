@@ -21,9 +21,11 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde_json::{Map, Value};
+use serde::Serialize;
 use simplyblock_api::StorageNode;
-use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
+use simplyblock_api::storage_node_ops::{
+    DrainStatus, NodeAction, NodeOpsStep, RemovalStatus, StorageNodeOps,
+};
 use simplyblock_statemachine::Machine;
 
 use crate::runtime::context::Context;
@@ -42,6 +44,16 @@ const MANAGER: &str = "storagenodeops-controller";
 pub const CONTROLLER: &str = "storagenodeops";
 const METRIC_PREFIX: &str = "simplyblock_storagenode_";
 
+/// StorageNodeOps' own status fields, beside the common ones (Remove's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal: Option<RemovalStatus>,
+}
+
 impl OpsResource for StorageNodeOps {
     type Target = StorageNode;
     const FINALIZER: &'static str = FINALIZER;
@@ -52,18 +64,15 @@ impl OpsResource for StorageNodeOps {
     fn target_name(&self) -> &str {
         &self.spec.node_ref
     }
-    fn kind_status(&self) -> Map<String, Value> {
-        let mut m = Map::new();
+    type Fields = Fields;
+    fn kind_status(&self) -> Fields {
         let Some(s) = self.status.as_ref() else {
-            return m;
+            return Fields::default();
         };
-        if let Some(drain) = &s.drain {
-            m.insert("drain".into(), serde_json::json!(drain));
+        Fields {
+            drain: s.drain.clone(),
+            removal: s.removal.clone(),
         }
-        if let Some(removal) = &s.removal {
-            m.insert("removal".into(), serde_json::json!(removal));
-        }
-        m
     }
     fn lock_holder(target: &StorageNode) -> Option<&str> {
         target.status.as_ref()?.active_ops_ref.as_deref()
@@ -133,7 +142,7 @@ impl Steps<StorageNodeOps> for NodeSteps {
         machine: &Machine<'static, NodeOpsStep>,
         obs: &Observed,
         now: Timestamp,
-    ) -> ops::Noted<NodeOpsStep, Call> {
+    ) -> ops::Noted<NodeOpsStep, Call, Fields> {
         let step = machine.state();
         let seen = &obs.seen;
         let at = step::At {
@@ -177,7 +186,7 @@ impl Steps<StorageNodeOps> for NodeSteps {
         }
     }
 
-    fn kind_status_written(&self, ctx: &Context, op: &StorageNodeOps, kind: &Map<String, Value>) {
+    fn kind_status_written(&self, ctx: &Context, op: &StorageNodeOps, kind: &Fields) {
         if op.spec.action == NodeAction::Remove {
             remove::kind_status_written(ctx, op, kind);
         }

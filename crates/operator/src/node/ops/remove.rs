@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Resource, ResourceExt};
 use regex::Regex;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use simplyblock_api::StorageNode;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::keys::{MANAGED_BY_LABEL, MANAGED_BY_STORAGE_NODE_OPS};
@@ -44,6 +44,7 @@ use simplyblock_controlplane::{
 };
 use simplyblock_controlplane::{Uuid, Volume};
 
+use super::Fields;
 use super::step::{At, advance, call, succeed, wait};
 use super::system_filter;
 use crate::runtime::context::Context;
@@ -310,13 +311,9 @@ pub fn labels(node: &str) -> Vec<(&'static str, String)> {
 
 /// The drain's counters once its status was written: the volumes moved since the last
 /// write.
-pub fn kind_status_written(ctx: &Context, op: &StorageNodeOps, kind: &Map<String, Value>) {
+pub fn kind_status_written(ctx: &Context, op: &StorageNodeOps, kind: &Fields) {
     let before = drain_of(op).volumes_migrated;
-    let after = kind
-        .get("drain")
-        .and_then(|d| d.get("volumesMigrated"))
-        .and_then(Value::as_i64)
-        .unwrap_or(0) as i32;
+    let after = kind.drain.as_ref().map_or(0, |d| d.volumes_migrated);
     if after > before {
         ctx.metrics.add(
             "simplyblock_storagenode_drain_volumes_migrated_total",
@@ -392,15 +389,8 @@ async fn moves(op: &StorageNodeOps, ctx: &Context) -> Result<Vec<Move>, ops::Err
 }
 
 /// The kind's status with `drain` and `removal` as given (the write replaces both).
-fn kind(drain: Option<DrainStatus>, removal: Option<RemovalStatus>) -> Map<String, Value> {
-    let mut m = Map::new();
-    if let Some(d) = drain {
-        m.insert("drain".into(), json!(d));
-    }
-    if let Some(r) = removal {
-        m.insert("removal".into(), json!(r));
-    }
-    m
+fn kind(drain: Option<DrainStatus>, removal: Option<RemovalStatus>) -> Fields {
+    Fields { drain, removal }
 }
 
 fn drain_of(op: &StorageNodeOps) -> DrainStatus {
@@ -415,10 +405,10 @@ fn removal_of(op: &StorageNodeOps) -> Option<RemovalStatus> {
 }
 
 fn noted(
-    plan: Plan<NodeOpsStep, Call>,
+    plan: Plan<NodeOpsStep, Call, Fields>,
     warning: bool,
     reason: &'static str,
-) -> Noted<NodeOpsStep, Call> {
+) -> Noted<NodeOpsStep, Call, Fields> {
     let message = match &plan {
         Plan::Wait { message, .. } | Plan::Advance { message, .. } => message.clone(),
         _ => String::new(),
@@ -433,7 +423,7 @@ fn noted(
     }
 }
 
-fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsStep, Call> {
+fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsStep, Call, Fields> {
     Plan::Wait {
         message,
         after,
@@ -442,7 +432,7 @@ fn hold(message: String, after: Duration, reason: &'static str) -> Plan<NodeOpsS
 }
 
 /// The next thing Remove does, from one observation. Pure.
-pub fn plan(at: At<'_>, obs: &Observed, now: Timestamp) -> Noted<NodeOpsStep, Call> {
+pub fn plan(at: At<'_>, obs: &Observed, now: Timestamp) -> Noted<NodeOpsStep, Call, Fields> {
     let (op, node, step, seen) = (at.op, at.node, at.step, at.seen);
     use NodeOpsStep::*;
     let name = node.name_any();
@@ -677,7 +667,11 @@ fn device_statuses(node: &str, devices: &[Device]) -> BTreeMap<String, String> {
 }
 
 /// MigratingVolumes: one move per subsystem still on the node, one call per pass.
-fn migrating_volumes(op: &StorageNodeOps, id: Uuid, obs: &Observed) -> Noted<NodeOpsStep, Call> {
+fn migrating_volumes(
+    op: &StorageNodeOps,
+    id: Uuid,
+    obs: &Observed,
+) -> Noted<NodeOpsStep, Call, Fields> {
     let total = drain_of(op).volumes_total;
     let movable: Vec<&Volume> = obs
         .volumes
@@ -846,7 +840,7 @@ fn migrating_volumes(op: &StorageNodeOps, id: Uuid, obs: &Observed) -> Noted<Nod
     .into()
 }
 
-fn wait_after(message: String, after: Duration) -> Plan<NodeOpsStep, Call> {
+fn wait_after(message: String, after: Duration) -> Plan<NodeOpsStep, Call, Fields> {
     Plan::Wait {
         message,
         after,
@@ -1086,7 +1080,11 @@ mod tests {
         }
     }
 
-    fn at(step: NodeOpsStep, op: &StorageNodeOps, obs: &Looked) -> Noted<NodeOpsStep, Call> {
+    fn at(
+        step: NodeOpsStep,
+        op: &StorageNodeOps,
+        obs: &Looked,
+    ) -> Noted<NodeOpsStep, Call, Fields> {
         let mut machine = GRAPHS
             .start(op.spec.action, Timestamp::now())
             .expect("graph");
@@ -1281,7 +1279,7 @@ mod tests {
             panic!("{got:?}")
         };
         assert_eq!(*to, ops::Move::To(ShuttingDown));
-        assert_eq!(k["drain"]["volumesTotal"], 1);
+        assert_eq!(k.drain.as_ref().map(|d| d.volumes_total), Some(1));
     }
 
     #[test]
@@ -1451,7 +1449,10 @@ mod tests {
         let Plan::Progress { kind_status, .. } = &got.plan else {
             panic!("{got:?}")
         };
-        assert_eq!(kind_status["drain"]["volumesMigrated"], 1);
+        assert_eq!(
+            kind_status.drain.as_ref().map(|d| d.volumes_migrated),
+            Some(1)
+        );
         let mut done = with_total(1);
         done.status
             .as_mut()

@@ -12,6 +12,7 @@
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
+use super::Fields;
 use super::step::{NodeCall, Seen, advance, settle, wait};
 use crate::runtime::ops::Plan;
 
@@ -22,7 +23,11 @@ pub type Call = NodeCall;
 const FROM: &str = "from status";
 
 /// The next thing a step does, from one observation. Pure.
-pub fn plan(op: &StorageNodeOps, step: NodeOpsStep, seen: &Seen) -> Plan<NodeOpsStep, Call> {
+pub fn plan(
+    op: &StorageNodeOps,
+    step: NodeOpsStep,
+    seen: &Seen,
+) -> Plan<NodeOpsStep, Call, Fields> {
     use NodeAction as A;
     use NodeOpsStep::*;
     use NodeStatus as S;
@@ -159,7 +164,7 @@ mod tests {
         }
     }
 
-    fn kind(plan: &Plan<NodeOpsStep, Call>) -> &'static str {
+    fn kind(plan: &Plan<NodeOpsStep, Call, Fields>) -> &'static str {
         match plan {
             Plan::Advance { .. } => "advance",
             Plan::Record { .. } => "record",

@@ -13,6 +13,7 @@ use simplyblock_controlplane::{
     ClusterStatus, NodeRestart, NodeStatus, StorageNode as CpNode, Uuid,
 };
 
+use super::Fields;
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Move, Plan};
 
@@ -108,11 +109,11 @@ pub struct At<'a> {
 }
 
 /// The step issues `call`, saying `message`.
-pub fn call<C>(call: C, message: String) -> Plan<NodeOpsStep, C> {
+pub fn call<C>(call: C, message: String) -> Plan<NodeOpsStep, C, Fields> {
     Plan::Call { call, message }
 }
 
-pub fn wait<C>(message: String) -> Plan<NodeOpsStep, C> {
+pub fn wait<C>(message: String) -> Plan<NodeOpsStep, C, Fields> {
     Plan::Wait {
         message,
         after: AWAIT_POLL,
@@ -120,7 +121,7 @@ pub fn wait<C>(message: String) -> Plan<NodeOpsStep, C> {
     }
 }
 
-pub fn advance<C>(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, C> {
+pub fn advance<C>(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsStep, C, Fields> {
     Plan::Advance {
         to: Move::To(to),
         message: message.into(),
@@ -128,7 +129,7 @@ pub fn advance<C>(to: NodeOpsStep, message: impl Into<String>) -> Plan<NodeOpsSt
     }
 }
 
-pub fn succeed<C>(message: impl Into<String>) -> Plan<NodeOpsStep, C> {
+pub fn succeed<C>(message: impl Into<String>) -> Plan<NodeOpsStep, C, Fields> {
     Plan::Succeed {
         message: message.into(),
         kind_status: None,
@@ -136,7 +137,11 @@ pub fn succeed<C>(message: impl Into<String>) -> Plan<NodeOpsStep, C> {
 }
 
 /// Succeeds once the node is `wanted`, and waits otherwise.
-pub fn settle<C>(status: NodeStatus, wanted: NodeStatus, done: &str) -> Plan<NodeOpsStep, C> {
+pub fn settle<C>(
+    status: NodeStatus,
+    wanted: NodeStatus,
+    done: &str,
+) -> Plan<NodeOpsStep, C, Fields> {
     if status == wanted {
         succeed(done)
     } else {

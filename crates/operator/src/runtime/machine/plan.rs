@@ -1,12 +1,10 @@
 //! What a machine's step asks for, decided purely from one observation: [`Plan`], where an
 //! advance goes ([`Move`]), and the kind's own events that go with a plan ([`Noted`]).
 //!
-//! The kind's status fields are a type parameter: the Ops kinds keep them as an untyped
-//! map (the default), an entity kind names its own typed fields.
+//! The kind's own status fields are a type parameter, `F`: each kind names its typed
+//! fields, and the runtime that writes its status serializes them beside its own.
 
 use std::time::Duration;
-
-use serde_json::{Map, Value};
 
 /// A kind's own event, beside the standard ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +17,7 @@ pub struct Note {
 /// A plan and the kind's own events that go with it (what an inspection found, why an
 /// item was left out), decided from the same observation.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Noted<S, C, F = Map<String, Value>> {
+pub struct Noted<S, C, F> {
     pub plan: Plan<S, C, F>,
     pub notes: Vec<Note>,
 }
@@ -120,7 +118,7 @@ impl<S, C, F> Plan<S, C, F> {
 /// What a kind's step asks for, decided from one observation; `F` is the kind's own
 /// status fields.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Plan<S, C, F = Map<String, Value>> {
+pub enum Plan<S, C, F> {
     /// The step's outcome is there: move to `to` (a declared edge, or back to the initial
     /// step with [`Move::Restart`]), writing `kind_status` when given.
     Advance {
@@ -174,6 +172,9 @@ pub enum Move<S> {
 mod tests {
     use super::*;
 
+    /// A kind's own status fields, in tests: one counter.
+    type Fields = u8;
+
     #[derive(Clone, Debug, PartialEq)]
     enum Outer {
         Inner(u8),
@@ -183,7 +184,7 @@ mod tests {
 
     #[test]
     fn mapping_the_call_changes_only_the_call() {
-        let called: Plan<u8, u8> = Plan::CallOnce {
+        let called: Plan<u8, u8, Fields> = Plan::CallOnce {
             to: 3,
             call: 7,
             message: "m".into(),
@@ -198,7 +199,7 @@ mod tests {
                 accepted: "a".into(),
             }
         );
-        let call: Plan<u8, u8> = Plan::Call {
+        let call: Plan<u8, u8, Fields> = Plan::Call {
             call: 1,
             message: "m".into(),
         };
@@ -209,7 +210,7 @@ mod tests {
                 message: "m".into(),
             }
         );
-        let waits: Plan<u8, u8> = Plan::Wait {
+        let waits: Plan<u8, u8, Fields> = Plan::Wait {
             message: "w".into(),
             after: AFTER,
             event: Some("E"),
@@ -222,20 +223,20 @@ mod tests {
                 event: Some("E"),
             }
         );
-        let advance: Plan<u8, u8> = Plan::Advance {
+        let advance: Plan<u8, u8, Fields> = Plan::Advance {
             to: Move::Restart,
             message: "a".into(),
-            kind_status: Some(Map::new()),
+            kind_status: Some(2),
         };
         assert_eq!(
             advance.map_call(Outer::Inner),
             Plan::Advance {
                 to: Move::Restart,
                 message: "a".into(),
-                kind_status: Some(Map::new()),
+                kind_status: Some(2),
             }
         );
-        let fail: Plan<u8, u8> = Plan::Fail("f".into());
+        let fail: Plan<u8, u8, Fields> = Plan::Fail("f".into());
         assert_eq!(fail.map_call(Outer::Inner), Plan::Fail("f".into()));
     }
 
@@ -246,7 +247,7 @@ mod tests {
             reason: "R",
             message: "n".into(),
         };
-        let noted: Noted<u8, u8> = Noted {
+        let noted: Noted<u8, u8, Fields> = Noted {
             plan: Plan::Call {
                 call: 2,
                 message: "m".into(),
@@ -282,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_quiet_wait_restates_the_stored_message() {
-        let quiet: Plan<u8, u8> = Plan::quiet(Some("said"), AFTER);
+        let quiet: Plan<u8, u8, Fields> = Plan::quiet(Some("said"), AFTER);
         assert_eq!(
             quiet,
             Plan::Wait {
@@ -291,7 +292,7 @@ mod tests {
                 event: None,
             }
         );
-        let nothing: Plan<u8, u8> = Plan::quiet(None, AFTER);
+        let nothing: Plan<u8, u8, Fields> = Plan::quiet(None, AFTER);
         assert!(matches!(nothing, Plan::Wait { message, .. } if message.is_empty()));
     }
 }

@@ -6,7 +6,6 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde_json::{Map, Value};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_statemachine::{Machine, State};
 
@@ -125,22 +124,25 @@ pub fn queue_ahead<'a>(
 
 /// What the driver does with a plan.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision<S, C> {
+pub enum Decision<S, C, F> {
     /// Finish in a terminal phase.
     Finish {
         phase: OpsPhase,
         message: String,
-        kind_status: Option<Map<String, Value>>,
+        kind_status: Option<F>,
         deadline_exceeded: bool,
     },
     /// Carry out `plan` (never [`Plan::Succeed`] or [`Plan::Fail`], which finish), its
     /// message noted; a call or a wait looks again after `after`, within the deadline.
-    Carry { plan: Plan<S, C>, after: Duration },
+    Carry {
+        plan: Plan<S, C, F>,
+        after: Duration,
+    },
 }
 
-impl<S, C> Plan<S, C> {
+impl<S, C, F> Plan<S, C, F> {
     /// The plan with `note` before its message (a refused abort the person must see).
-    fn noted(mut self, note: Option<&str>) -> Plan<S, C> {
+    fn noted(mut self, note: Option<&str>) -> Plan<S, C, F> {
         if let Some(note) = note {
             match &mut self {
                 Plan::Advance { message, .. }
@@ -178,12 +180,12 @@ pub fn abort_check<S: State>(
 /// Turns a plan into what the driver does: the deadline applies to steps that still wait
 /// or call, a refused abort prefixes every message, and waits never exceed the deadline.
 /// Pure.
-pub fn running<S: State, C>(
+pub fn running<S: State, C, F>(
     machine: &Machine<'_, S>,
-    plan: Plan<S, C>,
+    plan: Plan<S, C, F>,
     refused_abort: Option<&str>,
     now: Timestamp,
-) -> Decision<S, C> {
+) -> Decision<S, C, F> {
     let budget = |after: Duration| match machine.requeue_after(now) {
         Some(left) => after.min(left),
         None => after,

@@ -11,7 +11,6 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
 use simplyblock_api::common::OpsKind;
 use simplyblock_statemachine::{Machine, MultiGraph};
 
@@ -82,9 +81,13 @@ pub trait OpsResource:
     fn ops_status(&self) -> OpsStatus {
         self.status_core()
     }
-    /// The kind's own status fields (camelCase keys), kept as they are by a write that does
-    /// not change them.
-    fn kind_status(&self) -> Map<String, Value>;
+    /// The kind's own status fields, beside the common ones: a typed part of its status
+    /// that serializes to the same camelCase keys, each left out while unset.
+    type Fields: Clone + Debug + Default + PartialEq + Serialize + Send + Sync + 'static;
+
+    /// The kind's own status fields as stored, kept as they are by a write that does not
+    /// change them.
+    fn kind_status(&self) -> Self::Fields;
     /// Who holds the target's lock.
     fn lock_holder(target: &Self::Target) -> Option<&str>;
     /// The value of the metrics' target label; by default the target's name.
@@ -180,7 +183,7 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         machine: &Machine<'static, K::Step>,
         obs: &Self::Obs,
         now: Timestamp,
-    ) -> Noted<K::Step, Self::Call>;
+    ) -> Noted<K::Step, Self::Call, K::Fields>;
 
     /// The message of an operation that failed because `step` outlived its deadline, when
     /// the kind can say more than the runtime's "step … exceeded its deadline". Default
@@ -232,7 +235,7 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
 
     /// The kind's own status fields were written as `kind`: kind-specific gauges. Default
     /// none.
-    fn kind_status_written(&self, _ctx: &Context, _op: &K, _kind: &Map<String, Value>) {}
+    fn kind_status_written(&self, _ctx: &Context, _op: &K, _kind: &K::Fields) {}
 
     /// Kind-specific events beside the standard ones (e.g. `NodeRestarted`), raised when a
     /// plan advances. Default none.

@@ -12,9 +12,10 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::json;
 use simplyblock_api::common::OpsPhase;
-use simplyblock_statemachine::{Machine, State};
+use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use super::{
     Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
@@ -250,7 +251,7 @@ async fn record<K: OpsResource, S: Steps<K>>(
     op: &K,
     steps: &S,
     next: &OpsStatus,
-    kind: Map<String, Value>,
+    kind: K::Fields,
 ) -> Result<Action, Error> {
     write_status(&ctx.kube, op, next, kind.clone()).await?;
     steps.kind_status_written(ctx, op, &kind);
@@ -547,7 +548,7 @@ async fn finish<K: OpsResource>(
     ctx: &Context,
     phase: OpsPhase,
     message: String,
-    kind_status: Option<Map<String, Value>>,
+    kind_status: Option<K::Fields>,
 ) -> Result<Action, Error> {
     ctx.call_failures.clear(&op.uid().unwrap_or_default());
     let status = op.ops_status();
@@ -588,7 +589,7 @@ pub async fn write_status<K: OpsResource>(
     kube: &kube::Client,
     op: &K,
     next: &OpsStatus,
-    kind: Map<String, Value>,
+    kind: K::Fields,
 ) -> Result<K, Error> {
     if op.ops_status() == *next
         && op.kind_status() == kind
@@ -596,26 +597,19 @@ pub async fn write_status<K: OpsResource>(
     {
         return Ok(op.clone());
     }
-    let mut status = kind;
-    status.insert("phase".into(), json!(next.phase));
-    if !next.step.is_empty() {
-        status.insert("step".into(), json!(next.step));
-    }
-    if let Some(m) = &next.message {
-        status.insert("message".into(), json!(m));
-    }
-    status.insert("observedGeneration".into(), json!(op.meta().generation));
-    if let Some(t) = &next.started_at {
-        status.insert("startedAt".into(), json!(t));
-    }
-    if let Some(t) = &next.completed_at {
-        status.insert("completedAt".into(), json!(t));
-    }
     let body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "metadata": {"name": op.name_any(), "resourceVersion": op.meta().resource_version},
-        "status": status,
+        "status": StatusBody {
+            fields: &kind,
+            phase: next.phase,
+            step: &next.step,
+            message: next.message.as_deref(),
+            observed_generation: op.meta().generation,
+            started_at: next.started_at.as_ref(),
+            completed_at: next.completed_at.as_ref(),
+        },
     });
     match Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
         .patch_status(
@@ -653,6 +647,25 @@ async fn record_answer<K: OpsResource>(
         }
     }
     Err(Error::Stale(recorded.name_any()))
+}
+
+/// The whole status an Ops kind's controller applies: the common fields and the kind's
+/// own, each left out while unset (`observedGeneration` is always written).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusBody<'a, F> {
+    #[serde(flatten)]
+    fields: &'a F,
+    phase: OpsPhase,
+    #[serde(skip_serializing_if = "StepSnapshot::is_empty")]
+    step: &'a StepSnapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    observed_generation: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<&'a Time>,
 }
 
 fn observed_generation<K: OpsResource>(op: &K) -> Option<i64> {

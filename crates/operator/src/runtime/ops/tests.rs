@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde_json::Map;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_statemachine::{Graph, GraphDef, Machine, StateDef};
 
@@ -155,7 +154,7 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
     let gr = graph();
     let m = Machine::start(&gr, ts(0));
     let late = ts(500);
-    let wait: Plan<S, ()> = Plan::Wait {
+    let wait: Plan<S, (), ()> = Plan::Wait {
         message: "waiting".into(),
         after: Duration::from_secs(1),
         event: None,
@@ -177,7 +176,7 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
     assert!(matches!(
         running(
             &m,
-            Plan::Call {
+            Plan::<S, (), ()>::Call {
                 call: (),
                 message: "x".into()
             },
@@ -187,7 +186,7 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
         Decision::Finish { .. }
     ));
     // The outcome is there: advance even when late.
-    let advance: Plan<S, ()> = Plan::Advance {
+    let advance: Plan<S, (), ()> = Plan::Advance {
         to: Move::To(S::Awaiting),
         message: "done".into(),
         kind_status: None,
@@ -205,7 +204,7 @@ fn a_late_step_fails_unless_its_outcome_is_there() {
         after,
     } = running(
         &m,
-        Plan::<S, ()>::Wait {
+        Plan::<S, (), ()>::Wait {
             message: "w".into(),
             after: Duration::from_secs(600),
             event: None,
@@ -228,7 +227,7 @@ fn a_refused_abort_stays_in_the_message() {
         ..
     } = running(
         &m,
-        Plan::<S, ()>::Wait {
+        Plan::<S, (), ()>::Wait {
             message: "waiting".into(),
             after: Duration::from_secs(1),
             event: None,
@@ -246,7 +245,7 @@ fn a_refused_abort_stays_in_the_message() {
 fn a_call_issued_once_is_late_like_any_call_and_otherwise_keeps_its_record() {
     let gr = graph();
     let m = Machine::start(&gr, ts(0));
-    let once = || Plan::<S, ()>::CallOnce {
+    let once = || Plan::<S, (), ()>::CallOnce {
         to: S::Awaiting,
         call: (),
         message: "calling".into(),
@@ -286,8 +285,8 @@ fn a_step_was_entered_its_budget_before_its_deadline() {
 fn progress_is_carried_even_when_late_and_restarts_the_steps_budget() {
     let gr = graph();
     let mut m = Machine::start(&gr, ts(0));
-    let progress: Plan<S, ()> = Plan::Progress {
-        kind_status: Map::new(),
+    let progress: Plan<S, (), ()> = Plan::Progress {
+        kind_status: (),
         message: "one more volume moved".into(),
     };
     // Progress is news, not a wait: it is written even past the deadline.
