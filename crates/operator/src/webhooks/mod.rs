@@ -28,7 +28,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhook;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -45,22 +46,120 @@ pub const DEPLOYMENT_PATH: &str =
 /// The path of the StorageNode webhook.
 pub const STORAGE_NODE_PATH: &str = "/validate-storage-simplyblock-io-v1alpha2-storagenode";
 
-/// The routes of every webhook.
+/// One admission webhook: its name in the configuration, the path it is served at, the
+/// resource it validates, how it differs from the default webhook (CREATE and UPDATE of a
+/// namespaced resource, failing closed), and its handler.
+pub struct Webhook {
+    pub name: &'static str,
+    pub path: &'static str,
+    pub resource: &'static str,
+    shape: fn(ValidatingWebhook) -> ValidatingWebhook,
+    handler: fn() -> MethodRouter<Arc<WebhookContext>>,
+}
+
+/// The default webhook, unchanged.
+fn as_declared(webhook: ValidatingWebhook) -> ValidatingWebhook {
+    webhook
+}
+
+/// Every admission webhook, in the configuration's order: the routes and the
+/// ValidatingWebhookConfiguration (and so the chart's `webhooks.yaml`) are derived from
+/// it, so a new webhook is its module and one entry here.
+pub const WEBHOOKS: &[Webhook] = &[
+    Webhook {
+        name: "vclusterdeploymentconfig.simplyblock.io",
+        path: DEPLOYMENT_PATH,
+        resource: "clusterdeploymentconfigs",
+        shape: as_declared,
+        handler: || post(deployment::review),
+    },
+    Webhook {
+        name: "vstoragenode.simplyblock.io",
+        path: STORAGE_NODE_PATH,
+        resource: "storagenodes",
+        shape: as_declared,
+        handler: || post(storage_node::review),
+    },
+    Webhook {
+        name: operator_ops::NAME,
+        path: operator_ops::PATH,
+        resource: "operatorops",
+        shape: as_declared,
+        handler: || post(operator_ops::review),
+    },
+    Webhook {
+        name: cluster_ops::NAME,
+        path: cluster_ops::PATH,
+        resource: "storageclusterops",
+        shape: cluster_ops::delete_only,
+        handler: || post(cluster_ops::review),
+    },
+    Webhook {
+        name: node_ops::NAME,
+        path: node_ops::PATH,
+        resource: "storagenodeops",
+        shape: node_ops::create_update_delete,
+        handler: || post(node_ops::review),
+    },
+    Webhook {
+        name: storage_device::NAME,
+        path: storage_device::PATH,
+        resource: "storagedevices",
+        shape: storage_device::delete_only_fail_open,
+        handler: || post(storage_device::review),
+    },
+    Webhook {
+        name: device_ops::NAME,
+        path: device_ops::PATH,
+        resource: "storagedeviceops",
+        shape: control_plane_ops::create_and_delete,
+        handler: || post(device_ops::review),
+    },
+    Webhook {
+        name: control_plane_ops::NAME,
+        path: control_plane_ops::PATH,
+        resource: "controlplaneops",
+        shape: control_plane_ops::create_and_delete,
+        handler: || post(control_plane_ops::review),
+    },
+    Webhook {
+        name: volume_ops::NAME,
+        path: volume_ops::PATH,
+        resource: "persistentvolumeops",
+        shape: volume_ops::cluster_scoped,
+        handler: || post(volume_ops::review),
+    },
+    Webhook {
+        name: simplyblock_driver::NAME,
+        path: simplyblock_driver::PATH,
+        resource: "simplyblockdrivers",
+        shape: simplyblock_driver::create_only_fail_open,
+        handler: || post(simplyblock_driver::review),
+    },
+    Webhook {
+        name: test_failover::NAME,
+        path: test_failover::PATH,
+        resource: "testfailovers",
+        shape: test_failover::create_only,
+        handler: || post(test_failover::review),
+    },
+    Webhook {
+        name: spoke_writes::NAME,
+        path: spoke_writes::PATH,
+        resource: "storageclusters",
+        shape: spoke_writes::spoke_writes,
+        handler: || post(spoke_writes::review),
+    },
+];
+
+/// The routes of every webhook of [`WEBHOOKS`], the CRDs' conversion and the health check.
 pub fn router(ctx: WebhookContext) -> Router {
-    Router::new()
-        .route(DEPLOYMENT_PATH, post(deployment::review))
-        .route(STORAGE_NODE_PATH, post(storage_node::review))
-        .route(cluster_ops::PATH, post(cluster_ops::review))
-        .route(node_ops::PATH, post(node_ops::review))
-        .route(storage_device::PATH, post(storage_device::review))
-        .route(device_ops::PATH, post(device_ops::review))
-        .route(volume_ops::PATH, post(volume_ops::review))
-        .route(control_plane_ops::PATH, post(control_plane_ops::review))
-        .route(operator_ops::PATH, post(operator_ops::review))
-        .route(simplyblock_driver::PATH, post(simplyblock_driver::review))
-        .route(test_failover::PATH, post(test_failover::review))
+    WEBHOOKS
+        .iter()
+        .fold(Router::new(), |router, webhook| {
+            router.route(webhook.path, (webhook.handler)())
+        })
         .route(conversion::PATH, post(conversion::review))
-        .route(spoke_writes::PATH, post(spoke_writes::review))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .with_state(Arc::new(ctx))
 }
@@ -168,8 +267,7 @@ pub fn configuration(
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::admissionregistration::v1::{
-        RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-        WebhookClientConfig,
+        RuleWithOperations, ServiceReference, ValidatingWebhookConfiguration, WebhookClientConfig,
     };
     let webhook = |name: &str, path: &str, resource: &str| {
         let client_config = match endpoint {
@@ -212,64 +310,12 @@ pub fn configuration(
             name: Some(CONFIGURATION_NAME.into()),
             ..Default::default()
         },
-        webhooks: Some(vec![
-            webhook(
-                "vclusterdeploymentconfig.simplyblock.io",
-                DEPLOYMENT_PATH,
-                "clusterdeploymentconfigs",
-            ),
-            webhook(
-                "vstoragenode.simplyblock.io",
-                STORAGE_NODE_PATH,
-                "storagenodes",
-            ),
-            webhook(operator_ops::NAME, operator_ops::PATH, "operatorops"),
-            cluster_ops::delete_only(webhook(
-                cluster_ops::NAME,
-                cluster_ops::PATH,
-                "storageclusterops",
-            )),
-            node_ops::create_update_delete(webhook(
-                node_ops::NAME,
-                node_ops::PATH,
-                "storagenodeops",
-            )),
-            storage_device::delete_only_fail_open(webhook(
-                storage_device::NAME,
-                storage_device::PATH,
-                "storagedevices",
-            )),
-            control_plane_ops::create_and_delete(webhook(
-                device_ops::NAME,
-                device_ops::PATH,
-                "storagedeviceops",
-            )),
-            control_plane_ops::create_and_delete(webhook(
-                control_plane_ops::NAME,
-                control_plane_ops::PATH,
-                "controlplaneops",
-            )),
-            volume_ops::cluster_scoped(webhook(
-                volume_ops::NAME,
-                volume_ops::PATH,
-                "persistentvolumeops",
-            )),
-            simplyblock_driver::create_only_fail_open(webhook(
-                simplyblock_driver::NAME,
-                simplyblock_driver::PATH,
-                "simplyblockdrivers",
-            )),
-            test_failover::create_only(webhook(
-                test_failover::NAME,
-                test_failover::PATH,
-                "testfailovers",
-            )),
-            spoke_writes::spoke_writes(webhook(
-                spoke_writes::NAME,
-                spoke_writes::PATH,
-                "storageclusters",
-            )),
-        ]),
+        webhooks: Some(
+            WEBHOOKS
+                .iter()
+                .map(|w| (w.shape)(webhook(w.name, w.path, w.resource)))
+                .collect(),
+        ),
     }
 }
 
