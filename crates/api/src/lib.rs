@@ -162,6 +162,26 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::
     Ok(out)
 }
 
+/// The chart's helpers, whose `simplyblock.crdNames` lists every CRD ([`with_crd_names`]).
+pub const CHART_HELPERS: &str = "deploy/charts/simplyblock-operator/templates/_helpers.tpl";
+
+const CRD_NAMES_START: &str = "{{- define \"simplyblock.crdNames\" -}}\n";
+const CRD_NAMES_END: &str = "{{- end -}}";
+
+/// `helpers` (the text of [`CHART_HELPERS`]) with the body of its `simplyblock.crdNames`
+/// helper made the name of every CRD, sorted, one YAML list item a line; `None` when it
+/// has no such helper.
+pub fn with_crd_names(helpers: &str) -> Option<String> {
+    let (before, rest) = helpers.split_once(CRD_NAMES_START)?;
+    let (_, after) = rest.split_once(CRD_NAMES_END)?;
+    let mut names: Vec<String> = crds().into_iter().filter_map(|c| c.metadata.name).collect();
+    names.sort();
+    let list: String = names.iter().map(|n| format!("- {n}\n")).collect();
+    Some(format!(
+        "{before}{CRD_NAMES_START}{list}{CRD_NAMES_END}{after}"
+    ))
+}
+
 /// The file a CRD is written to: `<plural>.yaml`.
 pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.spec.names.plural)

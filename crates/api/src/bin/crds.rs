@@ -1,5 +1,5 @@
 //! Writes every CRD to `deploy/charts/simplyblock-operator/crds/<plural>.yaml` (or to the
-//! directory given).
+//! directory given), and, into the chart's checked-in helpers, the list of their names.
 
 use std::path::PathBuf;
 
@@ -12,11 +12,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .join("../..")
                 .join(simplyblock_api::CHART_CRDS_DIR)
         });
+    let default_dir = std::env::args_os().nth(1).is_none();
     std::fs::create_dir_all(&dir)?;
     for crd in simplyblock_api::crds() {
         let path = dir.join(simplyblock_api::crd_file_name(&crd));
         std::fs::write(&path, simplyblock_api::crd_yaml(&crd)?)?;
         println!("wrote {}", path.display());
+    }
+    if default_dir {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(simplyblock_api::CHART_HELPERS);
+        let helpers = std::fs::read_to_string(&path)?;
+        let written = simplyblock_api::with_crd_names(&helpers)
+            .ok_or("the chart's helpers have no simplyblock.crdNames")?;
+        std::fs::write(&path, written)?;
+        println!("wrote the CRD names into {}", path.display());
     }
     Ok(())
 }
