@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
@@ -30,13 +30,41 @@ pub use super::error::{Error, unless_stale};
 pub use crate::runtime::context::Scope;
 use crate::runtime::context::{Context, requeue};
 
-/// The API of `K` in `object`'s namespace.
+/// How the API of a kind of scope `Self` is reached.
+pub trait Scoped {
+    /// The API of `K`, in `namespace` when `K` is namespaced.
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: &kube::Client,
+        namespace: Option<String>,
+    ) -> Api<K>;
+}
+
+impl Scoped for NamespaceResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: &kube::Client,
+        namespace: Option<String>,
+    ) -> Api<K> {
+        Api::namespaced(client.clone(), &namespace.unwrap_or_default())
+    }
+}
+
+impl Scoped for ClusterResourceScope {
+    fn api<K: Resource<DynamicType = (), Scope = Self>>(
+        client: &kube::Client,
+        _: Option<String>,
+    ) -> Api<K> {
+        Api::all(client.clone())
+    }
+}
+
+/// The API of `K` in `object`'s namespace (cluster-wide for a cluster-scoped `K`).
 pub fn api_of<K, O>(client: &kube::Client, object: &O) -> Api<K>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    K: Resource<DynamicType = ()>,
+    K::Scope: Scoped,
     O: Resource,
 {
-    Api::namespaced(client.clone(), &object.namespace().unwrap_or_default())
+    <K::Scope as Scoped>::api::<K>(client, object.namespace())
 }
 
 /// Runs `controller` with `reconcile` until the operator shuts down, under the name
@@ -196,10 +224,8 @@ where
 /// without that finalizer, is success.
 pub async fn remove_finalizer<K>(client: &kube::Client, object: &K, name: &str) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Scope: Scoped,
 {
     if !object.finalizers().iter().any(|f| f == name) {
         return Ok(());
@@ -247,10 +273,8 @@ pub async fn apply_status<K, S>(
     guard: Guard,
 ) -> Result<K, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Scope: Scoped,
     S: Serialize,
 {
     let mut metadata = json!({"name": object.name_any()});

@@ -46,7 +46,7 @@ use simplyblock_statemachine::{Machine, MultiGraph, State};
 use self::lock::{Holder, LockPlan};
 use self::plan::{Backend, Call, Decision, JobState, Observation};
 use crate::runtime::context::{Context, requeue};
-use crate::runtime::kit::Error;
+use crate::runtime::kit::{self, Error, Guard};
 use crate::runtime::ops::reason;
 
 /// The name of the controller in metrics and logs.
@@ -1147,22 +1147,5 @@ async fn write_status(
     if op.status.as_ref() == Some(&next) {
         return Ok(op.clone());
     }
-    let body = json!({
-        "apiVersion": PersistentVolumeOps::api_version(&()),
-        "kind": PersistentVolumeOps::kind(&()),
-        "metadata": {"name": op.name_any(), "resourceVersion": op.resource_version()},
-        "status": next,
-    });
-    match Api::<PersistentVolumeOps>::all(ctx.kube.clone())
-        .patch_status(
-            &op.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-    {
-        Ok(written) => Ok(written),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(op.name_any())),
-        Err(e) => Err(e.into()),
-    }
+    kit::apply_status(&ctx.kube, op, MANAGER, &next, Guard::ResourceVersion).await
 }

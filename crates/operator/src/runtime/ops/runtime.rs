@@ -22,6 +22,7 @@ use super::{
     abort_check, gate, queue_ahead, reason, running,
 };
 use crate::runtime::context::{Context, requeue};
+use crate::runtime::kit::{Guard, apply_status};
 use crate::runtime::machine::says_news;
 
 /// The lock field on every target's status.
@@ -597,32 +598,16 @@ pub async fn write_status<K: OpsResource>(
     {
         return Ok(op.clone());
     }
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": {"name": op.name_any(), "resourceVersion": op.meta().resource_version},
-        "status": StatusBody {
-            fields: &kind,
-            phase: next.phase,
-            step: &next.step,
-            message: next.message.as_deref(),
-            observed_generation: op.meta().generation,
-            started_at: next.started_at.as_ref(),
-            completed_at: next.completed_at.as_ref(),
-        },
-    });
-    match Api::<K>::namespaced(kube.clone(), &op.namespace().unwrap_or_default())
-        .patch_status(
-            &op.name_any(),
-            &PatchParams::apply(K::MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-    {
-        Ok(written) => Ok(written),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Stale(op.name_any())),
-        Err(e) => Err(e.into()),
-    }
+    let status = StatusBody {
+        fields: &kind,
+        phase: next.phase,
+        step: &next.step,
+        message: next.message.as_deref(),
+        observed_generation: op.meta().generation,
+        started_at: next.started_at.as_ref(),
+        completed_at: next.completed_at.as_ref(),
+    };
+    apply_status(kube, op, K::MANAGER, &status, Guard::ResourceVersion).await
 }
 
 /// Records the answer to a call issued once. The answer is a fact of this pass, not a
