@@ -8,9 +8,9 @@
 //! | an object with no drive, node online, suspended, removed or unknown | deletes it; `DeviceRemoved` on the node when it was last removed, else `DeviceDisappeared` (warning) |
 //! | an object with no drive, node in any other status | phase Unknown, object kept — but Failed and Removed stay |
 //!
-//! The node's `status.resources.devices` (online and total) is written under this
-//! controller's own field manager, that field alone. The plan is [`plan`], pure; the rest
-//! reads and writes.
+//! The node's `status.resources.devices` (online and total) is the StorageNode
+//! controller's, counted from these objects. The plan is [`plan`], pure; the rest reads
+//! and writes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +27,6 @@ use simplyblock_api::storage_device::{
     DeviceCapacity, DeviceHardware, DevicePhase, DeviceRole, StorageDeviceSpec,
     StorageDeviceStatus, storage_device_name,
 };
-use simplyblock_api::storage_node::DeviceCounts;
 use simplyblock_api::{StorageCluster, StorageDevice, StorageNode};
 use simplyblock_controlplane::{Device, DeviceStatus, NodeStatus, Scope, Uuid};
 
@@ -37,7 +36,7 @@ use crate::runtime::ops::Note;
 
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagedevice";
-/// The field manager of the StorageDevice objects and of the node's device counts.
+/// The field manager of the StorageDevice objects.
 pub const MANAGER: &str = "storagedevice-controller";
 /// How often a node's drives are read again.
 pub const POLL: Duration = Duration::from_secs(15);
@@ -282,21 +281,6 @@ pub fn plan(node: &str, report: &Report, existing: &[StorageDevice]) -> Vec<Chan
     changes
 }
 
-/// The node's device counts for `report`: `None` when nothing is known.
-pub fn counts(report: &Report) -> Option<DeviceCounts> {
-    let Report::Node { devices, .. } = report else {
-        return None;
-    };
-    let online = devices
-        .iter()
-        .filter(|d| DevicePhase::from_control_plane(d.status.as_str()) == DevicePhase::Online)
-        .count();
-    Some(DeviceCounts {
-        online: online as i32,
-        total: devices.len() as i32,
-    })
-}
-
 /// Runs the mirror until the operator stops.
 pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(
@@ -351,8 +335,7 @@ pub async fn reconcile(node: Arc<StorageNode>, ctx: Arc<Context>) -> Result<Acti
             apply_object(&devices, &node, &o.name_any(), &o.spec.device_id).await?;
         }
     }
-    if let Some(counts) = counts(&report) {
-        write_counts(&node, counts, ctx).await?;
+    if matches!(report, Report::Node { .. }) {
         gauges(ctx, &node, &report, &existing);
     }
     Ok(Action::requeue(POLL))
@@ -496,37 +479,6 @@ async fn carry(
                 .await;
         }
     }
-    Ok(())
-}
-
-/// Writes the node's `status.resources.devices`, that field alone, when it differs.
-async fn write_counts(
-    node: &StorageNode,
-    counts: DeviceCounts,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let current = node
-        .status
-        .as_ref()
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.devices);
-    if current == Some(counts) {
-        return Ok(());
-    }
-    let nodes: Api<StorageNode> = kit::api_of(&ctx.kube, node);
-    let body = json!({
-        "apiVersion": simplyblock_api::API_VERSION,
-        "kind": "StorageNode",
-        "metadata": {"name": node.name_any()},
-        "status": {"resources": {"devices": counts}},
-    });
-    nodes
-        .patch_status(
-            &node.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
     Ok(())
 }
 
@@ -766,26 +718,6 @@ mod tests {
                 &[object(1, P::Online, "online")]
             ),
             vec![]
-        );
-        assert_eq!(counts(&Report::Unprovisioned), None);
-    }
-
-    #[test]
-    fn the_counts_are_the_serving_drives_and_all_of_them() {
-        let report = node(
-            NodeStatus::Online,
-            vec![
-                drive(1, DeviceStatus::Online),
-                drive(2, DeviceStatus::JmDev),
-                drive(3, DeviceStatus::Failed),
-            ],
-        );
-        assert_eq!(
-            counts(&report),
-            Some(DeviceCounts {
-                online: 2,
-                total: 3
-            })
         );
     }
 }

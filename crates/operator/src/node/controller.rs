@@ -19,13 +19,16 @@ use kube::runtime::watcher;
 use serde::Serialize;
 use serde_json::json;
 use simplyblock_api::common::OpsPhase;
+use simplyblock_api::keys::NODE_LABEL;
+use simplyblock_api::names::label_value;
 use simplyblock_api::storage_cluster::ProvisioningSlot;
+use simplyblock_api::storage_device::DevicePhase;
 use simplyblock_api::storage_node::{
-    Capacity, NodePhase, NodePorts, NodeResources, PROVISIONING_GRAPH, ProvisioningStep,
-    StorageNodeStatus,
+    Capacity, DeviceCounts, NodePhase, NodePorts, NodeResources, PROVISIONING_GRAPH,
+    ProvisioningStep, StorageNodeStatus,
 };
 use simplyblock_api::storage_node_ops::{NodeAction, StorageNodeOps, StorageNodeOpsSpec};
-use simplyblock_api::{StorageCluster, StorageNode};
+use simplyblock_api::{StorageCluster, StorageDevice, StorageNode};
 use simplyblock_controlplane::{Uuid, types::NodeStatus};
 use simplyblock_statemachine::{Machine, StepSnapshot};
 
@@ -64,11 +67,17 @@ pub async fn run(ctx: Arc<Context>) {
             .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
             .collect::<Vec<_>>()
     };
-    let controller = controller.watches(
-        ctx.scope.api::<StorageCluster>(&ctx.kube),
-        watcher::Config::default(),
-        of_cluster,
-    );
+    let controller = controller
+        .watches(
+            ctx.scope.api::<StorageCluster>(&ctx.kube),
+            watcher::Config::default(),
+            of_cluster,
+        )
+        // Its drives' counts are this controller's to write.
+        .owns(
+            ctx.scope.api::<StorageDevice>(&ctx.kube),
+            watcher::Config::default(),
+        );
     // A stream event about a node's control-plane object wakes it; the resync stays.
     let woken = ctx
         .streams
@@ -223,10 +232,7 @@ async fn write(
         health: observed.health,
         hostname: observed.hostname,
         uptime: observed.uptime,
-        // The device counts are the StorageDevice mirror's (its own field manager).
-        resources: observed
-            .resources
-            .map(|r| NodeResources { devices: None, ..r }),
+        resources: observed.resources,
         ports: observed.ports,
         failure_domain: observed.failure_domain,
         observed_generation: node.metadata.generation,
@@ -851,11 +857,44 @@ fn observed(found: &simplyblock_controlplane::StorageNode) -> StorageNodeStatus 
             cpu: Some(found.cpu_spdk_count as i32),
             memory: None,
             volumes: Some(found.lvols as i32),
-            // The StorageDevice mirror writes the device counts under its own manager.
+            // Counted from the node's StorageDevices ([`device_counts`]).
             devices: None,
             capacity,
         }),
         ..StorageNodeStatus::default()
+    }
+}
+
+/// The node's drives as its StorageDevices (the mirror's, one per drive the control plane
+/// reports) say: how many serve and how many there are. This controller alone writes
+/// them into the node's status; a change of a StorageDevice wakes it.
+async fn device_counts(ctx: &Context, node: &StorageNode) -> Result<DeviceCounts, Error> {
+    let name = node.name_any();
+    let devices: Api<StorageDevice> = kit::api_of(&ctx.kube, node);
+    // The mirror labels each with its node's name, when that can be a label value.
+    let selected = match label_value(&name) == name {
+        true => ListParams::default().labels(&format!("{NODE_LABEL}={name}")),
+        false => ListParams::default(),
+    };
+    let mine: Vec<StorageDevice> = devices
+        .list(&selected)
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| d.spec.node_ref == name)
+        .collect();
+    Ok(counts_of(&mine))
+}
+
+/// The counts of `devices`: those Online, and all of them. Pure.
+pub fn counts_of(devices: &[StorageDevice]) -> DeviceCounts {
+    let online = devices
+        .iter()
+        .filter(|d| d.status.as_ref().map(|s| s.phase) == Some(DevicePhase::Online))
+        .count();
+    DeviceCounts {
+        online: online as i32,
+        total: devices.len() as i32,
     }
 }
 
@@ -911,8 +950,7 @@ async fn steady(
     if let Some(resources) = next.resources.as_mut() {
         let before = status.resources.as_ref().and_then(|r| r.capacity.as_ref());
         resources.capacity = settled_capacity(before, resources.capacity.take());
-        // Not this controller's to write, nor a reason to write.
-        resources.devices = status.resources.as_ref().and_then(|r| r.devices);
+        resources.devices = Some(device_counts(ctx, node).await?);
     }
     let phase = phase_of(&found);
     let same = status.phase == phase
@@ -1064,6 +1102,30 @@ async fn write_message(ctx: &Context, node: &StorageNode, message: String) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn device(phase: &str) -> StorageDevice {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2",
+            "kind": "StorageDevice",
+            "metadata": {"name": format!("d-{phase}")},
+            "spec": {"nodeRef": "n", "deviceID": "x"},
+            "status": {"phase": phase},
+        }))
+        .expect("device")
+    }
+
+    #[test]
+    fn the_counts_are_the_serving_drives_and_all_of_them() {
+        let devices = ["Online", "Online", "Failed", "Removed"].map(device);
+        assert_eq!(
+            counts_of(&devices),
+            DeviceCounts {
+                online: 2,
+                total: 4
+            }
+        );
+        assert_eq!(counts_of(&[]), DeviceCounts::default());
+    }
 
     #[test]
     fn a_deleted_nodes_series_go_and_its_neighbours_stay() {

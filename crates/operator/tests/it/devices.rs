@@ -21,7 +21,7 @@ use crate::support::{
 const NODE: &str = "sb-sd-0";
 
 /// The harness's cluster and a StorageNode for its first control-plane node, with the
-/// mirror running; returns the node's control-plane id.
+/// mirror and the StorageNode controller running; returns the node's control-plane id.
 async fn device_harness(ns: &str) -> (Harness, Uuid) {
     let h = harness(ns, "", (1, 1)).await;
     let first = h.cp.list_storage_nodes(h.uuid).await.expect("nodes")[0].id;
@@ -52,6 +52,8 @@ async fn device_harness(ns: &str) -> (Harness, Uuid) {
         .await
         .expect("uuid");
     tokio::spawn(simplyblock_operator::device::mirror::run(h.ctx.clone()));
+    // The node's device counts are its controller's, from the mirror's objects.
+    tokio::spawn(simplyblock_operator::node::controller::run(h.ctx.clone()));
     (h, first)
 }
 
@@ -134,16 +136,20 @@ async fn the_mirror_follows_the_control_planes_drives() {
         );
     }
     raised(&h.kube, &h.ns, Some(NODE), "DeviceDiscovered").await;
-    // The node's counts, under the mirror's own field manager.
-    let counted = until("the node's device counts", async || {
+    // The node's counts, written by the StorageNode controller from these objects.
+    let serving = drives
+        .iter()
+        .filter(|d| matches!(d.status, DeviceStatus::Online | DeviceStatus::JmDev))
+        .count() as i32;
+    until("the node counting every drive", async || {
         let n = Api::<StorageNode>::namespaced(h.kube.clone(), &h.ns)
             .get(NODE)
             .await
             .ok()?;
-        n.status?.resources?.devices
+        let counted = n.status?.resources?.devices?;
+        (counted.total == drives.len() as i32 && counted.online == serving).then_some(())
     })
     .await;
-    assert_eq!(counted.total, drives.len() as i32);
 
     // A drive removed, then gone from the control plane: Removed, then deleted with
     // DeviceRemoved on the node.

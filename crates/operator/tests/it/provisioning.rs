@@ -117,8 +117,8 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
                     n.status
                         .as_ref()
                         .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
-                    // The device counts come from the StorageDevice mirror.
-                    && n.status.as_ref().and_then(|s| s.resources.as_ref()?.devices.as_ref()).is_some()
+                    // The device counts, from the node's StorageDevices, once all are there.
+                    && n.status.as_ref().and_then(|s| s.resources.as_ref()?.devices).map(|d| (d.online, d.total)) == Some((2, 2))
                 }))
             .then_some(items)
         },
