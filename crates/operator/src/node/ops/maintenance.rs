@@ -31,8 +31,7 @@ use simplyblock_api::names::{derived_name, label_value};
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
-use super::Fields;
-use super::step::{At, NodeCall, advance, call, succeed, wait};
+use super::step::{At, Fields, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 

@@ -26,8 +26,7 @@ use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{DeviceStatus, NodeRestart, NodeStatus};
 
-use super::Fields;
-use super::step::{At, NodeCall, advance, call, succeed, wait};
+use super::step::{At, Fields, NodeCall, advance, call, succeed, wait};
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Noted, Plan};
 use crate::workload::{SERVICE_NAME, enrolled_elsewhere, topology_label};

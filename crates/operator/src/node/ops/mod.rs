@@ -21,11 +21,8 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde::Serialize;
 use simplyblock_api::StorageNode;
-use simplyblock_api::storage_node_ops::{
-    DrainStatus, NodeAction, NodeOpsStep, RemovalStatus, StorageNodeOps,
-};
+use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_statemachine::Machine;
 
 use crate::runtime::context::Context;
@@ -38,21 +35,13 @@ pub mod single;
 pub mod step;
 pub mod system_filter;
 
+pub use step::Fields;
+
 pub const FINALIZER: &str = "storage.simplyblock.io/storagenodeops-finalizer";
 const MANAGER: &str = "storagenodeops-controller";
 /// The name of the controller in metrics and logs.
 pub const CONTROLLER: &str = "storagenodeops";
 const METRIC_PREFIX: &str = "simplyblock_storagenode_";
-
-/// StorageNodeOps' own status fields, beside the common ones (Remove's).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Fields {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drain: Option<DrainStatus>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub removal: Option<RemovalStatus>,
-}
 
 impl OpsResource for StorageNodeOps {
     type Target = StorageNode;

@@ -44,8 +44,7 @@ use simplyblock_controlplane::{
 };
 use simplyblock_controlplane::{Uuid, Volume};
 
-use super::Fields;
-use super::step::{At, advance, call, succeed, wait};
+use super::step::{At, Fields, advance, call, succeed, wait};
 use super::system_filter;
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Note, Noted, Plan};

@@ -12,8 +12,7 @@
 use simplyblock_api::storage_node_ops::{NodeAction, NodeOpsStep, StorageNodeOps};
 use simplyblock_controlplane::{NodeRestart, NodeStatus};
 
-use super::Fields;
-use super::step::{NodeCall, Seen, advance, settle, wait};
+use super::step::{Fields, NodeCall, Seen, advance, settle, wait};
 use crate::runtime::ops::Plan;
 
 /// The one call of a single-call action.

@@ -1,21 +1,32 @@
 //! What every StorageNodeOps action shares, below the actions and the registry that
 //! dispatches to them: the node as the control plane sees it ([`Seen`]), the plan helpers
-//! every step uses, the cluster gate of the actions that need a settled cluster, and the
-//! node calls several actions issue ([`NodeCall`]).
+//! every step uses, the cluster gate of the actions that need a settled cluster, the
+//! node calls several actions issue ([`NodeCall`]), and the kind's own status fields
+//! ([`Fields`]).
 
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::Api;
-use simplyblock_api::storage_node_ops::{NodeOpsStep, StorageNodeOps};
+use serde::Serialize;
+use simplyblock_api::storage_node_ops::{DrainStatus, NodeOpsStep, RemovalStatus, StorageNodeOps};
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
     ClusterStatus, NodeRestart, NodeStatus, StorageNode as CpNode, Uuid,
 };
 
-use super::Fields;
 use crate::runtime::context::Context;
 use crate::runtime::ops::{self, Move, Plan};
+
+/// StorageNodeOps' own status fields, beside the common ones (Remove's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal: Option<RemovalStatus>,
+}
 
 /// How often an awaited step looks at the control plane.
 pub const AWAIT_POLL: Duration = Duration::from_secs(1);
