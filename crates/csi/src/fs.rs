@@ -3,8 +3,8 @@
 //! pure; the few functions that touch the host say so.
 //!
 //! Format safety rule: mkfs runs only on a device whose probe found no signature and whose
-//! first and last MiB read back as zeros. A failed or short read is `Unreadable`, never
-//! `Blank`.
+//! first and last MiB read back as zeros. A failed or short read, or a device that
+//! reports no size (not ready yet, or being torn down), is `Unreadable`, never `Blank`.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -75,10 +75,16 @@ pub fn classify(blkid_code: Option<i32>, blkid_out: &str, zeros: bool) -> Probe 
     }
 }
 
-/// Whether `dev`'s first and last MiB read back as zeros (host I/O).
+/// Whether `dev`'s first and last MiB read back as zeros (host I/O). A device of size 0
+/// is an error: it has no regions to read, and "nothing read" is no proof of blank.
 fn regions_are_zero(dev: &Path) -> std::io::Result<bool> {
     let mut f = std::fs::File::open(dev)?;
     let size = f.seek(SeekFrom::End(0))?;
+    if size == 0 {
+        return Err(std::io::Error::other(
+            "the device reports a size of 0 (not ready yet, or being detached)",
+        ));
+    }
     let len = PROBE_BYTES.min(size) as usize;
     let mut buf = vec![0u8; len];
     let zeros = vec![0u8; len];
@@ -402,6 +408,18 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_device_of_size_zero_is_never_blank() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let empty = dir.path().join("empty.img");
+        std::fs::write(&empty, b"").expect("empty");
+        let err = regions_are_zero(&empty).expect_err("no size, no proof");
+        assert!(err.to_string().contains("size of 0"), "{err}");
+        let zeros = dir.path().join("zeros.img");
+        std::fs::write(&zeros, vec![0u8; 4096]).expect("zeros");
+        assert!(regions_are_zero(&zeros).expect("read"));
+    }
 
     #[test]
     fn blkid_results_are_classified_conservatively() {

@@ -48,6 +48,10 @@ pub fn refresh_cmd(dev: &Path) -> Cmd {
 }
 
 /// The loop devices whose backing file is `file`, from `<sys>/block/loop*/loop/backing_file`.
+/// A device being torn down is not one of them: one whose detach waits for its last user
+/// (`loop/autoclear` 1: this attacher never sets it, only a detach of a busy device does)
+/// or that already reports a size of 0. Reusing it would hand out a device that empties
+/// under its user.
 pub fn devices_backed_by(sys: &Path, file: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(sys.join("block")) else {
         return Vec::new();
@@ -61,7 +65,16 @@ pub fn devices_backed_by(sys: &Path, file: &Path) -> Vec<PathBuf> {
             }
             let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
             // A file removed while attached reads back with " (deleted)"; it is not ours any more.
-            (Path::new(backing.trim()) == file).then(|| PathBuf::from(format!("/dev/{name}")))
+            if Path::new(backing.trim()) != file {
+                return None;
+            }
+            let reads = |f: &str, v: &str| {
+                std::fs::read_to_string(e.path().join(f)).is_ok_and(|s| s.trim() == v)
+            };
+            if reads("loop/autoclear", "1") || reads("size", "0") {
+                return None;
+            }
+            Some(PathBuf::from(format!("/dev/{name}")))
         })
         .collect();
     out.sort();
@@ -169,6 +182,11 @@ mod tests {
         mk("loop0", "/vols/a.img");
         mk("loop1", "/vols/b.img");
         mk("loop2", "/vols/a.img (deleted)");
+        // Two of the same file being torn down: a detach pending, and one already emptied.
+        mk("loop3", "/vols/a.img");
+        std::fs::write(sys.path().join("block/loop3/loop/autoclear"), "1\n").expect("autoclear");
+        mk("loop4", "/vols/a.img");
+        std::fs::write(sys.path().join("block/loop4/size"), "0\n").expect("size");
         std::fs::create_dir_all(sys.path().join("block/sda")).expect("sda");
         assert_eq!(
             devices_backed_by(sys.path(), Path::new("/vols/a.img")),
