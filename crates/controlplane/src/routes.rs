@@ -249,6 +249,28 @@ pub fn pool_snapshot(cluster: Uuid, pool: Uuid, snapshot: Uuid) -> String {
     fill(POOL_SNAPSHOT, &[&cluster, &pool, &snapshot])
 }
 
+// Backups of a cluster's volumes into its object store.
+pub const BACKUPS: &str = "/clusters/{cluster_id}/backups/";
+pub fn backups(cluster: Uuid) -> String {
+    fill(BACKUPS, &[&cluster])
+}
+
+pub const BACKUP: &str = "/clusters/{cluster_id}/backups/{backup_id}/";
+pub fn backup(cluster: Uuid, backup: Uuid) -> String {
+    fill(BACKUP, &[&cluster, &backup])
+}
+
+pub const BACKUP_RESTORE: &str = "/clusters/{cluster_id}/backups/restore";
+pub fn backup_restore(cluster: Uuid) -> String {
+    fill(BACKUP_RESTORE, &[&cluster])
+}
+
+pub const VOLUME_BACKUPS: &str =
+    "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/backups";
+pub fn volume_backups(cluster: Uuid, pool: Uuid, volume: Uuid) -> String {
+    fill(VOLUME_BACKUPS, &[&cluster, &pool, &volume])
+}
+
 // Migrations of a subsystem (named by its NQN).
 pub const MIGRATIONS: &str = "/clusters/{cluster_id}/subsystems/{nqn}/migrations/";
 pub fn migrations(cluster: Uuid, nqn: &str) -> String {
@@ -583,6 +605,10 @@ mod tests {
                 group_replication_status(id(1), id(12)),
             ),
             (GROUP_RESOLUTION, group_resolution(id(1), id(12))),
+            (BACKUPS, backups(id(1))),
+            (BACKUP, backup(id(1), id(14))),
+            (BACKUP_RESTORE, backup_restore(id(1))),
+            (VOLUME_BACKUPS, volume_backups(id(1), id(5), id(6))),
         ];
         for (template, path) in routes {
             assert!(fills(template, &path), "{path} does not fill {template}");

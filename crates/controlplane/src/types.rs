@@ -127,6 +127,20 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// `BackupDTO.status`: a backup is taken (pending, in progress), kept (completed), or
+    /// folded into a newer one of its chain by a policy (merging, merged).
+    BackupStatus {
+        Pending => "pending",
+        InProgress => "in_progress",
+        Completed => "completed",
+        Failed => "failed",
+        Merging => "merging",
+        Merged => "merged",
+        Deleting => "deleting",
+    }
+);
+
+wire_enum!(
     /// Replication mode.
     ReplicationMode {
         Failover => "failover",
@@ -895,6 +909,58 @@ pub struct SnapshotCreate {
     pub name: String,
     #[serde(default)]
     pub backup: bool,
+}
+
+/// `BackupDTO`: one backup of a snapshot in the cluster's object store. Backups of a
+/// volume form a chain: each names the one before it (`prev_backup_id`, empty for the
+/// first), and a restore reads the whole chain up to the backup asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Backup {
+    pub id: Uuid,
+    /// The backup's number in the object store, unique in the cluster.
+    pub s3_id: i64,
+    pub lvol_id: String,
+    pub lvol_name: String,
+    pub snapshot_id: String,
+    pub snapshot_name: String,
+    pub node_id: String,
+    pub status: BackupStatus,
+    /// The backup this one is incremental to; empty for a chain's first.
+    pub prev_backup_id: String,
+    /// The volume's size in bytes, which a restore creates.
+    pub size: u64,
+    /// The volume's hosts when it was backed up (their keys included: never logged).
+    pub allowed_hosts: Vec<serde_json::Map<String, Value>>,
+    /// Epoch seconds.
+    pub created_at: i64,
+    /// Epoch seconds; 0 while unfinished.
+    pub completed_at: i64,
+    /// The cluster whose store holds it when imported from another; empty for its own.
+    pub source_cluster_id: String,
+}
+
+/// `_BackupSnapshotParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupCreate {
+    pub snapshot_id: String,
+}
+
+/// `_RestoreParams`: a new volume named `lvol_name` in `pool` (its id or name), holding
+/// the backup's data.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupRestore {
+    pub backup_id: String,
+    pub lvol_name: String,
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<String>,
+}
+
+/// The restore's 202 answer: the new volume, `restoring` until the data is in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestoreStarted {
+    pub lvol_id: Uuid,
 }
 
 /// `_MigrationParams`.

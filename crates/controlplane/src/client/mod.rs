@@ -4,6 +4,7 @@
 //! calls are their own module, cut as the simulator's routes are; every path comes from
 //! [`crate::routes`].
 
+mod backup;
 mod cluster;
 mod config;
 mod device;
