@@ -179,6 +179,15 @@ fn set_cluster(st: &mut St<'_>, c: Uuid, status: ClusterStatus) {
     }
 }
 
+fn set_backup(st: &mut St<'_>, id: Uuid, status: BackupStatus, completed_ms: Option<i64>) {
+    if let Some(b) = st.t.backups.get_mut(&id.to_string()) {
+        b.status = status;
+        if completed_ms.is_some() {
+            b.completed_ms = completed_ms;
+        }
+    }
+}
+
 fn finish_job(st: &mut St<'_>, id: &str) {
     st.t.jobs.remove(id);
 }
@@ -349,6 +358,39 @@ fn run_job(st: &mut St<'_>, id: &str) {
             set_node(st, node, NodeStatus::Online);
             if let Some(n) = st.t.nodes.get_mut(&node.to_string()) {
                 n.auto_restart_disabled = false;
+            }
+            finish_job(st, id)
+        }
+        JobKind::Backup { backup } => {
+            let Some(b) = st.t.backups.get(&backup.to_string()).cloned() else {
+                return finish_job(st, id);
+            };
+            if job.step == 0 {
+                set_backup(st, backup, BackupStatus::InProgress, None);
+                return reschedule(st, id, tm.backup_ms);
+            }
+            if let Some(dir) = &st.sim.config.volume_files {
+                crate::volfiles::store_backup(dir, b.snapshot_id, backup, b.size);
+            }
+            let now = st.now;
+            set_backup(st, backup, BackupStatus::Completed, Some(now));
+            finish_job(st, id)
+        }
+        JobKind::Restore { backup, volume } => {
+            let Some(v) = st.t.volumes.get(&volume.to_string()).cloned() else {
+                // Deleted before its data came in: nothing to write.
+                return finish_job(st, id);
+            };
+            if job.step == 0 {
+                return reschedule(st, id, tm.restore_ms);
+            }
+            if let Some(dir) = &st.sim.config.volume_files {
+                crate::volfiles::restore_backup(dir, backup, volume, v.size);
+            }
+            if let Some(v) = st.t.volumes.get_mut(&volume.to_string())
+                && v.status == VolumeStatus::Restoring
+            {
+                v.status = VolumeStatus::Online;
             }
             finish_job(st, id)
         }

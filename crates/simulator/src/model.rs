@@ -119,13 +119,62 @@ pub struct TaskRec {
 /// Background work the API starts with a bare 202 (no task record on the real server).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum JobKind {
-    ClusterActivate { cluster: Uuid, prev: ClusterStatus },
-    ClusterExpand { cluster: Uuid, prev: ClusterStatus },
-    ClusterShutdown { cluster: Uuid },
-    ClusterStart { cluster: Uuid },
-    NodeShutdown { node: Uuid },
-    NodeRestart { node: Uuid, params: NodeRestart },
-    VolumeDelete { volume: Uuid },
+    ClusterActivate {
+        cluster: Uuid,
+        prev: ClusterStatus,
+    },
+    ClusterExpand {
+        cluster: Uuid,
+        prev: ClusterStatus,
+    },
+    ClusterShutdown {
+        cluster: Uuid,
+    },
+    ClusterStart {
+        cluster: Uuid,
+    },
+    NodeShutdown {
+        node: Uuid,
+    },
+    NodeRestart {
+        node: Uuid,
+        params: NodeRestart,
+    },
+    VolumeDelete {
+        volume: Uuid,
+    },
+    /// A backup's upload: in progress after the pickup, completed after the transfer.
+    Backup {
+        backup: Uuid,
+    },
+    /// A restore's download into its new volume, online once the data is in.
+    Restore {
+        backup: Uuid,
+        volume: Uuid,
+    },
+}
+
+/// A backup of a snapshot in the cluster's object store (sbsim keeps its data, with
+/// volume files, as `<volume files>/backups/<id>.img`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupRec {
+    pub id: Uuid,
+    pub seq: u64,
+    pub cluster_id: Uuid,
+    /// Its number in the store, unique in the cluster.
+    pub s3_id: i64,
+    pub volume_id: Uuid,
+    pub volume_name: String,
+    pub snapshot_id: Uuid,
+    pub snapshot_name: String,
+    pub node_id: Uuid,
+    pub status: BackupStatus,
+    /// The backup this one is incremental to.
+    pub prev: Option<Uuid>,
+    pub size: u64,
+    pub allowed_hosts: Vec<HostEntry>,
+    pub created_ms: i64,
+    pub completed_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -41,6 +41,10 @@ pub struct Timings {
     pub migration_phase_ms: i64,
     pub rebalance_ms: i64,
     pub replication_ms: i64,
+    /// A backup's upload, from its pickup to completed.
+    pub backup_ms: i64,
+    /// A restore's download, from the new volume to online.
+    pub restore_ms: i64,
 }
 
 impl Default for Timings {
@@ -60,6 +64,8 @@ impl Default for Timings {
             migration_phase_ms: 3_000,
             rebalance_ms: 5_000,
             replication_ms: 2_000,
+            backup_ms: 4_000,
+            restore_ms: 6_000,
         }
     }
 }

@@ -235,6 +235,7 @@ tables!(
     replications: ReplicationRec,
     workers: WorkerRec,
     groups: GroupRec,
+    backups: BackupRec,
 );
 
 /// The database handle.

@@ -35,11 +35,7 @@ type Handler = fn(&mut St<'_>, &ApiReq) -> ApiResult;
 const RESOURCES: &[(&str, Handler)] = &[
     (api::VOLUME_REPLICATION, replication::volume_relationship),
     (api::VOLUME_SNAPSHOTS, snapshot::handle),
-    // A prefix: a volume's backup routes.
-    (
-        "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/backups",
-        backup::handle,
-    ),
+    (api::VOLUME_BACKUPS, backup::handle),
     // A prefix: a pool's volume routes.
     (
         "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes",
@@ -56,7 +52,7 @@ const RESOURCES: &[(&str, Handler)] = &[
     (api::TASKS, task::handle),
     (api::CONSISTENCY_GROUPS, group::handle),
     // A prefix: a cluster's backup routes.
-    ("/clusters/{cluster_id}/backups/", backup::handle),
+    (api::BACKUPS, backup::handle),
     (api::MIGRATIONS, migration::handle),
     // A prefix: a cluster's replication targets, policies and relationships.
     (

@@ -85,6 +85,16 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             if pool(st.t, c, p)?.status != ActiveStatus::Active {
                 return Err(ApiError::Precondition("Pool is disabled".into()));
             }
+            if st
+                .t
+                .volumes
+                .get(&vid.to_string())
+                .is_some_and(|v| v.status == VolumeStatus::Restoring)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "Cannot delete lvol {vid}: backup restore in progress"
+                )));
+            }
             if let Some(v) = st.t.volumes.get_mut(&vid.to_string()) {
                 v.status = VolumeStatus::InDeletion;
             }

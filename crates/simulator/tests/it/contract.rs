@@ -400,6 +400,45 @@ async fn lifecycles_conform_to_the_openapi_document() {
         c.get_snapshot(cid, pid, sid).await.expect("s").status,
         SnapshotStatus::Online
     );
+    // The snapshot backed up and restored: every backup answer against the document.
+    let bid = c.create_backup(cid, sid).await.expect("backup");
+    let backup = eventually("the backup completed", || async {
+        let b = c.get_backup(cid, bid).await.ok()?;
+        (b.status == BackupStatus::Completed).then_some(b)
+    })
+    .await;
+    assert_eq!(backup.snapshot_id, sid.to_string());
+    assert_eq!(c.list_backups(cid).await.expect("backups").len(), 1);
+    assert_eq!(
+        c.list_volume_backups(cid, pid, vid)
+            .await
+            .expect("volume backups")
+            .len(),
+        1
+    );
+    let restored = c
+        .restore_backup(
+            cid,
+            &BackupRestore {
+                backup_id: bid.to_string(),
+                lvol_name: "restored1".into(),
+                pool: pid.to_string(),
+                target_node_id: None,
+            },
+        )
+        .await
+        .expect("restore");
+    eventually("the restored volume online", || async {
+        let v = c.get_volume(cid, pid, restored).await.ok()?;
+        (v.status == VolumeStatus::Online).then_some(())
+    })
+    .await;
+    c.delete_volume_backups(cid, pid, vid)
+        .await
+        .expect("delete backups");
+    c.delete_volume(cid, pid, restored)
+        .await
+        .expect("delete the restored volume");
     let clone1 = c
         .create_volume_from_snapshot(
             cid,
