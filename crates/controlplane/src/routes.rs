@@ -265,6 +265,28 @@ pub fn backup_restore(cluster: Uuid) -> String {
     fill(BACKUP_RESTORE, &[&cluster])
 }
 
+pub const BACKUP_POLICIES: &str = "/clusters/{cluster_id}/backups/backup-policies/";
+pub fn backup_policies(cluster: Uuid) -> String {
+    fill(BACKUP_POLICIES, &[&cluster])
+}
+
+pub const BACKUP_POLICY: &str = "/clusters/{cluster_id}/backups/backup-policies/{policy_id}";
+pub fn backup_policy(cluster: Uuid, policy: Uuid) -> String {
+    fill(BACKUP_POLICY, &[&cluster, &policy])
+}
+
+pub const BACKUP_POLICY_ATTACH: &str =
+    "/clusters/{cluster_id}/backups/backup-policies/{policy_id}/attach";
+pub fn backup_policy_attach(cluster: Uuid, policy: Uuid) -> String {
+    fill(BACKUP_POLICY_ATTACH, &[&cluster, &policy])
+}
+
+pub const BACKUP_POLICY_DETACH: &str =
+    "/clusters/{cluster_id}/backups/backup-policies/{policy_id}/detach";
+pub fn backup_policy_detach(cluster: Uuid, policy: Uuid) -> String {
+    fill(BACKUP_POLICY_DETACH, &[&cluster, &policy])
+}
+
 pub const VOLUME_BACKUPS: &str =
     "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/backups";
 pub fn volume_backups(cluster: Uuid, pool: Uuid, volume: Uuid) -> String {
@@ -609,6 +631,10 @@ mod tests {
             (BACKUP, backup(id(1), id(14))),
             (BACKUP_RESTORE, backup_restore(id(1))),
             (VOLUME_BACKUPS, volume_backups(id(1), id(5), id(6))),
+            (BACKUP_POLICIES, backup_policies(id(1))),
+            (BACKUP_POLICY, backup_policy(id(1), id(15))),
+            (BACKUP_POLICY_ATTACH, backup_policy_attach(id(1), id(15))),
+            (BACKUP_POLICY_DETACH, backup_policy_detach(id(1), id(15))),
         ];
         for (template, path) in routes {
             assert!(fills(template, &path), "{path} does not fill {template}");

@@ -957,6 +957,47 @@ pub struct BackupRestore {
     pub target_node_id: Option<String>,
 }
 
+/// `BackupPolicyDTO`: when a volume's backups are taken and how many are kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BackupPolicy {
+    pub id: Uuid,
+    pub name: String,
+    /// Backups kept at most; 0: no limit.
+    pub max_versions: i64,
+    /// The oldest backup kept, as given (`7d`); empty: no limit.
+    pub max_age: String,
+    /// Tiers `<interval>,<count>` separated by spaces (`15m,4 1d,7`); empty: none.
+    pub backup_schedule: String,
+    pub status: ActiveStatus,
+}
+
+/// `_PolicyCreateParams`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupPolicyCreate {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+}
+
+/// `_AttachParams`: a pool or a volume a policy applies to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupPolicyTarget {
+    /// `pool` or `lvol`.
+    pub target_type: String,
+    pub target_id: String,
+}
+
+/// The attach's 201 answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyAttached {
+    pub attachment_id: Uuid,
+}
+
 /// The restore's 202 answer: the new volume, `restoring` until the data is in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RestoreStarted {

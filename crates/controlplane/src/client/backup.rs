@@ -72,4 +72,79 @@ impl Client {
         let started: RestoreStarted = decode(&Method::POST, &path, &r)?;
         Ok(started.lvol_id)
     }
+
+    /// Creates a backup policy; returns its id (the control plane names it in a header
+    /// only, so it is read back by name).
+    pub async fn create_backup_policy(
+        &self,
+        cluster: Uuid,
+        params: &BackupPolicyCreate,
+    ) -> Result<Uuid> {
+        self.send(
+            Method::POST,
+            &routes::backup_policies(cluster),
+            &[],
+            Some(params),
+        )
+        .await?;
+        let created = self.list_backup_policies(cluster).await?;
+        match created.into_iter().find(|p| p.name == params.name) {
+            Some(p) => Ok(p.id),
+            None => Err(crate::error::Error::Protocol {
+                method: Method::POST.to_string(),
+                path: routes::backup_policies(cluster),
+                status: 201,
+                message: format!(
+                    "backup policy {} is not listed after its creation",
+                    params.name
+                ),
+            }),
+        }
+    }
+
+    pub async fn list_backup_policies(&self, cluster: Uuid) -> Result<Vec<BackupPolicy>> {
+        self.get(&routes::backup_policies(cluster)).await
+    }
+
+    pub async fn delete_backup_policy(&self, cluster: Uuid, policy: Uuid) -> Result<()> {
+        self.send::<()>(
+            Method::DELETE,
+            &routes::backup_policy(cluster, policy),
+            &[],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Applies a policy to a pool or a volume; idempotent: an existing attachment's id.
+    pub async fn attach_backup_policy(
+        &self,
+        cluster: Uuid,
+        policy: Uuid,
+        target: &BackupPolicyTarget,
+    ) -> Result<Uuid> {
+        let path = routes::backup_policy_attach(cluster, policy);
+        let r = self.send(Method::POST, &path, &[], Some(target)).await?;
+        let attached: PolicyAttached = decode(&Method::POST, &path, &r)?;
+        Ok(attached.attachment_id)
+    }
+
+    /// Removes a policy from a pool or a volume. 400 `Attachment not found` when it was
+    /// not attached.
+    pub async fn detach_backup_policy(
+        &self,
+        cluster: Uuid,
+        policy: Uuid,
+        target: &BackupPolicyTarget,
+    ) -> Result<()> {
+        self.send(
+            Method::POST,
+            &routes::backup_policy_detach(cluster, policy),
+            &[],
+            Some(target),
+        )
+        .await
+        .map(|_| ())
+    }
 }
