@@ -177,6 +177,29 @@ pub struct BackupRec {
     pub completed_ms: Option<i64>,
 }
 
+/// A backup policy: how many backups of a volume are kept, for how long, and on what
+/// schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupPolicyRec {
+    pub id: Uuid,
+    pub seq: u64,
+    pub cluster_id: Uuid,
+    pub name: String,
+    pub max_versions: i64,
+    pub max_age: String,
+    pub schedule: String,
+}
+
+/// A policy applied to a pool (`pool`) or a volume (`lvol`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupAttachmentRec {
+    pub id: Uuid,
+    pub seq: u64,
+    pub policy_id: Uuid,
+    pub target_type: String,
+    pub target_id: Uuid,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRec {
     pub id: Uuid,

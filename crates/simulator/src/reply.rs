@@ -42,6 +42,11 @@ impl Reply {
         }
     }
 
+    pub fn with_header(mut self, name: &str, value: String) -> Self {
+        self.headers.push((name.to_string(), value));
+        self
+    }
+
     pub fn with_location(mut self, loc: String) -> Self {
         self.location = Some(loc);
         self

@@ -236,6 +236,8 @@ tables!(
     workers: WorkerRec,
     groups: GroupRec,
     backups: BackupRec,
+    backup_policies: BackupPolicyRec,
+    backup_attachments: BackupAttachmentRec,
 );
 
 /// The database handle.

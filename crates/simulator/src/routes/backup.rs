@@ -3,8 +3,9 @@
 //! read them, restore one into a new volume, delete a volume's. The upload and the
 //! restore run in the background on sbsim's clock (`Timings::backup_ms`, `restore_ms`);
 //! with volume files, a backup keeps its snapshot's data and a restore writes it into
-//! the new volume. Policies, export, import and source switching keep nothing yet: their
-//! lists are empty.
+//! the new volume. Policies are kept and attached to pools and volumes, with the
+//! control plane's checks; they do not yet schedule or expire backups. Export, import and
+//! source switching keep nothing yet: their lists are empty.
 
 use serde_json::json;
 use simplyblock_controlplane::routes as api;
@@ -15,6 +16,7 @@ use super::lookup::{cluster, volume};
 use super::request::{ApiReq, body};
 use super::volume_create::name_taken;
 use crate::model::*;
+use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
 
@@ -54,9 +56,78 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 _ => Err(ApiError::not_found(format!("LVol {v} not found"))),
             }
         }
-        // Kept nothing of yet: policies, sources, export.
-        ("GET", "/clusters/{cluster_id}/backups/backup-policies/")
-        | ("GET", "/clusters/{cluster_id}/backups/sources") => Ok(Reply::ok(json!([]))),
+        ("GET", api::BACKUP_POLICIES) => Ok(Reply::ok(render::list(
+            st.t.backup_policies.values().filter(|p| p.cluster_id == c),
+            |p| p.seq,
+            policy_dto,
+        ))),
+        ("POST", api::BACKUP_POLICIES) => {
+            let b: BackupPolicyCreate = body(st.sim, req)?;
+            let id = create_policy(st, c, &b)?;
+            Ok(Reply::empty(201).with_header("x-policy-id", id.to_string()))
+        }
+        ("DELETE", api::BACKUP_POLICY) => {
+            let id = policy_of(st.t, c, req.id("policy_id"))?.id;
+            st.t.backup_policies.remove(&id.to_string());
+            let attached: Vec<String> =
+                st.t.backup_attachments
+                    .values()
+                    .filter(|a| a.policy_id == id)
+                    .map(|a| a.id.to_string())
+                    .collect();
+            for a in attached {
+                st.t.backup_attachments.remove(&a);
+            }
+            Ok(Reply::empty(204))
+        }
+        ("POST", api::BACKUP_POLICY_ATTACH) => {
+            let policy = policy_of(st.t, c, req.id("policy_id"))?.id;
+            let b: BackupPolicyTarget = body(st.sim, req)?;
+            let target = attach_target(st.t, c, &b)?;
+            let existing = st.t.backup_attachments.values().find(|a| {
+                a.policy_id == policy && a.target_type == b.target_type && a.target_id == target
+            });
+            let id = match existing {
+                Some(a) => a.id,
+                None => {
+                    let id = st.uuid();
+                    let seq = st.seq();
+                    st.t.backup_attachments.insert(
+                        id.to_string(),
+                        BackupAttachmentRec {
+                            id,
+                            seq,
+                            policy_id: policy,
+                            target_type: b.target_type.clone(),
+                            target_id: target,
+                        },
+                    );
+                    id
+                }
+            };
+            Ok(Reply::json(
+                201,
+                json!(PolicyAttached { attachment_id: id }),
+            ))
+        }
+        ("POST", api::BACKUP_POLICY_DETACH) => {
+            let policy = policy_of(st.t, c, req.id("policy_id"))?.id;
+            let b: BackupPolicyTarget = body(st.sim, req)?;
+            let target = attach_target(st.t, c, &b)?;
+            let found = st
+                .t
+                .backup_attachments
+                .values()
+                .find(|a| {
+                    a.policy_id == policy && a.target_type == b.target_type && a.target_id == target
+                })
+                .map(|a| a.id.to_string())
+                .ok_or_else(|| ApiError::bad_request("Attachment not found"))?;
+            st.t.backup_attachments.remove(&found);
+            Ok(Reply::empty(204))
+        }
+        // Kept nothing of yet: sources, export.
+        ("GET", "/clusters/{cluster_id}/backups/sources") => Ok(Reply::ok(json!([]))),
         ("GET", "/clusters/{cluster_id}/backups/export") => match req.query.get("backup_id") {
             Some(b) => Err(ApiError::not_found(format!("Backup {b} not found"))),
             None => Ok(Reply::ok(json!([]))),
@@ -109,6 +180,145 @@ pub fn dto(b: &BackupRec) -> Backup {
         completed_at: b.completed_ms.map_or(0, |t| t / 1000),
         source_cluster_id: String::new(),
     }
+}
+
+fn policy_dto(p: &BackupPolicyRec) -> BackupPolicy {
+    BackupPolicy {
+        id: p.id,
+        name: p.name.clone(),
+        max_versions: p.max_versions,
+        max_age: p.max_age.clone(),
+        backup_schedule: p.schedule.clone(),
+        status: ActiveStatus::Active,
+    }
+}
+
+fn policy_of(t: &crate::store::Tables, c: Uuid, id: Uuid) -> Result<&BackupPolicyRec, ApiError> {
+    match t.backup_policies.get(&id.to_string()) {
+        Some(p) if p.cluster_id == c => Ok(p),
+        Some(_) => Err(ApiError::not_found(format!("BackupPolicy {id} not found"))),
+        None => Err(ApiError::key_error(format!("BackupPolicy {id} not found"))),
+    }
+}
+
+/// The pool or volume of cluster `c` an attachment names.
+fn attach_target(
+    t: &crate::store::Tables,
+    c: Uuid,
+    b: &BackupPolicyTarget,
+) -> Result<Uuid, ApiError> {
+    let kind = match b.target_type.as_str() {
+        "pool" => "Pool",
+        "lvol" => "LVol",
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid target_type: {other}. Use 'pool' or 'lvol'"
+            )));
+        }
+    };
+    let cluster_of = |id: Uuid| match kind {
+        "Pool" => t.pools.get(&id.to_string()).map(|p| p.cluster_id),
+        _ => t.volumes.get(&id.to_string()).map(|v| v.cluster_id),
+    };
+    let unknown = || ApiError::key_error(format!("{kind} {} not found", b.target_id));
+    let id: Uuid = b.target_id.parse().map_err(|_| unknown())?;
+    match cluster_of(id) {
+        Some(owner) if owner == c => Ok(id),
+        Some(_) => Err(ApiError::not_found(format!("{kind} {id} not found"))),
+        None => Err(unknown()),
+    }
+}
+
+/// Creates a policy after the control plane's checks, every message as it words it.
+fn create_policy(st: &mut St<'_>, c: Uuid, b: &BackupPolicyCreate) -> Result<Uuid, ApiError> {
+    cluster(st.t, c)?;
+    let age = b.age.clone().unwrap_or_default();
+    let schedule = b.schedule.clone().unwrap_or_default();
+    let versions = b.versions.unwrap_or(0);
+    if !age.is_empty() && age_seconds(&age).is_none() {
+        return Err(ApiError::bad_request(format!(
+            "Invalid age format: {age}. Use <number><m|h|d|w> e.g. 2d, 12h, 1w"
+        )));
+    }
+    schedule_tiers(&schedule).map_err(ApiError::bad_request)?;
+    if versions <= 0 && age.is_empty() && schedule.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "At least one of --versions, --age, or --schedule must be specified",
+        ));
+    }
+    if st
+        .t
+        .backup_policies
+        .values()
+        .any(|p| p.cluster_id == c && p.name == b.name)
+    {
+        return Err(ApiError::bad_request(format!(
+            "Policy name already exists: {}",
+            b.name
+        )));
+    }
+    let id = st.uuid();
+    let seq = st.seq();
+    st.t.backup_policies.insert(
+        id.to_string(),
+        BackupPolicyRec {
+            id,
+            seq,
+            cluster_id: c,
+            name: b.name.clone(),
+            max_versions: versions.max(0),
+            max_age: age,
+            schedule,
+        },
+    );
+    Ok(id)
+}
+
+/// `<number><m|h|d|w>` in seconds.
+pub fn age_seconds(age: &str) -> Option<i64> {
+    let unit = age.chars().last()?;
+    let digits = &age[..age.len() - unit.len_utf8()];
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let number: i64 = digits.parse().ok()?;
+    let scale = match unit {
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => return None,
+    };
+    Some(number * scale)
+}
+
+/// The schedule's tiers (interval in seconds, backups kept), checked as the control
+/// plane checks them: each `<interval>,<count>`, a count of at least 1, the intervals
+/// strictly increasing.
+pub fn schedule_tiers(schedule: &str) -> Result<Vec<(i64, i64)>, String> {
+    let mut tiers = Vec::new();
+    for tier in schedule.split_whitespace() {
+        let Some((interval, count)) = tier.split_once(',') else {
+            return Err(format!(
+                "Invalid schedule tier: {tier}. Expected format: <interval>,<count> e.g. 15m,4"
+            ));
+        };
+        let seconds = age_seconds(interval).ok_or_else(|| {
+            format!("Invalid schedule tier: {tier}. Expected format: <interval>,<count> e.g. 15m,4")
+        })?;
+        let count: i64 = count
+            .parse()
+            .map_err(|_| format!("Invalid keep count in tier: {tier}. Must be an integer."))?;
+        if count < 1 {
+            return Err(format!("Keep count must be >= 1 in tier: {tier}"));
+        }
+        tiers.push((seconds, count));
+    }
+    tiers.sort();
+    if tiers.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err("Schedule tier intervals must be strictly increasing".into());
+    }
+    Ok(tiers)
 }
 
 /// Whether `b` holds (or will hold) its snapshot's data.
@@ -340,4 +550,51 @@ fn delete_all(st: &mut St<'_>, c: Uuid, v: Uuid) -> ApiResult {
         }
     }
     Ok(Reply::empty(204))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_a_number_and_a_unit() {
+        assert_eq!(age_seconds("2d"), Some(2 * 86_400));
+        assert_eq!(age_seconds("15m"), Some(900));
+        assert_eq!(age_seconds("1w"), Some(604_800));
+        for bad in ["", "d", "2", "2s", "-2d", "+2d", "2.5h", "2dé", "é"] {
+            assert_eq!(age_seconds(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn schedules_are_checked_as_the_control_plane_checks_them() {
+        assert_eq!(schedule_tiers(""), Ok(Vec::new()));
+        assert_eq!(
+            schedule_tiers("1d,7 15m,4"),
+            Ok(vec![(900, 4), (86_400, 7)]),
+            "sorted by interval"
+        );
+        assert!(
+            schedule_tiers("15m")
+                .expect_err("refused")
+                .starts_with("Invalid schedule tier: 15m.")
+        );
+        assert!(
+            schedule_tiers("15x,4")
+                .expect_err("refused")
+                .starts_with("Invalid schedule tier")
+        );
+        assert_eq!(
+            schedule_tiers("15m,a").expect_err("refused"),
+            "Invalid keep count in tier: 15m,a. Must be an integer."
+        );
+        assert_eq!(
+            schedule_tiers("15m,0").expect_err("refused"),
+            "Keep count must be >= 1 in tier: 15m,0"
+        );
+        assert_eq!(
+            schedule_tiers("15m,2 15m,3").expect_err("refused"),
+            "Schedule tier intervals must be strictly increasing"
+        );
+    }
 }

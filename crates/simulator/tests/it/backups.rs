@@ -152,3 +152,145 @@ async fn a_volume_backed_up_and_overwritten_is_restored_from_its_backup() {
         .expect_err("none left");
     assert_eq!(none.status(), Some(400));
 }
+
+#[tokio::test]
+async fn policies_are_checked_kept_and_attached_to_pools_and_volumes() {
+    let env = start(2, 2).await;
+    let c = &env.client;
+    let cid = active_cluster(c, "bp", 2).await;
+    let pool = c
+        .create_pool(
+            cid,
+            &PoolCreate {
+                name: "p".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool");
+    let mut body = VolumeCreate::new("v", 1 << 30);
+    body.ndcs = 1;
+    body.npcs = 1;
+    let v = c.create_volume(cid, pool.id, &body).await.expect("volume");
+
+    // Refused as the control plane refuses them, each with its own message.
+    for (params, says) in [
+        (
+            BackupPolicyCreate {
+                name: "none".into(),
+                ..Default::default()
+            },
+            "At least one of --versions, --age, or --schedule must be specified",
+        ),
+        (
+            BackupPolicyCreate {
+                name: "age".into(),
+                age: Some("2 days".into()),
+                ..Default::default()
+            },
+            "Invalid age format: 2 days.",
+        ),
+        (
+            BackupPolicyCreate {
+                name: "tiers".into(),
+                schedule: Some("15m,0".into()),
+                ..Default::default()
+            },
+            "Keep count must be >= 1 in tier: 15m,0",
+        ),
+    ] {
+        let e = c
+            .create_backup_policy(cid, &params)
+            .await
+            .expect_err("refused");
+        assert_eq!(e.status(), Some(400), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    assert!(c.list_backup_policies(cid).await.expect("list").is_empty());
+
+    let daily = BackupPolicyCreate {
+        name: "daily".into(),
+        versions: Some(7),
+        age: Some("2w".into()),
+        schedule: Some("1h,24 1d,7".into()),
+    };
+    let id = c.create_backup_policy(cid, &daily).await.expect("policy");
+    let listed = c.list_backup_policies(cid).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    let p = &listed[0];
+    assert_eq!(
+        (
+            p.id,
+            p.max_versions,
+            p.max_age.as_str(),
+            p.backup_schedule.as_str()
+        ),
+        (id, 7, "2w", "1h,24 1d,7")
+    );
+    assert_eq!(p.status, ActiveStatus::Active);
+    let twice = c.create_backup_policy(cid, &daily).await.expect_err("name");
+    assert!(
+        twice
+            .to_string()
+            .contains("Policy name already exists: daily"),
+        "{twice}"
+    );
+
+    // Attaching is idempotent; detaching what is not attached is refused.
+    let on_volume = BackupPolicyTarget {
+        target_type: "lvol".into(),
+        target_id: v.to_string(),
+    };
+    let on_pool = BackupPolicyTarget {
+        target_type: "pool".into(),
+        target_id: pool.id.to_string(),
+    };
+    let a = c
+        .attach_backup_policy(cid, id, &on_volume)
+        .await
+        .expect("attach");
+    assert_eq!(
+        c.attach_backup_policy(cid, id, &on_volume)
+            .await
+            .expect("again"),
+        a
+    );
+    let b = c
+        .attach_backup_policy(cid, id, &on_pool)
+        .await
+        .expect("pool");
+    assert_ne!(a, b);
+    let wrong = BackupPolicyTarget {
+        target_type: "node".into(),
+        target_id: v.to_string(),
+    };
+    let e = c
+        .attach_backup_policy(cid, id, &wrong)
+        .await
+        .expect_err("kind");
+    assert!(e.to_string().contains("Invalid target_type: node"), "{e}");
+    c.detach_backup_policy(cid, id, &on_volume)
+        .await
+        .expect("detach");
+    let e = c
+        .detach_backup_policy(cid, id, &on_volume)
+        .await
+        .expect_err("detached already");
+    assert_eq!(e.status(), Some(400));
+    assert!(e.to_string().contains("Attachment not found"), "{e}");
+
+    // Deleting the policy takes its attachments with it.
+    c.delete_backup_policy(cid, id).await.expect("delete");
+    assert!(c.list_backup_policies(cid).await.expect("list").is_empty());
+    let e = c.delete_backup_policy(cid, id).await.expect_err("gone");
+    assert_eq!(e.status(), Some(404));
+    let again = c
+        .create_backup_policy(cid, &daily)
+        .await
+        .expect("recreated");
+    let e = c
+        .detach_backup_policy(cid, again, &on_pool)
+        .await
+        .expect_err("the old attachment went with its policy");
+    assert!(e.to_string().contains("Attachment not found"), "{e}");
+}

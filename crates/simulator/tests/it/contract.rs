@@ -436,6 +436,31 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.delete_volume_backups(cid, pid, vid)
         .await
         .expect("delete backups");
+    // A policy: created, listed, attached to the volume, detached, deleted.
+    let policy = c
+        .create_backup_policy(
+            cid,
+            &BackupPolicyCreate {
+                name: "contract".into(),
+                versions: Some(3),
+                ..BackupPolicyCreate::default()
+            },
+        )
+        .await
+        .expect("policy");
+    let target = BackupPolicyTarget {
+        target_type: "lvol".into(),
+        target_id: vid.to_string(),
+    };
+    c.attach_backup_policy(cid, policy, &target)
+        .await
+        .expect("attach");
+    c.detach_backup_policy(cid, policy, &target)
+        .await
+        .expect("detach");
+    c.delete_backup_policy(cid, policy)
+        .await
+        .expect("delete policy");
     c.delete_volume(cid, pid, restored)
         .await
         .expect("delete the restored volume");
