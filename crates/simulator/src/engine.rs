@@ -394,6 +394,29 @@ fn run_job(st: &mut St<'_>, id: &str) {
             }
             finish_job(st, id)
         }
+        JobKind::BackupPolicies { cluster } => {
+            if crate::backups::service_pass(st, cluster) {
+                reschedule(st, id, crate::backups::SERVICE_INTERVAL_MS);
+            } else {
+                finish_job(st, id);
+            }
+        }
+        JobKind::BackupMerge { backup } => {
+            // The backup's data goes into the next of its chain, which takes its place.
+            let Some(old) = st.t.backups.get(&backup.to_string()).cloned() else {
+                return finish_job(st, id);
+            };
+            let next =
+                st.t.backups
+                    .values()
+                    .find(|b| b.prev == Some(backup))
+                    .map(|b| b.id.to_string());
+            if let Some(b) = next.and_then(|n| st.t.backups.get_mut(&n)) {
+                b.prev = old.prev;
+            }
+            set_backup(st, backup, BackupStatus::Merged, None);
+            finish_job(st, id)
+        }
         JobKind::VolumeDelete { volume } => {
             // A replication source is reaped, not removed: it stays `deleted` (left out of
             // lists, still readable) so its relationship keeps resolving.

@@ -5,6 +5,7 @@
 //! scripted, seeded faults. See the crate README for the command line and admin routes.
 
 pub mod admin;
+pub mod backups;
 pub mod calllog;
 pub mod clock;
 pub mod clones;

@@ -152,6 +152,15 @@ pub enum JobKind {
         backup: Uuid,
         volume: Uuid,
     },
+    /// The backup service's pass over a cluster's policies, every minute while it has
+    /// any: scheduled backups, and merges past a policy's versions or age.
+    BackupPolicies {
+        cluster: Uuid,
+    },
+    /// A backup folded into the next of its chain: merged once the transfer is done.
+    BackupMerge {
+        backup: Uuid,
+    },
 }
 
 /// A backup of a snapshot in the cluster's object store (sbsim keeps its data, with

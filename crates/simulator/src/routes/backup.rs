@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::lookup::{cluster, volume};
 use super::request::{ApiReq, body};
 use super::volume_create::name_taken;
+use crate::backups::{SERVICE_INTERVAL_MS, age_seconds, backup_one, live, schedule_tiers};
 use crate::model::*;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
@@ -271,59 +272,14 @@ fn create_policy(st: &mut St<'_>, c: Uuid, b: &BackupPolicyCreate) -> Result<Uui
             schedule,
         },
     );
+    let running =
+        st.t.jobs
+            .values()
+            .any(|j| matches!(j.kind, JobKind::BackupPolicies { cluster } if cluster == c));
+    if !running {
+        st.job(JobKind::BackupPolicies { cluster: c }, SERVICE_INTERVAL_MS);
+    }
     Ok(id)
-}
-
-/// `<number><m|h|d|w>` in seconds.
-pub fn age_seconds(age: &str) -> Option<i64> {
-    let unit = age.chars().last()?;
-    let digits = &age[..age.len() - unit.len_utf8()];
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let number: i64 = digits.parse().ok()?;
-    let scale = match unit {
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        'w' => 604_800,
-        _ => return None,
-    };
-    Some(number * scale)
-}
-
-/// The schedule's tiers (interval in seconds, backups kept), checked as the control
-/// plane checks them: each `<interval>,<count>`, a count of at least 1, the intervals
-/// strictly increasing.
-pub fn schedule_tiers(schedule: &str) -> Result<Vec<(i64, i64)>, String> {
-    let mut tiers = Vec::new();
-    for tier in schedule.split_whitespace() {
-        let Some((interval, count)) = tier.split_once(',') else {
-            return Err(format!(
-                "Invalid schedule tier: {tier}. Expected format: <interval>,<count> e.g. 15m,4"
-            ));
-        };
-        let seconds = age_seconds(interval).ok_or_else(|| {
-            format!("Invalid schedule tier: {tier}. Expected format: <interval>,<count> e.g. 15m,4")
-        })?;
-        let count: i64 = count
-            .parse()
-            .map_err(|_| format!("Invalid keep count in tier: {tier}. Must be an integer."))?;
-        if count < 1 {
-            return Err(format!("Keep count must be >= 1 in tier: {tier}"));
-        }
-        tiers.push((seconds, count));
-    }
-    tiers.sort();
-    if tiers.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err("Schedule tier intervals must be strictly increasing".into());
-    }
-    Ok(tiers)
-}
-
-/// Whether `b` holds (or will hold) its snapshot's data.
-fn live(b: &BackupRec) -> bool {
-    b.status != BackupStatus::Failed
 }
 
 /// Backs up snapshot `snapshot` of cluster `c`, and first every older snapshot of its
@@ -371,48 +327,6 @@ fn take(st: &mut St<'_>, c: Uuid, snapshot: &str) -> Result<Uuid, ApiError> {
         last = Some(backup_one(st, &vol, s));
     }
     last.ok_or_else(missing)
-}
-
-fn backup_one(st: &mut St<'_>, vol: &VolumeRec, snap: &SnapshotRec) -> Uuid {
-    let id = st.uuid();
-    let seq = st.seq();
-    let s3_id =
-        st.t.backups
-            .values()
-            .filter(|b| b.cluster_id == vol.cluster_id)
-            .map(|b| b.s3_id)
-            .max()
-            .unwrap_or(0)
-            + 1;
-    let prev =
-        st.t.backups
-            .values()
-            .filter(|b| b.volume_id == vol.id && live(b))
-            .max_by_key(|b| (b.created_ms, b.seq))
-            .map(|b| b.id);
-    st.t.backups.insert(
-        id.to_string(),
-        BackupRec {
-            id,
-            seq,
-            cluster_id: vol.cluster_id,
-            s3_id,
-            volume_id: vol.id,
-            volume_name: vol.name.clone(),
-            snapshot_id: snap.id,
-            snapshot_name: snap.name.clone(),
-            node_id: vol.node_id,
-            status: BackupStatus::Pending,
-            prev,
-            size: snap.size,
-            allowed_hosts: vol.allowed_hosts.clone(),
-            created_ms: st.now,
-            completed_ms: None,
-        },
-    );
-    let pickup = st.sim.timings().task_pickup_ms;
-    st.job(JobKind::Backup { backup: id }, pickup);
-    id
 }
 
 /// Starts a restore of `b.backup_id` into a new volume; returns it.
@@ -550,51 +464,4 @@ fn delete_all(st: &mut St<'_>, c: Uuid, v: Uuid) -> ApiResult {
         }
     }
     Ok(Reply::empty(204))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages_are_a_number_and_a_unit() {
-        assert_eq!(age_seconds("2d"), Some(2 * 86_400));
-        assert_eq!(age_seconds("15m"), Some(900));
-        assert_eq!(age_seconds("1w"), Some(604_800));
-        for bad in ["", "d", "2", "2s", "-2d", "+2d", "2.5h", "2dé", "é"] {
-            assert_eq!(age_seconds(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn schedules_are_checked_as_the_control_plane_checks_them() {
-        assert_eq!(schedule_tiers(""), Ok(Vec::new()));
-        assert_eq!(
-            schedule_tiers("1d,7 15m,4"),
-            Ok(vec![(900, 4), (86_400, 7)]),
-            "sorted by interval"
-        );
-        assert!(
-            schedule_tiers("15m")
-                .expect_err("refused")
-                .starts_with("Invalid schedule tier: 15m.")
-        );
-        assert!(
-            schedule_tiers("15x,4")
-                .expect_err("refused")
-                .starts_with("Invalid schedule tier")
-        );
-        assert_eq!(
-            schedule_tiers("15m,a").expect_err("refused"),
-            "Invalid keep count in tier: 15m,a. Must be an integer."
-        );
-        assert_eq!(
-            schedule_tiers("15m,0").expect_err("refused"),
-            "Keep count must be >= 1 in tier: 15m,0"
-        );
-        assert_eq!(
-            schedule_tiers("15m,2 15m,3").expect_err("refused"),
-            "Schedule tier intervals must be strictly increasing"
-        );
-    }
 }

@@ -3,13 +3,12 @@
 use serde_json::json;
 use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
-use uuid::Uuid;
 
-use super::lookup::{mutable_cluster, snapshot, volume};
+use super::lookup::{snapshot, volume};
 use super::request::{ApiReq, body};
-use crate::model::*;
+pub use crate::clones::snapshot_create;
 use crate::render;
-use crate::reply::{ApiError, ApiResult, Reply};
+use crate::reply::{ApiResult, Reply};
 use crate::sim::St;
 
 pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
@@ -60,49 +59,4 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         }
         _ => Err(req.unsimulated()),
     }
-}
-
-/// Take a snapshot of a volume (the snapshot route, and the clone route before it clones).
-pub fn snapshot_create(
-    st: &mut St<'_>,
-    c: Uuid,
-    v: &VolumeRec,
-    name: &str,
-) -> Result<Uuid, ApiError> {
-    if st
-        .t
-        .snapshots
-        .values()
-        .any(|s| s.cluster_id == c && s.name == name && !s.soft_deleted)
-    {
-        return Err(ApiError::conflict(format!(
-            "Snapshot {name} already exists (snapshot names must be unique)"
-        )));
-    }
-    mutable_cluster(st.t, c)?;
-    if v.status != VolumeStatus::Online {
-        return Err(ApiError::opaque(format!("volume is {}", v.status)));
-    }
-    let id = st.uuid();
-    let seq = st.seq();
-    st.t.snapshots.insert(
-        id.to_string(),
-        SnapshotRec {
-            id,
-            seq,
-            cluster_id: c,
-            pool_id: v.pool_id,
-            volume_id: v.id,
-            name: name.to_string(),
-            size: v.size,
-            used_size: render::volume_used(v),
-            status: SnapshotStatus::Online,
-            created_ms: st.now,
-            soft_deleted: false,
-        },
-    );
-    if let Some(dir) = &st.sim.config.volume_files {
-        crate::volfiles::copy(dir, v.id, id, v.size);
-    }
-    Ok(id)
 }
