@@ -507,14 +507,17 @@ async fn the_chart_runs_on_a_real_node_as_installed() {
             .expect("read")
             .is_none()
     );
-    assert!(
+    // The driver's workloads go with it: deleted when the operator releases the driver,
+    // and gone once the garbage collector has taken their pods (not at once).
+    simplyblock_testenv::wait::until("the driver's workloads gone with it", async || {
         daemonsets
             .get_opt(simplyblock_operator::driver::names::NODE_DAEMONSET)
             .await
-            .expect("read")
-            .is_none(),
-        "the driver's workloads went with it"
-    );
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     assert!(
         deployments
             .get_opt(OPERATOR_DEPLOYMENT)
