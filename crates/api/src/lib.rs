@@ -22,6 +22,9 @@ pub mod operator_ops;
 pub mod persistent_volume_ops;
 pub mod quantity;
 pub mod simplyblock_driver;
+pub mod storage_backup;
+pub mod storage_backup_ops;
+pub mod storage_backup_policy;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_device;
@@ -44,6 +47,9 @@ pub use control_plane_ops::ControlPlaneOps;
 pub use operator_ops::OperatorOps;
 pub use persistent_volume_ops::PersistentVolumeOps;
 pub use simplyblock_driver::SimplyblockDriver;
+pub use storage_backup::StorageBackup;
+pub use storage_backup_ops::StorageBackupOps;
+pub use storage_backup_policy::StorageBackupPolicy;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_device::StorageDevice;
@@ -77,6 +83,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         PersistentVolumeOps::crd(),
         StorageSiteDeployment::crd(),
         TestFailover::crd(),
+        StorageBackupPolicy::crd(),
+        StorageBackup::crd(),
+        StorageBackupOps::crd(),
     ]
     .into_iter()
     .map(served_with_v1alpha1)

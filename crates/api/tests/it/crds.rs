@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use kube::api::PostParams;
 use simplyblock_api::{
     ClusterDeploymentConfig, ControlPlane, ControlPlaneOps, OperatorOps, PersistentVolumeOps,
-    SimplyblockDriver, StorageCluster, StorageClusterOps, StorageDevice, StorageDeviceOps,
-    StorageNode, StorageNodeOps, StoragePool, StoragePoolOps, StorageSiteDeployment, TestFailover,
-    crd_file_name, crd_yaml, crds,
+    SimplyblockDriver, StorageBackup, StorageBackupOps, StorageBackupPolicy, StorageCluster,
+    StorageClusterOps, StorageDevice, StorageDeviceOps, StorageNode, StorageNodeOps, StoragePool,
+    StoragePoolOps, StorageSiteDeployment, TestFailover, crd_file_name, crd_yaml, crds,
 };
 use simplyblock_statemachine::testing::assert_step_schema_matches;
 
@@ -115,6 +115,10 @@ fn step_lists_in_the_crds_are_the_graphs() {
         &simplyblock_api::test_failover::GRAPHS.declared_state_names(),
         &step_schema(&TestFailover::crd()),
     );
+    assert_step_schema_matches(
+        &simplyblock_api::storage_backup_ops::GRAPHS.declared_state_names(),
+        &step_schema(&StorageBackupOps::crd()),
+    );
 }
 
 #[test]
@@ -162,6 +166,9 @@ async fn samples_are_accepted_by_the_api_server() {
                 crate::support::dynamic::<StorageSiteDeployment>(&client, &ns)
             }
             "TestFailover" => crate::support::dynamic::<TestFailover>(&client, &ns),
+            "StorageBackupPolicy" => crate::support::dynamic::<StorageBackupPolicy>(&client, &ns),
+            "StorageBackup" => crate::support::dynamic::<StorageBackup>(&client, &ns),
+            "StorageBackupOps" => crate::support::dynamic::<StorageBackupOps>(&client, &ns),
             // Cluster-scoped: the namespace is not part of its address.
             "PersistentVolumeOps" => kube::Api::all_with(
                 client.clone(),
@@ -211,6 +218,13 @@ async fn samples_are_accepted_by_the_api_server() {
                 drop(serde_json::from_value::<StorageSiteDeployment>(value).expect("typed"))
             }
             "TestFailover" => drop(serde_json::from_value::<TestFailover>(value).expect("typed")),
+            "StorageBackupPolicy" => {
+                drop(serde_json::from_value::<StorageBackupPolicy>(value).expect("typed"))
+            }
+            "StorageBackup" => drop(serde_json::from_value::<StorageBackup>(value).expect("typed")),
+            "StorageBackupOps" => {
+                drop(serde_json::from_value::<StorageBackupOps>(value).expect("typed"))
+            }
             _ => drop(serde_json::from_value::<OperatorOps>(value).expect("typed")),
         }
     }

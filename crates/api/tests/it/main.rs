@@ -1,5 +1,6 @@
 //! The integration tests of this crate, one binary: a module per area.
 
+mod backups;
 mod cel;
 mod crds;
 mod devices;

@@ -90,6 +90,9 @@ app.kubernetes.io/component: operator
 - operatorops.storage.simplyblock.io
 - persistentvolumeops.storage.simplyblock.io
 - simplyblockdrivers.storage.simplyblock.io
+- storagebackupops.storage.simplyblock.io
+- storagebackuppolicies.storage.simplyblock.io
+- storagebackups.storage.simplyblock.io
 - storageclusterops.storage.simplyblock.io
 - storageclusters.storage.simplyblock.io
 - storagedeviceops.storage.simplyblock.io
