@@ -214,6 +214,19 @@ pub fn parse_storage_node_topology_key(key: &str) -> Option<StorageNodeTopologyK
 /// checked or cleaned is then the user's to check.
 pub const FORCE_DELETE_ANNOTATION: &str = "storage.simplyblock.io/force-delete";
 
+/// Label on a StorageBackup: the claim whose volume it is a copy of, while that claim is
+/// known.
+pub const CLAIM_LABEL: &str = "storage.simplyblock.io/claim";
+/// Label on a claim that a policy moved over from the Go operator selects on (the Go
+/// operator named a claim's policy in an annotation of this key).
+pub const BACKUP_POLICY_LABEL: &str = "storage.simplyblock.io/backup-policy";
+/// Label on a claim and its PersistentVolume that a restore created: the StorageBackupOps
+/// that created them. A restore never adopts a claim without it.
+pub const RESTORED_BY_LABEL: &str = "storage.simplyblock.io/restored-by";
+/// Annotation on an operation carried over from the Go operator as a record of what it
+/// did: never advanced, its references never checked.
+pub const HISTORICAL_RECORD_ANNOTATION: &str = "storage.simplyblock.io/historical-record";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,16 +338,3 @@ mod tests {
         }
     }
 }
-
-/// Label on a StorageBackup: the claim whose volume it is a copy of, while that claim is
-/// known.
-pub const CLAIM_LABEL: &str = "storage.simplyblock.io/claim";
-/// Label on a claim that a policy moved over from the Go operator selects on (the Go
-/// operator named a claim's policy in an annotation of this key).
-pub const BACKUP_POLICY_LABEL: &str = "storage.simplyblock.io/backup-policy";
-/// Label on a claim and its PersistentVolume that a restore created: the StorageBackupOps
-/// that created them. A restore never adopts a claim without it.
-pub const RESTORED_BY_LABEL: &str = "storage.simplyblock.io/restored-by";
-/// Annotation on an operation carried over from the Go operator as a record of what it
-/// did: never advanced, its references never checked.
-pub const HISTORICAL_RECORD_ANNOTATION: &str = "storage.simplyblock.io/historical-record";
