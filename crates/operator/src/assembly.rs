@@ -309,6 +309,7 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(node::maintenance_trigger::run(ctx.clone())),
         Box::pin(crate::device::mirror::run(ctx.clone())),
         Box::pin(crate::device::ops::run(ctx.clone())),
+        Box::pin(crate::backup::restore::run(ctx.clone())),
         Box::pin(crate::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),

@@ -5,6 +5,7 @@
 //! that reads the world and writes the result.
 
 pub mod assembly;
+pub mod backup;
 pub mod cluster;
 pub mod controlplane;
 pub mod crds;

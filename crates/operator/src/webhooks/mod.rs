@@ -7,6 +7,8 @@
 //! SimplyblockDriver webhook and the StorageDevice DELETE guard fail open; their modules say
 //! why.)
 
+pub mod access;
+pub mod backup_ops;
 pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
@@ -142,6 +144,13 @@ pub const WEBHOOKS: &[Webhook] = &[
         resource: "testfailovers",
         shape: test_failover::create_only,
         handler: || post(test_failover::review),
+    },
+    Webhook {
+        name: backup_ops::NAME,
+        path: backup_ops::PATH,
+        resource: "storagebackupops",
+        shape: control_plane_ops::create_and_delete,
+        handler: || post(backup_ops::review),
     },
     Webhook {
         name: spoke_writes::NAME,

@@ -14,13 +14,11 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionReview, Operation};
 use simplyblock_api::test_failover::{FailoverScope, TestFailover};
 
+pub use super::access::Access;
 use super::{WebhookContext, typed};
 
 /// The path of the TestFailover webhook.
@@ -34,31 +32,6 @@ pub fn create_only(
     webhook: k8s_openapi::api::admissionregistration::v1::ValidatingWebhook,
 ) -> k8s_openapi::api::admissionregistration::v1::ValidatingWebhook {
     super::answering(webhook, &["CREATE"])
-}
-
-/// One right the requester needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Access {
-    pub verb: &'static str,
-    /// `None`: in every namespace.
-    pub namespace: Option<String>,
-    /// `None`: every claim of the namespace.
-    pub name: Option<String>,
-    /// What the drill does with it.
-    pub purpose: &'static str,
-}
-
-impl Access {
-    fn describe(&self) -> String {
-        let what = match &self.name {
-            Some(name) => format!("persistentvolumeclaim {name}"),
-            None => "persistentvolumeclaims".to_owned(),
-        };
-        match &self.namespace {
-            Some(ns) => format!("{} {what} in namespace {ns}", self.verb),
-            None => format!("{} {what} in every namespace", self.verb),
-        }
-    }
 }
 
 /// The rights a drill needs of its requester. `drill` carries its namespace and name.
@@ -105,16 +78,7 @@ pub fn on_create(
         ));
     }
     for (access, reason) in denied {
-        let reason = if reason.is_empty() {
-            String::new()
-        } else {
-            format!(" ({reason})")
-        };
-        problems.push(format!(
-            "Forbidden: {user} may not {}{reason}, and {}; a drill reaches only what its requester may: ask for that right, or have someone who holds it create the drill",
-            access.describe(),
-            access.purpose
-        ));
+        problems.push(access.refusal(user, reason, "a drill"));
     }
     if problems.is_empty() {
         Ok(())
@@ -135,43 +99,8 @@ pub async fn review(
         if drill.metadata.namespace.is_none() {
             drill.metadata.namespace = req.namespace.clone();
         }
-        let user = &req.user_info;
-        let name = user.username.clone().unwrap_or_default();
-        let reviews: Api<SubjectAccessReview> = Api::all(ctx.client.clone());
-        let mut denied = Vec::new();
-        for access in needed(&drill) {
-            let asked = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: user.username.clone(),
-                    groups: user.groups.clone(),
-                    uid: user.uid.clone(),
-                    extra: user.extra.clone(),
-                    resource_attributes: Some(ResourceAttributes {
-                        verb: Some(access.verb.into()),
-                        group: Some(String::new()),
-                        resource: Some("persistentvolumeclaims".into()),
-                        namespace: access.namespace.clone(),
-                        name: access.name.clone(),
-                        ..ResourceAttributes::default()
-                    }),
-                    ..SubjectAccessReviewSpec::default()
-                },
-                ..SubjectAccessReview::default()
-            };
-            let answer = reviews
-                .create(&Default::default(), &asked)
-                .await
-                .map_err(|e| {
-                    format!(
-                        "whether {name} may {} could not be asked ({e}); try again",
-                        access.describe()
-                    )
-                })?;
-            let status = answer.status.unwrap_or_default();
-            if !status.allowed || status.denied == Some(true) {
-                denied.push((access, status.reason.unwrap_or_default()));
-            }
-        }
+        let name = req.user_info.username.clone().unwrap_or_default();
+        let denied = super::access::denied(&ctx.client, &req.user_info, needed(&drill)).await?;
         on_create(&drill, &name, &denied)
     })
     .await

@@ -214,6 +214,19 @@ pub trait Steps<K: OpsResource>: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// An abort was asked at `step`, an abortable one: undo what the step may have
+    /// started (a volume a call created). `None` once nothing is left and the operation
+    /// ends Aborted; else why the abort waits, written as the message and looked at
+    /// again. Default: nothing to undo.
+    fn unwind(
+        &self,
+        _op: &K,
+        _step: K::Step,
+        _ctx: &Context,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send {
+        async { Ok(None) }
+    }
+
     /// The operation is deleted and terminal: `None` once what it created (and does not
     /// own) is gone, else why its finalizer stays (it asked them to stop, and looks
     /// again). Default: nothing to clean up.

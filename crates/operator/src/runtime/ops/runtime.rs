@@ -275,7 +275,17 @@ async fn drive<K: OpsResource, S: Steps<K>>(
             Err(e) => return finish(op, ctx, OpsPhase::Failed, e.to_string(), None).await,
         };
     let refused = match abort_check(op.abort_requested(), &machine) {
-        Ok(Some(message)) => return finish(op, ctx, OpsPhase::Aborted, message, None).await,
+        Ok(Some(message)) => {
+            if let Some(why) = steps.unwind(op, machine.state(), ctx).await? {
+                let waiting = OpsStatus {
+                    message: Some(format!("{message}; undoing what the step started: {why}")),
+                    ..status.clone()
+                };
+                write_status(&ctx.kube, op, &waiting, op.kind_status()).await?;
+                return Ok(Action::requeue(super::kind::POLL));
+            }
+            return finish(op, ctx, OpsPhase::Aborted, message, None).await;
+        }
         Ok(None) => None,
         Err(note) => {
             if !status

@@ -1,0 +1,3 @@
+//! Backups: the StorageBackupOps controller (restore a backup into a new claim).
+
+pub mod restore;
