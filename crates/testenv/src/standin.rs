@@ -490,3 +490,56 @@ pub fn minimal_crd(
     }))
     .expect("a minimal CRD is well-formed")
 }
+
+/// What kube-controller-manager's volume binder does for a claim pre-bound to a
+/// PersistentVolume (its `volumeName` set, the volume's `claimRef` naming it): reports both
+/// Bound, in every namespace, until dropped. Dynamic provisioning and claims without a
+/// volume name are left alone.
+pub fn prebound_claims(client: kube::Client) -> StandIn {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    StandIn::every_pass(move || {
+        let client = client.clone();
+        async move {
+            let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
+            let volumes: Api<PersistentVolume> = Api::all(client.clone());
+            let Ok(list) = claims.list(&ListParams::default()).await else {
+                return;
+            };
+            for claim in list {
+                let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                let (Some(volume), Some(ns), Some(name)) = (
+                    claim.spec.as_ref().and_then(|s| s.volume_name.clone()),
+                    claim.metadata.namespace.clone(),
+                    claim.metadata.name.clone(),
+                ) else {
+                    continue;
+                };
+                if bound {
+                    continue;
+                }
+                let Ok(Some(pv)) = volumes.get_opt(&volume).await else {
+                    continue;
+                };
+                let reserved = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                if reserved.and_then(|r| r.name.as_deref()) != Some(name.as_str())
+                    || reserved.and_then(|r| r.namespace.as_deref()) != Some(ns.as_str())
+                {
+                    continue;
+                }
+                let capacity = pv.spec.as_ref().and_then(|s| s.capacity.clone());
+                let bound = json!({"status": {"phase": "Bound"}});
+                let _ = volumes
+                    .patch_status(&volume, &PatchParams::default(), &Patch::Merge(&bound))
+                    .await;
+                let claim_status = json!({"status": {
+                    "phase": "Bound",
+                    "capacity": capacity,
+                    "accessModes": pv.spec.as_ref().and_then(|s| s.access_modes.clone()),
+                }});
+                let _ = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&claim_status))
+                    .await;
+            }
+        }
+    })
+}

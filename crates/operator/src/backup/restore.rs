@@ -485,7 +485,7 @@ pub fn plan(
     let claim_ref = format!("{claim_ns}/{}", restore.claim_name);
     let fields = op.kind_status();
     let foreign_claim = obs.claim.as_ref().is_some_and(|c| !restored_by_me(op, c));
-    if foreign_claim && step != Binding || foreign_claim && fields.claim_name.is_none() {
+    if foreign_claim && step != Binding {
         return Noted {
             plan: Plan::Fail(format!(
                 "claim {claim_ref} already exists; a restore never adopts a claim, because doing so would replace a running workload's data with the backup's — name a claim that does not exist"
@@ -820,5 +820,241 @@ fn claim(
             ..PersistentVolumeClaimSpec::default()
         }),
         ..PersistentVolumeClaim::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use BackupOpsStep::*;
+    use serde_json::json;
+
+    const CLUSTER: &str = "00000000-0000-0000-0000-00000000000c";
+    const POOL: &str = "00000000-0000-0000-0000-00000000000f";
+    const LVOL: &str = "00000000-0000-0000-0000-0000000000aa";
+
+    fn op(status: serde_json::Value) -> StorageBackupOps {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageBackupOps",
+            "metadata": {"name": "r", "namespace": "storage", "uid": "u1"},
+            "spec": {"backupRef": "b1", "action": "Restore",
+                     "restore": {"claimName": "orders", "claimNamespace": "apps"}},
+            "status": status,
+        }))
+        .expect("op")
+    }
+
+    fn recorded() -> StorageBackupOps {
+        op(
+            json!({"clusterID": CLUSTER, "backupID": "b1", "poolUUID": POOL,
+                  "claimName": "orders", "claimNamespace": "apps"}),
+        )
+    }
+
+    fn backup(phase: &str) -> StorageBackup {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageBackup",
+            "metadata": {"name": "b1", "namespace": "storage"},
+            "spec": {"clusterRef": {"name": "sb"}},
+            "status": {"phase": phase, "clusterID": CLUSTER,
+                       "backup": {"backupID": "b1", "size": 4096},
+                       "source": {"fsType": "xfs"}},
+        }))
+        .expect("backup")
+    }
+
+    fn volume(status: VolumeStatus) -> Volume {
+        Volume {
+            id: LVOL.parse().expect("uuid"),
+            name: "restore-u1".into(),
+            status,
+            ..Volume::default()
+        }
+    }
+
+    fn claim(labelled: bool, phase: &str) -> PersistentVolumeClaim {
+        let labels = if labelled {
+            json!({RESTORED_BY_LABEL: "r"})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "orders", "namespace": "apps", "labels": labels},
+            "status": {"phase": phase},
+        }))
+        .expect("claim")
+    }
+
+    fn seen() -> Observed {
+        Observed {
+            cluster: Some(CLUSTER.parse().expect("uuid")),
+            pool: Some(Ok(Pool {
+                uuid: POOL.parse().expect("uuid"),
+                name: "data".into(),
+                class: Some("simplyblock-sb".into()),
+            })),
+            ..Observed::default()
+        }
+    }
+
+    fn kind(plan: &Plan<BackupOpsStep, Call, Fields>) -> &'static str {
+        match plan {
+            Plan::Advance { .. } => "advance",
+            Plan::Succeed { .. } => "succeed",
+            Plan::Fail(_) => "fail",
+            Plan::Wait { .. } => "wait",
+            Plan::Call {
+                call: Call::Restore { .. },
+                ..
+            } => "restore",
+            Plan::Call {
+                call: Call::CreateVolume(_),
+                ..
+            } => "create volume",
+            Plan::Call {
+                call: Call::CreateClaim(_),
+                ..
+            } => "create claim",
+            _ => "other",
+        }
+    }
+
+    #[test]
+    fn validating_waits_for_a_copy_and_refuses_what_it_cannot_restore() {
+        let fresh = op(json!({}));
+        assert_eq!(
+            kind(&plan(&fresh, &backup("Creating"), Validating, &seen()).plan),
+            "wait"
+        );
+        assert_eq!(
+            kind(&plan(&fresh, &backup("Failed"), Validating, &seen()).plan),
+            "fail"
+        );
+        let no_pool = Observed {
+            pool: Some(Err("no such pool".into())),
+            ..seen()
+        };
+        let refused = plan(&fresh, &backup("Available"), Validating, &no_pool);
+        assert_eq!(kind(&refused.plan), "fail");
+        assert_eq!(refused.notes[0].reason, "PoolNotFound");
+        let taken = Observed {
+            claim: Some(claim(false, "Bound")),
+            ..seen()
+        };
+        let refused = plan(&fresh, &backup("Available"), Validating, &taken);
+        assert_eq!(kind(&refused.plan), "fail");
+        assert_eq!(refused.notes[0].reason, "ClaimExists");
+        let Plan::Advance {
+            kind_status: Some(fields),
+            ..
+        } = plan(&fresh, &backup("Available"), Validating, &seen()).plan
+        else {
+            panic!("advances")
+        };
+        assert_eq!(fields.pool_uuid.as_deref(), Some(POOL));
+        assert_eq!(fields.backup_id.as_deref(), Some("b1"));
+        assert_eq!(fields.claim_namespace.as_deref(), Some("apps"));
+    }
+
+    #[test]
+    fn a_restore_is_asked_once_and_found_by_its_name_after() {
+        let Plan::Call {
+            call: Call::Restore { body, .. },
+            ..
+        } = plan(&recorded(), &backup("Available"), Restoring, &seen()).plan
+        else {
+            panic!("calls")
+        };
+        assert_eq!(body.lvol_name, "restore-u1");
+        assert_eq!(body.pool, POOL);
+        let there = Observed {
+            volume: Some(volume(VolumeStatus::Restoring)),
+            ..seen()
+        };
+        let Plan::Advance {
+            kind_status: Some(fields),
+            ..
+        } = plan(&recorded(), &backup("Available"), Restoring, &there).plan
+        else {
+            panic!("advances without a second call")
+        };
+        assert_eq!(fields.restored_lvol_id.as_deref(), Some(LVOL));
+    }
+
+    #[test]
+    fn the_volume_is_awaited_then_bound_to_a_new_claim() {
+        let b = backup("Available");
+        let with = |status| Observed {
+            volume: Some(volume(status)),
+            ..seen()
+        };
+        for (status, want) in [
+            (VolumeStatus::Restoring, "wait"),
+            (VolumeStatus::Online, "advance"),
+            (VolumeStatus::RestoreFailed, "fail"),
+        ] {
+            assert_eq!(
+                kind(&plan(&recorded(), &b, AwaitingVolume, &with(status)).plan),
+                want,
+                "{status:?}"
+            );
+        }
+        assert_eq!(
+            kind(&plan(&recorded(), &b, AwaitingVolume, &seen()).plan),
+            "fail"
+        );
+
+        let online = with(VolumeStatus::Online);
+        let Plan::Call {
+            call: Call::CreateVolume(pv),
+            ..
+        } = plan(&recorded(), &b, Binding, &online).plan
+        else {
+            panic!("creates the volume first")
+        };
+        let spec = pv.spec.clone().expect("spec");
+        assert_eq!(
+            spec.csi.as_ref().map(|c| c.volume_handle.clone()),
+            Some(format!("{CLUSTER}:{POOL}:{LVOL}"))
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("simplyblock-sb"));
+        let with_pv = Observed {
+            persistent_volume: Some(*pv.clone()),
+            ..online.clone()
+        };
+        assert_eq!(
+            kind(&plan(&recorded(), &b, Binding, &with_pv).plan),
+            "create claim"
+        );
+        let pending = Observed {
+            claim: Some(claim(true, "Pending")),
+            ..with_pv.clone()
+        };
+        assert_eq!(kind(&plan(&recorded(), &b, Binding, &pending).plan), "wait");
+        let bound = Observed {
+            claim: Some(claim(true, "Bound")),
+            ..with_pv.clone()
+        };
+        assert_eq!(
+            kind(&plan(&recorded(), &b, Binding, &bound).plan),
+            "succeed"
+        );
+        let foreign = Observed {
+            claim: Some(claim(false, "Bound")),
+            ..with_pv
+        };
+        assert_eq!(kind(&plan(&recorded(), &b, Binding, &foreign).plan), "fail");
+        let mut other = *pv;
+        if let Some(csi) = other.spec.as_mut().and_then(|s| s.csi.as_mut()) {
+            csi.volume_handle = "c:p:elsewhere".into();
+        }
+        let elsewhere = Observed {
+            persistent_volume: Some(other),
+            ..online
+        };
+        assert_eq!(
+            kind(&plan(&recorded(), &b, Binding, &elsewhere).plan),
+            "fail"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The operator's integration tests, one binary: each module an area, all against a real
 //! kube-apiserver and etcd and sbsim, sharing [`support`].
 
+mod backup_restore;
 mod chart_release;
 mod cluster;
 mod cluster_ops;
