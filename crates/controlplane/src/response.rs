@@ -24,6 +24,14 @@ pub(crate) fn size(bytes: usize) -> String {
 /// Reads the body of `resp` chunk by chunk, refusing one longer than `max` (by its
 /// `Content-Length` before reading, or once it has sent more): a server cannot make the
 /// client hold more than `max`.
+/// The headers of `resp` that are text, names lower-case.
+pub(crate) fn headers_of(resp: &reqwest::Response) -> Vec<(String, String)> {
+    resp.headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
+}
+
 pub(crate) async fn read_body(
     mut resp: reqwest::Response,
     max: usize,
@@ -71,10 +79,21 @@ pub struct RawResponse {
     pub status: u16,
     pub location: Option<String>,
     pub content_type: Option<String>,
+    /// Every header as sent (names lower-case); some answers carry their only id in one
+    /// (`X-Policy-Id`, `X-Backup-Id`).
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl RawResponse {
+    /// The first header named `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The body as JSON.
     pub fn json(&self) -> Option<serde_json::Value> {
         serde_json::from_slice(&self.body).ok()
@@ -165,6 +184,7 @@ mod tests {
             status: 500,
             location: None,
             content_type: Some("text/plain; charset=utf-8".into()),
+            headers: Vec::new(),
             body: b"Internal Server Error".to_vec(),
         };
         let e = classify(&Method::POST, "/x", &r);

@@ -265,6 +265,17 @@ pub fn backup_restore(cluster: Uuid) -> String {
     fill(BACKUP_RESTORE, &[&cluster])
 }
 
+/// `?backup_id=` (every completed backup of its volume) or `?lvol_name=`.
+pub const BACKUP_EXPORT: &str = "/clusters/{cluster_id}/backups/export";
+pub fn backup_export(cluster: Uuid) -> String {
+    fill(BACKUP_EXPORT, &[&cluster])
+}
+
+pub const BACKUP_IMPORT: &str = "/clusters/{cluster_id}/backups/import";
+pub fn backup_import(cluster: Uuid) -> String {
+    fill(BACKUP_IMPORT, &[&cluster])
+}
+
 pub const BACKUP_POLICIES: &str = "/clusters/{cluster_id}/backups/backup-policies/";
 pub fn backup_policies(cluster: Uuid) -> String {
     fill(BACKUP_POLICIES, &[&cluster])
@@ -630,6 +641,8 @@ mod tests {
             (BACKUPS, backups(id(1))),
             (BACKUP, backup(id(1), id(14))),
             (BACKUP_RESTORE, backup_restore(id(1))),
+            (BACKUP_EXPORT, backup_export(id(1))),
+            (BACKUP_IMPORT, backup_import(id(1))),
             (VOLUME_BACKUPS, volume_backups(id(1), id(5), id(6))),
             (BACKUP_POLICIES, backup_policies(id(1))),
             (BACKUP_POLICY, backup_policy(id(1), id(15))),

@@ -92,6 +92,7 @@ impl SnodeClient {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let headers = crate::response::headers_of(&resp);
         let bytes =
             crate::response::read_body(resp, crate::response::MAX_BODY, method.as_str(), &path)
                 .await?;
@@ -103,6 +104,7 @@ impl SnodeClient {
                     status,
                     location: None,
                     content_type,
+                    headers,
                     body: bytes.to_vec(),
                 },
             ));

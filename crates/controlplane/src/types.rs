@@ -232,6 +232,14 @@ pub struct BackupConfig {
     pub local_endpoint: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bucket_name: Option<String>,
+    /// Not a control-plane key (it ignores unknown keys): where under the bucket the
+    /// cluster's backups go. sbsim honours it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Not a control-plane key either: the region the client signs for (S3's default,
+    /// `us-east-1`, when absent). sbsim checks it against the bucket's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// `HashicorpVaultSettings` inside a cluster create.
@@ -990,6 +998,41 @@ pub struct BackupPolicyTarget {
     /// `pool` or `lvol`.
     pub target_type: String,
     pub target_id: String,
+}
+
+/// One backup as `GET /backups/export` lists it and `POST /backups/import` takes it:
+/// enough for another cluster to restore it from the same bucket.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BackupMetadata {
+    pub backup_id: String,
+    pub s3_id: i64,
+    /// The cluster that took it.
+    pub cluster_id: String,
+    pub lvol_id: String,
+    pub lvol_name: String,
+    pub snapshot_id: String,
+    pub snapshot_name: String,
+    pub node_id: String,
+    /// Empty for a chain's first.
+    pub prev_backup_id: String,
+    pub size: u64,
+    /// The volume's hosts (their keys included: never logged).
+    pub allowed_hosts: Vec<serde_json::Map<String, Value>>,
+    /// Epoch seconds.
+    pub created_at: i64,
+}
+
+/// `POST /backups/import`'s body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupImport {
+    pub metadata: Vec<BackupMetadata>,
+}
+
+/// `POST /backups/import`'s answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupsImported {
+    pub imported: i64,
 }
 
 /// The attach's 201 answer.

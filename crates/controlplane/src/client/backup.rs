@@ -25,7 +25,10 @@ impl Client {
                 }),
             )
             .await?;
-        Self::created_id(&Method::POST, &path, &r)
+        match header_id(&r, "x-backup-id") {
+            Some(id) => Ok(id),
+            None => Self::created_id(&Method::POST, &path, &r),
+        }
     }
 
     /// Every backup of the cluster, newest first.
@@ -73,33 +76,54 @@ impl Client {
         Ok(started.lvol_id)
     }
 
-    /// Creates a backup policy; returns its id (the control plane names it in a header
-    /// only, so it is read back by name).
+    /// Creates a backup policy; returns its id, which the control plane names only in the
+    /// `X-Policy-Id` header.
     pub async fn create_backup_policy(
         &self,
         cluster: Uuid,
         params: &BackupPolicyCreate,
     ) -> Result<Uuid> {
-        self.send(
-            Method::POST,
-            &routes::backup_policies(cluster),
-            &[],
-            Some(params),
-        )
-        .await?;
-        let created = self.list_backup_policies(cluster).await?;
-        match created.into_iter().find(|p| p.name == params.name) {
-            Some(p) => Ok(p.id),
-            None => Err(crate::error::Error::Protocol {
-                method: Method::POST.to_string(),
-                path: routes::backup_policies(cluster),
-                status: 201,
-                message: format!(
-                    "backup policy {} is not listed after its creation",
-                    params.name
-                ),
-            }),
+        let path = routes::backup_policies(cluster);
+        let r = self.send(Method::POST, &path, &[], Some(params)).await?;
+        header_id(&r, "x-policy-id").ok_or_else(|| crate::error::Error::Protocol {
+            method: Method::POST.to_string(),
+            path,
+            status: r.status,
+            message: "the policy's creation answered without an X-Policy-Id".into(),
+        })
+    }
+
+    /// The completed backups a restore elsewhere needs: those of `backup`'s volume (every
+    /// one of that name, not only its chain), or of the volume named `lvol_name`, or all.
+    pub async fn export_backups(
+        &self,
+        cluster: Uuid,
+        backup: Option<Uuid>,
+        lvol_name: Option<&str>,
+    ) -> Result<Vec<BackupMetadata>> {
+        let mut query = Vec::new();
+        if let Some(b) = backup {
+            query.push(("backup_id", b.to_string()));
         }
+        if let Some(n) = lvol_name {
+            query.push(("lvol_name", n.to_string()));
+        }
+        let path = routes::backup_export(cluster);
+        let r = self.send::<()>(Method::GET, &path, &query, None).await?;
+        decode(&Method::GET, &path, &r)
+    }
+
+    /// Records another cluster's exported backups in this one, restorable from the
+    /// bucket they share; returns how many were recorded. Refused whole (400) when one is
+    /// listed twice or already known.
+    pub async fn import_backups(&self, cluster: Uuid, metadata: &[BackupMetadata]) -> Result<i64> {
+        let path = routes::backup_import(cluster);
+        let body = BackupImport {
+            metadata: metadata.to_vec(),
+        };
+        let r = self.send(Method::POST, &path, &[], Some(&body)).await?;
+        let done: BackupsImported = decode(&Method::POST, &path, &r)?;
+        Ok(done.imported)
     }
 
     pub async fn list_backup_policies(&self, cluster: Uuid) -> Result<Vec<BackupPolicy>> {
@@ -147,4 +171,9 @@ impl Client {
         .await
         .map(|_| ())
     }
+}
+
+/// The id an answer names in header `name`.
+fn header_id(r: &crate::response::RawResponse, name: &str) -> Option<Uuid> {
+    r.header(name).and_then(|v| Uuid::parse_str(v.trim()).ok())
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::config::ClientConfig;
 use super::retry::{RETRY_CAP, draw, retry_delay};
 use crate::error::{Error, Result};
-use crate::response::{MAX_BODY, RawResponse, classify, decode, describe, read_body};
+use crate::response::{MAX_BODY, RawResponse, classify, decode, describe, headers_of, read_body};
 use crate::tls::client_config;
 
 /// The longest an event stream is read; the server closes its streams after an hour.
@@ -201,11 +201,13 @@ impl Client {
         };
         let location = header("location");
         let content_type = header("content-type");
+        let headers = headers_of(&resp);
         let body = read_body(resp, self.max_body, method.as_str(), path).await?;
         Ok(RawResponse {
             status,
             location,
             content_type,
+            headers,
             body,
         })
     }
@@ -239,6 +241,7 @@ impl Client {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let headers = headers_of(&resp);
         let body = read_body(resp, self.max_body, "GET", path).await?;
         Err(classify(
             &Method::GET,
@@ -247,6 +250,7 @@ impl Client {
                 status,
                 location: None,
                 content_type,
+                headers,
                 body,
             },
         ))

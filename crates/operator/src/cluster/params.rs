@@ -102,6 +102,7 @@ pub fn cluster_create(
             secret_access_key: Some(creds.secret_access_key.clone().into()),
             local_endpoint: Some(store.endpoint.clone()),
             bucket_name: Some(store.bucket.clone()),
+            ..Default::default()
         });
     }
     Ok(body)
