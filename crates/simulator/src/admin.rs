@@ -17,6 +17,10 @@
 //! | `POST /_sim/clock/advance` `{"seconds": F}` | let sim time pass: everything due on the way is carried out at its moment before the answer |
 //! | `GET /_sim/streams` | the open `?watch=true` streams per scope (request path) and their total |
 //! | `GET /_sim/version`, `PUT /_sim/version` `{"version": "…" \| null}` | what `/api/v2/_meta/version` reports (null: 404) |
+//! | `GET /_sim/object-stores` | the object stores with their buckets, regions and keys |
+//! | `POST /_sim/object-stores` `{endpoint, bucket, region?, access_key_id, secret_access_key}` | a bucket (and its store when new) open to that key; again to allow more keys |
+//! | `PATCH /_sim/object-stores` `{endpoint, reachable: bool}` | take a store off the network or back |
+//! | `DELETE /_sim/object-stores` `{endpoint, bucket}` | remove a bucket with every object in it |
 
 use std::collections::BTreeMap;
 
@@ -184,8 +188,76 @@ pub fn handle(
             sim.wake.notify_one();
             Ok(Reply::ok(json!({"sim_ms": sim.clock.now_ms()})))
         }
+        ("GET", ["object-stores"]) => {
+            Ok(Reply::ok(json!(sim.read(|t, _| {
+                t.object_stores.values().cloned().collect::<Vec<_>>()
+            }))))
+        }
+        ("POST", ["object-stores"])
+        | ("PATCH", ["object-stores"])
+        | ("DELETE", ["object-stores"]) => object_store(sim, method, body),
         _ => Err(ApiError::not_found("Not Found")),
     }
+}
+
+/// Sets up, toggles or removes part of an object store.
+fn object_store(sim: &Sim, method: &str, body: Option<&Value>) -> Result<Reply, ApiError> {
+    let field = |k: &str| {
+        body.and_then(|b| b.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let need = |k: &str| field(k).ok_or_else(|| ApiError::bad_request(format!("body needs {k:?}")));
+    let endpoint = need("endpoint")?;
+    let root = crate::objstore::root(&sim.config);
+    let reply = match method {
+        "POST" => {
+            let (bucket, key) = (need("bucket")?, need("access_key_id")?);
+            let secret = need("secret_access_key")?;
+            let region = field("region");
+            sim.mutate(|st| {
+                crate::objstore::add_bucket(
+                    st.t,
+                    &endpoint,
+                    &bucket,
+                    region.as_deref(),
+                    &key,
+                    &secret,
+                )
+                .map(|s| Reply::json(201, json!(s)))
+                .map_err(ApiError::bad_request)
+            })?
+        }
+        "PATCH" => {
+            let reachable = body
+                .and_then(|b| b.get("reachable"))
+                .and_then(Value::as_bool)
+                .ok_or_else(|| ApiError::bad_request("body needs \"reachable\": bool"))?;
+            sim.mutate(|st| match st.t.object_stores.get_mut(&endpoint) {
+                Some(s) => {
+                    s.unreachable = !reachable;
+                    Ok(Reply::ok(json!(s.clone())))
+                }
+                None => Err(ApiError::not_found(format!(
+                    "no object store at {endpoint}"
+                ))),
+            })?
+        }
+        _ => {
+            let bucket = need("bucket")?;
+            sim.mutate(|st| {
+                if crate::objstore::remove_bucket(&root, st.t, &endpoint, &bucket) {
+                    Ok(Reply::empty(204))
+                } else {
+                    Err(ApiError::not_found(format!(
+                        "no bucket {bucket} at {endpoint}"
+                    )))
+                }
+            })?
+        }
+    };
+    sim.wake.notify_one();
+    Ok(reply)
 }
 
 /// Replace (or merge into) a worker's labels. Used by the admin route and the kube watcher.

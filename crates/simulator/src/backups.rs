@@ -7,6 +7,7 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use crate::model::*;
+use crate::objstore;
 use crate::sim::St;
 use crate::store::Tables;
 
@@ -18,6 +19,11 @@ pub fn live(b: &BackupRec) -> bool {
 pub fn backup_one(st: &mut St<'_>, vol: &VolumeRec, snap: &SnapshotRec) -> Uuid {
     let id = st.uuid();
     let seq = st.seq();
+    // Numbers already in the bucket count too: another cluster may write under the same
+    // prefix.
+    let in_store = objstore::target_of(st.t, vol.cluster_id)
+        .map(|t| objstore::highest_s3_id(&objstore::root(&st.sim.config), &t))
+        .unwrap_or(0);
     let s3_id =
         st.t.backups
             .values()
@@ -25,6 +31,7 @@ pub fn backup_one(st: &mut St<'_>, vol: &VolumeRec, snap: &SnapshotRec) -> Uuid 
             .map(|b| b.s3_id)
             .max()
             .unwrap_or(0)
+            .max(in_store)
             + 1;
     let prev =
         st.t.backups
@@ -50,11 +57,179 @@ pub fn backup_one(st: &mut St<'_>, vol: &VolumeRec, snap: &SnapshotRec) -> Uuid 
             allowed_hosts: vol.allowed_hosts.clone(),
             created_ms: st.now,
             completed_ms: None,
+            error: String::new(),
+            source_cluster_id: String::new(),
         },
     );
     let pickup = st.sim.timings().task_pickup_ms;
     st.job(JobKind::Backup { backup: id }, pickup);
     id
+}
+
+/// The end of backup `id`'s upload: its snapshot's data and manifest written to the
+/// cluster's store, or the backup failed with what the store (or a scripted fault) said.
+pub fn upload(st: &mut St<'_>, id: Uuid) {
+    let Some(b) = st.t.backups.get(&id.to_string()).cloned() else {
+        return;
+    };
+    let vol_id = b.volume_id.to_string();
+    if crate::sim::lock(&st.sim.faults).backup_fails(&vol_id, &b.volume_name) {
+        return fail(
+            st,
+            id,
+            "bdev_lvol_transfer_stat: transfer Failed (the upload broke off midway)".into(),
+        );
+    }
+    let target = match objstore::target_of(st.t, b.cluster_id) {
+        Ok(t) => t,
+        Err(e) => return fail(st, id, e),
+    };
+    let data = st
+        .sim
+        .config
+        .volume_files
+        .as_ref()
+        .map(|dir| crate::volfiles::path(dir, b.snapshot_id));
+    let now = st.now;
+    match objstore::put(
+        &objstore::root(&st.sim.config),
+        st.t,
+        &target,
+        &b,
+        data.as_deref(),
+        now,
+    ) {
+        Ok(()) => {
+            if let Some(x) = st.t.backups.get_mut(&id.to_string()) {
+                x.status = BackupStatus::Completed;
+                x.completed_ms = Some(now);
+            }
+            st.event(b.cluster_id, "backup", format!("Backup completed: {id}"));
+        }
+        Err(e) => fail(st, id, e),
+    }
+}
+
+fn fail(st: &mut St<'_>, id: Uuid, why: String) {
+    let Some(b) = st.t.backups.get_mut(&id.to_string()) else {
+        return;
+    };
+    b.status = BackupStatus::Failed;
+    b.error = why.clone();
+    let cluster = b.cluster_id;
+    st.event(cluster, "backup", format!("Backup failed: {id}: {why}"));
+}
+
+/// The backups `id`'s restore reads, newest first: it and the ones it is incremental to.
+pub fn chain(t: &Tables, id: Uuid) -> Vec<BackupRec> {
+    let mut out = Vec::new();
+    let mut at = t.backups.get(&id.to_string()).cloned();
+    while let Some(b) = at {
+        at = b.prev.and_then(|p| t.backups.get(&p.to_string()).cloned());
+        out.push(b);
+        if out.len() > t.backups.len() {
+            break;
+        }
+    }
+    out
+}
+
+/// The end of a restore of backup `id` into `volume`: every object of the chain read
+/// from the store, the data written into the volume, which goes online; or, when the
+/// store does not give them, the volume is `restore_failed`.
+pub fn download(st: &mut St<'_>, id: Uuid, volume: Uuid) {
+    let Some(v) = st.t.volumes.get(&volume.to_string()).cloned() else {
+        return;
+    };
+    let read = || -> Result<std::path::PathBuf, String> {
+        let target = objstore::target_of(st.t, v.cluster_id)?;
+        let mut newest = None;
+        for b in chain(st.t, id) {
+            let data = objstore::data(&objstore::root(&st.sim.config), st.t, &target, b.s3_id)?;
+            newest.get_or_insert(data);
+        }
+        newest.ok_or_else(|| format!("'Backup {id} not found'"))
+    };
+    let outcome = read();
+    let status = match &outcome {
+        // Each object holds its snapshot's whole image, so the newest is the chain's data.
+        Ok(data) => {
+            if let Some(dir) = &st.sim.config.volume_files
+                && let Err(e) =
+                    crate::volfiles::copy_file(data, &crate::volfiles::path(dir, volume), v.size)
+            {
+                tracing::warn!(%volume, error = %e, "volume file: restore failed");
+            }
+            st.event(
+                v.cluster_id,
+                "backup",
+                format!("Backup restored: {id} -> {}", v.name),
+            );
+            VolumeStatus::Online
+        }
+        Err(why) => {
+            st.event(
+                v.cluster_id,
+                "backup",
+                format!("Backup restore failed: {id} -> {}: {why}", v.name),
+            );
+            VolumeStatus::RestoreFailed
+        }
+    };
+    if let Some(x) = st.t.volumes.get_mut(&volume.to_string())
+        && x.status == VolumeStatus::Restoring
+    {
+        x.status = status;
+    }
+}
+
+/// Folds backup `id` into the next of its chain, which takes its place: the next one's
+/// manifest follows what `id` followed, and `id`'s objects go.
+pub fn merge(st: &mut St<'_>, id: Uuid) {
+    let Some(old) = st.t.backups.get(&id.to_string()).cloned() else {
+        return;
+    };
+    let next =
+        st.t.backups
+            .values()
+            .find(|b| b.prev == Some(id))
+            .map(|b| (b.id.to_string(), b.s3_id));
+    let target = objstore::target_of(st.t, old.cluster_id).ok();
+    if let Some((n, s3_id)) = &next {
+        if let Some(b) = st.t.backups.get_mut(n) {
+            b.prev = old.prev;
+        }
+        if let Some(target) = &target {
+            objstore::relink(
+                &objstore::root(&st.sim.config),
+                st.t,
+                target,
+                *s3_id,
+                old.prev,
+            );
+        }
+    }
+    if let Some(target) = &target {
+        objstore::delete(&objstore::root(&st.sim.config), st.t, target, old.s3_id);
+    }
+    if let Some(b) = st.t.backups.get_mut(&id.to_string()) {
+        b.status = BackupStatus::Merged;
+    }
+    if let Some((n, _)) = next {
+        st.event(
+            old.cluster_id,
+            "backup",
+            format!("Backup merged: {id} into {n}"),
+        );
+    }
+}
+
+/// Deletes backup `b`'s record and its objects.
+pub fn delete(st: &mut St<'_>, b: &BackupRec) {
+    st.t.backups.remove(&b.id.to_string());
+    if let Ok(target) = objstore::target_of(st.t, b.cluster_id) {
+        objstore::delete(&objstore::root(&st.sim.config), st.t, &target, b.s3_id);
+    }
 }
 
 /// How often the backup service looks at a cluster's policies.

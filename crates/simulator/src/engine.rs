@@ -179,12 +179,9 @@ fn set_cluster(st: &mut St<'_>, c: Uuid, status: ClusterStatus) {
     }
 }
 
-fn set_backup(st: &mut St<'_>, id: Uuid, status: BackupStatus, completed_ms: Option<i64>) {
+fn set_backup(st: &mut St<'_>, id: Uuid, status: BackupStatus) {
     if let Some(b) = st.t.backups.get_mut(&id.to_string()) {
         b.status = status;
-        if completed_ms.is_some() {
-            b.completed_ms = completed_ms;
-        }
     }
 }
 
@@ -362,36 +359,25 @@ fn run_job(st: &mut St<'_>, id: &str) {
             finish_job(st, id)
         }
         JobKind::Backup { backup } => {
-            let Some(b) = st.t.backups.get(&backup.to_string()).cloned() else {
+            if !st.t.backups.contains(&backup.to_string()) {
                 return finish_job(st, id);
-            };
+            }
             if job.step == 0 {
-                set_backup(st, backup, BackupStatus::InProgress, None);
+                set_backup(st, backup, BackupStatus::InProgress);
                 return reschedule(st, id, tm.backup_ms);
             }
-            if let Some(dir) = &st.sim.config.volume_files {
-                crate::volfiles::store_backup(dir, b.snapshot_id, backup, b.size);
-            }
-            let now = st.now;
-            set_backup(st, backup, BackupStatus::Completed, Some(now));
+            crate::backups::upload(st, backup);
             finish_job(st, id)
         }
         JobKind::Restore { backup, volume } => {
-            let Some(v) = st.t.volumes.get(&volume.to_string()).cloned() else {
+            if !st.t.volumes.contains(&volume.to_string()) {
                 // Deleted before its data came in: nothing to write.
                 return finish_job(st, id);
-            };
+            }
             if job.step == 0 {
                 return reschedule(st, id, tm.restore_ms);
             }
-            if let Some(dir) = &st.sim.config.volume_files {
-                crate::volfiles::restore_backup(dir, backup, volume, v.size);
-            }
-            if let Some(v) = st.t.volumes.get_mut(&volume.to_string())
-                && v.status == VolumeStatus::Restoring
-            {
-                v.status = VolumeStatus::Online;
-            }
+            crate::backups::download(st, backup, volume);
             finish_job(st, id)
         }
         JobKind::BackupPolicies { cluster } => {
@@ -402,19 +388,7 @@ fn run_job(st: &mut St<'_>, id: &str) {
             }
         }
         JobKind::BackupMerge { backup } => {
-            // The backup's data goes into the next of its chain, which takes its place.
-            let Some(old) = st.t.backups.get(&backup.to_string()).cloned() else {
-                return finish_job(st, id);
-            };
-            let next =
-                st.t.backups
-                    .values()
-                    .find(|b| b.prev == Some(backup))
-                    .map(|b| b.id.to_string());
-            if let Some(b) = next.and_then(|n| st.t.backups.get_mut(&n)) {
-                b.prev = old.prev;
-            }
-            set_backup(st, backup, BackupStatus::Merged, None);
+            crate::backups::merge(st, backup);
             finish_job(st, id)
         }
         JobKind::VolumeDelete { volume } => {

@@ -5,7 +5,7 @@
 //! ```text
 //! SPEC := RULE { ";" RULE }
 //! RULE := KIND [ ":" OPT { "," OPT } ]
-//! KIND := error | commiterror | latency | drop | conflict | unready | taskfail
+//! KIND := error | commiterror | latency | drop | conflict | unready | taskfail | backupfail
 //! OPT  := method=GET|POST|PUT|DELETE   only requests with this method
 //!       | path=GLOB                    request path; `*` = one segment, `**` = any number
 //!       | rate=FLOAT                   probability per matching request, default 1
@@ -15,6 +15,7 @@
 //!       | ms=N                         latency: added milliseconds (real time)
 //!       | for=DURATION                 unready: how long (`500ms`, `5s`, `2m`), from now
 //!       | name=FUNCTION                taskfail: the task's function_name (e.g. node_add)
+//!       | volume=NAME|ID               backupfail: only backups of this volume
 //! ```
 //!
 //! `error` and `conflict` answer before the request touches state; `commiterror` lets the
@@ -22,7 +23,8 @@
 //! request commit and then closes the connection without an answer; `latency` delays
 //! the answer; `unready` makes `/_meta/ready` answer 503 `FDB not ready`; `taskfail`
 //! makes attempts of matching tasks fail (charged as a retry), so retries up to
-//! `max_retry` can be scripted.
+//! `max_retry` can be scripted; `backupfail` makes backup uploads break off midway, after
+//! `in_progress` (`backupfail:volume=v,count=1` fails the next backup of `v`).
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,10 @@ pub enum FaultKind {
     },
     Taskfail {
         name: String,
+    },
+    /// Backup uploads (of one volume, by name or id, or of any) break off midway.
+    Backupfail {
+        volume: Option<String>,
     },
 }
 
@@ -114,6 +120,7 @@ fn parse_rule(text: &str) -> Result<FaultRule, SimError> {
     let mut ms = None;
     let mut seconds = None;
     let mut name = None;
+    let mut volume = None;
     for opt in opts.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         let (k, v) = opt
             .split_once('=')
@@ -149,6 +156,7 @@ fn parse_rule(text: &str) -> Result<FaultRule, SimError> {
                 )
             }
             "name" => name = Some(v.trim().to_string()),
+            "volume" => volume = Some(v.trim().to_string()),
             other => return Err(bad(text, format!("unknown option {other:?}"))),
         }
     }
@@ -166,6 +174,7 @@ fn parse_rule(text: &str) -> Result<FaultRule, SimError> {
         "taskfail" => FaultKind::Taskfail {
             name: name.ok_or_else(|| bad(text, "taskfail needs name=FUNCTION"))?,
         },
+        "backupfail" => FaultKind::Backupfail { volume },
         other => return Err(bad(text, format!("unknown kind {other:?}"))),
     };
     let until = match &kind {
@@ -255,7 +264,9 @@ impl Faults {
         for r in self.rules.iter_mut() {
             if matches!(
                 r.kind,
-                FaultKind::Unready { .. } | FaultKind::Taskfail { .. }
+                FaultKind::Unready { .. }
+                    | FaultKind::Taskfail { .. }
+                    | FaultKind::Backupfail { .. }
             ) {
                 continue;
             }
@@ -313,6 +324,23 @@ impl Faults {
     }
 }
 
+impl Faults {
+    /// Whether this upload of a backup of volume `id` (named `name`) is scripted to break
+    /// off.
+    pub fn backup_fails(&mut self, id: &str, name: &str) -> bool {
+        let mut fail = false;
+        for r in self.rules.iter_mut() {
+            if let FaultKind::Backupfail { volume } = &r.kind
+                && volume.as_deref().is_none_or(|v| v == id || v == name)
+                && Self::fire(&mut self.rng, r)
+            {
+                fail = true;
+            }
+        }
+        fail
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +368,14 @@ mod tests {
         let first = f.on_request("POST", "/x");
         assert_eq!((first.error, first.commit_error), (None, Some(500)));
         assert_eq!(f.on_request("POST", "/x").commit_error, None);
+    }
+
+    #[test]
+    fn a_backup_fault_picks_its_volume() {
+        let mut f = Faults::new(parse("backupfail:volume=v,count=1").expect("parse"), 1);
+        assert!(!f.backup_fails("id-w", "w"), "another volume");
+        assert!(f.backup_fails("id-v", "v"));
+        assert!(!f.backup_fails("id-v", "v"), "only the next one");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod http;
 pub mod jobs;
 pub mod labels;
 pub mod model;
+pub mod objstore;
 pub mod openapi;
 pub mod render;
 pub mod replicated;

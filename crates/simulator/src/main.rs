@@ -75,6 +75,13 @@ struct Serve {
     /// Keep each volume's data as a sparse file <id>.img in this directory (for loop devices).
     #[arg(long)]
     volume_files: Option<PathBuf>,
+    /// Where the simulated S3 object stores keep their objects (default: <state-dir>/object-stores).
+    /// A store is set up as one sets up MinIO, with POST /_sim/object-stores
+    /// {"endpoint", "bucket", "region"?, "access_key_id", "secret_access_key"}; a cluster
+    /// created with a backup_config naming that endpoint, bucket and key writes its backups
+    /// there. Two sbsims given the same folder (and the same bucket) share backups.
+    #[arg(long)]
+    object_store_dir: Option<PathBuf>,
     /// The version /api/v2/_meta/version reports; without it the route answers 404, as a
     /// control plane without it does.
     #[arg(long)]
@@ -113,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
         enrollment_label: s.enrollment_label,
         record_bodies: s.record_bodies,
         volume_files: s.volume_files,
+        object_store_dir: s.object_store_dir,
         version: s.reports_version,
         ..SimConfig::new(s.state_dir)
     };

@@ -184,6 +184,33 @@ pub struct BackupRec {
     pub allowed_hosts: Vec<HostEntry>,
     pub created_ms: i64,
     pub completed_ms: Option<i64>,
+    /// Why it failed, as the store or the transfer said (the DTO has no field for it; the
+    /// cluster's event log carries it, as the control plane's does).
+    #[serde(default)]
+    pub error: String,
+    /// The cluster that took it, when it was imported from another's export.
+    #[serde(default)]
+    pub source_cluster_id: String,
+}
+
+/// An S3-compatible object store, as a user sets up MinIO: reached at `endpoint`, with
+/// buckets. Its objects are files under the state directory ([`crate::objstore`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ObjectStoreRec {
+    pub endpoint: String,
+    pub buckets: BTreeMap<String, BucketRec>,
+    /// Switched off by the admin route: every request fails to connect.
+    pub unreachable: bool,
+    /// Access key id to secret, for every user of the store.
+    #[serde(default)]
+    pub users: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BucketRec {
+    pub region: String,
+    /// The access keys allowed on the bucket.
+    pub keys: std::collections::BTreeSet<String>,
 }
 
 /// A backup policy: how many backups of a volume are kept, for how long, and on what

@@ -90,6 +90,8 @@ pub struct SimConfig {
     pub call_log_capacity: usize,
     /// Keep each volume's data as a sparse file `<id>.img` here (see [`crate::volfiles`]).
     pub volume_files: Option<PathBuf>,
+    /// Where the object stores keep their objects (see [`crate::objstore::root`]).
+    pub object_store_dir: Option<PathBuf>,
     /// The version `/_meta/version` reports at start; `None` answers 404, as a control
     /// plane without the route does. `PUT /_sim/version` changes it.
     pub version: Option<String>,
@@ -115,6 +117,7 @@ impl SimConfig {
             record_bodies: false,
             call_log_capacity: 100_000,
             volume_files: None,
+            object_store_dir: None,
             version: None,
         }
     }

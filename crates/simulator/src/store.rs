@@ -238,6 +238,7 @@ tables!(
     backups: BackupRec,
     backup_policies: BackupPolicyRec,
     backup_attachments: BackupAttachmentRec,
+    object_stores: ObjectStoreRec,
 );
 
 /// The database handle.

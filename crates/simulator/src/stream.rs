@@ -1,5 +1,7 @@
 //! `?watch=true`: the control plane's server-sent event streams on the list and detail
-//! routes of clusters, storage nodes, devices, tasks, pools, volumes and snapshots.
+//! routes of clusters, storage nodes, devices, tasks, pools, volumes and snapshots, and
+//! (as the operator's design expects, ahead of the control plane) on the lists of backups
+//! and backup policies.
 //!
 //! A stream renders its scope with the same handler the REST GET uses, so its set
 //! membership and order are the list's. Every committed change bumps the sim's generation
@@ -29,6 +31,8 @@ pub const LIST_ROUTES: &[(&str, &str)] = &[
     (api::POOLS, "pool_id"),
     (api::VOLUMES, "volume_id"),
     (api::POOL_SNAPSHOTS, "snapshot_id"),
+    (api::BACKUPS, "backup_id"),
+    (api::BACKUP_POLICIES, "policy_id"),
 ];
 
 /// sse-starlette's `retry:` on the first event.
@@ -358,7 +362,9 @@ mod tests {
         assert_eq!(shape(api::STORAGE_NODE), Some(Shape::Detail));
         assert_eq!(shape(api::CLUSTER), Some(Shape::Detail));
         assert_eq!(shape(api::STORAGE_NODE_NICS), None);
-        assert_eq!(shape("/clusters/{cluster_id}/backups/"), None);
+        assert_eq!(shape(api::BACKUPS), Some(Shape::List("backup_id")));
+        assert_eq!(shape(api::BACKUP_POLICIES), Some(Shape::List("policy_id")));
+        assert_eq!(shape(api::BACKUP_RESTORE), None);
     }
 
     #[test]

@@ -115,34 +115,10 @@ pub fn copy(dir: &Path, from: Uuid, to: Uuid, size: u64) {
     }
 }
 
-/// Where backup `id`'s data is kept: the object store's stand-in.
-pub fn backup_path(dir: &Path, id: Uuid) -> PathBuf {
-    dir.join("backups").join(format!("{id}.img"))
-}
-
-/// Uploads snapshot `snapshot`'s data as backup `backup`.
-pub fn store_backup(dir: &Path, snapshot: Uuid, backup: Uuid, size: u64) {
-    let to = backup_path(dir, backup);
-    let r = std::fs::create_dir_all(dir.join("backups"))
-        .and_then(|_| sparse_copy(&path(dir, snapshot), &to, size));
-    if let Err(e) = r {
-        warn("backup", backup, e);
-    }
-}
-
-/// Writes backup `backup`'s data into volume `volume`.
-pub fn restore_backup(dir: &Path, backup: Uuid, volume: Uuid, size: u64) {
-    if let Err(e) = sparse_copy(&backup_path(dir, backup), &path(dir, volume), size) {
-        warn("restore", volume, e);
-    }
-}
-
-pub fn remove_backup(dir: &Path, id: Uuid) {
-    match std::fs::remove_file(backup_path(dir, id)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => warn("remove backup", id, e),
-    }
+/// `to` becomes a sparse copy of file `from`, `size` bytes long (at least `from`'s
+/// length): how backups go to and come from their object store.
+pub fn copy_file(from: &Path, to: &Path, size: u64) -> std::io::Result<()> {
+    sparse_copy(from, to, size)
 }
 
 pub fn remove(dir: &Path, id: Uuid) {

@@ -1,11 +1,11 @@
-//! Backups of a cluster's volumes into its object store: take one of a snapshot (and of
-//! every older snapshot of its volume not yet backed up, so the chain is whole), list and
-//! read them, restore one into a new volume, delete a volume's. The upload and the
-//! restore run in the background on sbsim's clock (`Timings::backup_ms`, `restore_ms`);
-//! with volume files, a backup keeps its snapshot's data and a restore writes it into
-//! the new volume. Policies are kept and attached to pools and volumes, with the
-//! control plane's checks; they do not yet schedule or expire backups. Export, import and
-//! source switching keep nothing yet: their lists are empty.
+//! Backups of a cluster's volumes into its object store ([`crate::objstore`], the
+//! cluster's `backup_config`): take one of a snapshot (and of every older snapshot of its
+//! volume not yet backed up, so the chain is whole), list and read them, restore one into
+//! a new volume, delete a volume's, export them and import another cluster's. The upload
+//! and the restore run in the background on sbsim's clock (`Timings::backup_ms`,
+//! `restore_ms`) and fail as the store answers. Policies are kept and attached to pools
+//! and volumes, with the control plane's checks; the backup service runs them. Source
+//! switching keeps nothing: only the local source exists.
 
 use serde_json::json;
 use simplyblock_controlplane::routes as api;
@@ -14,9 +14,10 @@ use uuid::Uuid;
 
 use super::lookup::{cluster, volume};
 use super::request::{ApiReq, body};
-use super::volume_create::name_taken;
+use super::volume_create::{Placement, derived_volume, name_taken};
 use crate::backups::{SERVICE_INTERVAL_MS, age_seconds, backup_one, live, schedule_tiers};
 use crate::model::*;
+use crate::objstore::Target;
 use crate::render;
 use crate::reply::{ApiError, ApiResult, Reply};
 use crate::sim::St;
@@ -28,7 +29,9 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         ("POST", api::BACKUPS) => {
             let b: BackupCreate = body(st.sim, req)?;
             let id = take(st, c, &b.snapshot_id)?;
-            Ok(Reply::empty(201).with_location(format!("/api/v2{}", api::backup(c, id))))
+            Ok(Reply::empty(201)
+                .with_location(format!("/api/v2{}", api::backup(c, id)))
+                .with_header("x-backup-id", id.to_string()))
         }
         ("GET", api::BACKUP) => {
             let b = backup_of(st.t, c, req.id("backup_id"))?;
@@ -127,12 +130,37 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             st.t.backup_attachments.remove(&found);
             Ok(Reply::empty(204))
         }
-        // Kept nothing of yet: sources, export.
+        // Source switching keeps nothing: only the local source exists.
         ("GET", "/clusters/{cluster_id}/backups/sources") => Ok(Reply::ok(json!([]))),
-        ("GET", "/clusters/{cluster_id}/backups/export") => match req.query.get("backup_id") {
-            Some(b) => Err(ApiError::not_found(format!("Backup {b} not found"))),
-            None => Ok(Reply::ok(json!([]))),
-        },
+        ("GET", "/clusters/{cluster_id}/backups/export") => {
+            cluster(st.t, c)?;
+            let name = match req.query.get("backup_id") {
+                Some(b) => {
+                    let found = b
+                        .parse::<Uuid>()
+                        .ok()
+                        .and_then(|id| st.t.backups.get(&id.to_string()))
+                        .filter(|x| x.cluster_id == c)
+                        .ok_or_else(|| ApiError::not_found(format!("Backup {b} not found")))?;
+                    // The whole volume's backups, not only the chain: the control plane
+                    // filters by the backup's volume name.
+                    Some(found.volume_name.clone())
+                }
+                None => req.query.get("lvol_name").cloned(),
+            };
+            Ok(Reply::ok(export(st.t, c, name.as_deref())))
+        }
+        ("POST", "/clusters/{cluster_id}/backups/import") => {
+            cluster(st.t, c)?;
+            let body = req.body.clone().unwrap_or(serde_json::Value::Null);
+            let items = body
+                .get("metadata")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("metadata must be a list"))?;
+            let n = import(st, c, &items)?;
+            Ok(Reply::ok(json!({ "imported": n })))
+        }
         _ => Err(req.unsimulated()),
     }
 }
@@ -179,7 +207,7 @@ pub fn dto(b: &BackupRec) -> Backup {
             .collect(),
         created_at: b.created_ms / 1000,
         completed_at: b.completed_ms.map_or(0, |t| t / 1000),
-        source_cluster_id: String::new(),
+        source_cluster_id: b.source_cluster_id.clone(),
     }
 }
 
@@ -291,7 +319,11 @@ fn take(st: &mut St<'_>, c: Uuid, snapshot: &str) -> Result<Uuid, ApiError> {
         Some(s) if s.cluster_id == c && !s.soft_deleted => s.clone(),
         _ => return Err(missing()),
     };
-    cluster(st.t, c)?;
+    // The control plane does not look (the node's upload then fails); refused here, so
+    // the caller learns why at once.
+    if Target::of(cluster(st.t, c)?).is_none() {
+        return Err(ApiError::bad_request(crate::objstore::no_config(c)));
+    }
     let vol =
         st.t.volumes
             .get(&snap.volume_id.to_string())
@@ -390,48 +422,32 @@ fn restore(st: &mut St<'_>, c: Uuid, b: &BackupRestore) -> Result<Uuid, ApiError
         }
         None => backup.node_id,
     };
+    // Laid out as the cluster's volumes are; on the backup's node unless told otherwise.
     let template = st.t.volumes.values().find(|v| v.cluster_id == c).cloned();
-    let id = st.uuid();
-    let seq = st.seq();
-    let blobid = st.below(1 << 20);
-    let cl = cluster(st.t, c)?.clone();
-    let rec = VolumeRec {
-        id,
-        seq,
-        cluster_id: c,
-        pool_id: pool.id,
-        name: b.lvol_name.clone(),
-        status: VolumeStatus::Restoring,
-        size: backup.size,
+    let placement = Placement {
         node_id: node,
         secondary_ids: template
             .as_ref()
             .map(|v| v.secondary_ids.clone())
             .unwrap_or_default(),
-        nqn: format!("{}:lvol:{id}", cl.nqn),
-        ns_id: 1,
         ha: template.as_ref().is_some_and(|v| v.ha),
         ndcs: template.as_ref().map_or(1, |v| v.ndcs),
         npcs: template.as_ref().map_or(1, |v| v.npcs),
-        pvc_name: String::new(),
-        namespace: String::new(),
         priority_class: 0,
         fabric: "tcp".into(),
-        blobid,
-        max_namespace_per_subsys: 1,
-        max_rw_iops: 0,
-        max_rw_mbytes: 0,
-        max_r_mbytes: 0,
-        max_w_mbytes: 0,
-        allowed_hosts: backup.allowed_hosts.clone(),
-        cloned_from: None,
-        snapshot_name: String::new(),
-        delete_snap_on_delete: false,
-        replication_policy: None,
-        do_replicate: false,
-        created_ms: st.now,
-        fenced: false,
     };
+    let cl = cluster(st.t, c)?.clone();
+    let mut rec = derived_volume(
+        st,
+        &cl,
+        pool.id,
+        &b.lvol_name,
+        backup.size,
+        VolumeStatus::Restoring,
+        placement,
+    );
+    rec.allowed_hosts = backup.allowed_hosts.clone();
+    let id = rec.id;
     st.t.volumes.insert(id.to_string(), rec);
     let pickup = st.sim.timings().task_pickup_ms;
     st.job(
@@ -446,22 +462,123 @@ fn restore(st: &mut St<'_>, c: Uuid, b: &BackupRestore) -> Result<Uuid, ApiError
 
 /// Deletes every backup of volume `v`, and their data.
 fn delete_all(st: &mut St<'_>, c: Uuid, v: Uuid) -> ApiResult {
-    let gone: Vec<Uuid> =
+    let gone: Vec<BackupRec> =
         st.t.backups
             .values()
             .filter(|b| b.cluster_id == c && b.volume_id == v)
-            .map(|b| b.id)
+            .cloned()
             .collect();
     if gone.is_empty() {
         return Err(ApiError::bad_request(format!(
             "No backups found for lvol {v}"
         )));
     }
-    for id in gone {
-        st.t.backups.remove(&id.to_string());
-        if let Some(dir) = &st.sim.config.volume_files {
-            crate::volfiles::remove_backup(dir, id);
-        }
+    for b in gone {
+        crate::backups::delete(st, &b);
     }
     Ok(Reply::empty(204))
+}
+
+/// The completed backups of cluster `c` (of volume `name`, when given), as the control
+/// plane exports them, oldest first.
+fn export(t: &crate::store::Tables, c: Uuid, name: Option<&str>) -> serde_json::Value {
+    let mut found: Vec<&BackupRec> = t
+        .backups
+        .values()
+        .filter(|b| b.cluster_id == c && b.status == BackupStatus::Completed)
+        .filter(|b| name.is_none_or(|n| b.volume_name == n))
+        .collect();
+    found.sort_by_key(|b| (b.created_ms, b.seq));
+    json!(
+        found
+            .into_iter()
+            .map(|b| {
+                let d = dto(b);
+                json!({
+                    "backup_id": b.id,
+                    "s3_id": b.s3_id,
+                    "cluster_id": c,
+                    "lvol_id": d.lvol_id,
+                    "lvol_name": d.lvol_name,
+                    "snapshot_id": d.snapshot_id,
+                    "snapshot_name": d.snapshot_name,
+                    "node_id": d.node_id,
+                    "prev_backup_id": d.prev_backup_id,
+                    "size": d.size,
+                    "allowed_hosts": d.allowed_hosts,
+                    "created_at": d.created_at,
+                })
+            })
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Records another cluster's exported backups as completed backups of cluster `c`
+/// (their objects are read from `c`'s store when restored); the number recorded. Every
+/// item is checked before any is written.
+fn import(st: &mut St<'_>, c: Uuid, items: &[serde_json::Value]) -> Result<usize, ApiError> {
+    use serde_json::Value;
+    let text = |v: &Value, k: &str| match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    let uuid = |s: String| s.parse::<Uuid>().unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ids = Vec::new();
+    for item in items {
+        let id = text(item, "backup_id");
+        if id.is_empty() {
+            continue;
+        }
+        if !seen.insert(id.clone()) {
+            return Err(ApiError::Precondition(format!(
+                "Backup {id} is listed more than once"
+            )));
+        }
+        let Ok(bid) = id.parse::<Uuid>() else {
+            return Err(ApiError::Precondition(format!(
+                "Backup {id} is not a valid backup id"
+            )));
+        };
+        if let Some(known) = st.t.backups.get(&bid.to_string()) {
+            return Err(ApiError::Precondition(format!(
+                "Backup {id} already exists in cluster {}",
+                known.cluster_id
+            )));
+        }
+        ids.push((bid, item));
+    }
+    for (bid, item) in &ids {
+        let hosts: Vec<HostEntry> = item
+            .get("allowed_hosts")
+            .and_then(|h| serde_json::from_value(h.clone()).ok())
+            .unwrap_or_default();
+        let prev = text(item, "prev_backup_id");
+        let created = item.get("created_at").and_then(Value::as_i64).unwrap_or(0);
+        let seq = st.seq();
+        st.t.backups.insert(
+            bid.to_string(),
+            BackupRec {
+                id: *bid,
+                seq,
+                cluster_id: c,
+                s3_id: item.get("s3_id").and_then(Value::as_i64).unwrap_or(0),
+                volume_id: uuid(text(item, "lvol_id")),
+                volume_name: text(item, "lvol_name"),
+                snapshot_id: uuid(text(item, "snapshot_id")),
+                snapshot_name: text(item, "snapshot_name"),
+                node_id: uuid(text(item, "node_id")),
+                status: BackupStatus::Completed,
+                prev: prev.parse().ok(),
+                size: item.get("size").and_then(Value::as_u64).unwrap_or(0),
+                allowed_hosts: hosts,
+                created_ms: created * 1000,
+                completed_ms: Some(created * 1000),
+                error: String::new(),
+                source_cluster_id: text(item, "cluster_id"),
+            },
+        );
+    }
+    Ok(ids.len())
 }

@@ -378,29 +378,86 @@ pub fn clone_from_snapshot(
             .get(&s.volume_id.to_string())
             .cloned()
             .ok_or_else(|| ApiError::opaque("the snapshot's volume is gone"))?;
+    let cl = cluster(st.t, c)?.clone();
+    let mut rec = derived_volume(
+        st,
+        &cl,
+        p,
+        name,
+        size,
+        VolumeStatus::Online,
+        Placement::of(&parent),
+    );
+    let id = rec.id;
+    rec.pvc_name = pvc_name.unwrap_or_default();
+    rec.cloned_from = Some(s.id);
+    rec.snapshot_name = s.name.clone();
+    rec.delete_snap_on_delete = delete_snap;
+    if let Some(dir) = &st.sim.config.volume_files {
+        crate::volfiles::copy(dir, s.id, id, size);
+    }
+    st.t.volumes.insert(id.to_string(), rec);
+    Ok(id)
+}
+
+/// Where a volume made from another's data lives and how it is laid out: its source's.
+pub struct Placement {
+    pub node_id: Uuid,
+    pub secondary_ids: Vec<Uuid>,
+    pub ha: bool,
+    pub ndcs: u32,
+    pub npcs: u32,
+    pub priority_class: u32,
+    pub fabric: String,
+}
+
+impl Placement {
+    pub fn of(v: &VolumeRec) -> Placement {
+        Placement {
+            node_id: v.node_id,
+            secondary_ids: v.secondary_ids.clone(),
+            ha: v.ha,
+            ndcs: v.ndcs,
+            npcs: v.npcs,
+            priority_class: v.priority_class,
+            fabric: v.fabric.clone(),
+        }
+    }
+}
+
+/// A new volume made from existing data (a clone of a snapshot, a restore of a backup),
+/// without limits or hosts; the caller says where its data comes from.
+pub fn derived_volume(
+    st: &mut St<'_>,
+    cl: &ClusterRec,
+    pool: Uuid,
+    name: &str,
+    size: u64,
+    status: VolumeStatus,
+    at: Placement,
+) -> VolumeRec {
     let id = st.uuid();
     let seq = st.seq();
     let blobid = st.below(1 << 20);
-    let cl = cluster(st.t, c)?.clone();
-    let rec = VolumeRec {
+    VolumeRec {
         id,
         seq,
-        cluster_id: c,
-        pool_id: p,
+        cluster_id: cl.id,
+        pool_id: pool,
         name: name.to_string(),
-        status: VolumeStatus::Online,
+        status,
         size,
-        node_id: parent.node_id,
-        secondary_ids: parent.secondary_ids.clone(),
+        node_id: at.node_id,
+        secondary_ids: at.secondary_ids,
         nqn: format!("{}:lvol:{id}", cl.nqn),
         ns_id: 1,
-        ha: parent.ha,
-        ndcs: parent.ndcs,
-        npcs: parent.npcs,
-        pvc_name: pvc_name.unwrap_or_default(),
+        ha: at.ha,
+        ndcs: at.ndcs,
+        npcs: at.npcs,
+        pvc_name: String::new(),
         namespace: String::new(),
-        priority_class: parent.priority_class,
-        fabric: parent.fabric.clone(),
+        priority_class: at.priority_class,
+        fabric: at.fabric,
         blobid,
         max_namespace_per_subsys: 1,
         max_rw_iops: 0,
@@ -408,17 +465,12 @@ pub fn clone_from_snapshot(
         max_r_mbytes: 0,
         max_w_mbytes: 0,
         allowed_hosts: Vec::new(),
-        cloned_from: Some(s.id),
-        snapshot_name: s.name.clone(),
-        delete_snap_on_delete: delete_snap,
+        cloned_from: None,
+        snapshot_name: String::new(),
+        delete_snap_on_delete: false,
         replication_policy: None,
         do_replicate: false,
         created_ms: st.now,
         fenced: false,
-    };
-    if let Some(dir) = &st.sim.config.volume_files {
-        crate::volfiles::copy(dir, s.id, id, size);
     }
-    st.t.volumes.insert(id.to_string(), rec);
-    Ok(id)
 }

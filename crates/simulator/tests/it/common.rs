@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use simplyblock_controlplane::{Client, ClientConfig, ClusterCreate, StorageNodeAdd, Url, Uuid};
+use simplyblock_controlplane::{
+    BackupConfig, Client, ClientConfig, ClusterCreate, StorageNodeAdd, Url, Uuid,
+};
 use simplyblock_simulator::{Server, Sim, SimConfig};
 
 pub const TOKEN: &str = "test-admin-token";
@@ -93,12 +95,108 @@ where
     simplyblock_testenv::wait::until(what, async || f().await).await
 }
 
+/// The endpoint of the object store the backup tests set up.
+pub const STORE: &str = "http://minio.test:9000";
+
+/// An admin call (`/_sim/...`): the status and the JSON answer (null when none).
+pub async fn sim_admin(
+    env: &Env,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", env.server.url))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("admin call");
+    let status = r.status().as_u16();
+    let v = r.json().await.unwrap_or(serde_json::Value::Null);
+    (status, v)
+}
+
+/// A bucket in the store at [`STORE`], in `region`, open to `key`/`secret`.
+pub async fn add_bucket(env: &Env, bucket: &str, region: &str, key: &str, secret: &str) {
+    let (status, v) = sim_admin(
+        env,
+        reqwest::Method::POST,
+        "/_sim/object-stores",
+        serde_json::json!({"endpoint": STORE, "bucket": bucket, "region": region,
+            "access_key_id": key, "secret_access_key": secret}),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+}
+
+/// A cluster's `backup_config` for the store at [`STORE`].
+pub fn backup_config(bucket: &str, key: &str, secret: &str, region: &str) -> BackupConfig {
+    BackupConfig {
+        access_key_id: Some(key.into()),
+        secret_access_key: Some(secret.into()),
+        local_endpoint: Some(STORE.into()),
+        bucket_name: Some(bucket.into()),
+        prefix: Some("clusters/sb".into()),
+        region: Some(region.into()),
+    }
+}
+
+/// Let `seconds` of sim time pass (`POST /_sim/clock/advance`).
+pub async fn advance(env: &Env, seconds: f64) {
+    let (status, v) = sim_admin(
+        env,
+        reqwest::Method::POST,
+        "/_sim/clock/advance",
+        serde_json::json!({ "seconds": seconds }),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// A pool `pool` and in it a volume `name` of `size` bytes (one data, one parity chunk);
+/// returns the pool's id and the volume's.
+pub async fn volume_in_pool(
+    c: &Client,
+    cluster: Uuid,
+    pool: &str,
+    name: &str,
+    size: u64,
+) -> (Uuid, Uuid) {
+    let p = match c
+        .list_pools(cluster)
+        .await
+        .expect("pools")
+        .into_iter()
+        .find(|p| p.name == pool)
+    {
+        Some(p) => p,
+        None => c
+            .create_pool(
+                cluster,
+                &simplyblock_controlplane::PoolCreate {
+                    name: pool.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("pool"),
+    };
+    let mut body = simplyblock_controlplane::VolumeCreate::new(name, size);
+    body.ndcs = 1;
+    body.npcs = 1;
+    let v = c.create_volume(cluster, p.id, &body).await.expect("volume");
+    (p.id, v)
+}
+
 /// Create a cluster, add `n` nodes on `w1..wn`, activate it; returns the cluster id.
 pub async fn active_cluster(c: &Client, name: &str, n: usize) -> Uuid {
-    let cluster = c
-        .create_cluster(&ClusterCreate::new(name, 10, 4))
-        .await
-        .expect("create cluster");
+    active_cluster_from(c, ClusterCreate::new(name, 10, 4), n).await
+}
+
+/// [`active_cluster`] created with `create`.
+pub async fn active_cluster_from(c: &Client, create: ClusterCreate, n: usize) -> Uuid {
+    let cluster = c.create_cluster(&create).await.expect("create cluster");
     for i in 1..=n {
         c.add_storage_node(
             cluster.id,

@@ -234,12 +234,18 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.ready().await.expect("ready");
     c.health().await.expect("health");
 
-    // Cluster: create, read, rename.
-    let cluster = c
-        .create_cluster(&ClusterCreate::new("contract", 10, 4))
-        .await
-        .expect("create");
+    // Cluster: create (backing up into a bucket of the simulated store), read, rename.
+    add_bucket(&env, "contract", "us-east-1", "AKCONTRACT", "contract-secret").await;
+    let mut create = ClusterCreate::new("contract", 10, 4);
+    create.backup_config = Some(backup_config(
+        "contract",
+        "AKCONTRACT",
+        "contract-secret",
+        "us-east-1",
+    ));
+    let cluster = c.create_cluster(&create).await.expect("create");
     assert_eq!(cluster.status, ClusterStatus::Unready);
+    assert!(cluster.backup_enabled);
     assert_eq!(cluster.secret.expose().len(), 20);
     assert!(cluster.nqn.ends_with(&cluster.id.to_string()));
     let cid = cluster.id;

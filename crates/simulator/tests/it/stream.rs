@@ -14,7 +14,7 @@ use crate::common::*;
 const WAIT: Duration = simplyblock_testenv::wait::PATIENCE;
 
 /// The next event (pings skipped), or `None` at the end of the stream.
-async fn next_event(s: &mut EventStream) -> Option<(String, Value)> {
+pub(crate) async fn next_event(s: &mut EventStream) -> Option<(String, Value)> {
     loop {
         let frame = tokio::time::timeout(WAIT, s.next())
             .await
@@ -30,7 +30,7 @@ async fn next_event(s: &mut EventStream) -> Option<(String, Value)> {
     }
 }
 
-async fn expect_event(s: &mut EventStream, want: &str) -> Value {
+pub(crate) async fn expect_event(s: &mut EventStream, want: &str) -> Value {
     match next_event(s).await {
         Some((event, v)) if event == want => v,
         other => panic!("expected a {want} event, got {other:?}"),
