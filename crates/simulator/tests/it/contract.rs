@@ -235,7 +235,14 @@ async fn lifecycles_conform_to_the_openapi_document() {
     c.health().await.expect("health");
 
     // Cluster: create (backing up into a bucket of the simulated store), read, rename.
-    add_bucket(&env, "contract", "us-east-1", "AKCONTRACT", "contract-secret").await;
+    add_bucket(
+        &env,
+        "contract",
+        "us-east-1",
+        "AKCONTRACT",
+        "contract-secret",
+    )
+    .await;
     let mut create = ClusterCreate::new("contract", 10, 4);
     create.backup_config = Some(backup_config(
         "contract",
