@@ -102,7 +102,8 @@ pub fn cluster_create(
             secret_access_key: Some(creds.secret_access_key.clone().into()),
             local_endpoint: Some(store.endpoint.clone()),
             bucket_name: Some(store.bucket.clone()),
-            ..Default::default()
+            prefix: store.prefix.clone(),
+            region: store.region.clone(),
         });
     }
     Ok(body)
@@ -183,7 +184,7 @@ mod tests {
     fn backup_needs_its_credentials_and_never_prints_them() {
         let s = spec(json!({
             "maxSubsystemCount": 10, "vcpuCount": 4,
-            "backup": {"endpoint": "https://s3.example.com", "bucket": "b", "credentialsSecretRef": {"name": "s3"}}
+            "backup": {"endpoint": "https://s3.example.com", "bucket": "b", "prefix": "fleet-a", "region": "eu-central-1", "credentialsSecretRef": {"name": "s3"}}
         }));
         let err = cluster_create("sb", "ns", &s, None).expect_err("no credentials");
         assert_eq!(err.reason(), "BackupCredentialsError");
@@ -195,6 +196,8 @@ mod tests {
         let body = cluster_create("sb", "ns", &s, Some(&creds)).expect("body");
         let backup = body.backup_config.expect("backup");
         assert_eq!(backup.bucket_name.as_deref(), Some("b"));
+        assert_eq!(backup.prefix.as_deref(), Some("fleet-a"));
+        assert_eq!(backup.region.as_deref(), Some("eu-central-1"));
         assert_eq!(
             backup.secret_access_key.as_ref().map(|k| k.expose()),
             Some("very-secret")

@@ -18,7 +18,7 @@ use simplyblock_api::storage_pool::PoolPhase;
 use simplyblock_controlplane::{Uuid, VolumeCreate, VolumeStatus};
 use simplyblock_operator::backup::restore::restored_name;
 
-use crate::support::{Harness, PATIENCE, harness_timed, raised, until, until_explained};
+use crate::support::{Harness, PATIENCE, harness_with_store, raised, until, until_explained};
 
 /// A harness whose backups and restores take a moment, not seconds.
 async fn backup_harness(ns: &str, restore_ms: i64) -> Harness {
@@ -27,7 +27,7 @@ async fn backup_harness(ns: &str, restore_ms: i64) -> Harness {
         restore_ms,
         ..Default::default()
     };
-    let h = harness_timed(ns, "", (1, 1), timings).await;
+    let h = harness_with_store(ns, timings, ns).await;
     h.activated().await;
     crate::support::webhooks().await;
     h

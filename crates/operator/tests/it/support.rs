@@ -701,14 +701,61 @@ pub async fn harness_timed(
     stripe: (i32, i32),
     timings: simplyblock_simulator::Timings,
 ) -> Harness {
+    harness_built(ns, faults, stripe, timings, None).await
+}
+
+/// The endpoint of the object store [`harness_with_store`] sets up in its sbsim.
+pub const STORE_ENDPOINT: &str = "http://minio.test:9000";
+/// Its bucket, and the key that may write to it.
+pub const STORE_BUCKET: &str = "backups";
+pub const STORE_KEY: (&str, &str) = ("AKIDSTORE", "store-secret");
+
+/// [`harness_timed`] whose cluster backs up into an object store of its sbsim (set up as a
+/// user sets up MinIO: a bucket open to one key), under `prefix`.
+pub async fn harness_with_store(
+    ns: &str,
+    timings: simplyblock_simulator::Timings,
+    prefix: &str,
+) -> Harness {
+    let store = simplyblock_controlplane::BackupConfig {
+        access_key_id: Some(STORE_KEY.0.into()),
+        secret_access_key: Some(STORE_KEY.1.to_owned().into()),
+        local_endpoint: Some(STORE_ENDPOINT.into()),
+        bucket_name: Some(STORE_BUCKET.into()),
+        prefix: Some(prefix.into()),
+        region: None,
+    };
+    harness_built(ns, "", (1, 1), timings, Some(store)).await
+}
+
+async fn harness_built(
+    ns: &str,
+    faults: &str,
+    stripe: (i32, i32),
+    timings: simplyblock_simulator::Timings,
+    store: Option<simplyblock_controlplane::BackupConfig>,
+) -> Harness {
     let kube = api_server().await.client().await.expect("client");
     namespace(&kube, ns).await;
     let sim = sbsim_timed(faults, 3, timings).await.0;
     let cp = sim.cp.clone();
-    let cluster = cp
-        .create_cluster(&ClusterCreate::new("sb", 10, 4))
+    let mut create = ClusterCreate::new("sb", 10, 4);
+    if let Some(store) = store {
+        let bucket = json!({
+            "endpoint": store.local_endpoint, "bucket": store.bucket_name,
+            "access_key_id": STORE_KEY.0, "secret_access_key": STORE_KEY.1,
+        });
+        cp.raw(
+            Method::POST,
+            "/../../_sim/object-stores",
+            &[],
+            Some(&bucket),
+        )
         .await
-        .expect("cluster");
+        .expect("the object store");
+        create.backup_config = Some(store);
+    }
+    let cluster = cp.create_cluster(&create).await.expect("cluster");
     for i in 1..=3 {
         cp.add_storage_node(
             cluster.id,
