@@ -167,6 +167,10 @@ pub struct ClusterTemplate {
     /// Where volume encryption keys are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms: Option<Kms>,
+    /// Where the cluster's backups go: the control plane is told its store when the
+    /// cluster is created, so it is named here, before the cluster exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<crate::storage_cluster::BackupStore>,
     /// How many workers may be in node add at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

@@ -870,6 +870,7 @@ fn cluster_block(wanted: &str, workers: &[Worker], notes: &mut Vec<String>) -> C
         enable_checksum_validation: None,
         enable_atomicity_4k: None,
         kms: None,
+        backup: None,
         node_provisioning_budget: None,
         enable_journal_device: None,
     }

@@ -106,7 +106,7 @@ pub fn cluster(doc: &ClusterDeploymentConfig) -> Option<StorageCluster> {
             critical_threshold: None,
             max_concurrent_worker_restarts: 1,
             ops_history_limit: DEFAULT_OPS_HISTORY_LIMIT,
-            backup: None,
+            backup: t.backup.clone(),
             disable_data_realignment: None,
             enable_volume_auto_placement: None,
             volume_migration_settings: None,
@@ -238,7 +238,9 @@ mod tests {
         doc(json!({
             "environment": environment,
             "cluster": {"name": "sb", "maxSubsystemCount": 10, "vcpuCount": 4, "minHugePagesSize": "8G",
-                        "socketsToUse": ["0", "1"], "nodesPerSocket": 1, "enableDriveFormat": format},
+                        "socketsToUse": ["0", "1"], "nodesPerSocket": 1, "enableDriveFormat": format,
+                        "backup": {"endpoint": "https://s3.example.com", "bucket": "fleet",
+                                   "credentialsSecretRef": {"name": "s3"}}},
             "tolerations": [{"key": "storage", "operator": "Exists"}],
             "nodeSets": [{"name": "rack-a", "groups": [
                 {"name": "g", "workers": ["w1", "w2"], "mgmtInterface": "eth0", "dataInterfaces": ["eth1"],
@@ -252,7 +254,7 @@ mod tests {
         let c = cluster(&two_socket_doc("OpenShift", true)).expect("a creating document");
         assert_eq!(c.metadata.name.as_deref(), Some("sb"));
         assert_eq!(c.spec.device_class, DeviceClass::NVMe);
-        let s = c.spec.storage_nodes.expect("workload");
+        let s = c.spec.storage_nodes.clone().expect("workload");
         // The regression the seed names: the socket layout must reach the cluster.
         assert_eq!(s.sockets_to_use, ["0", "1"]);
         assert_eq!(s.mgmt_interface.as_deref(), Some("eth0"));
@@ -266,6 +268,11 @@ mod tests {
             "OpenShift must not skip kubelet configuration"
         );
         assert_eq!(s.tolerations.len(), 1);
+        assert_eq!(
+            c.spec.backup.map(|b| b.bucket).as_deref(),
+            Some("fleet"),
+            "the store is told the control plane at creation, so it comes with the document"
+        );
     }
 
     #[test]
