@@ -7,6 +7,7 @@
 //! reads or writes them: it speaks v1alpha2 only.
 
 pub mod control_plane;
+pub mod storage_backup;
 pub mod storage_cluster;
 pub mod storage_cluster_ops;
 pub mod storage_node;
@@ -15,6 +16,7 @@ pub mod storage_node_set;
 pub mod storage_pool;
 
 pub use control_plane::ControlPlane;
+pub use storage_backup::StorageBackup;
 pub use storage_cluster::StorageCluster;
 pub use storage_cluster_ops::StorageClusterOps;
 pub use storage_node::StorageNode;
@@ -39,5 +41,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         StorageNodeOps::crd(),
         StoragePool::crd(),
         ControlPlane::crd(),
+        StorageBackup::crd(),
     ]
 }

@@ -1,6 +1,7 @@
 //! The converting kinds and their rules.
 
 mod control_plane;
+mod storage_backup;
 mod storage_cluster;
 mod storage_cluster_ops;
 mod storage_node;
@@ -17,4 +18,5 @@ pub static ALL: &[Kind] = &[
     storage_cluster_ops::KIND,
     control_plane::KIND,
     storage_node_ops::KIND,
+    storage_backup::KIND,
 ];

@@ -34,8 +34,9 @@ pub const PATH: &str = "/validate-storage-simplyblock-io-v1alpha1-writes";
 pub const NAME: &str = "vv1alpha1writes.simplyblock.io";
 
 /// The kinds served at v1alpha1, and their resources.
-pub const CONVERTING: [(&str, &str); 6] = [
+pub const CONVERTING: [(&str, &str); 7] = [
     ("ControlPlane", "controlplanes"),
+    ("StorageBackup", "storagebackups"),
     ("StorageCluster", "storageclusters"),
     ("StorageClusterOps", "storageclusterops"),
     ("StorageNode", "storagenodes"),
@@ -184,5 +185,18 @@ mod tests {
         let why = status_unchanged(Some(&forged), Some(&stored)).expect_err("forged");
         assert!(why.contains("status subresource"), "{why}");
         assert!(status_unchanged(Some(&json!({"uuid": "b"})), None).is_err());
+    }
+
+    /// A kind served at v1alpha1 left out here would take v1alpha1 writes unchecked.
+    #[test]
+    fn every_kind_served_at_v1alpha1_is_checked() {
+        let mut checked: Vec<String> = CONVERTING
+            .iter()
+            .map(|(_, plural)| format!("{plural}.{}", simplyblock_api::GROUP))
+            .collect();
+        checked.sort();
+        let mut served = simplyblock_api::converting_crd_names();
+        served.sort();
+        assert_eq!(checked, served);
     }
 }
