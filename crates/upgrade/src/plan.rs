@@ -557,15 +557,7 @@ mod tests {
             .filter(|s| !s.implemented())
             .map(|s| s.id)
             .collect();
-        assert_eq!(
-            planned_only,
-            [
-                "copy-backup-policies",
-                "absorb-volume-migrations",
-                "absorb-backup-restores",
-                "delete-backup-imports"
-            ]
-        );
+        assert_eq!(planned_only, ["absorb-volume-migrations"]);
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
         let ctx = crate::step::Context {
             client: kube::Client::try_from(config).expect("client"),
@@ -581,7 +573,7 @@ mod tests {
         };
         let step = all
             .iter()
-            .find(|s| s.id == "copy-backup-policies")
+            .find(|s| s.id == "absorb-volume-migrations")
             .expect("step");
         let error = step
             .apply(&ctx, &World::default())
@@ -589,7 +581,7 @@ mod tests {
             .expect_err("refused");
         assert_eq!(
             error.to_string(),
-            "copy-backup-policies: not implemented in this release"
+            "absorb-volume-migrations: not implemented in this release"
         );
     }
 }

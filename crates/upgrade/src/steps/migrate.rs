@@ -14,9 +14,14 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use simplyblock_api::cluster_deployment_config::{
     ClusterDeploymentConfig, ClusterDeploymentConfigSpec, NodeGroup, NodeSet,
 };
+use simplyblock_api::keys::{BACKUP_POLICY_LABEL, HISTORICAL_RECORD_ANNOTATION};
+use simplyblock_api::storage_backup_ops::{BackupAction, RestoreSpec, StorageBackupOpsSpec};
+use simplyblock_api::storage_backup_policy::StorageBackupPolicySpec;
+use simplyblock_api::{StorageBackupOps, StorageBackupPolicy};
 
 use super::shared::{
     action, api_of, converting_crds, crd_name, failed, kube_failed, merge, ok, step,
@@ -106,8 +111,8 @@ pub fn steps() -> Vec<Step> {
             [],
             policies_describe,
             policies_done,
-            ok,
-            None
+            policies_validate,
+            Some(copy_policies)
         ),
         step!(
             "absorb-volume-migrations",
@@ -127,7 +132,7 @@ pub fn steps() -> Vec<Step> {
             restores_describe,
             restores_done,
             restores_validate,
-            None
+            Some(absorb_restores)
         ),
         step!(
             "normalize-volume-handles",
@@ -147,7 +152,7 @@ pub fn steps() -> Vec<Step> {
             imports_describe,
             imports_done,
             ok,
-            None
+            Some(delete_imports)
         ),
         step!(
             "rewrite-storage-version",
@@ -487,12 +492,143 @@ fn absorb_describe(world: &World, from: &str, to: &str, detail: &str) -> Vec<Act
         .collect()
 }
 
+/// The annotation keys a Go claim named its BackupPolicy under, the one that wins first.
+pub const POLICY_ANNOTATIONS: [&str; 3] = [
+    BACKUP_POLICY_LABEL,
+    "simplyblock.io/backup-policy",
+    "simplybk/backup-policy",
+];
+
+/// The Go BackupPolicy a claim's annotations name, if any.
+pub fn claim_policy(claim: &Value) -> Option<&str> {
+    let annotations = claim.pointer("/metadata/annotations")?;
+    POLICY_ANNOTATIONS
+        .iter()
+        .find_map(|k| annotations.get(*k).and_then(Value::as_str))
+        .filter(|p| !p.is_empty())
+}
+
+/// The claims Go BackupPolicy `policy` covered (annotated, in its namespace) that do not
+/// carry the label its StorageBackupPolicy selects on.
+pub fn unlabelled_claims<'a>(world: &'a World, policy: &'a Value) -> Vec<&'a Value> {
+    let namespace = text(policy, "/metadata/namespace");
+    world
+        .kubernetes
+        .iter()
+        .filter(|o| kind(o) == "PersistentVolumeClaim")
+        .filter(|c| text(c, "/metadata/namespace") == namespace)
+        .filter(|c| claim_policy(c) == Some(name(policy)))
+        .filter(|c| {
+            c.pointer("/metadata/labels")
+                .and_then(|l| l.get(BACKUP_POLICY_LABEL))
+                .and_then(Value::as_str)
+                != Some(name(policy))
+        })
+        .collect()
+}
+
 fn policies_describe(world: &World) -> Vec<Action> {
-    absorb_describe(world, "BackupPolicy", "StorageBackupPolicy", "a copy")
+    world
+        .of_kind("BackupPolicy")
+        .flat_map(|p| {
+            let labels = unlabelled_claims(world, p).into_iter().map(move |c| {
+                action(
+                    "absorb",
+                    "label",
+                    display(c),
+                    format!("{BACKUP_POLICY_LABEL}={}", name(p)),
+                )
+            });
+            let create = (!world.hub_has("StorageBackupPolicy", name(p))).then(|| {
+                action(
+                    "absorb",
+                    "create",
+                    format!("StorageBackupPolicy/{}", name(p)),
+                    format!(
+                        "cluster {}, claims labelled {BACKUP_POLICY_LABEL}={}, its schedule and limits",
+                        text(p, "/spec/clusterName"),
+                        name(p)
+                    ),
+                )
+            });
+            labels.chain(create).chain([action(
+                "retire",
+                "delete",
+                display(p),
+                "its finalizer dropped first: the control plane's policy stays, for the new one to adopt by name".into(),
+            )])
+        })
+        .collect()
 }
+
 fn policies_done(world: &World) -> bool {
-    absorbed(world, "BackupPolicy", "StorageBackupPolicy")
+    world.of_kind("BackupPolicy").next().is_none()
 }
+
+/// Whether `text` is a positive number without leading zeros followed by a unit of time.
+fn interval(text: &str) -> bool {
+    text.strip_suffix(['m', 'h', 'd', 'w'])
+        .is_some_and(positive)
+}
+
+fn positive(text: &str) -> bool {
+    !text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// What of Go BackupPolicy `policy` a StorageBackupPolicy cannot say, if anything: the Go
+/// CRD took zero counts and intervals, and a policy with nothing to do, all of which the
+/// control plane refused.
+pub fn policy_problem(policy: &Value) -> Option<String> {
+    let schedule = text(policy, "/spec/schedule");
+    let max_age = text(policy, "/spec/maxAge");
+    let max_versions = policy
+        .pointer("/spec/maxVersions")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if name(policy).len() > checks::LABEL_LIMIT {
+        return Some(format!(
+            "its name has {} characters; the claims' label holds at most {}",
+            name(policy).len(),
+            checks::LABEL_LIMIT
+        ));
+    }
+    let tiers_ok = schedule.split_whitespace().all(|tier| {
+        tier.split_once(',')
+            .is_some_and(|(every, keep)| interval(every) && positive(keep))
+    });
+    if !schedule.is_empty() && !tiers_ok {
+        return Some(format!(
+            "schedule {schedule:?} has a zero interval or count"
+        ));
+    }
+    if !max_age.is_empty() && !interval(max_age) {
+        return Some(format!("maxAge {max_age:?} is zero"));
+    }
+    if schedule.is_empty() && max_age.is_empty() && max_versions <= 0 {
+        return Some("it sets none of schedule, maxVersions or maxAge".into());
+    }
+    None
+}
+
+fn policies_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
+    let out: Vec<Refusal> = world
+        .of_kind("BackupPolicy")
+        .filter_map(|p| {
+            Some(Refusal {
+                check: "backup-policy-unmovable",
+                object: display(p),
+                what: policy_problem(p)?,
+                why: "the control plane never took such a policy, and StorageBackupPolicy refuses it".into(),
+                fix: format!(
+                    "delete {} (it backs nothing up) or recreate it with a valid schedule, maxVersions or maxAge",
+                    display(p)
+                ),
+            })
+        })
+        .collect();
+    if out.is_empty() { Ok(()) } else { Err(out) }
+}
+
 fn migrations_describe(world: &World) -> Vec<Action> {
     absorb_describe(
         world,
@@ -505,10 +641,24 @@ fn migrations_done(world: &World) -> bool {
     absorbed(world, "VolumeMigration", "PersistentVolumeOps")
 }
 fn restores_describe(world: &World) -> Vec<Action> {
-    absorb_describe(world, "BackupRestore", "StorageBackupOps", "action Restore")
+    let mut out = absorb_describe(
+        world,
+        "BackupRestore",
+        "StorageBackupOps",
+        "a historical record of action Restore, with its outcome,",
+    );
+    out.extend(world.of_kind("BackupRestore").map(|r| {
+        action(
+            "retire",
+            "delete",
+            display(r),
+            "once its record holds its outcome".into(),
+        )
+    }));
+    out
 }
 fn restores_done(world: &World) -> bool {
-    absorbed(world, "BackupRestore", "StorageBackupOps")
+    world.of_kind("BackupRestore").next().is_none()
 }
 
 fn of_retired_kind(world: &World, kind_: &str) -> Result<(), Vec<Refusal>> {
@@ -582,19 +732,20 @@ fn handles_validate(world: &World, _: &Options) -> Result<(), Vec<Refusal>> {
 fn imports_describe(world: &World) -> Vec<Action> {
     world
         .of_kind("BackupImport")
+        .filter(|o| !retired(o))
         .map(|o| {
             action(
                 "retire",
                 "delete",
                 display(o),
-                "a retired kind; nothing replaces it".into(),
+                "a retired kind (the store is the inventory); the StorageBackup it made is orphaned, not deleted".into(),
             )
         })
         .collect()
 }
 
 fn imports_done(world: &World) -> bool {
-    world.of_kind("BackupImport").next().is_none()
+    world.of_kind("BackupImport").all(retired)
 }
 
 fn rewrite_describe(world: &World) -> Vec<Action> {
@@ -973,6 +1124,241 @@ pub fn normalize_handles<'a>(
     .boxed()
 }
 
+/// The annotation a moved object names what it was moved from in.
+const MIGRATED_FROM: &str = "storage.simplyblock.io/migrated-from";
+
+/// Deletes a Go object, its finalizers dropped first: the Go operator, stopped, would never
+/// release them, and one that ran would undo in the control plane what was just moved.
+/// `orphan` leaves what it owns to the garbage collector to orphan.
+async fn retire_go_object(
+    ctx: &Context,
+    world: &World,
+    object: &Value,
+    orphan: bool,
+) -> Result<(), StepError> {
+    let has_finalizers = object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| {
+            f.iter().any(|f| {
+                f.as_str()
+                    .is_some_and(|f| !COLLECTOR_FINALIZERS.contains(&f))
+            })
+        });
+    if has_finalizers {
+        merge(
+            ctx,
+            world,
+            object,
+            json!({"metadata": {"finalizers": null}}),
+        )
+        .await?;
+    }
+    let params = DeleteParams {
+        propagation_policy: orphan.then_some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    match api_of(ctx, world, object)?
+        .delete(name(object), &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(kube_failed(format!("deleting {}", display(object)))(e)),
+    }
+}
+
+/// Creates `object` unless it exists.
+async fn create_once<K>(api: &Api<K>, object: &K, what: &str) -> Result<(), StepError>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(kube_failed(format!("creating {what}"))(e)),
+    }
+}
+
+/// The StorageBackupPolicy Go BackupPolicy `policy` becomes: the same name (the control
+/// plane's policy is found by it and adopted) and the claims it covered, by label.
+pub fn policy_of(policy: &Value) -> StorageBackupPolicy {
+    let some = |pointer: &str| Some(text(policy, pointer).to_owned()).filter(|v| !v.is_empty());
+    let mut copy = StorageBackupPolicy::new(
+        name(policy),
+        StorageBackupPolicySpec {
+            cluster_ref: text(policy, "/spec/clusterName").to_owned(),
+            claim_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    BACKUP_POLICY_LABEL.to_owned(),
+                    name(policy).to_owned(),
+                )])),
+                match_expressions: None,
+            }),
+            // Absent: this namespace, the one the Go policy and its claims had to share.
+            namespace_selector: None,
+            schedule: some("/spec/schedule"),
+            max_versions: policy
+                .pointer("/spec/maxVersions")
+                .and_then(Value::as_i64)
+                .filter(|v| *v > 0)
+                .and_then(|v| i32::try_from(v).ok()),
+            max_age: some("/spec/maxAge"),
+        },
+    );
+    copy.metadata.annotations = Some(BTreeMap::from([(
+        MIGRATED_FROM.to_owned(),
+        display(policy),
+    )]));
+    copy
+}
+
+/// Each Go BackupPolicy: its claims labelled first (so the new policy never selects an
+/// empty set and detaches nothing), then its StorageBackupPolicy created, then the Go
+/// object deleted without its finalizer, which would detach and delete the control plane's
+/// policy the new one adopts.
+pub fn copy_policies<'a>(
+    ctx: &'a Context,
+    world: &'a World,
+) -> BoxFuture<'a, Result<(), StepError>> {
+    async move {
+        for policy in world.of_kind("BackupPolicy") {
+            if let Some(problem) = policy_problem(policy) {
+                return Err(failed(anyhow::anyhow!("{}: {problem}", display(policy))));
+            }
+            for claim in unlabelled_claims(world, policy) {
+                merge(
+                    ctx,
+                    world,
+                    claim,
+                    json!({"metadata": {"labels": {BACKUP_POLICY_LABEL: name(policy)}}}),
+                )
+                .await?;
+            }
+            let namespace = match text(policy, "/metadata/namespace") {
+                "" => ctx.namespace.as_str(),
+                ns => ns,
+            };
+            if !world.hub_has("StorageBackupPolicy", name(policy)) {
+                let api: Api<StorageBackupPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+                create_once(
+                    &api,
+                    &policy_of(policy),
+                    &format!("StorageBackupPolicy/{}", name(policy)),
+                )
+                .await?;
+            }
+            retire_go_object(ctx, world, policy, false).await?;
+        }
+        Ok(())
+    }
+    .boxed()
+}
+
+/// The StorageBackupOps a finished Go BackupRestore becomes, and the status it records: a
+/// historical record, which the operator never runs.
+pub fn restore_record(restore: &Value) -> (StorageBackupOps, Value) {
+    let some = |pointer: &str| Some(text(restore, pointer).to_owned()).filter(|v| !v.is_empty());
+    let own_namespace = text(restore, "/metadata/namespace");
+    let claim_name = some("/status/pvcName")
+        .or_else(|| some("/spec/pvcTemplate/metadata/name"))
+        .unwrap_or_else(|| format!("{}-restored", name(restore)));
+    let mut record = StorageBackupOps::new(
+        name(restore),
+        StorageBackupOpsSpec {
+            backup_ref: text(restore, "/spec/backupRef/name").to_owned(),
+            action: BackupAction::Restore,
+            restore: Some(RestoreSpec {
+                claim_name,
+                claim_namespace: some("/status/pvcNamespace").filter(|ns| ns != own_namespace),
+                target_pool: some("/status/poolName").or_else(|| some("/spec/targetPool")),
+                claim_labels: BTreeMap::new(),
+                claim_annotations: BTreeMap::new(),
+            }),
+            abort: false,
+        },
+    );
+    record.metadata.annotations = Some(BTreeMap::from([
+        (HISTORICAL_RECORD_ANNOTATION.to_owned(), "true".to_owned()),
+        (MIGRATED_FROM.to_owned(), display(restore)),
+    ]));
+    let mut status = json!({
+        "phase": if text(restore, "/status/phase") == "Done" { "Succeeded" } else { "Failed" },
+        "step": {"state": "Binding"},
+    });
+    for (from, to) in [
+        ("clusterUUID", "clusterID"),
+        ("backupID", "backupID"),
+        ("restoredLvolID", "restoredLvolID"),
+        ("poolUUID", "poolUUID"),
+        ("pvName", "persistentVolumeName"),
+        ("pvcName", "claimName"),
+        ("pvcNamespace", "claimNamespace"),
+        ("message", "message"),
+        ("startedAt", "startedAt"),
+        ("completedAt", "completedAt"),
+    ] {
+        if let Some(value) = some(&format!("/status/{from}")) {
+            status[to] = Value::String(value);
+        }
+    }
+    (record, status)
+}
+
+/// Each finished Go BackupRestore: its record created, its outcome written into the
+/// record's status (again on every run while the Go object is there to read it from), then
+/// the Go object deleted.
+pub fn absorb_restores<'a>(
+    ctx: &'a Context,
+    world: &'a World,
+) -> BoxFuture<'a, Result<(), StepError>> {
+    async move {
+        let crd = world.crd("StorageBackupOps").ok_or_else(|| {
+            failed(anyhow::anyhow!(
+                "no CRD of kind StorageBackupOps: the upgrade stage applies it"
+            ))
+        })?;
+        for restore in world.of_kind("BackupRestore") {
+            let namespace = match text(restore, "/metadata/namespace") {
+                "" => ctx.namespace.as_str(),
+                ns => ns,
+            };
+            let (record, status) = restore_record(restore);
+            let what = format!("StorageBackupOps/{}", name(restore));
+            if !world.hub_has("StorageBackupOps", name(restore)) {
+                let api: Api<StorageBackupOps> = Api::namespaced(ctx.client.clone(), namespace);
+                create_once(&api, &record, &what).await?;
+            }
+            crd.api(&ctx.client, namespace, V1ALPHA2)
+                .patch_status(
+                    name(restore),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status})),
+                )
+                .await
+                .map_err(kube_failed(format!("writing the status of {what}")))?;
+            retire_go_object(ctx, world, restore, false).await?;
+        }
+        Ok(())
+    }
+    .boxed()
+}
+
+/// Each BackupImport deleted, orphaning the StorageBackup it made: that backup is in the
+/// store, and so recorded, whatever imported it.
+pub fn delete_imports<'a>(
+    ctx: &'a Context,
+    world: &'a World,
+) -> BoxFuture<'a, Result<(), StepError>> {
+    async move {
+        for import in world.of_kind("BackupImport").filter(|o| !retired(o)) {
+            retire_go_object(ctx, world, import, true).await?;
+        }
+        Ok(())
+    }
+    .boxed()
+}
+
 /// The storage rewrite of each converting CRD: storage switched to v1alpha2, every object
 /// written back unchanged (so etcd holds it at v1alpha2), then `status.storedVersions`
 /// narrowed to `[v1alpha2]`. Each part is safe to repeat.
@@ -1085,4 +1471,161 @@ async fn write_back(
         "{}/{object_name} kept changing while it was written back; run again",
         resource.kind
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn go_policy(spec: Value) -> Value {
+        json!({"kind": "BackupPolicy", "metadata": {"name": "nightly", "namespace": "sb"}, "spec": spec})
+    }
+
+    #[test]
+    fn a_go_policy_becomes_one_selecting_its_claims_by_label_with_its_limits() {
+        let copy = policy_of(&go_policy(json!({
+            "clusterName": "prod", "schedule": "15m,4 1d,7", "maxAge": "7d", "maxVersions": 0
+        })));
+        let spec = serde_json::to_value(&copy.spec).expect("json");
+        assert_eq!(
+            spec,
+            json!({"clusterRef": "prod", "schedule": "15m,4 1d,7", "maxAge": "7d",
+                   "claimSelector": {"matchLabels": {BACKUP_POLICY_LABEL: "nightly"}}}),
+            "maxVersions 0 (no limit) is left out"
+        );
+        let copy = policy_of(&go_policy(json!({"clusterName": "prod", "maxVersions": 3})));
+        assert_eq!(copy.spec.max_versions, Some(3));
+    }
+
+    #[test]
+    fn a_go_policy_the_control_plane_never_took_is_refused() {
+        for (spec, why) in [
+            (json!({"clusterName": "prod"}), "none of"),
+            (json!({"clusterName": "prod", "schedule": "0m,4"}), "zero"),
+            (json!({"clusterName": "prod", "schedule": "15m,0"}), "zero"),
+            (json!({"clusterName": "prod", "maxAge": "0d"}), "zero"),
+            (json!({"clusterName": "prod", "maxVersions": 0}), "none of"),
+        ] {
+            let problem = policy_problem(&go_policy(spec.clone())).unwrap_or_default();
+            assert!(problem.contains(why), "{spec}: {problem:?}");
+        }
+        assert_eq!(
+            policy_problem(&go_policy(
+                json!({"clusterName": "prod", "schedule": "15m,4  1h,24"})
+            )),
+            None
+        );
+        let mut long = go_policy(json!({"clusterName": "prod", "maxAge": "7d"}));
+        long["metadata"]["name"] = json!("p".repeat(64));
+        assert!(policy_problem(&long).is_some());
+    }
+
+    #[test]
+    fn the_claims_of_a_policy_are_those_annotated_in_its_namespace_under_any_spelling() {
+        let claim = |name: &str, ns: &str, annotations: Value, labels: Value| {
+            json!({"kind": "PersistentVolumeClaim",
+                   "metadata": {"name": name, "namespace": ns, "annotations": annotations, "labels": labels}})
+        };
+        let world = World {
+            kubernetes: vec![
+                claim(
+                    "new",
+                    "sb",
+                    json!({BACKUP_POLICY_LABEL: "nightly"}),
+                    json!({}),
+                ),
+                claim(
+                    "old",
+                    "sb",
+                    json!({"simplyblock.io/backup-policy": "nightly"}),
+                    json!({}),
+                ),
+                claim(
+                    "legacy",
+                    "sb",
+                    json!({"simplybk/backup-policy": "nightly"}),
+                    json!({}),
+                ),
+                // The new key wins, as it did for the Go operator.
+                claim(
+                    "other",
+                    "sb",
+                    json!({BACKUP_POLICY_LABEL: "weekly", "simplybk/backup-policy": "nightly"}),
+                    json!({}),
+                ),
+                claim(
+                    "elsewhere",
+                    "apps",
+                    json!({BACKUP_POLICY_LABEL: "nightly"}),
+                    json!({}),
+                ),
+                claim(
+                    "done",
+                    "sb",
+                    json!({BACKUP_POLICY_LABEL: "nightly"}),
+                    json!({BACKUP_POLICY_LABEL: "nightly"}),
+                ),
+            ],
+            ..World::default()
+        };
+        let policy = go_policy(json!({"clusterName": "prod", "maxAge": "7d"}));
+        let names: Vec<&str> = unlabelled_claims(&world, &policy)
+            .into_iter()
+            .map(name)
+            .collect();
+        assert_eq!(names, ["new", "old", "legacy"]);
+    }
+
+    #[test]
+    fn a_finished_go_restore_becomes_a_historical_record_of_its_outcome() {
+        let restore = json!({"kind": "BackupRestore", "metadata": {"name": "r1", "namespace": "sb"},
+            "spec": {"clusterName": "prod", "backupRef": {"name": "b1"}, "targetPool": "silver",
+                     "pvcTemplate": {"metadata": {"name": "from-template"}, "spec": {}}},
+            "status": {"phase": "Done", "clusterUUID": "c-1", "backupID": "b-1", "restoredLvolID": "l-2",
+                       "poolName": "gold", "poolUUID": "p-1", "pvName": "restore-x", "pvcName": "db-restored",
+                       "pvcNamespace": "apps", "message": "PVC apps/db-restored is bound",
+                       "startedAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:14:05Z"}});
+        let (record, status) = restore_record(&restore);
+        assert_eq!(
+            serde_json::to_value(&record.spec).expect("json"),
+            json!({"backupRef": "b1", "action": "Restore", "abort": false,
+                   "restore": {"claimName": "db-restored", "claimNamespace": "apps", "targetPool": "gold"}})
+        );
+        assert!(record.is_historical_record());
+        assert_eq!(
+            status,
+            json!({"phase": "Succeeded", "step": {"state": "Binding"}, "clusterID": "c-1",
+                   "backupID": "b-1", "restoredLvolID": "l-2", "poolUUID": "p-1",
+                   "persistentVolumeName": "restore-x", "claimName": "db-restored",
+                   "claimNamespace": "apps", "message": "PVC apps/db-restored is bound",
+                   "startedAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:14:05Z"})
+        );
+
+        // A failed one, before it named a claim: the template's name, its own pool choice.
+        let mut failed = restore.clone();
+        failed["status"] = json!({"phase": "Failed", "pvcNamespace": "sb"});
+        let (record, status) = restore_record(&failed);
+        let spec = record.spec.restore.expect("restore");
+        assert_eq!(
+            (
+                spec.claim_name.as_str(),
+                spec.claim_namespace,
+                spec.target_pool.as_deref()
+            ),
+            ("from-template", None, Some("silver"))
+        );
+        assert_eq!(status["phase"], "Failed");
+        failed["spec"]["pvcTemplate"]["metadata"] = json!({});
+        assert_eq!(
+            restore_record(&failed)
+                .0
+                .spec
+                .restore
+                .expect("restore")
+                .claim_name,
+            "r1-restored"
+        );
+    }
 }
