@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -48,18 +48,132 @@ fn as_go_installed(mut crd: CustomResourceDefinition) -> CustomResourceDefinitio
 }
 
 /// Every v1alpha1 CRD the Go operator installed that this workspace describes: the
-/// converting kinds' and the retired StorageNodeSet's.
+/// converting kinds', the retired StorageNodeSet's and the retired backup kinds'.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let mut crds: Vec<CustomResourceDefinition> = simplyblock_conversion::kinds()
         .iter()
         .map(|k| (k.kind.v1alpha1)())
         .chain(simplyblock_api::v1alpha1::crds())
         .chain([simplyblock_api::v1alpha1::storage_node_set::StorageNodeSet::crd()])
+        .chain(retired_backup_crds())
         .map(as_go_installed)
         .collect();
     crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     crds.dedup_by(|a, b| a.metadata.name == b.metadata.name);
     crds
+}
+
+/// A v1alpha1 CRD of the group as the Go operator generated it: namespaced, with a status
+/// subresource.
+fn go_crd(kind: &str, plural: &str, short: Option<&str>, spec: Value, status: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
+                      "singular": kind.to_ascii_lowercase(), "shortNames": short.into_iter().collect::<Vec<_>>()},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": V1ALPHA1, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": {"type": "object"}, "spec": spec, "status": status}}},
+            }],
+        },
+    })
+}
+
+fn strings(names: &[&str]) -> Value {
+    Value::Object(
+        names
+            .iter()
+            .map(|n| ((*n).to_owned(), json!({"type": "string"})))
+            .collect(),
+    )
+}
+
+/// The Go operator's BackupPolicy, BackupRestore and BackupImport, which v1alpha2 retires:
+/// their fields and types as its CRDs declared them.
+pub fn retired_backup_crds() -> Vec<CustomResourceDefinition> {
+    let immutable = json!([{"rule": "self == oldSelf", "message": "field is immutable"}]);
+    let policy = go_crd(
+        "BackupPolicy",
+        "backuppolicies",
+        None,
+        json!({"type": "object", "required": ["clusterName"], "properties": {
+            "clusterName": {"type": "string", "x-kubernetes-validations": immutable},
+            "maxVersions": {"type": "integer"},
+            "maxAge": {"type": "string", "pattern": "^\\d+[mhdw]$"},
+            "schedule": {"type": "string", "pattern": "^(\\d+[mhdw],\\d+)(\\s+\\d+[mhdw],\\d+)*$"}}}),
+        json!({"type": "object", "properties": {
+            "phase": {"type": "string"}, "message": {"type": "string"},
+            "clusterUUID": {"type": "string"}, "policyID": {"type": "string"},
+            "attachedLvols": {"type": "array", "items": {"type": "object",
+                "required": ["lvolID", "pvcName", "pvcNamespace"],
+                "properties": strings(&["lvolID", "pvcName", "pvcNamespace"])}}}}),
+    );
+    let mut restore_status = strings(&[
+        "phase",
+        "message",
+        "clusterUUID",
+        "backupID",
+        "sourceLvolID",
+        "fsType",
+        "poolName",
+        "poolUUID",
+        "restoredLvolID",
+        "pvName",
+        "pvcName",
+        "pvcNamespace",
+        "sourceClusterUUID",
+    ]);
+    for at in ["startedAt", "completedAt"] {
+        restore_status[at] = json!({"type": "string", "format": "date-time"});
+    }
+    let restore = go_crd(
+        "BackupRestore",
+        "backuprestores",
+        Some("br"),
+        json!({"type": "object", "required": ["backupRef", "clusterName", "pvcTemplate"], "properties": {
+            "clusterName": {"type": "string", "x-kubernetes-validations": immutable},
+            "backupRef": {"type": "object", "required": ["name"], "properties": strings(&["name"])},
+            "targetPool": {"type": "string"},
+            "targetNode": {"type": "string"},
+            "pvcTemplate": {"type": "object", "required": ["spec"], "properties": {
+                "metadata": {"type": "object", "properties": {
+                    "name": {"type": "string"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}},
+                // A PersistentVolumeClaimSpec; the steps read none of it.
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}),
+        json!({"type": "object", "properties": restore_status}),
+    );
+    let mut import_status = strings(&[
+        "phase",
+        "message",
+        "sourceClusterUUID",
+        "targetClusterUUID",
+        "importedBackupID",
+        "storageBackupRef",
+    ]);
+    import_status["completedAt"] = json!({"type": "string", "format": "date-time"});
+    let import = go_crd(
+        "BackupImport",
+        "backupimports",
+        Some("bi"),
+        json!({"type": "object", "required": ["sourceBackupID", "sourceClusterName", "targetClusterName"], "properties": {
+            "sourceBackupID": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,128}$"},
+            "sourceClusterName": {"type": "string", "x-kubernetes-validations": immutable},
+            "targetClusterName": {"type": "string", "x-kubernetes-validations": immutable}}}),
+        json!({"type": "object", "properties": import_status}),
+    );
+    [policy, restore, import]
+        .into_iter()
+        .map(|crd| serde_json::from_value(crd).expect("a well-formed CRD"))
+        .collect()
 }
 
 /// The v1alpha1 API of `kind` in `namespace`.
@@ -305,4 +419,107 @@ pub async fn legacy_volume(
         .await
         .context("the legacy volume")?;
     Ok(())
+}
+
+/// The backup kinds' objects: BackupPolicy [`BACKUP_POLICY`] (with the Go operator's
+/// finalizer) and two claims annotated with it under the old and the legacy key, a finished
+/// and a failed BackupRestore, a BackupImport and the StorageBackup it made, and a
+/// StorageBackup of a claim.
+pub async fn backups(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    create(client, namespace, "backuppolicies", object("BackupPolicy", BACKUP_POLICY, json!({
+        "metadata": {"finalizers": ["storage.simplyblock.io/backuppolicy-finalizer"]},
+        "spec": {"clusterName": CLUSTER, "schedule": "15m,4 1d,7", "maxAge": "7d", "maxVersions": 0},
+        "status": {"phase": "Active", "policyID": "policy-1", "clusterUUID": "c"},
+    })))
+    .await?;
+    for (claim, key) in BACKED_UP_CLAIMS
+        .iter()
+        .zip(["simplyblock.io/backup-policy", "simplybk/backup-policy"])
+    {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": claim, "annotations": {key: BACKUP_POLICY}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))?;
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &pvc)
+            .await
+            .with_context(|| format!("the claim {claim}"))?;
+    }
+    create(
+        client,
+        namespace,
+        "storagebackups",
+        object("StorageBackup", BACKUP, backup()),
+    )
+    .await?;
+    for (name, phase) in [(RESTORE_DONE, "Done"), (RESTORE_FAILED, "Failed")] {
+        let mut status = json!({"phase": phase, "clusterUUID": "c-1", "backupID": "b-2",
+            "poolName": POOL, "message": format!("restore {phase}"),
+            "startedAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:14:05Z"});
+        if phase == "Done" {
+            status["restoredLvolID"] = json!("l-restored");
+            status["pvName"] = json!("restore-1");
+            status["pvcName"] = json!("db-restored");
+            status["pvcNamespace"] = json!(namespace);
+        }
+        create(client, namespace, "backuprestores", object("BackupRestore", name, json!({
+            "spec": {"clusterName": CLUSTER, "backupRef": {"name": BACKUP},
+                     "pvcTemplate": {"spec": {"resources": {"requests": {"storage": "1Gi"}}}}},
+            "status": status,
+        })))
+        .await?;
+    }
+    let import = create(client, namespace, "backupimports", object("BackupImport", BACKUP_IMPORT, json!({
+        "spec": {"sourceClusterName": "elsewhere", "sourceBackupID": "b-9", "targetClusterName": CLUSTER},
+        "status": {"phase": "Done", "importedBackupID": "b-9", "storageBackupRef": format!("{BACKUP_IMPORT}-imported")},
+    })))
+    .await?;
+    let mut imported = imported_backup();
+    imported["metadata"] = json!({"ownerReferences": [{
+        "apiVersion": format!("{GROUP}/{V1ALPHA1}"), "kind": "BackupImport", "name": BACKUP_IMPORT,
+        "uid": import.metadata.uid.unwrap_or_default(), "controller": true, "blockOwnerDeletion": true,
+    }]});
+    create(
+        client,
+        namespace,
+        "storagebackups",
+        object(
+            "StorageBackup",
+            &format!("{BACKUP_IMPORT}-imported"),
+            imported,
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The Go BackupPolicy, and the claims annotated with it.
+pub const BACKUP_POLICY: &str = "nightly";
+pub const BACKED_UP_CLAIMS: [&str; 2] = ["db", "logs"];
+/// The StorageBackup of claim `db`, restored by both BackupRestores.
+pub const BACKUP: &str = "db-backup";
+pub const RESTORE_DONE: &str = "db-restore";
+pub const RESTORE_FAILED: &str = "db-restore-failed";
+pub const BACKUP_IMPORT: &str = "from-elsewhere";
+
+/// Spec and status of StorageBackup [`BACKUP`], as the Go operator wrote them.
+pub fn backup() -> Value {
+    json!({
+        "spec": {"clusterName": CLUSTER, "pvcRef": {"name": BACKED_UP_CLAIMS[0]}, "snapshotName": "backup-db"},
+        "status": {"phase": "Done", "apiStatus": "completed", "message": "Backup status: completed",
+                   "clusterUUID": "c-1", "pvName": "pvc-db", "poolName": POOL, "lvolID": "l-1",
+                   "snapshotID": "s-1", "snapshotName": "backup-db", "backupID": "b-2", "s3ID": 2,
+                   "prevBackupID": "b-1", "size": 1_073_741_824_i64,
+                   "allowedHosts": [{"nqn": "nqn.2014-08.org.nvmexpress:uuid:host-1"}],
+                   "createdAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:05:05Z"},
+    })
+}
+
+/// Spec and status of the StorageBackup BackupImport [`BACKUP_IMPORT`] made.
+pub fn imported_backup() -> Value {
+    json!({
+        "spec": {"clusterName": CLUSTER, "sourceClusterUUID": "c-0"},
+        "status": {"phase": "Done", "backupID": "b-9", "sourceClusterUUID": "c-0",
+                   "clusterUUID": "c-1", "message": "Imported from cluster elsewhere"},
+    })
 }

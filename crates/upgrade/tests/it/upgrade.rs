@@ -11,13 +11,17 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use simplyblock_api::cluster_deployment_config::ClusterDeploymentConfig;
-use simplyblock_api::{StorageCluster, StorageClusterOps, StorageNode, StoragePool};
+use simplyblock_api::storage_backup::BackupPhase;
+use simplyblock_api::{
+    StorageBackup, StorageBackupOps, StorageBackupPolicy, StorageCluster, StorageClusterOps,
+    StorageNode, StoragePool,
+};
 use simplyblock_controlplane::{
     Client, ClientConfig, ClusterCreate, ClusterStatus, Method, NodeStatus, PoolCreate,
     StorageNodeAdd, Url, VolumeCreate,
@@ -32,7 +36,8 @@ use simplyblock_upgrade::run::CRASH_ENV;
 use simplyblock_upgrade::{Stage, steps};
 
 use simplyblock_upgrade::go_installation::{
-    self, Ids, OPERATOR as GO_OPERATOR, RELEASE as GO_RELEASE, RUNNING_OPS,
+    self, BACKED_UP_CLAIMS, BACKUP, BACKUP_IMPORT, BACKUP_POLICY, Ids, OPERATOR as GO_OPERATOR,
+    RELEASE as GO_RELEASE, RESTORE_DONE, RESTORE_FAILED, RUNNING_OPS,
 };
 
 use crate::preflight::{NS, stderr, stdout, upgrade_binary, upgrade_binary_with, v1alpha1};
@@ -282,6 +287,9 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
     go_installation::fleet(&admin, NS, &ids)
         .await
         .expect("the fleet");
+    go_installation::backups(&admin, NS)
+        .await
+        .expect("the backup objects");
     go_installation::release(&admin, NS)
         .await
         .expect("the Go release");
@@ -442,6 +450,11 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
             "storageclusterops",
             vec![RUNNING_OPS.to_owned()],
         ),
+        (
+            "StorageBackup",
+            "storagebackups",
+            vec![BACKUP.to_owned(), format!("{BACKUP_IMPORT}-imported")],
+        ),
     ] {
         let names = |version: &'static str| {
             let resource = ApiResource::from_gvk_with_plural(
@@ -473,6 +486,8 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
         .await
         .expect("a node at v1alpha1");
     assert_eq!(old_node.data["spec"]["storageNodeSetRef"], "prod-nodes");
+
+    backups_moved_over(&admin).await;
 
     // The node set retired into a deployment document; its workload kept.
     // Deleted, orphaning: this API server runs no garbage collector to finish the orphaning,
@@ -562,4 +577,156 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
     )
     .await;
     assert_eq!(volume_creates, 1, "the seed's volume only");
+}
+
+/// The Go backup kinds moved over: the policy copied with its claims labelled, the
+/// restores kept as historical records, the import gone, and the backups reading at
+/// v1alpha2 as a request and a record, and at v1alpha1 as the Go operator wrote them.
+async fn backups_moved_over(admin: &kube::Client) {
+    let policy = Api::<StorageBackupPolicy>::namespaced(admin.clone(), NS)
+        .get(BACKUP_POLICY)
+        .await
+        .expect("the copied policy");
+    let spec = serde_json::to_value(&policy.spec).expect("json");
+    assert_eq!(
+        spec,
+        serde_json::json!({"clusterRef": "prod", "schedule": "15m,4 1d,7", "maxAge": "7d",
+            "claimSelector": {"matchLabels": {"storage.simplyblock.io/backup-policy": BACKUP_POLICY}}})
+    );
+    for claim in BACKED_UP_CLAIMS {
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), NS)
+            .get(claim)
+            .await
+            .expect("claim");
+        assert_eq!(
+            pvc.metadata
+                .labels
+                .unwrap_or_default()
+                .get("storage.simplyblock.io/backup-policy")
+                .map(String::as_str),
+            Some(BACKUP_POLICY),
+            "{claim}"
+        );
+    }
+    for (kind, plural) in [
+        ("BackupPolicy", "backuppolicies"),
+        ("BackupRestore", "backuprestores"),
+    ] {
+        let left = v1alpha1(admin, kind, plural)
+            .list(&ListParams::default())
+            .await
+            .expect(kind);
+        assert!(left.items.is_empty(), "{kind}: {:?}", left.items);
+    }
+    // Deleted, orphaning: with no garbage collector here, it waits on the collector's
+    // finalizer alone, and the StorageBackup it made is still there.
+    for import in v1alpha1(admin, "BackupImport", "backupimports")
+        .list(&ListParams::default())
+        .await
+        .expect("imports")
+        .items
+    {
+        assert!(import.metadata.deletion_timestamp.is_some(), "{import:?}");
+        assert_eq!(import.metadata.finalizers, Some(vec!["orphan".to_owned()]));
+    }
+
+    let records = Api::<StorageBackupOps>::namespaced(admin.clone(), NS);
+    let done = records
+        .get(RESTORE_DONE)
+        .await
+        .expect("the finished restore");
+    assert!(done.is_historical_record());
+    assert_eq!(done.spec.backup_ref, BACKUP);
+    let restore = done.spec.restore.clone().expect("restore");
+    assert_eq!(
+        (
+            restore.claim_name.as_str(),
+            restore.claim_namespace,
+            restore.target_pool.as_deref()
+        ),
+        ("db-restored", None, Some("gold"))
+    );
+    let status = serde_json::to_value(done.status.clone().expect("status")).expect("json");
+    assert_eq!(
+        status,
+        serde_json::json!({"phase": "Succeeded", "step": {"state": "Binding"}, "clusterID": "c-1",
+            "backupID": "b-2", "restoredLvolID": "l-restored", "persistentVolumeName": "restore-1",
+            "claimName": "db-restored", "claimNamespace": NS, "message": "restore Done",
+            "startedAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:14:05Z"})
+    );
+    let failed = records
+        .get(RESTORE_FAILED)
+        .await
+        .expect("the failed restore");
+    assert!(failed.is_historical_record());
+    let status = failed.status.expect("status");
+    assert_eq!(
+        serde_json::to_value(status.phase).expect("json"),
+        serde_json::json!("Failed")
+    );
+    assert_eq!(
+        failed.spec.restore.expect("restore").claim_name,
+        format!("{RESTORE_FAILED}-restored")
+    );
+
+    let backups = Api::<StorageBackup>::namespaced(admin.clone(), NS);
+    let request = backups.get(BACKUP).await.expect("the backup at v1alpha2");
+    assert_eq!(
+        request.spec.source.as_ref().map(|s| s.claim_name.as_str()),
+        Some(BACKED_UP_CLAIMS[0])
+    );
+    assert!(request.spec.cluster_ref.is_none());
+    let status = request.status.clone().expect("status");
+    assert_eq!(status.phase, BackupPhase::Available);
+    assert_eq!(status.cluster_id.as_deref(), Some("c-1"));
+    let copy = status.backup.expect("backup");
+    assert_eq!(
+        (
+            copy.backup_id.as_str(),
+            copy.s3_id,
+            copy.previous_backup_id.as_deref(),
+            copy.size
+        ),
+        ("b-2", Some(2), Some("b-1"), Some(1 << 30))
+    );
+    let source = status.source.expect("source");
+    assert_eq!(
+        (
+            source.persistent_volume_name.as_deref(),
+            source.pool_name.as_deref(),
+            source.lvol_id.as_deref()
+        ),
+        (Some("pvc-db"), Some("gold"), Some("l-1"))
+    );
+    let record = backups
+        .get(&format!("{BACKUP_IMPORT}-imported"))
+        .await
+        .expect("the imported backup at v1alpha2");
+    assert_eq!(
+        record.spec.cluster_ref.map(|c| c.name).as_deref(),
+        Some("prod")
+    );
+    assert_eq!(
+        record
+            .status
+            .and_then(|s| s.source)
+            .and_then(|s| s.cluster_uuid)
+            .as_deref(),
+        Some("c-0")
+    );
+    // Back at v1alpha1, each says what the Go operator wrote.
+    for (name, written) in [
+        (BACKUP.to_owned(), go_installation::backup()),
+        (
+            format!("{BACKUP_IMPORT}-imported"),
+            go_installation::imported_backup(),
+        ),
+    ] {
+        let old = v1alpha1(admin, "StorageBackup", "storagebackups")
+            .get(&name)
+            .await
+            .expect("the backup at v1alpha1");
+        assert_eq!(old.data["spec"], written["spec"], "{name}");
+        assert_eq!(old.data["status"], written["status"], "{name}");
+    }
 }
