@@ -309,12 +309,12 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(node::maintenance_trigger::run(ctx.clone())),
         Box::pin(crate::device::mirror::run(ctx.clone())),
         Box::pin(crate::device::ops::run(ctx.clone())),
-        Box::pin(crate::backup::restore::run(ctx.clone())),
         Box::pin(crate::workload::run(ctx.clone())),
         Box::pin(pool::controller::run(ctx.clone())),
         Box::pin(pool::ops::run(ctx.clone())),
         Box::pin(crate::volume_ops::run(ctx.clone(), operator_image.clone())),
         Box::pin(driver::controller::run(ctx.clone(), operator_image)),
         Box::pin(crate::dr::run(ctx.clone())),
+        Box::pin(crate::backup::run(ctx.clone())),
     ]
 }

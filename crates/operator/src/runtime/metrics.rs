@@ -46,6 +46,11 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 20))
 }
 
+/// 1 MiB to 1 TiB: the size of a backup.
+fn bytes_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(f64::from(1u32 << 20), 4.0, 11))
+}
+
 #[derive(Default)]
 struct Families {
     registry: Registry,
@@ -214,14 +219,22 @@ impl Metrics {
 
     /// Observes `seconds` in the histogram `name`.
     pub fn observe(&self, name: &str, labels: Labels, seconds: f64) {
+        self.observe_in(name, labels, seconds, seconds_histogram);
+    }
+
+    /// Observes `bytes` in the histogram `name` (1 MiB to 1 TiB, by fours).
+    pub fn observe_bytes(&self, name: &str, labels: Labels, bytes: f64) {
+        self.observe_in(name, labels, bytes, bytes_histogram);
+    }
+
+    fn observe_in(&self, name: &str, labels: Labels, value: f64, buckets: fn() -> Histogram) {
+        let seconds = value;
         let family = {
             let mut f = self.families();
             match f.histograms.get(name) {
                 Some(family) => family.clone(),
                 None => {
-                    let family = HistogramFamily::new_with_constructor(
-                        seconds_histogram as fn() -> Histogram,
-                    );
+                    let family = HistogramFamily::new_with_constructor(buckets);
                     f.registry.register(name, help(name), family.clone());
                     f.histograms.insert(name.to_owned(), family.clone());
                     family
