@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod backup_ops;
+pub mod backup_policy;
 pub mod ca;
 pub mod cluster_ops;
 pub mod control_plane_ops;
@@ -20,6 +21,7 @@ pub mod operator_ops;
 mod review;
 pub mod simplyblock_driver;
 pub mod spoke_writes;
+pub mod storage_backup;
 pub mod storage_device;
 pub mod storage_node;
 pub mod test_failover;
@@ -151,6 +153,20 @@ pub const WEBHOOKS: &[Webhook] = &[
         resource: "storagebackupops",
         shape: control_plane_ops::create_and_delete,
         handler: || post(backup_ops::review),
+    },
+    Webhook {
+        name: backup_policy::NAME,
+        path: backup_policy::PATH,
+        resource: "storagebackuppolicies",
+        shape: backup_policy::create_only,
+        handler: || post(backup_policy::review),
+    },
+    Webhook {
+        name: storage_backup::NAME,
+        path: storage_backup::PATH,
+        resource: "storagebackups",
+        shape: storage_backup::create_delete_fail_open,
+        handler: || post(storage_backup::review),
     },
     Webhook {
         name: spoke_writes::NAME,
