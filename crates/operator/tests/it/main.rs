@@ -2,6 +2,7 @@
 //! kube-apiserver and etcd and sbsim, sharing [`support`].
 
 mod backup_restore;
+mod backups;
 mod chart_release;
 mod cluster;
 mod cluster_ops;
