@@ -13,7 +13,7 @@ use simplyblock_controlplane::{
 };
 use simplyblock_operator::backup;
 
-use crate::support::{Harness, harness, passes, raised, until};
+use crate::support::{Harness, harness, raised, until};
 
 /// A pool and the volumes of `claims` in it, each with its PersistentVolume and a bound
 /// claim labelled `app=<label>`: `(namespace, claim)` pairs.
@@ -468,7 +468,7 @@ async fn a_request_takes_one_snapshot_and_one_backup_and_deletes_them_unless_a_p
         [format!("Backup {id} of claim {}/data is complete", h.ns)]
     );
     let snapshots = format!(
-        "/api/v2/clusters/{}/storage-pools/{}/volumes/{}/snapshots/",
+        "/api/v2/clusters/{}/storage-pools/{}/volumes/{}/snapshots",
         h.uuid, v.pool, v.ids[0]
     );
     let backups_path = format!("/api/v2/clusters/{}/backups/", h.uuid);
@@ -487,7 +487,13 @@ async fn a_request_takes_one_snapshot_and_one_backup_and_deletes_them_unless_a_p
     // A restarted controller takes neither again.
     controller.abort();
     controller = tokio::spawn(backup::request::run(h.ctx.clone()));
-    passes(&h.ctx.metrics, backup::request::CONTROLLER, &h.ns, "now", 2).await;
+    crate::support::nudged(
+        &h.ctx.metrics,
+        &backups(&h),
+        backup::request::CONTROLLER,
+        "now",
+    )
+    .await;
     assert_eq!(h.calls("POST", &snapshots).await, 1);
     assert_eq!(h.calls("POST", &backups_path).await, 1);
 
