@@ -691,11 +691,22 @@ mod tests {
         let vols = volumes();
         let record = record_of(&backup(1, BackupStatus::InProgress), &vols);
         let done = backup(1, BackupStatus::Completed);
-        let changes = plan_of(&[record.clone()], &[done.clone()], &[]);
+        let changes = plan_of(
+            std::slice::from_ref(&record),
+            std::slice::from_ref(&done),
+            &[],
+        );
         assert_eq!(kinds(&changes), [("update", Some("BackupAvailable"))]);
         // Unchanged: nothing to write, even after the claim's volume is gone.
         let settled = record_of(&done, &vols);
-        assert_eq!(plan_of(&[settled.clone()], &[done.clone()], &[]), []);
+        assert_eq!(
+            plan_of(
+                std::slice::from_ref(&settled),
+                std::slice::from_ref(&done),
+                &[]
+            ),
+            []
+        );
         let forgotten = plan(
             "sb",
             Uuid::from_u128(CLUSTER),

@@ -705,7 +705,7 @@ mod tests {
             namespace: ns.into(),
             persistent_volume_name: Some(format!("pv-{name}")),
             lvol_id: Some(Uuid::from_u128(lvol).to_string()),
-            attached_at: at.then(|| Time(Timestamp::UNIX_EPOCH)),
+            attached_at: at.then_some(Time(Timestamp::UNIX_EPOCH)),
         }
     }
 
