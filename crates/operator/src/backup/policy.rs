@@ -283,8 +283,17 @@ async fn cluster_of(
     })
 }
 
-async fn apply(policy: &StorageBackupPolicy, ctx: &Context) -> Result<Action, Error> {
-    let name = policy.name_any();
+async fn apply(cached: &StorageBackupPolicy, ctx: &Context) -> Result<Action, Error> {
+    let name = cached.name_any();
+    // The attachments in status decide calls: read them as last written, not as the
+    // cache may still hold them from before the previous pass's write.
+    let fresh = Api::<StorageBackupPolicy>::namespaced(
+        ctx.kube.clone(),
+        &cached.namespace().unwrap_or_default(),
+    )
+    .get(&name)
+    .await?;
+    let policy = &fresh;
     let cluster_ref = &policy.spec.cluster_ref;
     let cluster = match cluster_of(ctx, policy).await? {
         Ok(c) => c,
@@ -397,7 +406,8 @@ async fn apply(policy: &StorageBackupPolicy, ctx: &Context) -> Result<Action, Er
             .await
         {
             Ok(()) => {}
-            Err(e) if not_attached(&e) => {}
+            // Detached already: nothing changed, nothing to announce.
+            Err(e) if not_attached(&e) => continue,
             Err(e) => {
                 failures.push(format!("detach {key}: {}", e.message()));
                 attached.push(claim);
