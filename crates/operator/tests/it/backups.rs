@@ -13,7 +13,7 @@ use simplyblock_controlplane::{
 };
 use simplyblock_operator::backup;
 
-use crate::support::{Harness, harness, raised, until};
+use crate::support::{Harness, harness, harness_with_store, raised, until};
 
 /// A pool and the volumes of `claims` in it, each with its PersistentVolume and a bound
 /// claim labelled `app=<label>`: `(namespace, claim)` pairs.
@@ -319,7 +319,7 @@ async fn record_where(
 
 #[tokio::test]
 async fn the_mirror_records_a_backup_and_removes_it_once_merged_away() {
-    let h = harness("sb-mirror", "", (1, 1)).await;
+    let h = harness_with_store("sb-mirror", Default::default(), "sb-mirror").await;
     let v = volumes(&h, "sb-mirror-db", &[(&h.ns, "data")]).await;
     let volume = v.ids[0];
     let _mirror = tokio::spawn(backup::mirror::run_every(
@@ -443,7 +443,7 @@ async fn request(h: &Harness, name: &str, claim: &str, deletion: &str) {
 #[tokio::test]
 async fn a_request_takes_one_snapshot_and_one_backup_and_deletes_them_unless_a_policy_covers_the_claim()
  {
-    let h = harness("sb-request", "", (1, 1)).await;
+    let h = harness_with_store("sb-request", Default::default(), "sb-request").await;
     let v = volumes(&h, "sb-request-db", &[(&h.ns, "data"), (&h.ns, "kept")]).await;
     h.clusters()
         .patch(
