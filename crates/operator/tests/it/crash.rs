@@ -182,6 +182,17 @@ pub(crate) async fn deployment_with_spares(
     seed: u64,
     spares: &[&str],
 ) -> Deployment {
+    deployment_of(ns, faults, seed, spares, |_| {}).await
+}
+
+/// [`deployment_with_spares`] of the sample document as `edit` leaves it.
+pub(crate) async fn deployment_of(
+    ns: &str,
+    faults: &str,
+    seed: u64,
+    spares: &[&str],
+    edit: impl FnOnce(&mut ClusterDeploymentConfig),
+) -> Deployment {
     let (env, kube) = crate::support::own_api_server(ns).await;
     let nodes: Api<Node> = Api::all(kube.clone());
     let mut fleet = String::from("workers:\n");
@@ -234,6 +245,7 @@ pub(crate) async fn deployment_with_spares(
     crate::support::managed_control_plane(&kube, ns, &ca_pem).await;
     doc.spec.approved = true;
     doc.spec.node_sets[0].groups[0].workers = WORKERS.iter().map(|w| w.to_string()).collect();
+    edit(&mut doc);
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), ns);
     docs.create(&PostParams::default(), &doc)
         .await

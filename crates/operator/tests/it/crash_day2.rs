@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::keys::{CLUSTER_LABEL, ENROLLMENT_LABEL};
 use simplyblock_api::persistent_volume_ops::PersistentVolumeOps;
+use simplyblock_api::storage_backup_ops::StorageBackupOps;
 use simplyblock_api::storage_node_ops::StorageNodeOps;
 use simplyblock_controlplane::{
     ClusterStatus, DeviceStatus, Method, NodeStatus, Uuid, VolumeCreate,
@@ -47,7 +48,7 @@ use crate::support::{until, until_explained};
 const SPARE: &str = "cw4";
 /// How often one step may fire before the test calls it a loop: more than the calls the
 /// step makes.
-const MOST_FIRES: usize = 5;
+pub(crate) const MOST_FIRES: usize = 5;
 
 const NODE_ROUTE: &str = "/api/v2/clusters/{cluster_id}/storage-nodes/{storage_node_id}";
 const MIGRATIONS: &str = "/api/v2/clusters/{cluster_id}/subsystems/{nqn}/migrations/";
@@ -62,14 +63,14 @@ const MAINTENANCE_PATH: [&str; 6] = [
 ];
 
 /// Where an operation stands: its phase and step.
-type Standing = (OpsPhase, Option<String>);
+pub(crate) type Standing = (OpsPhase, Option<String>);
 
 /// Every (operation, phase, step) the API server showed of one kind, in order.
 #[derive(Clone)]
-struct Seen(Arc<Mutex<Vec<(String, Standing)>>>);
+pub(crate) struct Seen(Arc<Mutex<Vec<(String, Standing)>>>);
 
 impl Seen {
-    fn record<K>(api: Api<K>, status: fn(&K) -> Option<Standing>) -> Seen
+    pub(crate) fn record<K>(api: Api<K>, status: fn(&K) -> Option<Standing>) -> Seen
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
@@ -93,7 +94,7 @@ impl Seen {
     }
 
     /// Operation `name` was seen beyond `step` of `path`, or ended.
-    fn past(&self, name: &str, path: &[&str], step: &str) -> bool {
+    pub(crate) fn past(&self, name: &str, path: &[&str], step: &str) -> bool {
         let at = path
             .iter()
             .position(|s| *s == step)
@@ -113,7 +114,7 @@ impl Seen {
     }
 
     /// The phase operation `name` ended in, if it was seen ending.
-    fn ended(&self, name: &str) -> Option<OpsPhase> {
+    pub(crate) fn ended(&self, name: &str) -> Option<OpsPhase> {
         self.0
             .lock()
             .expect("lock")
@@ -122,7 +123,7 @@ impl Seen {
             .map(|(_, (phase, _))| *phase)
     }
 
-    fn of(&self, name: &str) -> Vec<Standing> {
+    pub(crate) fn of(&self, name: &str) -> Vec<Standing> {
         self.0
             .lock()
             .expect("lock")
@@ -135,7 +136,11 @@ impl Seen {
 
 /// Arms `point` again and again until a pass leaves its step without firing; how often
 /// it fired.
-async fn fire_until_past(d: &Deployment, point: &str, past: impl AsyncFn() -> bool) -> usize {
+pub(crate) async fn fire_until_past(
+    d: &Deployment,
+    point: &str,
+    past: impl AsyncFn() -> bool,
+) -> usize {
     let from = calls(&d.cp).await.len();
     let mut fired = 0;
     while abort_at(d, point, &past).await {
@@ -155,10 +160,11 @@ async fn fire_until_past(d: &Deployment, point: &str, past: impl AsyncFn() -> bo
     fired
 }
 
-/// The message of every StorageNodeOps and PersistentVolumeOps.
+/// The message of every StorageNodeOps, PersistentVolumeOps and StorageBackupOps.
 async fn said(d: &Deployment) -> Vec<String> {
     let nodes: Api<StorageNodeOps> = Api::namespaced(d.kube.clone(), &d.ns);
     let moves: Api<PersistentVolumeOps> = Api::all(d.kube.clone());
+    let restores: Api<StorageBackupOps> = Api::namespaced(d.kube.clone(), &d.ns);
     let mut out: Vec<String> = nodes
         .list(&Default::default())
         .await
@@ -188,12 +194,27 @@ async fn said(d: &Deployment) -> Vec<String> {
                 )
             }),
     );
+    out.extend(
+        restores
+            .list(&Default::default())
+            .await
+            .expect("restores")
+            .items
+            .into_iter()
+            .map(|o| {
+                format!(
+                    "{:?}: {:?}",
+                    o.metadata.name,
+                    o.status.and_then(|s| s.message)
+                )
+            }),
+    );
     out
 }
 
 /// Creates `op` through the admission webhook of an operator armed at `point`, and waits
 /// for that operator to abort there.
-async fn create_armed<K>(d: &Deployment, point: &str, api: &Api<K>, op: &K)
+pub(crate) async fn create_armed<K>(d: &Deployment, point: &str, api: &Api<K>, op: &K)
 where
     K: kube::Resource + Clone + serde::Serialize + DeserializeOwned + Debug,
 {
@@ -221,7 +242,7 @@ where
 }
 
 /// Runs an operator that is not armed until `finished`.
-async fn finish_unarmed(d: &Deployment, what: &str, finished: impl AsyncFn() -> bool) {
+pub(crate) async fn finish_unarmed(d: &Deployment, what: &str, finished: impl AsyncFn() -> bool) {
     let mut child = d.operator(None);
     until(what, async || finished().await.then_some(())).await;
     child.kill().expect("kill");
