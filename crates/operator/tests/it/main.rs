@@ -10,6 +10,7 @@ mod controlplane;
 mod controlplane_ops;
 mod conversion;
 mod crash;
+mod crash_backup;
 mod crash_day2;
 mod deployment;
 mod devices;
