@@ -677,13 +677,23 @@ async fn rehearse(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // The drill asks for its clone's deletion; the control plane removes the volume in
+    // the background (in_deletion, then gone), so the clone is awaited, not read once.
     let clone_id = volume_id(&clone)?;
-    let clone_left = cp
+    let started = Instant::now();
+    while let Some(left) = cp
         .list_volumes(sites[1].cluster, sites[1].pool)
         .await?
-        .iter()
-        .any(|v| v.id == clone_id);
-    anyhow::ensure!(!clone_left, "the drill's clone outlived the drill");
+        .into_iter()
+        .find(|v| v.id == clone_id)
+    {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the drill's clone outlived the drill: it is still {} 30 s after the drill went",
+            left.status.as_str()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let bubble_left = Api::<Namespace>::all(kube.clone())
         .get_opt(BUBBLE)
         .await?

@@ -9,6 +9,7 @@
 //! the first-install discovery find the disks and write a deployment document, shows it
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
+mod backups;
 mod day_two;
 mod disaster_recovery;
 mod table;
@@ -422,12 +423,19 @@ async fn main() -> anyhow::Result<()> {
     println!("review: {review}\n");
 
     step(&format!(
-        "approving {name} (kubectl patch cdc {name} --type merge -p '{{\"spec\":{{\"approved\":true}}}}')"
+        "naming the cluster's backup store in {name} (an S3 bucket, its keys in Secret backup-store) and approving it"
     ));
+    let store = backups::store(&client, &sim.url).await?;
+    println!(
+        "$ kubectl patch cdc {name} --type merge -p '{}'",
+        serde_json::json!({"spec": {"cluster": {"backup": store}, "approved": true}})
+    );
     docs.patch(
         &name,
         &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"approved": true}})),
+        &Patch::Merge(
+            serde_json::json!({"spec": {"cluster": {"backup": store}, "approved": true}}),
+        ),
     )
     .await?;
 
@@ -790,6 +798,7 @@ async fn day_one(
         );
     }
     day_two::run(client, control_plane, &served, &file, &greeting).await?;
+    backups::run(client, control_plane, cluster, &mut served, &file).await?;
     disaster_recovery::run(
         client,
         &node_plugin,

@@ -388,6 +388,28 @@ impl Served {
         Ok(())
     }
 
+    /// Reads `file` from another volume of this driver, mounted beside this one under
+    /// `name` for the read and released after it, as a second pod would.
+    pub async fn read_from(
+        &mut self,
+        other: &csi::Volume,
+        name: &str,
+        file: &str,
+    ) -> anyhow::Result<String> {
+        let root = self
+            .staging
+            .parent()
+            .and_then(Path::parent)
+            .ok_or_else(|| anyhow::anyhow!("the staging path has no root"))?
+            .to_path_buf();
+        let staging = root.join("staging").join(name);
+        let target = root.join("pods/reader/volumes").join(name);
+        attach(&mut self.node, other, &self.fs_type, &staging, &target).await?;
+        let read = std::fs::read_to_string(target.join(file));
+        detach(&mut self.node, &other.volume_id, &staging, &target).await?;
+        Ok(read?)
+    }
+
     /// Unmounts, then stops the driver.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let result = self.unmount().await;
