@@ -173,6 +173,12 @@ fn the_demo_discovers_deploys_and_ends_online() {
             stdout.contains("still reads: written by the simplyblock demo into volume "),
             "{stdout}"
         );
+        // The backup act: the file overwritten after the backup, the restored claim reads
+        // what the backup was taken of.
+        assert!(
+            stdout.contains("$ cat hello.txt\nwritten by the simplyblock demo into volume "),
+            "the restored claim's read:\n{stdout}"
+        );
         // The disaster-recovery act: site B reads the replica of what site A wrote, and
         // site A reads back what site B wrote after the failback.
         assert!(
@@ -233,6 +239,19 @@ fn the_demo_discovers_deploys_and_ends_online() {
         "replication back to A:\n{stdout}"
     );
 
+    // The backup act: the policy Active on one claim, its backup Available, the restore
+    // Succeeded into a new claim bound to the restored volume.
+    let row = |prefix: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .map(|l| columns(l))
+            .unwrap_or_else(|| panic!("no row {prefix} in:\n{stdout}"))
+    };
+    assert_eq!(&row("demo-every-15m ")[2..5], ["Active", "15m,4", "1"]);
+    assert_eq!(row("pvc-demo-restore ")[3], "Succeeded");
+    assert_eq!(&row("pvc-demo-restored ")[1..2], ["Bound"]);
+
     // The upgrade act: preflight refused the running operation, then both stages ran and
     // the operator adopted the cluster without creating it.
     assert!(
@@ -250,7 +269,7 @@ fn the_demo_discovers_deploys_and_ends_online() {
         .iter()
         .find_map(|l| l.strip_prefix("stored versions: "))
         .unwrap_or_else(|| panic!("no stored versions in:\n{stdout}"));
-    assert_eq!(stored.split(", ").count(), 6, "{stored}");
+    assert_eq!(stored.split(", ").count(), 7, "{stored}");
     assert!(
         stored.split(", ").all(|crd| crd.ends_with(" [v1alpha2]")),
         "{stored}"
