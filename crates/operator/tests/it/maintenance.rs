@@ -15,7 +15,7 @@ use simplyblock_api::keys::{CLUSTER_LABEL, ENROLLMENT_LABEL, NAMESPACE_LABEL};
 use simplyblock_api::storage_node_ops::StorageNodeOps;
 use simplyblock_api::{StorageCluster, StorageNode};
 use simplyblock_controlplane::{
-    Client, ClusterCreate, ClusterStatus, NodeStatus, StorageNodeAdd, Uuid,
+    Client, ClusterCreate, ClusterStatus, Method, NodeStatus, StorageNodeAdd, Uuid,
 };
 use simplyblock_operator::node::maintenance_trigger::window_name;
 use simplyblock_operator::node::ops::maintenance::{MAINTENANCE_LABEL, budget_name};
@@ -97,7 +97,19 @@ pub async fn fleet(ns: &str, workers: usize, served: usize, windows: i32) -> Fle
         .create_cluster(&ClusterCreate::new("sb", 10, 4))
         .await
         .expect("cluster");
-    // The workers' labels reach sbsim through its watch: the adds wait for them.
+    // The workers' labels reach sbsim through its watch, in real time, while an add's
+    // retries run on sbsim's clock (1000× faster): an add made before its worker is seen
+    // enrolled spends them all in milliseconds. Each worker is awaited reachable first.
+    for w in &names[..served] {
+        until(&format!("sbsim sees {w} enrolled"), async || {
+            let r = cp
+                .raw(Method::GET, &format!("/../../_sim/workers/{w}"), &[], None)
+                .await
+                .ok()?;
+            (r.json()?["reachable"] == json!(true)).then_some(())
+        })
+        .await;
+    }
     for w in &names[..served] {
         let add = StorageNodeAdd::new(
             format!("{w}.simplyblock-storage-node-api.{ns}.svc.cluster.local:5000"),
