@@ -322,7 +322,10 @@ async fn apply(cached: &StorageBackupPolicy, ctx: &Context) -> Result<Action, Er
                 schedule: policy.spec.schedule.clone().filter(|s| !s.is_empty()),
             };
             match cp.create_backup_policy(cluster, &params).await {
-                Ok(id) => id,
+                Ok(id) => {
+                    crate::runtime::crash::point(crate::runtime::crash::BACKUP_POLICY_CREATE);
+                    id
+                }
                 Err(e) if refused(&e) => {
                     let message = format!("the control plane refused the policy: {}", e.message());
                     return hold(ctx, policy, BackupPolicyPhase::Failed, message).await;

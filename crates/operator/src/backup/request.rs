@@ -250,7 +250,11 @@ async fn apply(request: &StorageBackup, ctx: &Context) -> Result<Action, Error> 
             let taken = cp.list_volume_snapshots(cluster, pool, volume).await?;
             match taken.iter().find(|s| s.name == name) {
                 Some(s) => s.id,
-                None => cp.create_snapshot(cluster, pool, volume, &name).await?,
+                None => {
+                    let id = cp.create_snapshot(cluster, pool, volume, &name).await?;
+                    crate::runtime::crash::point(crate::runtime::crash::BACKUP_SNAPSHOT);
+                    id
+                }
             }
         }
     };
@@ -270,6 +274,7 @@ async fn apply(request: &StorageBackup, ctx: &Context) -> Result<Action, Error> 
                 Some(b) => Some(b),
                 None => {
                     let id = cp.create_backup(cluster, snapshot).await?;
+                    crate::runtime::crash::point(crate::runtime::crash::BACKUP_CREATE);
                     // Written down before anything else: the mirror leaves it to this
                     // request, and the next pass reads it by id.
                     let ahead = StorageBackupStatus {

@@ -20,6 +20,12 @@ pub const NODE_RECORDED: &str = "StorageNode/recorded";
 pub const POOL_CREATE: &str = "StoragePool/create";
 /// A StoragePool's delete call.
 pub const POOL_DELETE: &str = "StoragePool/delete";
+/// A StorageBackupPolicy's create call.
+pub const BACKUP_POLICY_CREATE: &str = "StorageBackupPolicy/create";
+/// A StorageBackup request's snapshot call.
+pub const BACKUP_SNAPSHOT: &str = "StorageBackup/snapshot";
+/// A StorageBackup request's backup call, before its id is written down.
+pub const BACKUP_CREATE: &str = "StorageBackup/backup";
 /// An object of a SimplyblockDriver applied: the first of a pass, so the process stops
 /// in the middle of an install.
 pub const DRIVER_APPLY: &str = "SimplyblockDriver/apply";

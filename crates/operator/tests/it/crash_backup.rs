@@ -13,6 +13,11 @@
 //! was asked. The claim is in a namespace other than the operation's. The test's API
 //! server runs no kube-controller-manager, so its PersistentVolume binder, which binds the
 //! pre-bound claim, is played by [`simplyblock_testenv::standin::prebound_claims`].
+//!
+//! On the same deployment: a request for one backup of the restored claim, killed after
+//! its snapshot and after its backup, and a policy, killed after the control plane made
+//! it. Each is found again (the snapshot by its name, the backup by its snapshot, the
+//! policy by its name) and never made twice.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
@@ -21,13 +26,14 @@ use serde_json::json;
 use simplyblock_api::StoragePool;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::keys::RESTORED_BY_LABEL;
-use simplyblock_api::storage_backup::StorageBackup;
+use simplyblock_api::storage_backup::{BackupPhase, StorageBackup};
+use simplyblock_api::storage_backup_policy::{BackupPolicyPhase, StorageBackupPolicy};
 use simplyblock_api::storage_backup_ops::StorageBackupOps;
 use simplyblock_controlplane::{Method, VolumeCreate, VolumeStatus};
 use simplyblock_operator::backup::restore::restored_name;
 use simplyblock_operator::runtime::crash;
 
-use crate::crash::{calls, deployment_of, exactly, route, until_deployed};
+use crate::crash::{abort_at, calls, deployment_of, exactly, route, until_deployed};
 use crate::crash_day2::{Seen, Standing, create_armed, finish_unarmed, fire_until_past};
 use crate::support::until;
 
@@ -41,6 +47,13 @@ const KEY: (&str, &str) = ("AKIDCRASH", "crash-secret");
 const CREDENTIALS: &str = "backup-store";
 
 const RESTORE: &str = "POST /api/v2/clusters/{cluster_id}/backups/restore";
+const SNAPSHOT: &str =
+    "POST /api/v2/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/snapshots";
+const BACKUP: &str = "POST /api/v2/clusters/{cluster_id}/backups/";
+const POLICIES: &str = "POST /api/v2/clusters/{cluster_id}/backups/backup-policies/";
+/// The request for one backup of the restored claim, and the policy.
+const REQUEST: &str = "crash-request";
+const POLICY: &str = "crash-policy";
 
 fn standing(op: &StorageBackupOps) -> Option<Standing> {
     op.status.as_ref().map(|s| (s.phase, s.step.state.clone()))
@@ -254,5 +267,83 @@ async fn a_kill_after_every_non_idempotent_call_of_a_restore_changes_nothing() {
             .and_then(|s| s.csi.as_ref())
             .map(|c| c.volume_handle.clone()),
         Some(format!("{cluster}:{pool}:{}", restored[0].id))
+    );
+
+    // A request for one backup of the restored claim: killed right after its snapshot,
+    // then right after its backup, before the backup's id is written down. The snapshot
+    // is found by its name and the backup by its snapshot: each was taken once.
+    let from = calls(&d.cp).await.len();
+    let requests: Api<StorageBackup> = Api::namespaced(d.kube.clone(), &d.ns);
+    let request: StorageBackup = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageBackup",
+        "metadata": {"name": REQUEST},
+        "spec": {"source": {"claimName": CLAIM, "claimNamespace": apps}},
+    }))
+    .expect("request");
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .expect("the request");
+    let available = async || {
+        requests
+            .get(REQUEST)
+            .await
+            .is_ok_and(|b| b.phase() == BackupPhase::Available)
+    };
+    for point in [crash::BACKUP_SNAPSHOT, crash::BACKUP_CREATE] {
+        assert!(abort_at(&d, point, &available).await, "{point} fired");
+    }
+    finish_unarmed(&d, "the request Available", available).await;
+    let log = calls(&d.cp).await;
+    exactly(&log[from..], SNAPSHOT, 1);
+    exactly(&log[from..], BACKUP, 1);
+
+    // A policy: killed right after the control plane made it, before its id is on
+    // record. The restarted operator finds it by its name and makes no second one.
+    let from = calls(&d.cp).await.len();
+    let cluster_name = Api::<simplyblock_api::StorageCluster>::namespaced(d.kube.clone(), &d.ns)
+        .list(&Default::default())
+        .await
+        .expect("clusters")
+        .items[0]
+        .name_any();
+    let policies: Api<StorageBackupPolicy> = Api::namespaced(d.kube.clone(), &d.ns);
+    let policy: StorageBackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageBackupPolicy",
+        "metadata": {"name": POLICY},
+        "spec": {"clusterRef": cluster_name, "maxVersions": 3,
+                 "claimSelector": {}, "namespaceSelector": {}},
+    }))
+    .expect("policy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("the policy");
+    let active = async || {
+        policies.get(POLICY).await.is_ok_and(|p| {
+            p.status
+                .is_some_and(|s| s.phase == BackupPolicyPhase::Active && s.policy_id.is_some())
+        })
+    };
+    assert!(
+        abort_at(&d, crash::BACKUP_POLICY_CREATE, &active).await,
+        "the policy's create fired"
+    );
+    finish_unarmed(&d, "the policy Active", active).await;
+    exactly(&calls(&d.cp).await[from..], POLICIES, 1);
+    let named: Vec<_> = d
+        .cp
+        .list_backup_policies(cluster)
+        .await
+        .expect("policies")
+        .into_iter()
+        .filter(|p| p.name == POLICY)
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    let recorded = policies.get(POLICY).await.expect("policy").status;
+    assert_eq!(
+        recorded.and_then(|s| s.policy_id),
+        Some(named[0].id.to_string()),
+        "the record names the policy the control plane made"
     );
 }
