@@ -27,8 +27,8 @@ use simplyblock_api::StoragePool;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::keys::RESTORED_BY_LABEL;
 use simplyblock_api::storage_backup::{BackupPhase, StorageBackup};
-use simplyblock_api::storage_backup_policy::{BackupPolicyPhase, StorageBackupPolicy};
 use simplyblock_api::storage_backup_ops::StorageBackupOps;
+use simplyblock_api::storage_backup_policy::{BackupPolicyPhase, StorageBackupPolicy};
 use simplyblock_controlplane::{Method, VolumeCreate, VolumeStatus};
 use simplyblock_operator::backup::restore::restored_name;
 use simplyblock_operator::runtime::crash;
@@ -315,30 +315,23 @@ async fn a_kill_after_every_non_idempotent_call_of_a_restore_changes_nothing() {
                  "claimSelector": {}, "namespaceSelector": {}},
     }))
     .expect("policy");
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("the policy");
+    // The policy's webhook fails closed: it is created through the armed operator's.
+    create_armed(&d, crash::BACKUP_POLICY_CREATE, &policies, &policy).await;
     let active = async || {
         policies.get(POLICY).await.is_ok_and(|p| {
             p.status
                 .is_some_and(|s| s.phase == BackupPolicyPhase::Active && s.policy_id.is_some())
         })
     };
-    assert!(
-        abort_at(&d, crash::BACKUP_POLICY_CREATE, &active).await,
-        "the policy's create fired"
-    );
     finish_unarmed(&d, "the policy Active", active).await;
     exactly(&calls(&d.cp).await[from..], POLICIES, 1);
-    let named: Vec<_> = d
-        .cp
-        .list_backup_policies(cluster)
-        .await
-        .expect("policies")
-        .into_iter()
-        .filter(|p| p.name == POLICY)
-        .collect();
+    let named: Vec<_> =
+        d.cp.list_backup_policies(cluster)
+            .await
+            .expect("policies")
+            .into_iter()
+            .filter(|p| p.name == POLICY)
+            .collect();
     assert_eq!(named.len(), 1, "{named:?}");
     let recorded = policies.get(POLICY).await.expect("policy").status;
     assert_eq!(
