@@ -450,11 +450,7 @@ async fn a_go_installation_moves_over_with_the_tool_killed_after_every_step() {
             "storageclusterops",
             vec![RUNNING_OPS.to_owned()],
         ),
-        (
-            "StorageBackup",
-            "storagebackups",
-            vec![BACKUP.to_owned(), format!("{BACKUP_IMPORT}-imported")],
-        ),
+        ("StorageBackup", "storagebackups", vec![BACKUP.to_owned()]),
     ] {
         let names = |version: &'static str| {
             let resource = ApiResource::from_gvk_with_plural(
@@ -698,30 +694,20 @@ async fn backups_moved_over(admin: &kube::Client) {
         ),
         (Some("pvc-db"), Some("gold"), Some("l-1"))
     );
-    let record = backups
-        .get(&format!("{BACKUP_IMPORT}-imported"))
-        .await
-        .expect("the imported backup at v1alpha2");
-    assert_eq!(
-        record.spec.cluster_ref.map(|c| c.name).as_deref(),
-        Some("prod")
-    );
-    assert_eq!(
-        record
-            .status
-            .and_then(|s| s.source)
-            .and_then(|s| s.cluster_uuid)
-            .as_deref(),
-        Some("c-0")
-    );
+    // The record BackupImport made names a backup this fleet's control plane does not
+    // hold (the fixture imported nothing into it): the operator's mirror removes a record
+    // whose backup its cluster does not report, as it does any backup that left the store.
+    until("the imported record removed by the mirror", async || {
+        backups
+            .get_opt(&format!("{BACKUP_IMPORT}-imported"))
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     // Back at v1alpha1, each says what the Go operator wrote.
-    for (name, written) in [
-        (BACKUP.to_owned(), go_installation::backup()),
-        (
-            format!("{BACKUP_IMPORT}-imported"),
-            go_installation::imported_backup(),
-        ),
-    ] {
+    for (name, written) in [(BACKUP.to_owned(), go_installation::backup())] {
         let old = v1alpha1(admin, "StorageBackup", "storagebackups")
             .get(&name)
             .await
