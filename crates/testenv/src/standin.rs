@@ -526,19 +526,7 @@ pub fn prebound_claims(client: kube::Client) -> StandIn {
                 {
                     continue;
                 }
-                let capacity = pv.spec.as_ref().and_then(|s| s.capacity.clone());
-                let bound = json!({"status": {"phase": "Bound"}});
-                let _ = volumes
-                    .patch_status(&volume, &PatchParams::default(), &Patch::Merge(&bound))
-                    .await;
-                let claim_status = json!({"status": {
-                    "phase": "Bound",
-                    "capacity": capacity,
-                    "accessModes": pv.spec.as_ref().and_then(|s| s.access_modes.clone()),
-                }});
-                let _ = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&claim_status))
-                    .await;
+                let _ = crate::ocm::bind(&client, &ns, &name).await;
             }
         }
     })
