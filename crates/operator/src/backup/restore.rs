@@ -32,6 +32,7 @@ use serde::Serialize;
 use simplyblock_api::keys::{CSI_DRIVER_NAME, RESTORED_BY_LABEL};
 use simplyblock_api::storage_backup::{BackupPhase, StorageBackup};
 use simplyblock_api::storage_backup_ops::{BackupOpsStep, RestoreSpec, StorageBackupOps};
+use simplyblock_api::volume_handle::{PoolRef, VolumeHandle};
 use simplyblock_api::{StorageCluster, StoragePool};
 use simplyblock_controlplane::types::BackupRestore;
 use simplyblock_controlplane::{Uuid, Volume, VolumeStatus};
@@ -651,12 +652,20 @@ pub fn plan(
                 .and_then(|p| p.as_ref().ok())
                 .and_then(|p| p.class.clone())
                 .unwrap_or_default();
-            let handle = format!(
-                "{}:{}:{}",
-                fields.cluster_id.clone().unwrap_or_default(),
-                fields.pool_uuid.clone().unwrap_or_default(),
-                volume.id
-            );
+            let (Some(cluster), Some(pool)) = (
+                uuid(fields.cluster_id.as_ref()),
+                uuid(fields.pool_uuid.as_ref()),
+            ) else {
+                return Plan::Fail(
+                    "the operation lost what Validating recorded (cluster, pool); create it again".into(),
+                )
+                .into();
+            };
+            let handle = VolumeHandle {
+                cluster,
+                pool: PoolRef::Id(pool),
+                volume: volume.id,
+            };
             match &obs.persistent_volume {
                 None => {
                     let fs_type = backup
@@ -677,7 +686,7 @@ pub fn plan(
                         .as_ref()
                         .and_then(|s| s.csi.as_ref())
                         .map(|c| c.volume_handle.as_str());
-                    if theirs != Some(handle.as_str()) {
+                    if theirs != Some(handle.to_string().as_str()) {
                         return Plan::Fail(format!(
                             "PersistentVolume {} already exists and names another volume ({}); nothing was bound",
                             pv.name_any(),
@@ -735,7 +744,7 @@ fn storage(size: i64) -> BTreeMap<String, Quantity> {
 /// StorageClass, deleted with its claim as a provisioned one is.
 fn persistent_volume(
     op: &StorageBackupOps,
-    handle: &str,
+    handle: &VolumeHandle,
     volume: &Volume,
     size: i64,
     class: &str,
@@ -743,18 +752,14 @@ fn persistent_volume(
     claim_ns: &str,
 ) -> PersistentVolume {
     let restore = op.spec.restore.as_ref();
-    let (cluster, pool) = handle
-        .split_once(':')
-        .map(|(c, rest)| (c, rest.split(':').next().unwrap_or_default()))
-        .unwrap_or_default();
     let attributes = BTreeMap::from([
-        ("cluster_id".to_owned(), cluster.to_owned()),
+        ("cluster_id".to_owned(), handle.cluster.to_string()),
         ("name".to_owned(), volume.id.to_string()),
         ("uuid".to_owned(), volume.id.to_string()),
         ("model".to_owned(), volume.id.to_string()),
         ("nqn".to_owned(), volume.nqn.clone()),
         ("nsId".to_owned(), volume.ns_id.to_string()),
-        ("poolID".to_owned(), pool.to_owned()),
+        ("poolID".to_owned(), handle.pool.to_string()),
         ("targetType".to_owned(), volume.fabric.to_ascii_lowercase()),
     ]);
     PersistentVolume {
@@ -777,7 +782,7 @@ fn persistent_volume(
             }),
             csi: Some(CSIPersistentVolumeSource {
                 driver: CSI_DRIVER_NAME.to_owned(),
-                volume_handle: handle.to_owned(),
+                volume_handle: handle.to_string(),
                 fs_type,
                 volume_attributes: Some(attributes),
                 ..CSIPersistentVolumeSource::default()
