@@ -70,29 +70,9 @@ pub async fn store(
     }))
 }
 
-async fn until<T>(
-    what: &str,
-    within: Duration,
-    probe: impl AsyncFn() -> anyhow::Result<Option<T>>,
-) -> anyhow::Result<T> {
-    let started = Instant::now();
-    loop {
-        if let Some(found) = probe().await? {
-            return Ok(found);
-        }
-        anyhow::ensure!(
-            started.elapsed() < within,
-            "{what}: not within {} s",
-            within.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// The act; `served` is the demo's volume, `file` on it.
 pub async fn run(
     client: &kube::Client,
-    control_plane: &str,
     cluster: &str,
     served: &mut volume::Served,
     file: &Path,
@@ -135,9 +115,9 @@ pub async fn run(
                  "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": CLAIM.0}}},
     }))?;
     policies.create(&PostParams::default(), &policy).await?;
-    until("the policy Active", Duration::from_secs(60), async || {
-        let s = policies.get(POLICY).await?.status.unwrap_or_default();
-        Ok((s.phase == BackupPolicyPhase::Active && s.attached_claim_count == 1).then_some(()))
+    crate::wait_for("the policy Active", Duration::from_secs(60), async || {
+        let s = policies.get(POLICY).await.ok()?.status?;
+        (s.phase == BackupPolicyPhase::Active && s.attached_claim_count == 1).then_some(())
     })
     .await?;
     println!("\n$ kubectl get storagebackuppolicies -n {NAMESPACE}");
@@ -156,59 +136,20 @@ pub async fn run(
     let backups: Api<StorageBackup> = Api::namespaced(client.clone(), NAMESPACE);
     let of_claim = ListParams::default().labels(&format!("{CLAIM_LABEL}={}", CLAIM.1));
     let started = Instant::now();
-    let found = until(
+    let backup = crate::wait_for(
         "a backup of the claim Available",
         Duration::from_secs(120),
         async || {
-            Ok(backups
+            backups
                 .list(&of_claim)
-                .await?
+                .await
+                .ok()?
                 .items
                 .into_iter()
-                .find(|b| b.phase() == BackupPhase::Available))
+                .find(|b| b.phase() == BackupPhase::Available)
         },
     )
-    .await;
-    let backup = match found {
-        Ok(backup) => backup,
-        Err(e) => {
-            let records: Vec<String> = backups
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(|b| {
-                    format!(
-                        "{:?} {:?} {:?}",
-                        b.metadata.name, b.metadata.labels, b.status
-                    )
-                })
-                .collect();
-            let cp = Client::new(ClientConfig::new(Url::parse(control_plane)?, TOKEN))?;
-            let cluster_id = served
-                .volume
-                .volume_id
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .parse()?;
-            let held = cp.list_backups(cluster_id).await?;
-            let logs = cp
-                .raw(
-                    Method::GET,
-                    &format!("/clusters/{cluster_id}/logs/"),
-                    &[],
-                    None,
-                )
-                .await
-                .ok()
-                .and_then(|r| r.json())
-                .unwrap_or_default();
-            anyhow::bail!(
-                "{e}; the records: {records:#?}; the control plane's backups: {held:#?}; its log: {logs}"
-            );
-        }
-    };
+    .await?;
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
     println!(
         "[{:>5.1}s] backup {backup_name} is Available",
@@ -270,12 +211,10 @@ pub async fn run(
         if status.phase.is_terminal() {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(120) {
-            let pv = Api::<PersistentVolume>::all(client.clone())
-                .get_opt(status.persistent_volume_name.as_deref().unwrap_or_default())
-                .await;
-            anyhow::bail!("the restore did not end within 120 s: {said}; its volume: {pv:?}");
-        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "the restore did not end within 120 s: {said}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     anyhow::ensure!(

@@ -798,7 +798,7 @@ async fn day_one(
         );
     }
     day_two::run(client, control_plane, &served, &file, &greeting).await?;
-    backups::run(client, control_plane, cluster, &mut served, &file).await?;
+    backups::run(client, cluster, &mut served, &file).await?;
     disaster_recovery::run(
         client,
         &node_plugin,
