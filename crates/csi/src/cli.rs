@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
@@ -13,6 +14,7 @@ use crate::attach::Attacher;
 use crate::attach::loopdev::LoopAttacher;
 use crate::attach::nvmeof::NvmeofAttacher;
 use crate::clusters::{ClusterEntry, Clusters, DEFAULT_SECRET_PATH, TlsConnect, Transport};
+use crate::recovery::RecoveryConfig;
 use crate::{Driver, Mode, NodeConfig, handle, topology};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,6 +104,32 @@ pub struct Args {
     /// default is true inside a pod (KUBERNETES_SERVICE_HOST set), else false.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())]
     pub kubernetes: bool,
+    /// Node mode: how often the paths of each staged volume are compared with the ones
+    /// the control plane publishes, and a missing one connected again.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub reconnect_interval: Duration,
+    /// Node mode (with Kubernetes): how often the pods using a volume that lost every
+    /// path are looked for, to restart those that opt in.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub guardian_interval: Duration,
+    /// Node mode: how long a volume stays without any live path before the pods using it
+    /// are restarted, so a cluster on its way to suspended is not met half-way.
+    #[arg(long, env = "GUARDIAN_BROKEN_LVOL_GRACE_PERIOD", default_value = "90s", value_parser = parse_duration)]
+    pub path_loss_grace: Duration,
+    /// Node mode: the least time between two restarts of the same pod.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub restart_backoff: Duration,
+}
+
+/// A duration such as `3s`, `90s` or `5m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let span: jiff::Span = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration such as 3s or 5m: {e}"))?;
+    let signed = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| e.to_string())?;
+    Duration::try_from(signed).map_err(|e| format!("{text:?}: {e}"))
 }
 
 impl Args {
@@ -187,9 +215,9 @@ impl Args {
             let Some(node_id) = self.node_id.clone() else {
                 anyhow::bail!("node mode needs --node-id (or NODE_ID), the Kubernetes node name");
             };
-            let facts = match (self.kubernetes, kube) {
+            let facts = match (self.kubernetes, &kube) {
                 // Registering without topology breaks provisioning: stop instead.
-                (true, Some(client)) => topology::read_node(client, &node_id).await?,
+                (true, Some(client)) => topology::read_node(client.clone(), &node_id).await?,
                 (true, None) => anyhow::bail!(
                     "--kubernetes needs a Kubernetes client to read Node {node_id}; pass --kubernetes=false to serve without topology"
                 ),
@@ -218,16 +246,23 @@ impl Args {
                 host_nqn,
                 state_dir: self.state_dir.clone(),
                 attacher,
+                recovery: RecoveryConfig {
+                    reconnect_interval: self.reconnect_interval,
+                    guardian_interval: self.guardian_interval,
+                    path_loss_grace: self.path_loss_grace,
+                    restart_backoff: self.restart_backoff,
+                },
+                kube: if self.kubernetes { kube } else { None },
             })
         } else {
             None
         };
-        Ok(Driver {
-            name: self.driver_name.clone(),
-            mode: self.mode,
+        Ok(Driver::new(
+            self.driver_name.clone(),
+            self.mode,
             clusters,
             node,
-        })
+        ))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod node;
 pub mod params;
 pub mod proto;
 pub mod record;
+pub mod recovery;
 pub mod replication;
 pub mod replication_params;
 pub mod server;

@@ -27,6 +27,8 @@ async fn main() -> anyhow::Result<()> {
     let socket = a.socket()?;
     tracing::info!(endpoint = %a.endpoint, mode = ?a.mode, "simplyblock-csi serving");
     let routes = driver.routes()?;
+    // Runs as long as the driver serves.
+    let _recovery = driver.start_recovery()?;
     let shutdown = async {
         let mut term =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -29,9 +29,9 @@ pub struct NodeService {
     pub host_nqn: String,
     pub segments: BTreeMap<String, String>,
     pub state_dir: PathBuf,
-    clusters: Arc<Clusters>,
-    attacher: Arc<dyn Attacher>,
-    locks: KeyLocks,
+    pub(crate) clusters: Arc<Clusters>,
+    pub(crate) attacher: Arc<dyn Attacher>,
+    pub(crate) locks: KeyLocks,
 }
 
 /// What the Node advertises.
@@ -115,7 +115,7 @@ impl NodeService {
         }
     }
 
-    fn target_of(&self, r: &StageRecord) -> Target {
+    pub(crate) fn target_of(&self, r: &StageRecord) -> Target {
         Target {
             cluster: r.cluster,
             volume: r.volume,
@@ -128,7 +128,7 @@ impl NodeService {
 
     /// Fresh connection info from the control plane (always asked: pools with allowed
     /// hosts and failed-over volumes change it).
-    async fn target(&self, h: &VolumeHandle, volume_id: &str) -> Result<Target> {
+    pub(crate) async fn target(&self, h: &VolumeHandle, volume_id: &str) -> Result<Target> {
         // A volume that failed over is served by the active end of its replication chain;
         // the demoted members must not be attached. The relationships outlive a reaped
         // member, so the handle of the original PersistentVolume still leads there.
@@ -225,6 +225,7 @@ impl NodeService {
             device: None,
             fs_type: None,
             mount_flags: vec![],
+            published: Default::default(),
         });
         rec.cluster = target.cluster;
         rec.volume = target.volume;
@@ -345,7 +346,7 @@ impl NodeService {
             let ours =
                 Path::new(&m.source) == device || dev_name.as_deref() == Some(m.root.as_str());
             if ours && m.read_only() == read_only {
-                return Ok(());
+                return self.note_published(rec, target);
             }
             return Err(CsiError::AlreadyExists(format!(
                 "{} is already published from {} ({}), which this request does not match",
@@ -382,7 +383,16 @@ impl NodeService {
                     .map_err(|e| CsiError::io(format!("creating {}", target.display()), e))?;
             }
         }
-        fs::run(&fs::bind_cmd(&source, &target, read_only, &flags)).await
+        fs::run(&fs::bind_cmd(&source, &target, read_only, &flags)).await?;
+        self.note_published(rec, target)
+    }
+
+    /// Remember that the volume is published at `target` (which pod uses it).
+    fn note_published(&self, mut rec: StageRecord, target: PathBuf) -> Result<()> {
+        if rec.published.insert(target) {
+            record::save(&self.state_dir, &rec)?;
+        }
+        Ok(())
     }
 
     async fn unpublish(&self, req: csi::NodeUnpublishVolumeRequest) -> Result<()> {
@@ -391,6 +401,11 @@ impl NodeService {
         let target = PathBuf::from(&req.target_path);
         let _g = self.locks.lock(&req.volume_id).await;
         fs::unmount_all(&target).await?;
+        if let Some(mut rec) = record::load(&self.state_dir, &req.volume_id)?
+            && rec.published.remove(&target)
+        {
+            record::save(&self.state_dir, &rec)?;
+        }
         let gone = match std::fs::symlink_metadata(&target) {
             Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
             Ok(_) => std::fs::remove_file(&target),

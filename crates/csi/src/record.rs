@@ -27,6 +27,10 @@ pub struct StageRecord {
     /// this, whatever the capability says.
     pub fs_type: Option<String>,
     pub mount_flags: Vec<String>,
+    /// The paths the volume is published at (NodePublishVolume's targets): the kubelet
+    /// names each after its pod, so these say which pods use the volume on this node.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub published: std::collections::BTreeSet<PathBuf>,
 }
 
 /// The record's file: named by a digest of the volume id, which may hold any character.
@@ -67,6 +71,34 @@ pub fn save(dir: &Path, r: &StageRecord) -> Result<()> {
     std::fs::rename(&tmp, &p).map_err(|e| CsiError::io(format!("renaming {}", p.display()), e))
 }
 
+/// Every record in `dir`. One that cannot be read is left out with a warning: it stops
+/// only the calls on its own volume.
+pub fn all(dir: &Path) -> Result<Vec<StageRecord>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CsiError::io(format!("reading {}", dir.display()), e)),
+    };
+    let mut out = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        match std::fs::read(&p).map(|b| serde_json::from_slice::<StageRecord>(&b)) {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(err)) => {
+                tracing::warn!(record = %p.display(), error = %err, "stage record unreadable")
+            }
+            Err(err) => {
+                tracing::warn!(record = %p.display(), error = %err, "stage record unreadable")
+            }
+        }
+    }
+    out.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
+    Ok(out)
+}
+
 pub fn remove(dir: &Path, volume_id: &str) -> Result<()> {
     let p = path_for(dir, volume_id);
     match std::fs::remove_file(&p) {
@@ -95,9 +127,11 @@ mod tests {
             device: Some("/dev/loop0".into()),
             fs_type: Some("xfs".into()),
             mount_flags: vec![],
+            published: ["/pods/u1/volumes/v/mount".into()].into(),
         };
         assert!(load(dir.path(), &r.volume_id).expect("none").is_none());
         save(dir.path(), &r).expect("save");
+        assert_eq!(all(dir.path()).expect("all"), vec![r.clone()]);
         assert!(path_for(dir.path(), &r.volume_id).starts_with(dir.path()));
         assert_eq!(
             load(dir.path(), &r.volume_id).expect("load"),

@@ -4,7 +4,7 @@
 //! before [`serve`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tonic::service::RoutesBuilder;
@@ -21,6 +21,7 @@ use crate::proto::csi::v1::identity_server::IdentityServer;
 use crate::proto::csi::v1::node_server::NodeServer;
 use crate::proto::csiaddons::identity::identity_server::IdentityServer as AddonsIdentityServer;
 use crate::proto::csiaddons::replication::controller_server::ControllerServer as ReplicationServer;
+use crate::recovery::{Recovery, RecoveryConfig};
 use crate::replication::ReplicationService;
 
 /// Which services the process serves.
@@ -41,13 +42,32 @@ impl Mode {
 }
 
 /// Node-side settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NodeConfig {
     pub node_id: String,
     pub host_nqn: String,
     pub segments: std::collections::BTreeMap<String, String>,
     pub state_dir: PathBuf,
     pub attacher: Arc<dyn Attacher>,
+    /// The timing of path recovery ([`Driver::start_recovery`]).
+    pub recovery: RecoveryConfig,
+    /// The plugin's Kubernetes client; without one, pods on a volume that lost every
+    /// path are not restarted.
+    pub kube: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("node_id", &self.node_id)
+            .field("host_nqn", &self.host_nqn)
+            .field("segments", &self.segments)
+            .field("state_dir", &self.state_dir)
+            .field("attacher", &self.attacher)
+            .field("recovery", &self.recovery)
+            .field("kube", &self.kube.is_some())
+            .finish()
+    }
 }
 
 /// The driver: its services for one mode.
@@ -57,9 +77,57 @@ pub struct Driver {
     pub mode: Mode,
     pub clusters: Arc<Clusters>,
     pub node: Option<NodeConfig>,
+    /// The Node service, one for the gRPC server and the recovery loops.
+    node_service: OnceLock<Arc<NodeService>>,
 }
 
 impl Driver {
+    pub fn new(
+        name: String,
+        mode: Mode,
+        clusters: Arc<Clusters>,
+        node: Option<NodeConfig>,
+    ) -> Self {
+        Self {
+            name,
+            mode,
+            clusters,
+            node,
+            node_service: OnceLock::new(),
+        }
+    }
+
+    fn node_service(&self) -> Result<Arc<NodeService>> {
+        let n = self.node.clone().ok_or_else(|| {
+            CsiError::InvalidArgument(
+                "node mode needs the node settings (node id, attacher)".into(),
+            )
+        })?;
+        Ok(self
+            .node_service
+            .get_or_init(|| {
+                Arc::new(NodeService::new(
+                    n.node_id,
+                    n.host_nqn,
+                    n.segments,
+                    n.state_dir,
+                    self.clusters.clone(),
+                    n.attacher,
+                ))
+            })
+            .clone())
+    }
+
+    /// Start the node's path recovery (reconnect monitor and guardian); None outside the
+    /// node mode. The loops stop when the returned value is dropped.
+    pub fn start_recovery(&self) -> Result<Option<Recovery>> {
+        let (true, Some(n)) = (self.mode.node(), &self.node) else {
+            return Ok(None);
+        };
+        let service = self.node_service()?;
+        Ok(Some(Recovery::start(service, n.kube.clone(), n.recovery)))
+    }
+
     /// The CSI services for the mode, ready for more services to be added.
     pub fn routes(&self) -> Result<RoutesBuilder> {
         let mut b = RoutesBuilder::default();
@@ -82,19 +150,7 @@ impl Driver {
             )));
         }
         if self.mode.node() {
-            let n = self.node.clone().ok_or_else(|| {
-                CsiError::InvalidArgument(
-                    "node mode needs the node settings (node id, attacher)".into(),
-                )
-            })?;
-            b.add_service(NodeServer::new(NodeService::new(
-                n.node_id,
-                n.host_nqn,
-                n.segments,
-                n.state_dir,
-                self.clusters.clone(),
-                n.attacher,
-            )));
+            b.add_service(NodeServer::from_arc(self.node_service()?));
         }
         Ok(b)
     }

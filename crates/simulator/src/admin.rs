@@ -21,6 +21,7 @@
 //! | `POST /_sim/object-stores` `{endpoint, bucket, region?, access_key_id, secret_access_key}` | a bucket (and its store when new) open to that key; again to allow more keys |
 //! | `PATCH /_sim/object-stores` `{endpoint, reachable: bool}` | take a store off the network or back |
 //! | `DELETE /_sim/object-stores` `{endpoint, bucket}` | remove a bucket with every object in it |
+//! | `POST /_sim/paths/cut` `{volume, paths?: ["ip:port"]}` | cut a loop-attached volume's paths to the node ([`crate::paths`]) |
 
 use std::collections::BTreeMap;
 
@@ -196,6 +197,7 @@ pub fn handle(
         ("POST", ["object-stores"])
         | ("PATCH", ["object-stores"])
         | ("DELETE", ["object-stores"]) => object_store(sim, method, body),
+        ("POST", ["paths", "cut"]) => crate::paths::cut(sim, body),
         _ => Err(ApiError::not_found("Not Found")),
     }
 }

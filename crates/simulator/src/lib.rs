@@ -20,6 +20,7 @@ pub mod labels;
 pub mod model;
 pub mod objstore;
 pub mod openapi;
+pub mod paths;
 pub mod render;
 pub mod replicated;
 pub mod reply;

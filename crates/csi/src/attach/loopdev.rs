@@ -1,5 +1,12 @@
 //! The loop attacher: the simulator keeps each volume as a sparse file `<id>.img` of the
 //! volume's size in one directory; attaching binds a loop device to it.
+//!
+//! A loop device has one way to its file, so the control plane's paths are stood in for
+//! by files: connecting path `ip:port` of a volume creates `<id>.paths/<ip>:<port>` next to
+//! its image, as the kernel adds a controller under `/sys/class/nvme`, and the simulator
+//! removes it when that path is cut (`POST /_sim/paths/cut`), as the kernel deletes a
+//! controller whose target stayed away past its loss timeout. The device itself keeps
+//! working: what a cut changes is only what the node's recovery loops see.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -7,7 +14,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use super::{Attacher, Target};
+use simplyblock_controlplane::ConnectEntry;
+
+use super::{Attacher, PathState, Target};
 use crate::error::{CsiError, Result};
 use crate::exec::{self, Cmd};
 
@@ -33,6 +42,58 @@ impl LoopAttacher {
     pub fn file_of(&self, t: &Target) -> PathBuf {
         self.dir.join(format!("{}.img", t.volume))
     }
+
+    /// The directory of a volume's connected paths.
+    pub fn paths_dir(&self, t: &Target) -> PathBuf {
+        paths_dir(&self.dir, t.volume)
+    }
+
+    /// Mark these paths connected.
+    fn connect(&self, t: &Target, paths: &[ConnectEntry]) -> Result<()> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let dir = self.paths_dir(t);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CsiError::io(format!("creating {}", dir.display()), e))?;
+        for p in paths {
+            let f = dir.join(path_name(&p.ip, p.port));
+            std::fs::write(&f, b"")
+                .map_err(|e| CsiError::io(format!("connecting path {}", f.display()), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the paths of `volume` are marked, in the volume files' directory `dir`.
+pub fn paths_dir(dir: &Path, volume: uuid::Uuid) -> PathBuf {
+    dir.join(format!("{volume}.paths"))
+}
+
+/// The file name marking path `ip:port`.
+pub fn path_name(ip: &str, port: u16) -> String {
+    format!("{ip}:{port}")
+}
+
+/// The paths marked in `dir` (each file `ip:port` is one live path).
+pub fn marked_paths(dir: &Path) -> Vec<PathState> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathState> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let (ip, port) = name.rsplit_once(':')?;
+            Some(PathState {
+                ip: ip.to_owned(),
+                port: port.parse().ok()?,
+                live: true,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.ip, a.port).cmp(&(&b.ip, b.port)));
+    out
 }
 
 pub fn attach_cmd(file: &Path) -> Cmd {
@@ -102,6 +163,7 @@ impl Attacher for LoopAttacher {
     fn attach<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<PathBuf>> {
         async move {
             let file = self.canonical_file(t)?;
+            self.connect(t, &t.paths)?;
             if let Some(d) = devices_backed_by(&self.sys, &file).into_iter().next() {
                 return Ok(d);
             }
@@ -141,9 +203,26 @@ impl Attacher for LoopAttacher {
                     exec::run(&detach_cmd(&d), TIMEOUT).await?;
                 }
             }
-            Ok(())
+            let paths = self.paths_dir(t);
+            match std::fs::remove_dir_all(&paths) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(CsiError::io(format!("removing {}", paths.display()), e)),
+            }
         }
         .boxed()
+    }
+
+    fn paths<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<Vec<PathState>>> {
+        async move { Ok(marked_paths(&self.paths_dir(t))) }.boxed()
+    }
+
+    fn connect_paths<'a>(
+        &'a self,
+        t: &'a Target,
+        paths: &'a [ConnectEntry],
+    ) -> BoxFuture<'a, Result<()>> {
+        async move { self.connect(t, paths) }.boxed()
     }
 
     fn refresh_size<'a>(&'a self, _t: &'a Target, device: &'a Path) -> BoxFuture<'a, Result<()>> {
@@ -169,6 +248,24 @@ mod tests {
             refresh_cmd(Path::new("/dev/loop4")).to_string(),
             "losetup --set-capacity /dev/loop4"
         );
+    }
+
+    #[test]
+    fn marked_paths_are_read_back() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert!(marked_paths(&dir.path().join("absent")).is_empty());
+        for name in [path_name("10.0.0.2", 4420), path_name("10.0.0.1", 4421)] {
+            std::fs::write(dir.path().join(name), b"").expect("mark");
+        }
+        std::fs::write(dir.path().join("stray"), b"").expect("stray");
+        let got = marked_paths(dir.path());
+        assert_eq!(
+            got.iter()
+                .map(|p| format!("{}:{}", p.ip, p.port))
+                .collect::<Vec<_>>(),
+            ["10.0.0.1:4421", "10.0.0.2:4420"]
+        );
+        assert!(got.iter().all(|p| p.live));
     }
 
     #[test]

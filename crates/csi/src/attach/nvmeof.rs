@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use simplyblock_controlplane::ConnectEntry;
 use uuid::Uuid;
 
-use super::{Attacher, Target};
+use super::{Attacher, PathState, Target};
 use crate::error::{CsiError, Result};
 
 /// The node's own controller-loss timeout (seconds), not the control plane's.
@@ -275,6 +275,20 @@ pub fn controllers(sys: &Path, nqn: &str) -> Vec<Controller> {
     out
 }
 
+/// The paths the controllers of one subsystem make: a controller being deleted is no
+/// path any more; one the kernel is reconnecting (`connecting`, `resetting`) is held but
+/// carries no I/O.
+pub fn path_states(c: Vec<Controller>) -> Vec<PathState> {
+    c.into_iter()
+        .filter(|c| c.state != "deleting")
+        .map(|c| PathState {
+            port: c.trsvcid.parse().unwrap_or(0),
+            ip: c.traddr,
+            live: c.state == "live",
+        })
+        .collect()
+}
+
 /// Order for disconnecting: paths that are not live first, so I/O keeps its best path
 /// until last.
 pub fn disconnect_order(mut c: Vec<Controller>) -> Vec<Controller> {
@@ -501,6 +515,35 @@ impl Attacher for NvmeofAttacher {
                 }
             }
             Ok(())
+        }
+        .boxed()
+    }
+
+    fn paths<'a>(&'a self, t: &'a Target) -> BoxFuture<'a, Result<Vec<PathState>>> {
+        async move { Ok(path_states(controllers(&self.sys, &t.nqn))) }.boxed()
+    }
+
+    fn connect_paths<'a>(
+        &'a self,
+        t: &'a Target,
+        paths: &'a [ConnectEntry],
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let mut errors = Vec::new();
+            for p in paths {
+                if let Err(e) = self.connect_path(t, p).await {
+                    errors.push(format!("{}:{}: {e}", p.ip, p.port));
+                }
+            }
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(CsiError::Internal(format!(
+                    "reconnecting paths of volume {}: {}",
+                    t.volume,
+                    errors.join("; ")
+                )))
+            }
         }
         .boxed()
     }

@@ -172,11 +172,11 @@ impl DriverProc {
         let _ = std::fs::remove_file(&socket);
         let state_dir = dir.join("node-state");
         let clusters = Arc::new(clusters);
-        let driver = Driver {
-            name: simplyblock_csi::handle::DRIVER_NAME.into(),
-            mode: Mode::Both,
+        let driver = Driver::new(
+            simplyblock_csi::handle::DRIVER_NAME.into(),
+            Mode::Both,
             clusters,
-            node: Some(NodeConfig {
+            Some(NodeConfig {
                 node_id: "node-1".into(),
                 host_nqn: simplyblock_csi::handle::host_nqn("node-1-uid"),
                 segments: if segments.is_empty() {
@@ -186,8 +186,10 @@ impl DriverProc {
                 },
                 state_dir: state_dir.clone(),
                 attacher: Arc::new(LoopAttacher::new(files)),
+                recovery: Default::default(),
+                kube: None,
             }),
-        };
+        );
         let routes = driver.routes().expect("routes");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let s = socket.clone();

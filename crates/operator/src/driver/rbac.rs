@@ -42,8 +42,15 @@ const RECORD_EVENTS: &[&str] = &["list", "watch", "create", "update", "patch"];
 /// The cluster-wide rules of `component`'s role.
 pub fn cluster_rules(component: Component) -> Vec<PolicyRule> {
     match component {
-        // Topology and the host NQN come from the plugin's own Node.
-        Component::Node => vec![rule(CORE, &["nodes"], &["get"])],
+        Component::Node => vec![
+            // Topology and the host NQN come from the plugin's own Node.
+            rule(CORE, &["nodes"], &["get"]),
+            // Path recovery: the pods on the plugin's node (a field selector on
+            // spec.nodeName) whose volume lost every path are deleted, with an Event
+            // on each saying why.
+            rule(CORE, &["pods"], &["list", "delete"]),
+            rule(CORE, &["events"], &["create"]),
+        ],
         Component::Provisioner => vec![
             rule(
                 CORE,
@@ -301,10 +308,15 @@ mod tests {
                 );
             }
         }
-        // The node plugin reads its own Node and nothing else.
+        // The node plugin reads its own Node, and lists and deletes pods (never creates,
+        // updates or reads their secrets) with an Event each: nothing else.
         assert_eq!(
             cluster_rules(Component::Node),
-            vec![rule(CORE, &["nodes"], &["get"])]
+            vec![
+                rule(CORE, &["nodes"], &["get"]),
+                rule(CORE, &["pods"], &["list", "delete"]),
+                rule(CORE, &["events"], &["create"]),
+            ]
         );
     }
 
