@@ -68,7 +68,8 @@ pub struct ClusterDeploymentConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<Environment>,
 
-    /// An edge deployment: the same cluster with fewer, smaller nodes.
+    /// Reserved: recorded as a fact about the fleet; nothing in the expansion depends on it
+    /// yet. Marks an edge deployment: the same cluster with fewer, smaller nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge_cluster: Option<bool>,
 

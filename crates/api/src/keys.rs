@@ -111,7 +111,8 @@ pub const DEFAULT_POOL_ANNOTATION: &str = "storage.simplyblock.io/default-pool";
 /// it last applied, so a pass whose body is unchanged and still in place writes nothing,
 /// while a field dropped from the body (which the live object cannot show) is applied.
 pub const APPLIED_DIGEST_ANNOTATION: &str = "storage.simplyblock.io/applied-digest";
-/// Annotation on a StorageCluster: asks for data realignment now, whatever
+/// Annotation on a StorageCluster, reserved: the operator does not request realignment
+/// yet, so it is not acted on. Meant to ask for data realignment now, whatever
 /// `volumeMigrationSettings.dataRealignment` says about its interval and minimum moves.
 pub const TRIGGER_REALIGNMENT_ANNOTATION: &str = "storage.simplyblock.io/trigger-realignment";
 

@@ -145,8 +145,9 @@ pub struct DeviceFilter {
     /// Also report devices that carry a partition table (mounted or busy devices never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_partitioned_devices: Option<bool>,
-    /// Leave NVMe controllers bound to a userspace driver, and idle, where they are instead
-    /// of handing them back to the kernel (block runs only).
+    /// Reserved: discovery never hands userspace-bound NVMe controllers back to the kernel
+    /// (it reports them, idle or not, and leaves them bound), so there is nothing to turn
+    /// off. Meant to leave such controllers where they are (block runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_reclaim_userspace_devices: Option<bool>,
     /// Only these PCI addresses (NVMe runs).

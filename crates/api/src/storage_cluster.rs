@@ -157,19 +157,24 @@ pub struct StorageClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupStore>,
 
-    /// Turn off the control plane's data realignment after volume moves.
+    /// Reserved: the operator does not yet ask the control plane to realign data after
+    /// volume moves, so there is nothing to turn off. Meant to turn off that realignment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_data_realignment: Option<bool>,
 
-    /// Turn on latency-driven automatic volume placement (see volumeAutoPlacement).
+    /// Reserved: the operator has no automatic rebalancer yet, so this changes nothing.
+    /// Meant to turn on latency-driven automatic volume placement (see volumeAutoPlacement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_volume_auto_placement: Option<bool>,
 
-    /// How volume migration and the realignment after it behave.
+    /// Reserved: the operator neither runs migration Jobs nor requests realignment after
+    /// volume moves yet, so these settings change nothing. Meant to tune how volume
+    /// migration and the realignment after it behave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_migration_settings: Option<VolumeMigrationSettings>,
 
-    /// Tuning of automatic volume placement.
+    /// Reserved: the operator has no automatic rebalancer yet, so this tuning changes
+    /// nothing. Meant to tune automatic volume placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_auto_placement: Option<VolumeAutoPlacement>,
 
@@ -532,13 +537,15 @@ pub struct StorageNodesSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("enableFormat4K is immutable"))]
     pub enable_format_4k: Option<bool>,
 
-    /// Wipe partition tables and signatures from logical block devices before node add.
-    /// Destructive. Immutable.
+    /// Reserved: the control plane's node add has no parameter that wipes logical block
+    /// devices, so this changes nothing; a partitioned device stays refused by discovery.
+    /// Meant to wipe partition tables and signatures before node add. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("enableBlockFormat is immutable"))]
     pub enable_block_format: Option<bool>,
 
-    /// Topology-aware CPU assignment.
+    /// Topology-aware CPU assignment: the storage node configures it at start
+    /// (`CPU_TOPOLOGY_ENABLED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_cpu_topology: Option<bool>,
 
@@ -550,15 +557,18 @@ pub struct StorageNodesSpec {
     )]
     pub reserved_system_cpu: Option<String>,
 
-    /// Let the storage node apply the kubelet configuration it needs.
+    /// Let the storage node apply the kubelet configuration it needs; true when unset,
+    /// false tells it to leave the kubelet alone (`SKIP_KUBELET_CONFIGURATION`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_kubelet_configuration: Option<bool>,
 
-    /// The workers run Ubuntu (changes huge-page and kernel-module handling).
+    /// The workers run Ubuntu: the storage node installs the NVMe-oF kernel modules
+    /// Ubuntu's base install lacks before it starts (`UBUNTU_HOST`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ubuntu_host: Option<bool>,
 
-    /// Present when the cluster runs on OpenShift.
+    /// Present when the cluster runs on OpenShift; the storage node is told so
+    /// (`OPENSHIFT_CLUSTER`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openshift: Option<OpenShift>,
 
@@ -570,7 +580,9 @@ pub struct StorageNodesSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_resources: Option<ResourceRequirements>,
 
-    /// Requests and limits of the init container.
+    /// Reserved: the storage-node pods have no init container (the storage node prepares
+    /// its worker itself), so these are applied to nothing. Meant for an init container's
+    /// requests and limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_resources: Option<ResourceRequirements>,
 }
@@ -588,7 +600,9 @@ pub enum PullPolicy {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenShift {
-    /// A machine-config role the storage nodes' own pool inherits besides `worker`.
+    /// Reserved: the operator does not create a MachineConfigPool for the storage nodes
+    /// yet, so this changes nothing. Meant to name a machine-config role the storage nodes'
+    /// own pool inherits besides `worker`.
     #[serde(default = "worker")]
     #[schemars(length(max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub machine_config_pool: String,
@@ -727,14 +741,15 @@ pub struct StorageClusterStatus {
     /// The effective number of workers restarted at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_worker_restarts: Option<i32>,
-    /// Grows by one per volume move; a realignment is due while realignedGeneration is
-    /// below it.
+    /// Reserved: not written yet (see spec.disableDataRealignment). Meant to grow by one
+    /// per volume move; a realignment is due while realignedGeneration is below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_move_generation: Option<i64>,
-    /// The volumeMoveGeneration the last realignment covered.
+    /// Reserved: not written yet. Meant for the volumeMoveGeneration the last
+    /// realignment covered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub realigned_generation: Option<i64>,
-    /// When the last realignment was requested.
+    /// Reserved: not written yet. Meant for when the last realignment was requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_data_realignment_at: Option<Time>,
     /// The control plane's unfinished tasks, in its order (at most 20).
@@ -753,7 +768,8 @@ pub struct StorageClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub recent_operations: Vec<OperationRecord>,
-    /// What the automatic rebalancer measured last.
+    /// Reserved: not written yet, as there is no automatic rebalancer (see
+    /// spec.enableVolumeAutoPlacement). Meant for what it measured last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalancing_metrics: Option<RebalancingMetrics>,
     /// Why the phase is what it is, in one sentence.

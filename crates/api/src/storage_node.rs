@@ -56,7 +56,8 @@ pub struct StorageNodeSpec {
     ))]
     pub cluster_ref: String,
 
-    /// The deployment document's node set that produced the node. Immutable.
+    /// Reserved: a record, for people, of the deployment document's node set that produced
+    /// the node; nothing acts on it. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("nodeSet is immutable"))]
@@ -106,10 +107,12 @@ pub struct StorageNodeConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = crate::control_plane::IMAGE_PATTERN))]
     pub spdk_proxy_image: Option<String>,
-    /// When the SPDK image is pulled.
+    /// Reserved: recorded, not yet honoured by the control plane, whose node add takes no
+    /// pull policy. Meant for when the SPDK image is pulled.
     #[serde(default)]
     pub spdk_image_pull_policy: PullPolicy,
-    /// When the SPDK proxy image is pulled.
+    /// Reserved: recorded, not yet honoured by the control plane, whose node add takes no
+    /// pull policy. Meant for when the SPDK proxy image is pulled.
     #[serde(default)]
     pub spdk_proxy_image_pull_policy: PullPolicy,
 

@@ -97,8 +97,8 @@ pub struct TestFailoverSpec {
     #[schemars(length(min = 1, max = 63))]
     pub bubble_namespace: Option<String>,
 
-    /// How long the drill should live once Ready, in seconds. Advisory: the controller does
-    /// not delete a drill by itself.
+    /// Reserved: advisory only, as the controller does not delete a drill by itself. How
+    /// long the drill should live once Ready, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds: Option<i64>,

@@ -41,10 +41,12 @@ pub struct StorageBackupSpec {
     /// The claim whose volume is snapshotted and backed up; none on an imported backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_ref: Option<PersistentVolumeClaimRef>,
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it.
     /// The snapshot's name, when not the one the operator chooses.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub snapshot_name: String,
-    /// The cluster an imported backup came from; set by BackupImport only.
+    /// Reserved: retired with BackupImport; v1alpha1 keeps it for the round trip and
+    /// nothing acts on it. The cluster an imported backup came from.
     #[serde(
         default,
         skip_serializing_if = "String::is_empty",

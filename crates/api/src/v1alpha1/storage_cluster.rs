@@ -132,7 +132,8 @@ pub struct StripeSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMigrationSettings {
-    /// Whether VolumeMigrations of this cluster are acted on; true when unset.
+    /// Reserved: retired (migration cannot be turned off: drains and rebalances are volume
+    /// moves); v1alpha1 keeps it for the round trip and nothing acts on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Image of the migration and latency Jobs.
@@ -236,16 +237,16 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(regex(pattern = r"^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?(/.*)?$"))]
     pub local_endpoint: String,
-    /// Snapshot backups.
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. Snapshot backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_backups: Option<bool>,
-    /// Compressed backups.
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. Compressed backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_compression: Option<bool>,
-    /// A secondary backup target.
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. A secondary backup target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secondary_target: Option<i32>,
-    /// Local testing mode.
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. Local testing mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_testing: Option<bool>,
     /// The Secret holding `access_key_id` and `secret_access_key`.

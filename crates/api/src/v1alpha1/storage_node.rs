@@ -93,6 +93,7 @@ pub struct StorageNodeOverrides {
     /// The NVMe namespace names to use, e.g. `nvme0n1`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_names: Vec<String>,
+    /// Reserved: per node no longer; set StorageCluster spec.storageNodes.enableCpuTopology.
     /// Topology-aware CPU handling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_cpu_topology: Option<bool>,
@@ -103,10 +104,13 @@ pub struct StorageNodeOverrides {
         rename = "reservedSystemCPU"
     )]
     pub reserved_system_cpu: String,
-    /// The host runs Ubuntu.
+    /// Reserved: per node no longer; set StorageCluster spec.storageNodes.ubuntuHost. The
+    /// host runs Ubuntu.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ubuntu_host: Option<bool>,
-    /// Leave the kubelet configuration alone.
+    /// Reserved: per node no longer; set StorageCluster
+    /// spec.storageNodes.enableKubeletConfiguration (false). Leave the kubelet
+    /// configuration alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_kubelet_configuration: Option<bool>,
     /// The failure-domain group index of the node.

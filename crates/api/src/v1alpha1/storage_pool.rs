@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 pub struct StoragePoolSpec {
     /// The target storage cluster's name.
     pub cluster_name: String,
-    /// A desired-status hint (unused).
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. A desired-status hint.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub status: String,
     /// The most the pool may hold, e.g. `20G`; `0` is unlimited.
@@ -61,7 +61,8 @@ pub struct StoragePoolSpec {
     /// The pool's QoS limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<QosSpec>,
-    /// An imperative pool operation (unused).
+    /// Reserved: retired (StoragePoolOps carries pool operations); v1alpha1 keeps it for
+    /// the round trip and nothing acts on it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub action: String,
     /// The parameters of the pool's StorageClass.
@@ -141,7 +142,8 @@ pub struct StorageClassParameters {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("default" = "0"))]
     pub lvol_priority_class: String,
-    /// The transport fabric (e.g. `tcp`).
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. The transport fabric
+    /// (e.g. `tcp`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("default" = "tcp"))]
     pub fabric: String,
@@ -149,7 +151,8 @@ pub struct StorageClassParameters {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("default" = "1"))]
     pub max_namespace_per_subsys: String,
-    /// The ext4 reserved-blocks percentage (`tune2fs -m`); empty skips tune2fs.
+    /// Reserved: retired; v1alpha1 keeps it for the round trip and nothing acts on it. The ext4
+    /// reserved-blocks percentage (`tune2fs -m`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tune2fs_reserved_blocks: String,
     /// The filesystem of the volumes.

@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use simplyblock_api::storage_cluster::PullPolicy;
+use simplyblock_api::storage_cluster::{PullPolicy, StorageNodesSpec};
 use simplyblock_api::{StorageCluster, StorageNode};
 
 use super::names::{
@@ -281,11 +281,12 @@ fn daemonset(
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
+    let host = host_env(&storage);
     let image = storage
         .image
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
-    let container = Container {
+    let mut container = Container {
         name: "storage-node-api".into(),
         image: Some(image),
         image_pull_policy: Some(pull_policy(storage.image_pull_policy).into()),
@@ -334,6 +335,7 @@ fn daemonset(
         resources: storage.container_resources,
         ..Container::default()
     };
+    container.env.get_or_insert_default().extend(host);
     DaemonSet {
         metadata: owned(cluster, account),
         spec: DaemonSetSpec {
@@ -495,6 +497,27 @@ fn owner(cluster: &StorageCluster, controller: bool) -> Option<Vec<OwnerReferenc
     }])
 }
 
+/// What the storage node is told about its worker, in the variables the storage-node image
+/// reads at start: whether to install Ubuntu's extra kernel modules, whether it runs on
+/// OpenShift, whether to configure CPU topology, and whether to leave the kubelet's
+/// configuration alone. Uniform across the cluster, so on the DaemonSet.
+fn host_env(storage: &StorageNodesSpec) -> Vec<EnvVar> {
+    let flag = |on: bool| if on { "true" } else { "false" };
+    vec![
+        plain_env("UBUNTU_HOST", flag(storage.ubuntu_host.unwrap_or(false))),
+        plain_env("OPENSHIFT_CLUSTER", flag(storage.openshift.is_some())),
+        plain_env(
+            "CPU_TOPOLOGY_ENABLED",
+            flag(storage.enable_cpu_topology.unwrap_or(false)),
+        ),
+        // Configured unless said otherwise: the API's toggle is the inverse of the image's.
+        plain_env(
+            "SKIP_KUBELET_CONFIGURATION",
+            flag(!storage.enable_kubelet_configuration.unwrap_or(true)),
+        ),
+    ]
+}
+
 fn plain_env(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -612,6 +635,10 @@ mod tests {
                 "imagePullSecrets": [{"name": "mirror-pull"}],
                 "priorityClassName": "",
                 "reservedSystemCPU": "0-1",
+                "ubuntuHost": true,
+                "enableCpuTopology": true,
+                "enableKubeletConfiguration": false,
+                "openshift": {},
                 "tolerations": [
                     {"key": "storage", "operator": "Exists", "effect": "NoSchedule"},
                 ],
