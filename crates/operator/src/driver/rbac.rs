@@ -122,6 +122,12 @@ pub fn cluster_rules(component: Component) -> Vec<PolicyRule> {
             &["tokenreviews"],
             &["create"],
         )],
+        // CreateVolume reads the claim's controls (annotations, the consistency-group
+        // label), removes its one-shot placement hint, and records a refusal on it.
+        Component::ControllerPlugin => vec![
+            rule(CORE, &["persistentvolumeclaims"], &["get", "patch"]),
+            rule(CORE, &["events"], &["create"]),
+        ],
     }
 }
 
