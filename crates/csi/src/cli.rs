@@ -97,8 +97,10 @@ pub struct Args {
     /// (the Node's UID), or one derived from the NQN's text.
     #[arg(long)]
     pub host_id: Option<uuid::Uuid>,
-    /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG).
-    /// `--kubernetes=false` skips it: topology is then the hostname segment only. The
+    /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG),
+    /// and in the controller the claims it creates volumes for (their annotations set
+    /// per-volume controls). `--kubernetes=false` skips it: topology is then the hostname
+    /// segment only, and claims set no controls. The
     /// default is true inside a pod (KUBERNETES_SERVICE_HOST set), else false.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())]
     pub kubernetes: bool,
@@ -179,15 +181,16 @@ impl Args {
         crate::socket_path(&self.endpoint)
     }
 
-    /// The driver these arguments describe. In node mode with `--kubernetes`, `kube`
-    /// reads the Node's labels and UID (the binary builds it from its environment).
+    /// The driver these arguments describe. With `--kubernetes`, `kube` reads the Node's
+    /// labels and UID in node mode, and the claims in controller mode (the binary builds
+    /// it from its environment).
     pub async fn driver(&self, kube: Option<kube::Client>) -> anyhow::Result<Driver> {
         let clusters = Arc::new(self.clusters()?);
         let node = if self.mode.node() {
             let Some(node_id) = self.node_id.clone() else {
                 anyhow::bail!("node mode needs --node-id (or NODE_ID), the Kubernetes node name");
             };
-            let facts = match (self.kubernetes, kube) {
+            let facts = match (self.kubernetes, kube.clone()) {
                 // Registering without topology breaks provisioning: stop instead.
                 (true, Some(client)) => topology::read_node(client, &node_id).await?,
                 (true, None) => anyhow::bail!(
@@ -227,6 +230,7 @@ impl Args {
             mode: self.mode,
             clusters,
             node,
+            kube: kube.filter(|_| self.kubernetes).map(crate::pvc::ApiServer),
         })
     }
 }
