@@ -777,6 +777,10 @@ pub struct VolumeCreate {
     /// member and pinned to that member's node; at most 20 members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistency_group: Option<String>,
+    /// The id the new volume takes instead of a generated one (the claim's
+    /// `simplyblock.io/lvol-id` annotation); `uid` on the wire.
+    #[serde(default, rename = "uid", skip_serializing_if = "Option::is_none")]
+    pub lvol_id: Option<Uuid>,
 }
 
 impl VolumeCreate {
@@ -1354,6 +1358,16 @@ pub struct GroupSnapshot {
     pub group_seq: u64,
     pub members: Vec<GroupSnapshotMember>,
     pub created_at: Option<String>,
+    /// The name it was taken under, if any: what makes a retried create find it.
+    pub name: Option<String>,
+}
+
+/// `POST …/consistency-groups/{g}/snapshots`: the body is optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupSnapshotCreate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `PUT …/consistency-groups/{g}/replication`: attach a policy, or detach with `None`

@@ -4,21 +4,23 @@
 use tonic::{Request, Response, Status};
 
 use crate::proto::csiaddons::identity as ident;
-use ident::capability::{self, service, volume_replication};
+use ident::capability::{self, service, volume_group, volume_replication};
 use ident::identity_server::Identity;
 
 #[derive(Debug, Clone)]
 pub struct AddonsIdentityService {
     pub name: String,
     pub version: String,
-    /// Whether this process serves the Controller service (and with it Replication).
+    /// Whether this process serves the Controller service (and with it Replication and
+    /// VolumeGroup).
     pub controller: bool,
 }
 
 impl AddonsIdentityService {
     /// The capabilities advertised: only services this process actually serves. The
     /// controller mode serves volume replication, including the destination lookup Ramen
-    /// needs to restore a group.
+    /// needs to restore a group, and volume groups, which change membership only by
+    /// taking members out and never delete their volumes.
     pub fn capabilities(&self) -> Vec<ident::Capability> {
         let mut caps = Vec::new();
         if self.controller {
@@ -37,8 +39,30 @@ impl AddonsIdentityService {
                     )),
                 });
             }
+            for t in VOLUME_GROUP {
+                caps.push(group(t));
+            }
         }
         caps
+    }
+}
+
+/// The volume group capabilities advertised: every RPC is served, a volume is in one
+/// consistency group at most, and deleting a group never deletes its volumes.
+const VOLUME_GROUP: [volume_group::Type; 6] = [
+    volume_group::Type::VolumeGroup,
+    volume_group::Type::LimitVolumeToOneVolumeGroup,
+    volume_group::Type::DoNotAllowVgToDeleteVolumes,
+    volume_group::Type::ModifyVolumeGroup,
+    volume_group::Type::GetVolumeGroup,
+    volume_group::Type::ListVolumeGroups,
+];
+
+fn group(t: volume_group::Type) -> ident::Capability {
+    ident::Capability {
+        r#type: Some(capability::Type::VolumeGroup(capability::VolumeGroup {
+            r#type: t as i32,
+        })),
     }
 }
 
@@ -84,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn controller_and_replication_are_advertised_only_where_they_are_served() {
+    fn controller_replication_and_groups_are_advertised_only_where_they_are_served() {
         let controller = ident::Capability {
             r#type: Some(capability::Type::Service(capability::Service {
                 r#type: service::Type::ControllerService as i32,
@@ -101,6 +125,12 @@ mod tests {
                 controller,
                 replication(volume_replication::Type::VolumeReplication),
                 replication(volume_replication::Type::GetReplicationDestinationInfo),
+                group(volume_group::Type::VolumeGroup),
+                group(volume_group::Type::LimitVolumeToOneVolumeGroup),
+                group(volume_group::Type::DoNotAllowVgToDeleteVolumes),
+                group(volume_group::Type::ModifyVolumeGroup),
+                group(volume_group::Type::GetVolumeGroup),
+                group(volume_group::Type::ListVolumeGroups),
             ]
         );
         assert_eq!(svc(false).capabilities(), vec![]);

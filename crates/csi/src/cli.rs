@@ -99,8 +99,10 @@ pub struct Args {
     /// (the Node's UID), or one derived from the NQN's text.
     #[arg(long)]
     pub host_id: Option<uuid::Uuid>,
-    /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG).
-    /// `--kubernetes=false` skips it: topology is then the hostname segment only. The
+    /// Read the Node's labels and UID from Kubernetes (in-cluster config or $KUBECONFIG),
+    /// and in the controller the claims it creates volumes for (their annotations set
+    /// per-volume controls). `--kubernetes=false` skips it: topology is then the hostname
+    /// segment only, and claims set no controls. The
     /// default is true inside a pod (KUBERNETES_SERVICE_HOST set), else false.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some())]
     pub kubernetes: bool,
@@ -207,8 +209,9 @@ impl Args {
         crate::socket_path(&self.endpoint)
     }
 
-    /// The driver these arguments describe. In node mode with `--kubernetes`, `kube`
-    /// reads the Node's labels and UID (the binary builds it from its environment).
+    /// The driver these arguments describe. With `--kubernetes`, `kube` reads the Node's
+    /// labels and UID in node mode, and the claims in controller mode (the binary builds
+    /// it from its environment).
     pub async fn driver(&self, kube: Option<kube::Client>) -> anyhow::Result<Driver> {
         let clusters = Arc::new(self.clusters()?);
         let node = if self.mode.node() {
@@ -252,7 +255,7 @@ impl Args {
                     path_loss_grace: self.path_loss_grace,
                     restart_backoff: self.restart_backoff,
                 },
-                kube: if self.kubernetes { kube } else { None },
+                kube: if self.kubernetes { kube.clone() } else { None },
             })
         } else {
             None
@@ -262,6 +265,7 @@ impl Args {
             self.mode,
             clusters,
             node,
+            kube.filter(|_| self.kubernetes).map(crate::pvc::ApiServer),
         ))
     }
 }

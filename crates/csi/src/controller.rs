@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::caps;
+use crate::claim::{self, ClaimControls};
 use crate::clusters::Clusters;
 use crate::error::{CsiError, Result};
 use crate::fs;
@@ -21,6 +22,7 @@ use crate::locks::KeyLocks;
 use crate::params::{self, ClassParams, vc};
 use crate::proto::csi::v1 as csi;
 use crate::proto::csi::v1::controller_server::Controller;
+use crate::pvc;
 use csi::controller_service_capability::rpc::Type as Cap;
 
 /// The Controller service.
@@ -28,14 +30,89 @@ use csi::controller_service_capability::rpc::Type as Cap;
 pub struct ControllerService {
     clusters: Arc<Clusters>,
     names: KeyLocks,
+    /// Reads the claim behind a create for its controls; without it, claims set none.
+    kube: Option<pvc::ApiServer>,
 }
 
 impl ControllerService {
-    pub fn new(clusters: Arc<Clusters>) -> Self {
+    pub fn new(clusters: Arc<Clusters>, kube: Option<pvc::ApiServer>) -> Self {
         Self {
             clusters,
             names: KeyLocks::default(),
+            kube,
         }
+    }
+
+    /// The claim a plain create is for and the controls it sets, when the provisioner
+    /// names it and the driver may read it. A refused control fails the create and is
+    /// recorded on the claim.
+    async fn claim_controls(
+        &self,
+        req: &csi::CreateVolumeRequest,
+    ) -> Result<Option<(pvc::Claim, ClaimControls)>> {
+        let (Some(pvc::ApiServer(client)), Some(name), Some(namespace)) = (
+            self.kube.as_ref(),
+            req.parameters.get(claim::PVC_NAME_PARAM),
+            req.parameters.get(claim::PVC_NAMESPACE_PARAM),
+        ) else {
+            return Ok(None);
+        };
+        // A restore or a clone takes its placement from its source.
+        if req.volume_content_source.is_some() {
+            return Ok(None);
+        }
+        let c = pvc::read(client, namespace, name).await?;
+        match ClaimControls::parse(&c.annotations, &c.labels) {
+            Ok(controls) => Ok(Some((c, controls))),
+            Err(problems) => Err(self.refuse(&c, &problems).await),
+        }
+    }
+
+    /// Records the refusal on the claim and returns it as the create's error.
+    async fn refuse(&self, c: &pvc::Claim, problems: &[String]) -> CsiError {
+        let message = claim::refusal(&c.namespace, &c.name, problems);
+        if let Some(pvc::ApiServer(client)) = &self.kube {
+            pvc::warn(client, c, pvc::REFUSED_REASON, &message).await;
+        }
+        CsiError::InvalidArgument(message)
+    }
+
+    /// Refuses a pin that names no storage node of the cluster (by id or hostname), so the
+    /// claim says why instead of the control plane's opaque refusal.
+    async fn check_pin(
+        &self,
+        pl: &Placement,
+        claim: &Option<(pvc::Claim, ClaimControls)>,
+    ) -> Result<()> {
+        let Some((c, controls)) = claim else {
+            return Ok(());
+        };
+        let Some(pin) = &controls.pin else {
+            return Ok(());
+        };
+        let nodes = pl.client.list_storage_nodes(pl.cluster).await?;
+        if nodes
+            .iter()
+            .any(|n| n.id.to_string() == pin.host || n.hostname == pin.host)
+        {
+            return Ok(());
+        }
+        let known: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("{} ({})", n.id, n.hostname))
+            .collect();
+        Err(self
+            .refuse(
+                c,
+                &[format!(
+                    "annotation {}={:?} names no storage node of cluster {}; its storage nodes are {}",
+                    pin.key,
+                    pin.host,
+                    pl.cluster,
+                    known.join(", ")
+                )],
+            )
+            .await)
     }
 
     /// The members of `h`'s replication chain that a delete of `h` retires: every member
@@ -130,7 +207,7 @@ fn live(s: &CpSnapshot) -> bool {
     s.status != SnapshotStatus::InDeletion
 }
 
-fn snapshot_entry(cluster: Uuid, pool: Uuid, s: &CpSnapshot) -> csi::Snapshot {
+pub fn snapshot_entry(cluster: Uuid, pool: Uuid, s: &CpSnapshot) -> csi::Snapshot {
     let source = s
         .lvol
         .as_deref()
@@ -274,9 +351,10 @@ impl ControllerService {
         req: &csi::CreateVolumeRequest,
         p: &ClassParams,
         size: u64,
+        controls: Option<&ClaimControls>,
     ) -> Result<(Uuid, CpVolume)> {
         for _ in 0..2 {
-            match self.create_once(pl, req, p, size).await? {
+            match self.create_once(pl, req, p, size, controls).await? {
                 Created::Volume(pool, v) => return Ok((pool, *v)),
                 Created::Leftover(pool, id) => self.wait_deleted(pl, pool, id, &req.name).await?,
             }
@@ -314,6 +392,7 @@ impl ControllerService {
         req: &csi::CreateVolumeRequest,
         p: &ClassParams,
         size: u64,
+        controls: Option<&ClaimControls>,
     ) -> Result<Created> {
         use csi::volume_content_source::Type as Src;
         let name = req.name.as_str();
@@ -333,12 +412,12 @@ impl ControllerService {
                 let host = params::storage_nodes_in(pl.cluster, &pref, &reqs)
                     .first()
                     .map(|u| u.to_string());
-                let body = VolumeCreate {
+                let mut body = VolumeCreate {
                     max_rw_iops: p.qos_rw_iops,
                     max_rw_mbytes: p.qos_rw_mbytes,
                     max_r_mbytes: p.qos_r_mbytes,
                     max_w_mbytes: p.qos_w_mbytes,
-                    host_id: host,
+                    host_id: host.clone(),
                     priority_class: p.priority_class,
                     pvc_name: p.pvc_name.clone(),
                     ndcs: p.ndcs,
@@ -350,6 +429,9 @@ impl ControllerService {
                     do_replicate: p.replicate,
                     ..VolumeCreate::new(name, size)
                 };
+                if let Some(c) = controls {
+                    c.apply(&mut body, host);
+                }
                 pl.client.create_volume(pl.cluster, pl.pool, &body).await
             }
             Some(Src::Snapshot(s)) => {
@@ -591,9 +673,20 @@ impl Controller for ControllerService {
             ))
             .into());
         }
+        let claim = self.claim_controls(&req).await?;
         let _g = self.names.lock(&req.name).await;
         let pl = self.place(&p, &req).await?;
-        let (pool, v) = self.create_or_adopt(&pl, &req, &p, size).await?;
+        self.check_pin(&pl, &claim).await?;
+        let (pool, v) = self
+            .create_or_adopt(&pl, &req, &p, size, claim.as_ref().map(|(_, c)| c))
+            .await?;
+        // The hint was for this create only; a failure to remove it is logged, never
+        // fatal, since the volume exists and a retried create adopts it.
+        if let (Some(pvc::ApiServer(client)), Some((c, controls))) = (&self.kube, &claim)
+            && let Err(e) = pvc::remove_annotations(client, c, &controls.hint_keys).await
+        {
+            tracing::warn!(error = %e, "the one-shot placement hint stays on the claim");
+        }
         // Publish: the paths go into the volume context, primary first.
         let paths = match pl.client.connect_volume(pl.cluster, pool, v.id, None).await {
             Ok(c) => Some(c),

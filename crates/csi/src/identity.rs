@@ -10,7 +10,7 @@ use csi::plugin_capability::{self, service, volume_expansion};
 pub struct IdentityService {
     pub name: String,
     pub version: String,
-    /// Whether this process serves the Controller service.
+    /// Whether this process serves the Controller and GroupController services.
     pub controller: bool,
 }
 
@@ -50,6 +50,7 @@ impl Identity for IdentityService {
         ];
         if self.controller {
             caps.insert(0, svc(service::Type::ControllerService));
+            caps.insert(1, svc(service::Type::GroupControllerService));
         }
         Ok(Response::new(csi::GetPluginCapabilitiesResponse {
             capabilities: caps,

@@ -17,7 +17,7 @@ async fn main() -> anyhow::Result<()> {
     }
     simplyblock_csi::install_crypto_provider();
     let a = Args::parse();
-    let kube = if a.kubernetes && a.mode.node() {
+    let kube = if a.kubernetes {
         Some(kube::Client::try_default().await?)
     } else {
         None

@@ -1,6 +1,6 @@
 //! Assembling the services by mode and serving them on the endpoint socket: CSI, the
-//! csi-addons Identity service and, in the controller mode, the csi-addons Replication
-//! service. Other gRPC services join through [`Driver::routes`]: add them to the builder
+//! csi-addons Identity service and, in the controller mode, the CSI GroupController and
+//! the csi-addons Replication and VolumeGroup services. Other gRPC services join through [`Driver::routes`]: add them to the builder
 //! before [`serve`].
 
 use std::path::{Path, PathBuf};
@@ -14,15 +14,19 @@ use crate::attach::Attacher;
 use crate::clusters::Clusters;
 use crate::controller::ControllerService;
 use crate::error::{CsiError, Result};
+use crate::group_snapshot::GroupControllerService;
 use crate::identity::IdentityService;
 use crate::node::NodeService;
 use crate::proto::csi::v1::controller_server::ControllerServer;
+use crate::proto::csi::v1::group_controller_server::GroupControllerServer;
 use crate::proto::csi::v1::identity_server::IdentityServer;
 use crate::proto::csi::v1::node_server::NodeServer;
 use crate::proto::csiaddons::identity::identity_server::IdentityServer as AddonsIdentityServer;
 use crate::proto::csiaddons::replication::controller_server::ControllerServer as ReplicationServer;
+use crate::proto::csiaddons::volumegroup::controller_server::ControllerServer as VolumeGroupServer;
 use crate::recovery::{Recovery, RecoveryConfig};
 use crate::replication::ReplicationService;
+use crate::volume_group::VolumeGroupService;
 
 /// Which services the process serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -77,6 +81,8 @@ pub struct Driver {
     pub mode: Mode,
     pub clusters: Arc<Clusters>,
     pub node: Option<NodeConfig>,
+    /// The API server, where the controller reads the claims it creates volumes for.
+    pub kube: Option<crate::pvc::ApiServer>,
     /// The Node service, one for the gRPC server and the recovery loops.
     node_service: OnceLock<Arc<NodeService>>,
 }
@@ -87,12 +93,14 @@ impl Driver {
         mode: Mode,
         clusters: Arc<Clusters>,
         node: Option<NodeConfig>,
+        kube: Option<crate::pvc::ApiServer>,
     ) -> Self {
         Self {
             name,
             mode,
             clusters,
             node,
+            kube,
             node_service: OnceLock::new(),
         }
     }
@@ -144,8 +152,15 @@ impl Driver {
         if self.mode.controller() {
             b.add_service(ControllerServer::new(ControllerService::new(
                 self.clusters.clone(),
+                self.kube.clone(),
+            )));
+            b.add_service(GroupControllerServer::new(GroupControllerService::new(
+                self.clusters.clone(),
             )));
             b.add_service(ReplicationServer::new(ReplicationService::new(
+                self.clusters.clone(),
+            )));
+            b.add_service(VolumeGroupServer::new(VolumeGroupService::new(
                 self.clusters.clone(),
             )));
         }

@@ -457,6 +457,8 @@ pub struct GroupSnapRec {
     pub group_seq: u64,
     pub members: Vec<(Uuid, Uuid)>,
     pub created_ms: i64,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// A replication generation: the members whose cycles it started, and the

@@ -365,8 +365,14 @@ fn add_group_routes(doc: &mut Value) {
                 "required": ["lvol_id", "snapshot_id"],
                 "properties": { "lvol_id": uuid, "snapshot_id": uuid }
             } },
-            "created_at": str_or_null
+            "created_at": str_or_null,
+            "name": str_or_null
         }
+    });
+    let snapshot_create = json!({
+        "title": "GroupSnapshotCreate",
+        "type": "object",
+        "properties": { "name": str_or_null }
     });
     let failover =
         json!({ "type": "array", "items": { "$ref": "#/components/schemas/FailoverResultDTO" } });
@@ -446,7 +452,7 @@ fn add_group_routes(doc: &mut Value) {
                 "Clusters:Consistency Groups:Snapshots:Create",
                 &g,
                 &[],
-                None,
+                Some(snapshot_create),
                 (201, Some(snapshot.clone())),
             ),
         ),
@@ -573,6 +579,12 @@ fn add_group_routes(doc: &mut Value) {
     let demote = v2(api::GROUP_REPLICATION_DEMOTE);
     doc["paths"][&demote]["post"]["responses"]["202"] = json!({ "description": "Accepted" });
     doc["components"]["schemas"]["_CreateParams"]["properties"]["consistency_group"] = json!({ "anyOf": [{ "type": "string" }, { "type": "null" }], "title": "Consistency Group" });
+    // The name a group snapshot is taken under, so a retried create finds it: the body
+    // is optional.
+    let create = v2(api::GROUP_SNAPSHOTS);
+    doc["paths"][&create]["post"]["requestBody"]["required"] = json!(false);
+    // The id a new volume takes (the CSI driver's `uid`, from a claim's lvol-id).
+    doc["components"]["schemas"]["_CreateParams"]["properties"]["uid"] = json!({ "anyOf": [{ "type": "string", "format": "uuid" }, { "type": "null" }], "title": "Uid" });
 }
 
 /// The replication routes of a newer control plane (reference §10): a volume's typed

@@ -71,6 +71,21 @@ impl Client {
         decode(&Method::POST, &path, &r)
     }
 
+    /// [`Client::create_group_snapshot`] under `name`, which the snapshot then carries.
+    pub async fn create_named_group_snapshot(
+        &self,
+        cluster: Uuid,
+        group: Uuid,
+        name: &str,
+    ) -> Result<GroupSnapshot> {
+        let path = routes::group_snapshots(cluster, group);
+        let body = GroupSnapshotCreate {
+            name: Some(name.to_owned()),
+        };
+        let r = self.send(Method::POST, &path, &[], Some(&body)).await?;
+        decode(&Method::POST, &path, &r)
+    }
+
     pub async fn list_group_snapshots(
         &self,
         cluster: Uuid,

@@ -64,8 +64,8 @@ async fn the_binary_serves_the_controller_from_flags() {
         .into_inner();
     assert_eq!(
         caps.capabilities.len(),
-        4,
-        "controller, topology, online and offline expansion"
+        5,
+        "controller, group controller, topology, online and offline expansion"
     );
     let mut ctl = ControllerClient::new(ch);
     let v = ctl

@@ -167,6 +167,17 @@ impl DriverProc {
         files: &Path,
         segments: std::collections::BTreeMap<String, String>,
     ) -> DriverProc {
+        Self::start_with_kube(dir, clusters, files, segments, None).await
+    }
+
+    /// The driver serving these clusters, reading claims through `kube`.
+    pub async fn start_with_kube(
+        dir: &Path,
+        clusters: Clusters,
+        files: &Path,
+        segments: std::collections::BTreeMap<String, String>,
+        kube: Option<kube::Client>,
+    ) -> DriverProc {
         let socket = dir.join("csi.sock");
         // A socket left by a stopped driver would answer "connection refused".
         let _ = std::fs::remove_file(&socket);
@@ -189,6 +200,7 @@ impl DriverProc {
                 recovery: Default::default(),
                 kube: None,
             }),
+            kube.map(simplyblock_csi::pvc::ApiServer),
         );
         let routes = driver.routes().expect("routes");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

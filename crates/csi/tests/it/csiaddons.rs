@@ -39,12 +39,24 @@ async fn one_site_the_addons_identity_answers_beside_csi() {
             ident::capability::VolumeReplication { r#type: t as i32 },
         )),
     };
+    let group = |t: ident::capability::volume_group::Type| ident::Capability {
+        r#type: Some(ident::capability::Type::VolumeGroup(
+            ident::capability::VolumeGroup { r#type: t as i32 },
+        )),
+    };
+    use ident::capability::volume_group::Type as Vg;
     assert_eq!(
         caps.capabilities,
         vec![
             controller,
             replication(ident::capability::volume_replication::Type::VolumeReplication),
             replication(ident::capability::volume_replication::Type::GetReplicationDestinationInfo),
+            group(Vg::VolumeGroup),
+            group(Vg::LimitVolumeToOneVolumeGroup),
+            group(Vg::DoNotAllowVgToDeleteVolumes),
+            group(Vg::ModifyVolumeGroup),
+            group(Vg::GetVolumeGroup),
+            group(Vg::ListVolumeGroups),
         ]
     );
 

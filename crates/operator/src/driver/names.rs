@@ -54,11 +54,13 @@ pub enum Component {
     HealthMonitor,
     /// The csi-addons sidecar, with `spec.enableCSIAddons`.
     Addons,
+    /// The controller plugin itself: it reads the claims it creates volumes for.
+    ControllerPlugin,
 }
 
 impl Component {
     /// Every component, in the order their roles are applied.
-    pub const ALL: [Component; 7] = [
+    pub const ALL: [Component; 8] = [
         Component::Node,
         Component::Provisioner,
         Component::Attacher,
@@ -66,6 +68,7 @@ impl Component {
         Component::Snapshotter,
         Component::HealthMonitor,
         Component::Addons,
+        Component::ControllerPlugin,
     ];
 
     fn word(self) -> &'static str {
@@ -77,6 +80,7 @@ impl Component {
             Component::Snapshotter => "snapshotter",
             Component::HealthMonitor => "health-monitor",
             Component::Addons => "addons",
+            Component::ControllerPlugin => "controller-plugin",
         }
     }
 

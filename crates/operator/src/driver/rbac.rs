@@ -1,12 +1,13 @@
-//! Who may do what: the rules of the node plugin's and of each controller sidecar's role,
-//! the chart's roles and bindings that grant them, and the permissions this controller
-//! itself uses. Pure data.
+//! Who may do what: the rules of the node plugin's, the controller plugin's and each
+//! controller sidecar's role, the chart's roles and bindings that grant them, and the
+//! permissions this controller itself uses. Pure data.
 //!
 //! Each sidecar's rules are what its upstream `deploy/kubernetes/rbac.yaml` grants, less
 //! what this driver's flags switch off: no Secrets (no StorageClass names one), no pods
 //! for the resizer (`--handle-volume-inuse-error=false`: expansion is online), no
-//! VolumeAttributesClasses (the driver cannot modify a volume), no group snapshots (not
-//! served yet), no nodes or pods for the health monitor (its node watcher is off). The
+//! VolumeAttributesClasses (the driver cannot modify a volume), no group snapshots (the
+//! snapshotter runs without its group-snapshot gate), no nodes or pods for the health
+//! monitor (its node watcher is off). The
 //! sidecars' leader-election Leases are a Role in the driver's namespace, not a
 //! cluster-wide grant.
 //!
@@ -129,6 +130,12 @@ pub fn cluster_rules(component: Component) -> Vec<PolicyRule> {
             &["tokenreviews"],
             &["create"],
         )],
+        // CreateVolume reads the claim's controls (annotations, the consistency-group
+        // label), removes its one-shot placement hint, and records a refusal on it.
+        Component::ControllerPlugin => vec![
+            rule(CORE, &["persistentvolumeclaims"], &["get", "patch"]),
+            rule(CORE, &["events"], &["create"]),
+        ],
     }
 }
 

@@ -127,6 +127,7 @@ fn snapshot_dto(g: &GroupSnapRec) -> GroupSnapshot {
             })
             .collect(),
         created_at: Some(render::iso_time(g.created_ms)),
+        name: g.name.clone(),
     }
 }
 
@@ -179,6 +180,10 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             g.snapshots.iter().map(snapshot_dto).collect::<Vec<_>>()
         ))),
         ("POST", api::GROUP_SNAPSHOTS) => {
+            let b: GroupSnapshotCreate = match req.body {
+                Some(_) => body(st.sim, req)?,
+                None => GroupSnapshotCreate::default(),
+            };
             let vols = group_members(st.t, &g);
             if vols.is_empty() {
                 return Err(ApiError::bad_request(format!(
@@ -200,6 +205,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 group_seq: seq,
                 members: taken,
                 created_ms: st.now,
+                name: b.name,
             };
             let out = snapshot_dto(&snap);
             g.group_seq = seq;

@@ -274,7 +274,15 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         Some(h) => h == HaType::Ha,
         None => cl.params.ha_type == HaType::Ha,
     };
-    let id = st.uuid();
+    let id = match v.lvol_id {
+        Some(wanted) if st.t.volumes.get(&wanted.to_string()).is_some() => {
+            return Err(ApiError::opaque(format!(
+                "LVol id {wanted} is already taken"
+            )));
+        }
+        Some(wanted) => wanted,
+        None => st.uuid(),
+    };
     let seq = st.seq();
     // Namespaced volumes share a subsystem on the node until it is full.
     let shared = (max_ns > 1)

@@ -75,6 +75,7 @@ app.kubernetes.io/component: operator
 - simplyblock-operator-csi-snapshotter
 - simplyblock-operator-csi-health-monitor
 - simplyblock-operator-csi-addons
+- simplyblock-operator-csi-controller-plugin
 {{- end -}}
 
 {{/* The namespace whose storage objects the operator serves. */}}
