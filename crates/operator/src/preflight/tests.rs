@@ -526,11 +526,12 @@ fn registry(entry: &str) -> Registry {
 }
 
 /// The chart's default allowedRegistries, as the hook passes them.
-const CHART_REGISTRIES: [&str; 4] = [
+const CHART_REGISTRIES: [&str; 5] = [
     "quay.io/simplyblock-io",
     "docker.io/simplyblock",
     "public.ecr.aws/simply-block",
     "registry.k8s.io/sig-storage",
+    "quay.io/csiaddons",
 ];
 
 fn with_registries(entries: &[&str]) -> Options {
