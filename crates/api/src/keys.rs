@@ -209,6 +209,35 @@ pub fn parse_storage_node_topology_key(key: &str) -> Option<StorageNodeTopologyK
     })
 }
 
+// Disaster recovery: the labels Ramen (the OCM DR orchestrator) reads on storage classes.
+
+/// Label on a StorageClass (and on a VolumeSnapshotClass, VolumeReplicationClass or
+/// VolumeGroupReplicationClass of the same storage): the storage instance its volumes
+/// live on. The operator writes the simplyblock cluster's UUID, so two sites' classes
+/// carry different values (asynchronous replication between distinct instances), and
+/// Ramen pairs each class with the other classes of the same instance by it.
+pub const RAMEN_STORAGE_ID_LABEL: &str = "ramendr.openshift.io/storageid";
+/// Label on a VolumeReplicationClass: the replication relationship it takes part in. The
+/// classes of both peers carry the same value ([`ramen_replication_id`]), which is how
+/// Ramen knows they replicate to each other.
+pub const RAMEN_REPLICATION_ID_LABEL: &str = "ramendr.openshift.io/replicationid";
+/// Label on a VolumeGroupReplicationClass: as [`RAMEN_REPLICATION_ID_LABEL`], for
+/// consistency groups.
+pub const RAMEN_GROUP_REPLICATION_ID_LABEL: &str = "ramendr.openshift.io/groupreplicationid";
+
+/// The replication id of the relationship between clusters `a` and `b` (UUIDs), the same
+/// whichever site computes it: `simplyblock-` and the first 16 hex digits of the SHA-256
+/// of the two UUIDs, lower-cased, sorted and joined by `:`. Written by hand it is
+/// `printf '%s:%s' <lower> <higher> | sha256sum | cut -c1-16` (docs/DR.md).
+pub fn ramen_replication_id(a: &str, b: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (a.trim().to_ascii_lowercase(), b.trim().to_ascii_lowercase());
+    let (low, high) = if a <= b { (a, b) } else { (b, a) };
+    let digest = Sha256::digest(format!("{low}:{high}").as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("simplyblock-{hex}")
+}
+
 /// Set to `"true"` on an object of the group, it lets the object be deleted, and its
 /// finalizers released, without the operator's admission: the way out when the operator
 /// is down or a cluster it would clean up is unreachable. What the operator would have
@@ -247,6 +276,33 @@ mod tests {
         ] {
             assert_eq!(declared, API_VERSION);
         }
+    }
+
+    #[test]
+    fn a_replication_id_is_the_same_from_either_site_and_a_valid_label_value() {
+        let a = "6f1c1e4e-2f7b-4c1a-9a53-0d2b1f6c8e01";
+        let b = "0b7d5a10-93c4-4e2f-8f11-5c3e9d2a7b42";
+        let id = ramen_replication_id(a, b);
+        assert_eq!(id, ramen_replication_id(b, a));
+        assert_eq!(
+            id,
+            ramen_replication_id(&a.to_uppercase(), &format!(" {b} "))
+        );
+        // The documented shell derivation: sha256 of "<lower>:<higher>", 16 hex digits.
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{b}:{a}").as_bytes());
+        let hex: String = digest.iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(id, format!("simplyblock-{}", &hex[..16]));
+        // Another pair, another relationship.
+        assert_ne!(
+            id,
+            ramen_replication_id(a, "7e0f3b0c-1d2e-4f5a-8b9c-0d1e2f3a4b5c")
+        );
+        assert!(id.len() <= 63);
+        assert!(
+            id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "{id}"
+        );
     }
 
     #[test]

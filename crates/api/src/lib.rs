@@ -15,6 +15,7 @@ pub mod cluster_deployment_config;
 pub mod common;
 pub mod control_plane;
 pub mod control_plane_ops;
+pub mod csi_addons;
 pub mod csi_secret;
 pub mod keys;
 pub mod names;

@@ -1,5 +1,7 @@
 //! Writes every CRD to `deploy/charts/simplyblock-operator/crds/<plural>.yaml` (or to the
-//! directory given), and, into the chart's checked-in helpers, the list of their names.
+//! directory given), and, into the chart's checked-in helpers, the list of their names;
+//! and the csi-addons CRDs into the chart's template that installs them with their
+//! controller manager.
 
 use std::path::PathBuf;
 
@@ -28,6 +30,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("the chart's helpers have no simplyblock.crdNames")?;
         std::fs::write(&path, written)?;
         println!("wrote the CRD names into {}", path.display());
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(simplyblock_api::csi_addons::CHART_TEMPLATE);
+        std::fs::write(&path, simplyblock_api::csi_addons::chart_template()?)?;
+        println!("wrote the csi-addons CRDs into {}", path.display());
     }
     Ok(())
 }

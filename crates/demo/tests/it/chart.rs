@@ -1,6 +1,7 @@
 //! The Helm chart: each profile lints and renders what it must and nothing it must not,
 //! bad values are refused with a message, every value a template reads is defined, no
-//! role holds a wildcard, and a real API server accepts every rendered object.
+//! role holds a wildcard, a real API server accepts every rendered object, and the csi-addons
+//! controller manager and its CRDs come only when asked for.
 
 use std::collections::BTreeSet;
 
@@ -410,7 +411,9 @@ fn no_role_holds_a_wildcard() {
             .expect("render")
             .into_iter()
             .map(|(_, o)| o);
-        for object in rendered(profile).into_iter().chain(hooks) {
+        // The csi-addons manager's roles too.
+        let manager = render_pairs(&with_csi_addons(profile, &[])).expect("render");
+        for object in rendered(profile).into_iter().chain(hooks).chain(manager) {
             let kind = object
                 .types
                 .as_ref()
@@ -556,6 +559,7 @@ fn preflight_runs_before_install_and_upgrade_with_the_profiles_checks() {
             "--registry=docker.io/simplyblock",
             "--registry=public.ecr.aws/simply-block",
             "--registry=registry.k8s.io/sig-storage",
+            "--registry=quay.io/csiaddons",
         ]
     );
     // "*" names no registry to dial; a mirror's port and path are passed as listed.
@@ -628,4 +632,389 @@ fn the_crds_are_applied_before_every_upgrade_unless_something_else_manages_them(
     let mut managed_elsewhere = values("empty");
     managed_elsewhere.push(("crds.upgrade", "false"));
     assert_eq!(hook_job("simplyblock-crds", &managed_elsewhere), None);
+}
+
+/// The chart rendered with the csi-addons controller manager on (profile `profile`), and
+/// any further `values`.
+fn with_csi_addons(
+    profile: &str,
+    more: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, String)> {
+    let mut v: Vec<(&'static str, String)> = values(profile)
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+    v.push(("csiAddons.controllerManager.enabled", "true".to_owned()));
+    v.extend(more.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    v
+}
+
+fn render_pairs(values: &[(&str, String)]) -> Result<Vec<kube::api::DynamicObject>, String> {
+    render_in("simplyblock-system", values)
+}
+
+fn render_in(
+    namespace: &str,
+    values: &[(&str, String)],
+) -> Result<Vec<kube::api::DynamicObject>, String> {
+    let pairs: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    chart::render(namespace, &pairs)
+}
+
+/// The names of the csi-addons CRDs, from their types.
+fn csi_addons_crd_names() -> BTreeSet<String> {
+    simplyblock_api::csi_addons::crds()
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .map(|n| format!("CustomResourceDefinition/{n}"))
+        .collect()
+}
+
+const MANAGER_OBJECTS: [&str; 6] = [
+    "ServiceAccount/simplyblock-csi-addons-manager",
+    "ClusterRole/simplyblock-csi-addons-manager",
+    "ClusterRoleBinding/simplyblock-csi-addons-manager",
+    "Role/simplyblock-csi-addons-manager",
+    "RoleBinding/simplyblock-csi-addons-manager",
+    "Deployment/simplyblock-csi-addons-manager",
+];
+
+#[test]
+fn the_csi_addons_manager_and_its_crds_render_only_when_enabled() {
+    let crds = csi_addons_crd_names();
+    // Every kind the manager watches: the five replication kinds and the seven others.
+    assert_eq!(crds.len(), 12, "{crds:?}");
+    for kind in [
+        "volumereplications.replication.storage.openshift.io",
+        "volumereplicationclasses.replication.storage.openshift.io",
+        "volumegroupreplications.replication.storage.openshift.io",
+        "volumegroupreplicationclasses.replication.storage.openshift.io",
+        "volumegroupreplicationcontents.replication.storage.openshift.io",
+        "csiaddonsnodes.csiaddons.openshift.io",
+    ] {
+        assert!(
+            crds.contains(&format!("CustomResourceDefinition/{kind}")),
+            "{kind}: {crds:?}"
+        );
+    }
+    for profile in PROFILES {
+        // Off (the default): none of it.
+        let off = names(profile);
+        for object in MANAGER_OBJECTS
+            .iter()
+            .map(|s| s.to_string())
+            .chain(crds.clone())
+        {
+            assert!(
+                !off.contains(&object),
+                "{profile} renders {object} while off"
+            );
+        }
+        assert!(
+            !off.iter().any(|n| n.contains("csi-addons-manager")),
+            "{off:?}"
+        );
+        // On: all of it, and the CRDs kept when the release goes.
+        let on = render_pairs(&with_csi_addons(profile, &[])).expect("renders with csi-addons");
+        let on_names: BTreeSet<String> = on.iter().map(kind_and_name).collect();
+        for object in MANAGER_OBJECTS
+            .iter()
+            .map(|s| s.to_string())
+            .chain(crds.clone())
+        {
+            assert!(on_names.contains(&object), "{profile} lacks {object}");
+        }
+        for crd in on.iter().filter(|o| crds.contains(&kind_and_name(o))) {
+            assert_eq!(
+                crd.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("helm.sh/resource-policy"))
+                    .map(String::as_str),
+                Some("keep"),
+                "{}",
+                kind_and_name(crd)
+            );
+        }
+    }
+
+    // The template is what the generator writes from the types.
+    let template = std::fs::read_to_string(chart::dir().join("templates/csi-addons-crds.yaml"))
+        .expect("the template");
+    assert_eq!(
+        template,
+        simplyblock_api::csi_addons::chart_template().expect("generated"),
+        "templates/csi-addons-crds.yaml is stale: run `cargo run -p simplyblock-api --bin crds`"
+    );
+
+    // The manager runs locked down, for the release's namespace, from the chart's image.
+    let on = render_pairs(&with_csi_addons("empty", &[])).expect("renders");
+    let deployment = on
+        .iter()
+        .find(|o| kind_and_name(o) == "Deployment/simplyblock-csi-addons-manager")
+        .expect("the manager");
+    let pod = &deployment.data["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "simplyblock-csi-addons-manager");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "quay.io/csiaddons/k8s-controller:v0.15.0"
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--namespace=simplyblock-system"), "{args:?}");
+    assert!(args.contains(&"--leader-elect"), "{args:?}");
+
+    // Least privilege: no Secret, no RBAC object, nothing of the storage kinds.
+    for role in on.iter().filter(|o| {
+        matches!(
+            kind_and_name(o).as_str(),
+            "ClusterRole/simplyblock-csi-addons-manager" | "Role/simplyblock-csi-addons-manager"
+        )
+    }) {
+        let rules = role.data["rules"].as_array().expect("rules");
+        assert!(!rules.is_empty());
+        for rule in rules {
+            for resource in rule["resources"].as_array().into_iter().flatten() {
+                let resource = resource.as_str().unwrap_or_default();
+                assert!(
+                    ![
+                        "secrets",
+                        "roles",
+                        "clusterroles",
+                        "rolebindings",
+                        "clusterrolebindings"
+                    ]
+                    .contains(&resource),
+                    "{} grants {resource}",
+                    kind_and_name(role)
+                );
+            }
+            for group in rule["apiGroups"].as_array().into_iter().flatten() {
+                assert_ne!(group, "storage.simplyblock.io", "{rule}");
+            }
+        }
+    }
+
+    // A platform team's own registry: the mirror's copy, and a foreign one refused with the
+    // value to set.
+    let mirrored = render_pairs(&with_csi_addons(
+        "empty",
+        &[
+            ("allowedRegistries[0]", "mirror.example.com/sb"),
+            (
+                "image.repository",
+                "mirror.example.com/sb/simplyblock-operator",
+            ),
+            (
+                "csiAddons.controllerManager.image.repository",
+                "mirror.example.com/sb/k8s-controller",
+            ),
+        ],
+    ))
+    .expect("every image from the mirror");
+    let image = mirrored
+        .iter()
+        .find(|o| kind_and_name(o) == "Deployment/simplyblock-csi-addons-manager")
+        .map(|d| d.data["spec"]["template"]["spec"]["containers"][0]["image"].clone())
+        .expect("the manager");
+    assert_eq!(image, "mirror.example.com/sb/k8s-controller:v0.15.0");
+    let foreign = render_pairs(&with_csi_addons(
+        "empty",
+        &[
+            ("allowedRegistries[0]", "mirror.example.com/sb"),
+            (
+                "image.repository",
+                "mirror.example.com/sb/simplyblock-operator",
+            ),
+        ],
+    ))
+    .expect_err("the manager's default registry is not listed");
+    assert!(
+        foreign.contains("csiAddons.controllerManager.image.repository")
+            && foreign.contains("quay.io/csiaddons/k8s-controller:v0.15.0"),
+        "{foreign}"
+    );
+    let unknown = render_pairs(&with_csi_addons(
+        "empty",
+        &[("csiAddons.controllerManager.replicas", "2")],
+    ))
+    .expect_err("an unknown key");
+    assert!(
+        unknown.contains("additional properties 'replicas' not allowed"),
+        "{unknown}"
+    );
+}
+
+#[tokio::test]
+async fn a_real_api_server_serves_the_csi_addons_crds_and_holds_their_rules() {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+
+    let env = TestEnv::shared().expect("test environment");
+    let ns = "chart-csi-addons";
+    let rendered = render_in(ns, &with_csi_addons("empty", &[])).expect("renders");
+    let crd_names = csi_addons_crd_names();
+    let crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        rendered
+            .iter()
+            .filter(|o| crd_names.contains(&kind_and_name(o)))
+            .map(|o| serde_json::from_value(serde_json::to_value(o).expect("json")).expect("a CRD"))
+            .collect();
+    assert_eq!(crds.len(), 12);
+    // Created for real (structural schemas, CEL rules compiled) and Established.
+    env.install_crds(&crds).await.expect("the csi-addons CRDs");
+    let client = env.client().await.expect("client");
+    create_namespace(&client, ns).await.expect("namespace");
+    // The rest of what the value adds, as a dry run.
+    let rest: Vec<DynamicObject> = rendered
+        .into_iter()
+        .filter(|o| {
+            let n = kind_and_name(o);
+            MANAGER_OBJECTS.contains(&n.as_str())
+        })
+        .collect();
+    assert_eq!(rest.len(), MANAGER_OBJECTS.len());
+    chart::apply(&client, &rest, "chart-test", true)
+        .await
+        .expect("the manager's objects");
+
+    let api = |group: &str, kind: &str, plural: &str, namespaced: bool| {
+        let resource = ApiResource {
+            group: group.into(),
+            version: "v1alpha1".into(),
+            api_version: format!("{group}/v1alpha1"),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        if namespaced {
+            Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
+        } else {
+            Api::<DynamicObject>::all_with(client.clone(), &resource)
+        }
+    };
+    let object = |value: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(value).expect("an object")
+    };
+    let replication = "replication.storage.openshift.io";
+
+    // A class as Ramen finds it: the driver, its policy, its labels.
+    let classes = api(
+        replication,
+        "VolumeReplicationClass",
+        "volumereplicationclasses",
+        false,
+    );
+    classes
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "replication.storage.openshift.io/v1alpha1",
+                "kind": "VolumeReplicationClass",
+                "metadata": {"name": "chart-csi-addons-vrc", "labels": {
+                    "ramendr.openshift.io/storageid": "c1",
+                    "ramendr.openshift.io/replicationid": "simplyblock-0123456789abcdef"}},
+                "spec": {"provisioner": "csi.simplyblock.io",
+                         "parameters": {"replicationPolicyID": "p1", "schedulingInterval": "5m"}}
+            })),
+        )
+        .await
+        .expect("a VolumeReplicationClass");
+    let vrs = api(replication, "VolumeReplication", "volumereplications", true);
+    let vr = |state: &str| {
+        object(json!({
+            "apiVersion": "replication.storage.openshift.io/v1alpha1",
+            "kind": "VolumeReplication",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"volumeReplicationClass": "chart-csi-addons-vrc", "replicationState": state,
+                     "dataSource": {"kind": "PersistentVolumeClaim", "name": "data"}}
+        }))
+    };
+    let bogus = vrs
+        .create(&PostParams::default(), &vr("promoted"))
+        .await
+        .expect_err("not a replication state");
+    assert!(bogus.to_string().contains("replicationState"), "{bogus}");
+    let created = vrs
+        .create(&PostParams::default(), &vr("primary"))
+        .await
+        .expect("a VolumeReplication");
+    assert_eq!(created.data["spec"]["autoResync"], false, "the default");
+    // Secondary is a change of state; another class is refused.
+    let mut demoted = created.clone();
+    demoted.data["spec"]["replicationState"] = json!("secondary");
+    let demoted = vrs
+        .replace("data", &PostParams::default(), &demoted)
+        .await
+        .expect("demoted");
+    let mut moved = demoted.clone();
+    moved.data["spec"]["volumeReplicationClass"] = json!("another");
+    let immutable = vrs
+        .replace("data", &PostParams::default(), &moved)
+        .await
+        .expect_err("the class is fixed");
+    assert!(
+        immutable
+            .to_string()
+            .contains("volumeReplicationClass is immutable"),
+        "{immutable}"
+    );
+
+    // A group, the claims it gathers chosen by label.
+    let vgrs = api(
+        replication,
+        "VolumeGroupReplication",
+        "volumegroupreplications",
+        true,
+    );
+    vgrs.create(
+        &PostParams::default(),
+        &object(json!({
+            "apiVersion": "replication.storage.openshift.io/v1alpha1",
+            "kind": "VolumeGroupReplication",
+            "metadata": {"name": "app", "namespace": ns},
+            "spec": {"volumeGroupReplicationClassName": "chart-csi-addons-vgrc",
+                     "replicationState": "primary",
+                     "source": {"selector": {"matchLabels": {
+                         "ramendr.openshift.io/consistency-group": "app"}}}}
+        })),
+    )
+    .await
+    .expect("a VolumeGroupReplication");
+    // A sidecar's announcement.
+    let nodes = api(
+        "csiaddons.openshift.io",
+        "CSIAddonsNode",
+        "csiaddonsnodes",
+        true,
+    );
+    nodes
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "csiaddons.openshift.io/v1alpha1",
+                "kind": "CSIAddonsNode",
+                "metadata": {"name": "controller-0", "namespace": ns},
+                "spec": {"driver": {"name": "csi.simplyblock.io",
+                                    "endpoint": "pod://controller-0.simplyblock:9070",
+                                    "nodeID": "controller-0"}}
+            })),
+        )
+        .await
+        .expect("a CSIAddonsNode");
+    classes
+        .delete("chart-csi-addons-vrc", &Default::default())
+        .await
+        .expect("the class removed");
 }

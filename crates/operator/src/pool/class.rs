@@ -16,6 +16,7 @@ pub const LABEL_NAMESPACE: &str = keys::NAMESPACE_LABEL;
 pub const LABEL_CLUSTER: &str = keys::CLUSTER_LABEL;
 pub const LABEL_POOL: &str = keys::POOL_LABEL;
 pub const LABEL_MANAGED_BY: &str = keys::MANAGED_BY_LABEL;
+pub const LABEL_STORAGE_ID: &str = keys::RAMEN_STORAGE_ID_LABEL;
 /// The name of the pool the operator creates for every new cluster.
 pub fn default_pool_name(cluster: &str) -> String {
     simplyblock_api::names::derived_name(
@@ -165,6 +166,7 @@ pub fn storage_class(
     let cluster = &pool.spec.cluster_ref;
     let mut labels = assignment_labels(&namespace, cluster, &name);
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+    labels.extend(dr_labels(cluster_uuid));
     let defaults = pool.spec.volume_defaults.clone().unwrap_or_default();
     StorageClass {
         metadata: ObjectMeta {
@@ -182,6 +184,28 @@ pub fn storage_class(
         allow_volume_expansion: Some(true),
         ..StorageClass::default()
     }
+}
+
+/// The labels Ramen reads on a pool's class: the storage instance, the cluster's UUID
+/// (the same on every pool's class of the cluster, different at the peer site). No
+/// replication id: Ramen reads that from the VolumeReplicationClass (docs/DR.md).
+pub fn dr_labels(cluster_uuid: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(LABEL_STORAGE_ID.to_owned(), cluster_uuid.to_owned())])
+}
+
+/// The labels a class the controller wrote lacks or carries at another value (written by
+/// an earlier release, or changed by hand): what to merge into it, `None` when it has
+/// them all.
+pub fn missing_dr_labels(
+    class: &StorageClass,
+    cluster_uuid: &str,
+) -> Option<BTreeMap<String, String>> {
+    let have = class.metadata.labels.clone().unwrap_or_default();
+    let missing: BTreeMap<String, String> = dr_labels(cluster_uuid)
+        .into_iter()
+        .filter(|(k, v)| have.get(k) != Some(v))
+        .collect();
+    (!missing.is_empty()).then_some(missing)
 }
 
 /// Why a pool's limits cannot be sent: every field that does not parse, at once.
@@ -344,6 +368,28 @@ mod tests {
             "no default is written that was not asked: {params:?}"
         );
         assert_eq!(class.provisioner, PROVISIONER);
+    }
+
+    #[test]
+    fn the_class_names_its_storage_instance_for_ramen() {
+        let class = storage_class(&pool(None, None), "c1", "simplyblock-fast", false);
+        let labels = class.metadata.labels.clone().expect("labels");
+        assert_eq!(labels["ramendr.openshift.io/storageid"], "c1");
+        // Replication ids are the replication classes', not the StorageClass's.
+        assert!(!labels.contains_key("ramendr.openshift.io/replicationid"));
+        assert!(!labels.contains_key("ramendr.openshift.io/groupreplicationid"));
+        assert_eq!(missing_dr_labels(&class, "c1"), None);
+        // Another cluster's class, or one written before the label: the label to merge.
+        assert_eq!(
+            missing_dr_labels(&class, "c2"),
+            Some(BTreeMap::from([(
+                LABEL_STORAGE_ID.to_owned(),
+                "c2".to_owned()
+            )]))
+        );
+        let mut older = class.clone();
+        older.metadata.labels = Some(assignment_labels("storage", "prod", "fast"));
+        assert_eq!(missing_dr_labels(&older, "c1"), Some(dr_labels("c1")));
     }
 
     #[test]

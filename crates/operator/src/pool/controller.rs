@@ -4,7 +4,8 @@
 //! A create is preceded by a look-up by name, so a pool whose create answer was lost is
 //! adopted, never created twice; its id is written to status at once. The controller's
 //! own StorageClass is written once and recorded in `status.defaultStorageClassName`, so a
-//! class a person deleted stays deleted.
+//! class a person deleted stays deleted. Its classes carry the storage id Ramen pairs
+//! them by (the cluster's UUID), added to one written before it was labelled.
 
 use std::sync::Arc;
 
@@ -245,6 +246,20 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             &name,
         )))
         .await?;
+    // A class this controller wrote before it labelled classes for Ramen gets the labels;
+    // one that has them is not written again.
+    let storage_id = cluster_id.to_string();
+    for written in assigned.items.iter().filter(|c| class::is_managed(c)) {
+        if let Some(labels) = class::missing_dr_labels(written, &storage_id) {
+            classes
+                .patch(
+                    &written.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": labels}})),
+                )
+                .await?;
+        }
+    }
     let mut names: Vec<String> = assigned.items.iter().map(|c| c.name_any()).collect();
     names.sort();
 

@@ -1,7 +1,8 @@
 //! StoragePools against a real API server and sbsim: the default pool of an Online
 //! cluster and its StorageClass, a pool created once also when the answer is lost, limits
 //! sent on change, a deleted class not recreated, deletion held while volumes remain,
-//! the cluster's deletion waiting for its pools, and StoragePoolOps refused.
+//! the cluster's deletion waiting for its pools, StoragePoolOps refused, and the class
+//! labelled with the storage id Ramen pairs it by.
 
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -148,6 +149,8 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
     assert_eq!(labels["storage.simplyblock.io/cluster"], "sb");
     assert_eq!(labels["storage.simplyblock.io/namespace"], h.ns);
     assert_eq!(labels["storage.simplyblock.io/managed-by"], "storagepool");
+    // The storage instance Ramen pairs the class by: the cluster's UUID.
+    assert_eq!(labels["ramendr.openshift.io/storageid"], h.uuid.to_string());
     let params = class.parameters.clone().unwrap_or_default();
     assert_eq!(params["cluster_id"], h.uuid.to_string());
     assert_eq!(params["pool_name"], name);
@@ -156,6 +159,28 @@ async fn an_online_cluster_gets_a_default_pool_and_its_storage_class() {
 
     // Converged: nothing more is written.
     crate::support::converged(&h.ctx.metrics, &h.pools(), "storagepool", &name).await;
+
+    // A class written before the label (an earlier release's) gets it back.
+    h.classes()
+        .patch(
+            &class_name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"ramendr.openshift.io/storageid": null}}}),
+            ),
+        )
+        .await
+        .expect("label removed");
+    crate::support::nudged(&h.ctx.metrics, &h.pools(), "storagepool", &name).await;
+    let relabelled = until("the storage id back on the class", async || {
+        let class = h.classes().get(&class_name).await.ok()?;
+        class
+            .metadata
+            .labels?
+            .remove("ramendr.openshift.io/storageid")
+    })
+    .await;
+    assert_eq!(relabelled, h.uuid.to_string());
 
     // A person deletes the class and the pool: neither comes back.
     h.classes()

@@ -39,6 +39,13 @@ app.kubernetes.io/component: operator
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{/* The csi-addons controller manager's image reference. */}}
+{{- define "simplyblock.csiAddonsManagerImage" -}}
+{{- with .Values.csiAddons.controllerManager.image -}}
+{{ .repository }}:{{ .tag }}
+{{- end -}}
+{{- end -}}
+
 {{/* The profile, refused unless it is one of the three. */}}
 {{- define "simplyblock.profile" -}}
 {{- $profile := .Values.deployment.profile -}}
