@@ -93,6 +93,9 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
 struct Plugin {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The node plugin's path recovery, as the binary starts it; its loops end when
+    /// this is dropped.
+    _recovery: Option<simplyblock_csi::recovery::Recovery>,
 }
 
 impl Plugin {
@@ -164,6 +167,7 @@ async fn start_plugin(
     let driver = args.driver(pod_account.cloned()).await?;
     let socket = args.socket()?;
     let routes = driver.routes()?;
+    let recovery = driver.start_recovery()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let s = socket.clone();
     let name = container.to_owned();
@@ -190,6 +194,7 @@ async fn start_plugin(
         Plugin {
             stop: Some(tx),
             task: Some(task),
+            _recovery: recovery,
         },
         channel,
     ))
