@@ -421,8 +421,12 @@ async fn a_local_install_goes_through_every_step_to_available() {
     assert_eq!(
         components,
         [
+            ("simplyblock-admin-control".to_string(), 2, 2, false),
             ("simplyblock-fdb-cluster".to_string(), 3, 3, true),
+            ("simplyblock-fdb-exporter".to_string(), 1, 1, false),
             ("simplyblock-minio".to_string(), 1, 1, false),
+            ("simplyblock-monitoring".to_string(), 1, 1, false),
+            ("simplyblock-tasks".to_string(), 1, 1, false),
             ("simplyblock-webappapi".to_string(), 2, 2, true),
         ]
     );
