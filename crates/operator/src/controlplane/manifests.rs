@@ -1,7 +1,9 @@
 //! A local control plane's objects, built as typed objects from its spec. Pure: the
-//! controller applies what each install step returns, in order — [`foundation_db`]
-//! (ApplyingFoundationDB), [`datastore`] (ApplyingDatastore), [`api`] (ApplyingAPI) — and
-//! all of them again in the steady state.
+//! controller applies what each install step returns, in order — [`foundation_db`] and
+//! [`fdb_exporter`] (ApplyingFoundationDB), [`datastore`] (ApplyingDatastore), [`api`] and
+//! [`services`] (ApplyingAPI) — and all of them again in the steady state. The workloads
+//! are the reference chart's: the management API, admin control, the task runners and
+//! the monitors (all sbcli, one image), FoundationDB's exporter and the object store.
 //!
 //! Every object is owned by the ControlPlane (controller reference) and labelled
 //! `storage.simplyblock.io/managed-by: controlplane`, so deleting the ControlPlane deletes
@@ -208,10 +210,12 @@ pub fn foundation_db(cp: &ControlPlane, local: &LocalSource) -> Manifest {
     if let Some(class) = &fdb.storage_class_name {
         claim["storageClassName"] = json!(class);
     }
-    let mut container = json!({"name": "foundationdb"});
-    if let Some(resources) = &fdb.resources {
-        container["resources"] = json!(resources);
-    }
+    // The reference's share of a FoundationDB process unless the spec sets one.
+    let resources = fdb
+        .resources
+        .clone()
+        .unwrap_or_else(|| resources(("100m", "256Mi"), ("300m", "512Mi")));
+    let container = json!({"name": "foundationdb", "resources": resources});
     let mut pod = json!({"containers": [container]});
     if !local.tolerations.is_empty() {
         pod["tolerations"] = json!(local.tolerations);
@@ -237,9 +241,18 @@ pub fn foundation_db(cp: &ControlPlane, local: &LocalSource) -> Manifest {
                 "databaseConfiguration": {"redundancy_mode": redundancy_mode(fdb.replicas)},
                 "processCounts": {"storage": fdb.replicas},
                 "processes": {"general": {
+                    // Kernel AIO is not there in every container runtime.
+                    "customParameters": ["knob_disable_posix_kernel_aio=1"],
                     "volumeClaimTemplate": {"spec": claim},
                     "podTemplate": {"spec": pod},
                 }},
+                // One process of a kind per worker; a lost one is replaced.
+                "faultDomain": {"key": "kubernetes.io/hostname"},
+                "automationOptions": {"replacements": {"enabled": true}},
+                "minimumUptimeSecondsForBounce": 60,
+                "sidecarContainer": {"enableLivenessProbe": true, "enableReadinessProbe": false},
+                "routing": {"defineDNSLocalityFields": true},
+                "useExplicitListenAddress": true,
             },
         }),
     )
