@@ -1520,6 +1520,13 @@ mod tests {
         )
     }
 
+    /// The typed object of `m`.
+    fn typed<T: serde::de::DeserializeOwned>(m: &Manifest) -> T {
+        serde_json::to_value(&m.object)
+            .and_then(serde_json::from_value)
+            .unwrap_or_else(|e| panic!("{} is not of its kind: {e}", m.describe()))
+    }
+
     #[test]
     fn every_container_the_reference_runs_is_rendered_as_the_reference_renders_it() {
         let image = "quay.io/simplyblock-io/simplyblock:25.10.1";
@@ -1530,20 +1537,8 @@ mod tests {
         for m in everything(&cp) {
             let name = m.object.name_any();
             let pod = match m.resource.kind.as_str() {
-                "Deployment" => {
-                    serde_json::from_value::<Deployment>(serde_json::to_value(&m.object).unwrap())
-                        .unwrap()
-                        .spec
-                        .template
-                        .spec
-                }
-                "StatefulSet" => {
-                    serde_json::from_value::<StatefulSet>(serde_json::to_value(&m.object).unwrap())
-                        .unwrap()
-                        .spec
-                        .template
-                        .spec
-                }
+                "Deployment" => typed::<Deployment>(&m).spec.template.spec,
+                "StatefulSet" => typed::<StatefulSet>(&m).spec.template.spec,
                 _ => continue,
             };
             let pod = pod.expect("a pod template");
@@ -1591,8 +1586,7 @@ mod tests {
     fn the_control_planes_role_reads_pods_and_nothing_else() {
         let cp = control_plane(json!({"image": "quay.io/simplyblock-io/simplyblock:25.10.1"}));
         let all = services(&cp, &local_of(&cp));
-        let role: Role = serde_json::from_value(serde_json::to_value(&all[0].object).unwrap())
-            .expect("a Role first");
+        let role: Role = typed(&all[0]);
         let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
             .rules
             .unwrap_or_default()
@@ -1613,9 +1607,7 @@ mod tests {
                 vec!["get".to_string(), "list".into(), "watch".into()]
             )]
         );
-        let binding: RoleBinding =
-            serde_json::from_value(serde_json::to_value(&all[1].object).unwrap())
-                .expect("its binding");
+        let binding: RoleBinding = typed(&all[1]);
         assert_eq!(binding.role_ref.name, CONTROL_ROLE);
         assert_eq!(binding.subjects.unwrap_or_default()[0].name, API);
     }
