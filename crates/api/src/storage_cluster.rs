@@ -580,9 +580,8 @@ pub struct StorageNodesSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_resources: Option<ResourceRequirements>,
 
-    /// Reserved: the storage-node pods have no init container (the storage node prepares
-    /// its worker itself), so these are applied to nothing. Meant for an init container's
-    /// requests and limits.
+    /// Requests and limits of the storage-node pods' init container, which prepares the
+    /// worker (`node_configure.py`: huge pages, cores, devices); unset enforces none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_resources: Option<ResourceRequirements>,
 }

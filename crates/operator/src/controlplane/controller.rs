@@ -50,7 +50,9 @@ use simplyblock_api::keys::{CONTROL_PLANE_FINALIZER, MANAGED_BY_CONTROL_PLANE, M
 use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use super::manifests::{self, Manifest, Tls};
-use super::names::{API, FDB_CLUSTER, OBJECT_STORE, OBJECT_STORE_CREDENTIALS, SINGLETON_NAME};
+use super::names::{
+    DEPLOYMENTS, FDB_CLUSTER, OBJECT_STORE, OBJECT_STORE_CREDENTIALS, SINGLETON_NAME,
+};
 use super::plan::{
     self, Batch, FdbHealth, InstallCall, Observation, Probe, Reason, Replicas, reason,
 };
@@ -694,20 +696,20 @@ async fn read_fdb(ctx: &Context, ns: &str) -> Result<Option<FdbHealth>, Error> {
     }))
 }
 
-/// The management API's Deployment and the object store's StatefulSet, by name.
+/// The control plane's Deployments and the object store's StatefulSet, by name.
 async fn read_workloads(ctx: &Context, ns: &str) -> Result<BTreeMap<String, Replicas>, Error> {
     let mut out = BTreeMap::new();
-    if let Some(d) = Api::<Deployment>::namespaced(ctx.kube.clone(), ns)
-        .get_opt(API)
-        .await?
-    {
-        out.insert(
-            API.to_owned(),
-            Replicas {
-                desired: d.spec.replicas.unwrap_or(1),
-                ready: d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
-            },
-        );
+    let deployments = Api::<Deployment>::namespaced(ctx.kube.clone(), ns);
+    for name in DEPLOYMENTS {
+        if let Some(d) = deployments.get_opt(name).await? {
+            out.insert(
+                name.to_owned(),
+                Replicas {
+                    desired: d.spec.replicas.unwrap_or(1),
+                    ready: d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                },
+            );
+        }
     }
     if let Some(s) = Api::<StatefulSet>::namespaced(ctx.kube.clone(), ns)
         .get_opt(OBJECT_STORE)
@@ -734,7 +736,11 @@ async fn apply_batch(
     cert_manager: bool,
 ) -> Result<(), Error> {
     let objects = match batch {
-        Batch::FoundationDb => vec![manifests::foundation_db(cp, local)],
+        Batch::FoundationDb => {
+            let mut objects = vec![manifests::foundation_db(cp, local)];
+            objects.extend(manifests::fdb_exporter(cp, local));
+            objects
+        }
         Batch::Datastore => {
             object_store_credentials(ctx, cp).await?;
             manifests::datastore(cp, local)
@@ -742,6 +748,7 @@ async fn apply_batch(
         Batch::Api => {
             let mut objects: Vec<Manifest> = manifests::api(cp, local)
                 .into_iter()
+                .chain(manifests::services(cp, local))
                 .filter(|m| cert_manager || m.resource.group != "cert-manager.io")
                 .collect();
             if let Some(bundle) = trust_of(ctx, cp, local).await? {
@@ -857,6 +864,7 @@ fn random_text() -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controlplane::names::API;
 
     fn control_plane(name: &str, namespace: &str) -> ControlPlane {
         serde_json::from_value(serde_json::json!({

@@ -43,13 +43,42 @@ pub const FOUNDATIONDB_VERSION: &str = "7.3.63";
 /// The object store's image.
 pub const OBJECT_STORE_IMAGE: &str = "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z";
 
-/// Every workload the controller reports in `status.components`, with whether the
-/// control plane is unavailable when it has no ready replica.
-pub const COMPONENTS: [(&str, bool); 3] = [(API, true), (FDB_CLUSTER, true), (OBJECT_STORE, false)];
+/// FoundationDB's Prometheus exporter's image.
+pub const FDB_EXPORTER_IMAGE: &str = "aikoven/foundationdb-exporter:3.1.0";
 
-/// Whether the control plane is unavailable when `component` has no ready replica. The
-/// reference's other components (the FoundationDB operator, tasks, monitoring, the
-/// exporter, admin control) are not installed here; they would all be non-essential.
+/// The administration pods (`sbctl` at hand, with the cluster file and the TLS material):
+/// a Deployment, and its component.
+pub const ADMIN_CONTROL: &str = "simplyblock-admin-control";
+/// The task runners (node add, restart, migrations, backups, ...): a Deployment of one
+/// container per runner, and its component.
+pub const TASKS: &str = "simplyblock-tasks";
+/// The monitors and collectors (node, device, volume, capacity, health): a Deployment of one
+/// container per monitor, and its component.
+pub const MONITORING: &str = "simplyblock-monitoring";
+/// FoundationDB's Prometheus exporter: its Deployment and Service, and its component.
+pub const FDB_EXPORTER: &str = "simplyblock-fdb-exporter";
+/// The Role of the control plane's ServiceAccount ([`API`]) and its binding.
+pub const CONTROL_ROLE: &str = "simplyblock-control";
+
+/// Every workload the controller reports in `status.components`, with whether the
+/// control plane is unavailable when it has no ready replica. The FoundationDB operator
+/// (`simplyblock-fdb-controller-manager` in the reference) is a prerequisite installed
+/// beside the chart, not a component (see docs/INSTALL.md).
+pub const COMPONENTS: [(&str, bool); 7] = [
+    (API, true),
+    (FDB_CLUSTER, true),
+    (OBJECT_STORE, false),
+    (ADMIN_CONTROL, false),
+    (TASKS, false),
+    (MONITORING, false),
+    (FDB_EXPORTER, false),
+];
+
+/// The components that run as Deployments (the object store is a StatefulSet, the
+/// FoundationDB cluster the FoundationDB operator's).
+pub const DEPLOYMENTS: [&str; 5] = [API, ADMIN_CONTROL, TASKS, MONITORING, FDB_EXPORTER];
+
+/// Whether the control plane is unavailable when `component` has no ready replica.
 pub fn essential(component: &str) -> bool {
     COMPONENTS
         .iter()

@@ -43,7 +43,7 @@ use simplyblock_api::keys::{
 };
 use simplyblock_statemachine::Machine;
 
-use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
+use super::names::{API, DEPLOYMENTS, FDB_CLUSTER, OBJECT_STORE, essential};
 use super::plan::Probe;
 use super::reach;
 use crate::runtime::context::Context;
@@ -201,14 +201,17 @@ pub enum Call {
 /// The component a Restart names, as the workload that runs it.
 pub fn workload_of(component: &str) -> Result<(WorkloadKind, &'static str), String> {
     match component {
-        API => Ok((WorkloadKind::Deployment, API)),
         OBJECT_STORE => Ok((WorkloadKind::StatefulSet, OBJECT_STORE)),
         FDB_CLUSTER => Err(format!(
             "{FDB_CLUSTER} is restarted by the FoundationDB operator (kubectl fdb restart), not by a ControlPlaneOps"
         )),
-        other => Err(format!(
-            "spec.restart.components names {other}, which is not a component of the control plane; the components are {API}, {OBJECT_STORE} and {FDB_CLUSTER}"
-        )),
+        other => match DEPLOYMENTS.iter().find(|d| **d == other) {
+            Some(deployment) => Ok((WorkloadKind::Deployment, *deployment)),
+            None => Err(format!(
+                "spec.restart.components names {other}, which is not a component of the control plane; the components are {}, {OBJECT_STORE} and {FDB_CLUSTER}",
+                DEPLOYMENTS.join(", ")
+            )),
+        },
     }
 }
 
@@ -221,10 +224,11 @@ pub fn restarted(op: &ControlPlaneOps) -> Result<Vec<(WorkloadKind, &'static str
         .map(|r| r.components.clone())
         .unwrap_or_default();
     if named.is_empty() {
-        return Ok(vec![
-            (WorkloadKind::Deployment, API),
-            (WorkloadKind::StatefulSet, OBJECT_STORE),
-        ]);
+        return Ok(DEPLOYMENTS
+            .iter()
+            .map(|d| (WorkloadKind::Deployment, *d))
+            .chain([(WorkloadKind::StatefulSet, OBJECT_STORE)])
+            .collect());
     }
     named.iter().map(|c| workload_of(c)).collect()
 }
@@ -461,15 +465,15 @@ where
 
 async fn workloads(ctx: &Context, ns: &str) -> Result<BTreeMap<String, Rollout>, ops::Error> {
     let mut out = BTreeMap::new();
-    if let Some(d) = Api::<Deployment>::namespaced(ctx.kube.clone(), ns)
-        .get_opt(API)
-        .await?
-    {
-        let status = d.status.unwrap_or_default();
-        let replicas = (status.updated_replicas, status.ready_replicas);
-        let observed = status.observed_generation >= d.metadata.generation;
-        let rollout = Rollout::of(d.spec.replicas, &d.spec.template, replicas, observed);
-        out.insert(API.to_owned(), rollout);
+    let deployments = Api::<Deployment>::namespaced(ctx.kube.clone(), ns);
+    for name in DEPLOYMENTS {
+        if let Some(d) = deployments.get_opt(name).await? {
+            let status = d.status.unwrap_or_default();
+            let replicas = (status.updated_replicas, status.ready_replicas);
+            let observed = status.observed_generation >= d.metadata.generation;
+            let rollout = Rollout::of(d.spec.replicas, &d.spec.template, replicas, observed);
+            out.insert(name.to_owned(), rollout);
+        }
     }
     if let Some(s) = Api::<StatefulSet>::namespaced(ctx.kube.clone(), ns)
         .get_opt(OBJECT_STORE)

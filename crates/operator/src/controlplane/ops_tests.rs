@@ -55,11 +55,13 @@ fn rolled(image: &str, restarted_at: Option<&str>) -> Rollout {
     }
 }
 
-fn both(restarted_at: Option<&str>) -> BTreeMap<String, Rollout> {
-    BTreeMap::from([
-        (API.to_owned(), rolled(OLD, restarted_at)),
-        (OBJECT_STORE.to_owned(), rolled("minio", restarted_at)),
-    ])
+/// Every workload of the control plane, each `restarted_at`.
+fn every(restarted_at: Option<&str>) -> BTreeMap<String, Rollout> {
+    DEPLOYMENTS
+        .iter()
+        .map(|d| (d.to_string(), rolled(OLD, restarted_at)))
+        .chain([(OBJECT_STORE.to_owned(), rolled("minio", restarted_at))])
+        .collect()
 }
 
 fn answered(version: Option<&str>) -> Option<Probe> {
@@ -139,25 +141,26 @@ fn restart_drains_only_for_the_whole_control_plane_or_an_essential_component() {
 fn restarting_stamps_each_workload_once_with_the_operations_start() {
     let o = op("Restart", "Restarting", json!({}));
     let fresh = Observed {
-        workloads: both(None),
+        workloads: every(None),
         ..Observed::default()
     };
     assert_eq!(
         plan_of(&o, &target("Available"), &fresh),
         Plan::Call {
             call: Call::Restart {
-                workloads: vec![
-                    (WorkloadKind::Deployment, API.into()),
-                    (WorkloadKind::StatefulSet, OBJECT_STORE.into()),
-                ],
+                workloads: DEPLOYMENTS
+                    .iter()
+                    .map(|d| (WorkloadKind::Deployment, d.to_string()))
+                    .chain([(WorkloadKind::StatefulSet, OBJECT_STORE.into())])
+                    .collect(),
                 stamp: stamp(),
             },
-            message: format!("restarting {API}, {OBJECT_STORE}"),
+            message: format!("restarting {}, {OBJECT_STORE}", DEPLOYMENTS.join(", ")),
         }
     );
-    // One stamped already (a pass killed halfway): only the other.
-    let mut half = both(None);
-    half.get_mut(API).expect("api").restarted_at = Some(stamp());
+    // All but one stamped already (a pass killed halfway): only the other.
+    let mut half = every(Some(&stamp()));
+    half.get_mut(OBJECT_STORE).expect("store").restarted_at = None;
     let p = plan_of(
         &o,
         &target("Available"),
@@ -170,9 +173,9 @@ fn restarting_stamps_each_workload_once_with_the_operations_start() {
         matches!(&p, Plan::Call { call: Call::Restart { workloads, .. }, .. } if workloads == &[(WorkloadKind::StatefulSet, OBJECT_STORE.to_owned())]),
         "{p:?}"
     );
-    // Both stamped: the restart is asked; nothing is called again.
+    // All stamped: the restart is asked; nothing is called again.
     let done = Observed {
-        workloads: both(Some(&stamp())),
+        workloads: every(Some(&stamp())),
         ..Observed::default()
     };
     assert!(matches!(
@@ -203,7 +206,7 @@ fn restart_refuses_what_it_cannot_restart() {
 #[test]
 fn restart_awaits_the_rollout_and_the_api() {
     let o = op("Restart", "Awaiting", json!({}));
-    let mut rolling = both(Some(&stamp()));
+    let mut rolling = every(Some(&stamp()));
     rolling.get_mut(OBJECT_STORE).expect("store").ready = 0;
     let p = plan_of(
         &o,
@@ -219,7 +222,7 @@ fn restart_awaits_the_rollout_and_the_api() {
         "{p:?}"
     );
     let unanswered = Observed {
-        workloads: both(Some(&stamp())),
+        workloads: every(Some(&stamp())),
         probe: Some(Probe::Asked {
             ready: Err("503".into()),
             version: None,
@@ -231,7 +234,7 @@ fn restart_awaits_the_rollout_and_the_api() {
         Plan::Wait { .. }
     ));
     let done = Observed {
-        workloads: both(Some(&stamp())),
+        workloads: every(Some(&stamp())),
         probe: answered(None),
         ..Observed::default()
     };

@@ -20,7 +20,9 @@ use simplyblock_api::control_plane::{
 use simplyblock_statemachine::{Machine, State};
 
 use super::manifests::Tls;
-use super::names::{API, FDB_CLUSTER, OBJECT_STORE, essential};
+use super::names::{
+    ADMIN_CONTROL, API, FDB_CLUSTER, FDB_EXPORTER, MONITORING, OBJECT_STORE, TASKS, essential,
+};
 use crate::runtime::machine::{Move, Plan};
 
 /// Events on the ControlPlane.
@@ -288,6 +290,10 @@ pub fn components(local: &LocalSource, obs: &Observation) -> Vec<Component> {
             essential: essential(FDB_CLUSTER),
         },
         workload(OBJECT_STORE, 1),
+        workload(ADMIN_CONTROL, local.replicas),
+        workload(TASKS, 1),
+        workload(MONITORING, 1),
+        workload(FDB_EXPORTER, 1),
     ];
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out

@@ -310,13 +310,24 @@ fn components_are_the_workloads_and_foundationdb_by_its_health() {
     let seen = obs(|o| {
         o.workloads.insert(API.into(), replicas(2, 1));
         o.workloads.insert(OBJECT_STORE.into(), replicas(1, 1));
+        o.workloads
+            .insert("simplyblock-admin-control".into(), replicas(2, 2));
+        o.workloads
+            .insert("simplyblock-tasks".into(), replicas(1, 0));
+        o.workloads
+            .insert("simplyblock-monitoring".into(), replicas(1, 1));
         o.fdb = Some(healthy.clone());
     });
+    // Sorted by name; the exporter not there yet wants its one replica.
     assert_eq!(
         components(&spec, &seen),
         [
+            component("simplyblock-admin-control", 2, 2, false),
             component("simplyblock-fdb-cluster", 3, 3, true),
+            component("simplyblock-fdb-exporter", 1, 0, false),
             component("simplyblock-minio", 1, 1, false),
+            component("simplyblock-monitoring", 1, 1, false),
+            component("simplyblock-tasks", 1, 0, false),
             component("simplyblock-webappapi", 2, 1, true),
         ]
     );

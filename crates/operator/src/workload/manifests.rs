@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
-    ObjectFieldSelector, PodCertificateProjection, PodSpec, PodTemplateSpec, ProjectedVolumeSource,
-    SecretProjection, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HostPathVolumeSource, KeyToPath, ObjectFieldSelector, PodCertificateProjection, PodSpec,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, SecretProjection, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -86,8 +87,8 @@ pub fn manifests(
         },
         service: service(cluster, port),
         endpoints: endpoint_slice(cluster, port, workers),
-        // The pods' identity: a ServiceAccount of the cluster, allowed to read its own
-        // configuration and nothing else.
+        // The pods' identity: a ServiceAccount of the cluster, allowed what the storage
+        // node does in its namespace (see [`role_rules`]) and nothing else.
         account: ServiceAccount {
             metadata: owned(cluster, &account),
             automount_service_account_token: Some(true),
@@ -95,13 +96,7 @@ pub fn manifests(
         },
         role: Role {
             metadata: owned(cluster, &account),
-            rules: Some(vec![PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["configmaps".into()]),
-                resource_names: Some(vec![config_name.clone()]),
-                verbs: vec!["get".into(), "watch".into()],
-                ..PolicyRule::default()
-            }]),
+            rules: Some(role_rules(&config_name)),
         },
         binding: RoleBinding {
             metadata: owned(cluster, &account),
@@ -281,61 +276,148 @@ fn daemonset(
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let storage = cluster.spec.storage_nodes.clone().unwrap_or_default();
-    let host = host_env(&storage);
     let image = storage
         .image
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
-    let mut container = Container {
+    let pull = pull_policy(storage.image_pull_policy);
+    let hostname = EnvVar {
+        name: "HOSTNAME".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "spec.nodeName".into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
+    // Mutual TLS with the serving Secret's material: callers (the operator, the control
+    // plane) must present a certificate the bundle `ca.crt` verifies, and the node presents
+    // its own when it calls out.
+    let tls_env = [
+        plain_env("SB_TLS_SERVE", "1"),
+        plain_env("SB_TLS_CLIENT_AUTH", "required"),
+        plain_env("SB_TLS_CONNECT", "authenticated"),
+        plain_env("SB_TLS_PROVIDER", "cert-manager"),
+    ];
+    let flag = |set: Option<bool>| {
+        if set.unwrap_or(false) {
+            "true"
+        } else {
+            "false"
+        }
+    };
+    let mut env = vec![
+        EnvVar {
+            name: "NODE_NAME".into(),
+            ..hostname.clone()
+        },
+        hostname.clone(),
+    ];
+    env.extend(tls_env.clone());
+    env.extend([
+        plain_env("UBUNTU_HOST", flag(storage.ubuntu_host)),
+        plain_env("OPENSHIFT_CLUSTER", flag(Some(storage.openshift.is_some()))),
+        plain_env(
+            "SKIP_KUBELET_CONFIGURATION",
+            flag(Some(!storage.enable_kubelet_configuration.unwrap_or(true))),
+        ),
+        plain_env("CPU_TOPOLOGY_ENABLED", flag(storage.enable_cpu_topology)),
+        plain_env("SIMPLY_BLOCK_DOCKER_IMAGE", &image),
+    ]);
+    if let Some(openshift) = &storage.openshift {
+        env.push(plain_env("OPENSHIFT_MCP", &openshift.machine_config_pool));
+    }
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    };
+    let config_mount = mount("config", NODE_CONFIG_DIR, true);
+    let tls_mount = mount("tls", "/etc/simplyblock/tls", true);
+    let container = Container {
         name: "storage-node-api".into(),
-        image: Some(image),
-        image_pull_policy: Some(pull_policy(storage.image_pull_policy).into()),
+        image: Some(image.clone()),
+        image_pull_policy: Some(pull.into()),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "{SOURCE_NODE_CONFIG}\nexec sudo -E python3 simplyblock_web/node_webapp.py storage_node_k8s"
+            ),
+        ]),
         ports: Some(vec![ContainerPort {
             name: Some("api".into()),
             container_port: port.into(),
             ..ContainerPort::default()
         }]),
+        // Callers must present a client certificate, which the kubelet has not: a TCP
+        // check, as the reference does under mutual TLS.
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String("api".into()),
+                ..TCPSocketAction::default()
+            }),
+            initial_delay_seconds: Some(10),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        // SPDK owns the node's NVMe devices and huge pages through /dev and /sys.
         security_context: Some(SecurityContext {
             privileged: Some(true),
             ..SecurityContext::default()
         }),
-        env: Some(vec![
-            EnvVar {
-                name: "NODE_NAME".into(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "spec.nodeName".into(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
-            // Mutual TLS with the serving Secret's material: callers (the operator, the
-            // control plane) must present a certificate the bundle `ca.crt` verifies, and
-            // the node presents its own when it calls out.
-            plain_env("SB_TLS_SERVE", "1"),
-            plain_env("SB_TLS_CLIENT_AUTH", "required"),
-            plain_env("SB_TLS_CONNECT", "authenticated"),
-            plain_env("SB_TLS_PROVIDER", "cert-manager"),
-        ]),
+        env: Some(env),
         volume_mounts: Some(vec![
-            VolumeMount {
-                name: "config".into(),
-                mount_path: "/etc/simplyblock/node".into(),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "tls".into(),
-                mount_path: "/etc/simplyblock/tls".into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
+            mount("dev", "/dev", false),
+            mount("etc-simplyblock", "/etc/simplyblock", false),
+            mount("host-sys", "/sys", false),
+            mount("var-run-simplyblock", "/var/run/simplyblock", false),
+            config_mount.clone(),
+            tls_mount.clone(),
         ]),
         resources: storage.container_resources,
         ..Container::default()
     };
-    container.env.get_or_insert_default().extend(host);
+    // Host preparation before the API starts: `node_configure.py` reads the node's
+    // configuration, picks its devices and writes the SPDK configuration (huge pages,
+    // cores) under /etc/simplyblock, loading kernel modules from the host's /lib/modules.
+    // At least one: a cluster without `storageNodes` reads the field's zero.
+    let mut fleet_args = format!(" --nodes-per-socket={}", storage.nodes_per_socket.max(1));
+    if !storage.sockets_to_use.is_empty() {
+        fleet_args.push_str(&format!(
+            " --sockets-to-use={}",
+            storage.sockets_to_use.join(",")
+        ));
+    }
+    let configure = Container {
+        name: "s-node-api-config-generator".into(),
+        image: Some(image.clone()),
+        image_pull_policy: Some(pull.into()),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "set -e\n{SOURCE_NODE_CONFIG}\n{CONFIGURE_ARGS}\nARGS=\"${{ARGS}}{fleet_args}\"\nexec sudo -E python3 simplyblock_web/node_configure.py ${{ARGS}}"
+            ),
+        ]),
+        env: Some(std::iter::once(hostname).chain(tls_env).collect()),
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("etc-simplyblock", "/etc/simplyblock", false),
+            mount("host-modules", "/lib/modules", true),
+            mount("host-mnt", "/mnt", false),
+            config_mount,
+            tls_mount,
+        ]),
+        resources: storage.init_container_resources,
+        ..Container::default()
+    };
     DaemonSet {
         metadata: owned(cluster, account),
         spec: DaemonSetSpec {
@@ -379,8 +461,19 @@ fn daemonset(
                         .then(|| storage.image_pull_secrets.clone()),
                     host_network: Some(true),
                     tolerations: Some(storage.tolerations),
+                    init_containers: Some(vec![configure]),
                     containers: vec![container],
                     volumes: Some(vec![
+                        host_path("dev", "/dev", None),
+                        host_path("etc-simplyblock", "/var/simplyblock", None),
+                        host_path("host-sys", "/sys", None),
+                        host_path("host-mnt", "/mnt", None),
+                        host_path("host-modules", "/lib/modules", None),
+                        host_path(
+                            "var-run-simplyblock",
+                            "/var/run/simplyblock",
+                            Some("DirectoryOrCreate"),
+                        ),
                         Volume {
                             name: "config".into(),
                             config_map: Some(ConfigMapVolumeSource {
@@ -497,25 +590,60 @@ fn owner(cluster: &StorageCluster, controller: bool) -> Option<Vec<OwnerReferenc
     }])
 }
 
-/// What the storage node is told about its worker, in the variables the storage-node image
-/// reads at start: whether to install Ubuntu's extra kernel modules, whether it runs on
-/// OpenShift, whether to configure CPU topology, and whether to leave the kubelet's
-/// configuration alone. Uniform across the cluster, so on the DaemonSet.
-fn host_env(storage: &StorageNodesSpec) -> Vec<EnvVar> {
-    let flag = |on: bool| if on { "true" } else { "false" };
+/// Where the storage-node containers read the node configuration ConfigMap: one env file
+/// per worker, named by the worker.
+const NODE_CONFIG_DIR: &str = "/etc/simplyblock/node";
+
+/// Sources the env file of the pod's worker, when the configuration has one.
+const SOURCE_NODE_CONFIG: &str =
+    "[ -f \"/etc/simplyblock/node/${HOSTNAME}\" ] && . \"/etc/simplyblock/node/${HOSTNAME}\"";
+
+/// `node_configure.py`'s per-node arguments from the sourced env file.
+const CONFIGURE_ARGS: &str = "ARGS=\"--max-lvol=${MAX_SUBSYS_COUNT:-0}\"
+[ -n \"${PCI_ALLOWED}\" ] && ARGS=\"${ARGS} --pci-allowed=${PCI_ALLOWED}\"
+[ -n \"${PCI_BLOCKED}\" ] && ARGS=\"${ARGS} --pci-blocked=${PCI_BLOCKED}\"
+[ -n \"${NVME_DEVICES}\" ] && ARGS=\"${ARGS} --nvme-devices=${NVME_DEVICES}\"";
+
+/// What a cluster's storage-node pods may do in its namespace, as the storage node's own
+/// API does: read its configuration; start and stop its SPDK pod (and find it among the
+/// namespace's pods); run and clean up the host-preparation Jobs (kernel modules, core
+/// isolation). The reference's `pods/exec`, Deployments and Node writes are left out: the
+/// storage node execs into nothing, deploys nothing, and the operator labels the workers.
+pub fn role_rules(config_name: &str) -> Vec<PolicyRule> {
+    let rule = |group: &str, resource: &str, names: Option<&str>, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        resource_names: names.map(|n| vec![n.into()]),
+        verbs: verbs.iter().map(|v| (*v).to_string()).collect(),
+        ..PolicyRule::default()
+    };
     vec![
-        plain_env("UBUNTU_HOST", flag(storage.ubuntu_host.unwrap_or(false))),
-        plain_env("OPENSHIFT_CLUSTER", flag(storage.openshift.is_some())),
-        plain_env(
-            "CPU_TOPOLOGY_ENABLED",
-            flag(storage.enable_cpu_topology.unwrap_or(false)),
+        rule("", "configmaps", Some(config_name), &["get", "watch"]),
+        rule(
+            "",
+            "pods",
+            None,
+            &["get", "list", "watch", "create", "delete"],
         ),
-        // Configured unless said otherwise: the API's toggle is the inverse of the image's.
-        plain_env(
-            "SKIP_KUBELET_CONFIGURATION",
-            flag(!storage.enable_kubelet_configuration.unwrap_or(true)),
+        rule(
+            "batch",
+            "jobs",
+            None,
+            &["get", "list", "watch", "create", "delete"],
         ),
     ]
+}
+
+/// The host's `path` as the volume `name`.
+fn host_path(name: &str, path: &str, type_: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: type_.map(Into::into),
+        }),
+        ..Volume::default()
+    }
 }
 
 fn plain_env(name: &str, value: &str) -> EnvVar {
@@ -863,6 +991,237 @@ mod tests {
                 default_mode: Some(0o400),
                 ..SecretVolumeSource::default()
             })
+        );
+    }
+    /// The reference operator's storage-node pod (utils/storage_nodeset_ds.go), container
+    /// by container: (name, privileged, mount path → volume, read-only).
+    type PodFacts = Vec<(&'static str, bool, Vec<(&'static str, &'static str, bool)>)>;
+
+    fn reference_pod() -> PodFacts {
+        vec![
+            (
+                "s-node-api-config-generator",
+                true,
+                vec![
+                    ("/etc/simplyblock", "etc-simplyblock", false),
+                    ("/lib/modules", "host-modules", true),
+                    ("/mnt", "host-mnt", false),
+                    ("/etc/simplyblock/node", "config", true),
+                    ("/etc/simplyblock/tls", "tls", true),
+                ],
+            ),
+            (
+                "storage-node-api",
+                true,
+                vec![
+                    ("/dev", "dev", false),
+                    ("/etc/simplyblock", "etc-simplyblock", false),
+                    ("/sys", "host-sys", false),
+                    ("/var/run/simplyblock", "var-run-simplyblock", false),
+                    ("/etc/simplyblock/node", "config", true),
+                    ("/etc/simplyblock/tls", "tls", true),
+                ],
+            ),
+        ]
+    }
+
+    /// The reference's host paths: volume → (host path, type).
+    const HOST_PATHS: [(&str, &str, Option<&str>); 6] = [
+        ("dev", "/dev", None),
+        ("etc-simplyblock", "/var/simplyblock", None),
+        ("host-sys", "/sys", None),
+        ("host-mnt", "/mnt", None),
+        ("host-modules", "/lib/modules", None),
+        (
+            "var-run-simplyblock",
+            "/var/run/simplyblock",
+            Some("DirectoryOrCreate"),
+        ),
+    ];
+
+    #[test]
+    fn the_storage_node_pod_prepares_its_host_and_mounts_it_as_the_reference_does() {
+        let m = manifests(
+            &cluster(json!({"storageNodes": {
+                "socketsToUse": ["0", "1"], "nodesPerSocket": 2, "ubuntuHost": true,
+                "enableCpuTopology": true,
+                "openshift": {"machineConfigPool": "storage"},
+            }})),
+            &[node(
+                "w1",
+                0,
+                None,
+                json!({"pcieAllowList": ["0000:01:00.0"]}),
+            )],
+            &[worker("w1", Some("10.0.0.11"), true)],
+            PORT,
+            CERTIFICATE_VERSION,
+            false,
+        );
+        let pod = m.daemonset.spec.template.spec.expect("pod");
+        assert_eq!(pod.host_network, Some(true));
+        type Owned = Vec<(String, bool, Vec<(String, String, bool)>)>;
+        let containers: Owned = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&pod.containers)
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    c.security_context
+                        .as_ref()
+                        .and_then(|s| s.privileged)
+                        .unwrap_or(false),
+                    c.volume_mounts
+                        .iter()
+                        .flatten()
+                        .map(|v| {
+                            (
+                                v.mount_path.clone(),
+                                v.name.clone(),
+                                v.read_only.unwrap_or(false),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let reference: Owned = reference_pod()
+            .into_iter()
+            .map(|(name, privileged, mounts)| {
+                (
+                    name.to_string(),
+                    privileged,
+                    mounts
+                        .into_iter()
+                        .map(|(p, v, r)| (p.to_string(), v.to_string(), r))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(containers, reference);
+        let host: Vec<(String, String, Option<String>)> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                let h = v.host_path.as_ref()?;
+                Some((v.name.clone(), h.path.clone(), h.type_.clone()))
+            })
+            .collect();
+        let want: Vec<(String, String, Option<String>)> = HOST_PATHS
+            .iter()
+            .map(|(n, p, t)| (n.to_string(), p.to_string(), t.map(str::to_string)))
+            .collect();
+        assert_eq!(host, want);
+
+        // The init container configures the host from the worker's env file and the
+        // fleet's placement, then the API starts over the same file.
+        let init = &pod.init_containers.as_ref().expect("init")[0];
+        let script = init.command.as_ref().expect("command").join(" ");
+        for part in [
+            ". \"/etc/simplyblock/node/${HOSTNAME}\"",
+            "--max-lvol=${MAX_SUBSYS_COUNT:-0}",
+            "--pci-allowed=${PCI_ALLOWED}",
+            "--pci-blocked=${PCI_BLOCKED}",
+            "--nvme-devices=${NVME_DEVICES}",
+            " --nodes-per-socket=2 --sockets-to-use=0,1",
+            "exec sudo -E python3 simplyblock_web/node_configure.py ${ARGS}",
+        ] {
+            assert!(script.contains(part), "{part} in {script}");
+        }
+        let api = &pod.containers[0];
+        let command = api.command.as_ref().expect("command").join(" ");
+        assert!(
+            command
+                .ends_with("exec sudo -E python3 simplyblock_web/node_webapp.py storage_node_k8s"),
+            "{command}"
+        );
+        let env: BTreeMap<String, String> = api
+            .env
+            .iter()
+            .flatten()
+            .map(|e| {
+                let value = e.value.clone().or_else(|| {
+                    e.value_from
+                        .as_ref()?
+                        .field_ref
+                        .as_ref()
+                        .map(|f| f.field_path.clone())
+                });
+                (e.name.clone(), value.unwrap_or_default())
+            })
+            .collect();
+        for (name, value) in [
+            ("HOSTNAME", "spec.nodeName"),
+            ("UBUNTU_HOST", "true"),
+            ("OPENSHIFT_CLUSTER", "true"),
+            ("OPENSHIFT_MCP", "storage"),
+            // Unset: the storage node configures the kubelet, as the API documents.
+            ("SKIP_KUBELET_CONFIGURATION", "false"),
+            ("CPU_TOPOLOGY_ENABLED", "true"),
+            ("SIMPLY_BLOCK_DOCKER_IMAGE", DEFAULT_IMAGE),
+            ("SB_TLS_CLIENT_AUTH", "required"),
+            ("SB_TLS_CONNECT", "authenticated"),
+        ] {
+            assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
+        }
+        // The kubelet has no client certificate for the mutual-TLS API: a TCP check.
+        let probe = api.readiness_probe.as_ref().expect("readiness");
+        assert!(probe.tcp_socket.is_some() && probe.http_get.is_none());
+        assert_eq!(
+            (probe.initial_delay_seconds, probe.period_seconds),
+            (Some(10), Some(5))
+        );
+    }
+
+    #[test]
+    fn the_storage_nodes_role_holds_what_the_node_api_does_in_its_namespace() {
+        let m = manifests(
+            &cluster(json!({})),
+            &[],
+            &[],
+            PORT,
+            CERTIFICATE_VERSION,
+            false,
+        );
+        let rules: Vec<(String, String, Option<Vec<String>>, String)> = m
+            .role
+            .rules
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.api_groups.unwrap_or_default().join(","),
+                    r.resources.unwrap_or_default().join(","),
+                    r.resource_names,
+                    r.verbs.join(","),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (
+                    String::new(),
+                    "configmaps".into(),
+                    Some(vec!["simplyblock-storage-node-config-sb".into()]),
+                    "get,watch".into()
+                ),
+                (
+                    String::new(),
+                    "pods".into(),
+                    None,
+                    "get,list,watch,create,delete".into()
+                ),
+                (
+                    "batch".into(),
+                    "jobs".into(),
+                    None,
+                    "get,list,watch,create,delete".into()
+                ),
+            ]
         );
     }
 }

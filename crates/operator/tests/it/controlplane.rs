@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -299,13 +300,39 @@ async fn installed_objects(k: &kube::Client, ns: &str) -> BTreeMap<String, (Stri
             .metadata,
     );
     put(
-        "Deployment",
-        &Api::<Deployment>::namespaced(k.clone(), ns)
-            .get("simplyblock-webappapi")
+        "Service",
+        &Api::<Service>::namespaced(k.clone(), ns)
+            .get("simplyblock-fdb-exporter")
             .await
-            .expect("deploy")
+            .expect("svc")
             .metadata,
     );
+    put(
+        "Role",
+        &Api::<Role>::namespaced(k.clone(), ns)
+            .get("simplyblock-control")
+            .await
+            .expect("role")
+            .metadata,
+    );
+    put(
+        "RoleBinding",
+        &Api::<RoleBinding>::namespaced(k.clone(), ns)
+            .get("simplyblock-control")
+            .await
+            .expect("binding")
+            .metadata,
+    );
+    for name in simplyblock_operator::controlplane::names::DEPLOYMENTS {
+        put(
+            "Deployment",
+            &Api::<Deployment>::namespaced(k.clone(), ns)
+                .get(name)
+                .await
+                .expect("deploy")
+                .metadata,
+        );
+    }
     out
 }
 
@@ -421,8 +448,12 @@ async fn a_local_install_goes_through_every_step_to_available() {
     assert_eq!(
         components,
         [
+            ("simplyblock-admin-control".to_string(), 2, 2, false),
             ("simplyblock-fdb-cluster".to_string(), 3, 3, true),
+            ("simplyblock-fdb-exporter".to_string(), 1, 1, false),
             ("simplyblock-minio".to_string(), 1, 1, false),
+            ("simplyblock-monitoring".to_string(), 1, 1, false),
+            ("simplyblock-tasks".to_string(), 1, 1, false),
             ("simplyblock-webappapi".to_string(), 2, 2, true),
         ]
     );
@@ -1195,14 +1226,17 @@ async fn a_kill_at_every_install_step_repeats_nothing_and_applies_each_object_on
         after.get(resource).copied().unwrap_or(0.0) - before.get(resource).copied().unwrap_or(0.0)
     };
     // The pass applied each object exactly once: the FoundationDBCluster, the
-    // StatefulSet, the Deployment, the ConfigMap, the ServiceAccount and two Services.
+    // StatefulSet, five Deployments (the API, admin control, tasks, monitoring, the
+    // exporter), the ConfigMap, the ServiceAccount, its Role and binding, three Services.
     for (resource, once) in [
         ("foundationdbclusters", 1.0),
         ("statefulsets", 1.0),
-        ("deployments", 1.0),
+        ("deployments", 5.0),
         ("configmaps", 1.0),
         ("serviceaccounts", 1.0),
-        ("services", 2.0),
+        ("roles", 1.0),
+        ("rolebindings", 1.0),
+        ("services", 3.0),
     ] {
         assert_eq!(delta(resource), once, "{resource} in one pass");
     }

@@ -232,18 +232,38 @@ async fn an_approved_document_ends_with_its_nodes_online_and_activation_requeste
         pod_spec.service_account_name.as_deref(),
         Some("simplyblock-storage-node-simplyblock")
     );
-    // The pods' identity may read their configuration and nothing else.
+    // The pods' identity may read their configuration, and run their SPDK pod and host
+    // preparation Jobs, and nothing else.
     let role = Api::<Role>::namespaced(kube.clone(), NS)
         .get("simplyblock-storage-node-simplyblock")
         .await
         .expect("Role");
-    let rules = role.rules.unwrap_or_default();
-    assert_eq!(rules.len(), 1);
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+        .rules
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| {
+            (
+                r.resources.unwrap_or_default(),
+                r.resource_names.unwrap_or_default(),
+                r.verbs,
+            )
+        })
+        .collect();
+    let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let any = ["get", "list", "watch", "create", "delete"];
     assert_eq!(
-        rules[0].resource_names.clone().unwrap_or_default(),
-        ["simplyblock-storage-node-config-simplyblock"]
+        rules,
+        [
+            (
+                strings(&["configmaps"]),
+                strings(&["simplyblock-storage-node-config-simplyblock"]),
+                strings(&["get", "watch"])
+            ),
+            (strings(&["pods"]), vec![], strings(&any)),
+            (strings(&["jobs"]), vec![], strings(&any)),
+        ]
     );
-    assert_eq!(rules[0].verbs, ["get", "watch"]);
     let binding = Api::<RoleBinding>::namespaced(kube.clone(), NS)
         .get("simplyblock-storage-node-simplyblock")
         .await

@@ -141,6 +141,25 @@ async fn the_operators_account_takes_no_step_towards_cluster_admin() {
         .create(&dry, &role("reads-config", &["configmaps"], &["get"]))
         .await
         .expect("a Role granting what the operator holds");
+    // The Roles it renders: a storage cluster's (its pods start their SPDK pod and run the
+    // host-preparation Jobs) and the local control plane's.
+    let rendered = [
+        simplyblock_operator::workload::manifests::role_rules("simplyblock-storage-node-config-sb"),
+        control_plane_role_rules(),
+    ];
+    for (i, rules) in rendered.into_iter().enumerate() {
+        let rendered_role = Role {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("rendered-{i}")),
+                ..Default::default()
+            },
+            rules: Some(rules),
+        };
+        local_roles
+            .create(&dry, &rendered_role)
+            .await
+            .unwrap_or_else(|e| panic!("the operator may write the Role it renders: {e}"));
+    }
     // ... but not one granting more (exec into the pods there), nor a binding that makes
     // it the namespace's administrator.
     refused(
@@ -532,4 +551,82 @@ async fn the_probe_account_creates_its_report_and_no_other_config_map_is_open_to
     )
     .await
     .expect("a report is still created");
+}
+
+/// The rules of the Role a local control plane's ServiceAccount holds, as rendered.
+fn control_plane_role_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    use simplyblock_api::control_plane::ControlPlane;
+    use simplyblock_operator::controlplane::manifests;
+    let cp: ControlPlane = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "ControlPlane",
+        "metadata": {"name": "simplyblock", "namespace": "rbac-escalation"},
+        "spec": {"source": {"local": {"image": "quay.io/simplyblock-io/simplyblock:25.10.1"}}},
+    }))
+    .expect("control plane");
+    let local = cp.spec.source.local.clone().expect("local");
+    manifests::services(&cp, &local)
+        .into_iter()
+        .find(|m| m.resource.kind == "Role")
+        .and_then(|m| {
+            serde_json::from_value::<k8s_openapi::api::rbac::v1::Role>(
+                serde_json::to_value(&m.object).ok()?,
+            )
+            .ok()
+        })
+        .and_then(|r| r.rules)
+        .expect("the control plane's Role")
+}
+
+/// A storage node reads its own Node before it starts SPDK: the chart lets the accounts of
+/// the served namespace get a Node, and nothing more of Nodes, and no other namespace's.
+#[tokio::test]
+async fn storage_node_pods_get_their_node_and_nothing_more() {
+    use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+    use kube::api::PostParams;
+    use simplyblock_operator::workload::names::account;
+
+    let ns = "rbac-storage-node";
+    let elsewhere = "rbac-storage-node-tenant";
+    let (env, admin) = crate::support::own_api_server(ns).await;
+    crate::support::namespace(&admin, elsewhere).await;
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "worker-1"}}))
+        .expect("node");
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("a worker");
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": account("sb")}}))
+            .expect("account");
+    for namespace in [ns, elsewhere] {
+        Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .create(&PostParams::default(), &sa)
+            .await
+            .expect("the storage cluster's account");
+    }
+    let pods = env
+        .service_account_client(ns, &account("sb"))
+        .await
+        .expect("the storage node's client");
+    let nodes = Api::<Node>::all(pods);
+    nodes.get("worker-1").await.expect("its own Node");
+    refused("list Nodes", nodes.list(&ListParams::default()).await);
+    refused(
+        "label a Node",
+        nodes
+            .patch(
+                "worker-1",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await,
+    );
+    let tenant = env
+        .service_account_client(elsewhere, &account("sb"))
+        .await
+        .expect("a tenant's client");
+    refused(
+        "get a Node from a namespace not served",
+        Api::<Node>::all(tenant).get("worker-1").await,
+    );
 }
