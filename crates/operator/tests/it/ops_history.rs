@@ -11,15 +11,15 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use simplyblock_api::StoragePoolOps;
 use simplyblock_api::common::{OpsKind, OpsPhase};
 use simplyblock_api::storage_node_ops::StorageNodeOps;
+use simplyblock_api::{StorageNode, StoragePoolOps};
 use simplyblock_operator::{node, pool};
 
 use crate::support::{harness, until};
 
-/// Creates `name` of kind `K` from `spec` and waits for it to end Failed (both kinds
-/// below fail at once), so operations finish in the order they are created.
+/// Creates `name` of kind `K` from `spec` and waits for it to end (the operations below
+/// end at once), so operations finish in the order they are created.
 async fn finished<K>(api: &Api<K>, name: &str, spec: Value)
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -37,8 +37,14 @@ where
     api.create(&PostParams::default(), &op)
         .await
         .expect("created");
-    until(&format!("{name} Failed"), async || {
-        (api.get(name).await.ok()?.status_core().phase == OpsPhase::Failed).then_some(())
+    until(&format!("{name} finished"), async || {
+        api.get(name)
+            .await
+            .ok()?
+            .status_core()
+            .phase
+            .is_terminal()
+            .then_some(())
     })
     .await;
 }
@@ -89,9 +95,27 @@ async fn finished_operations_beyond_the_limit_go_oldest_first_per_target_for_two
     finished(&pool_ops, "pool-4", pool_spec("sb-default")).await;
     exactly(&pool_ops, &["other-1", "pool-3", "pool-4"]).await;
 
-    // StorageNodeOps on a node that does not exist fail at once, through the runtime.
+    // StorageNodeOps asked to abort before they start end Aborted at once, through the
+    // shared runtime.
+    let worker: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": "ops-history-w1"}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(h.kube.clone())
+        .create(&PostParams::default(), &worker)
+        .await
+        .expect("worker Node");
+    let sn: StorageNode = serde_json::from_value(json!({
+        "apiVersion": simplyblock_api::API_VERSION, "kind": "StorageNode",
+        "metadata": {"name": "sb-w1-0"},
+        "spec": {"clusterRef": "sb", "workerNode": "ops-history-w1", "slot": 0,
+                 "config": {"sizing": {"vcpuCount": 4, "minHugePagesSize": "4G"}}},
+    }))
+    .expect("storage node");
+    Api::<StorageNode>::namespaced(h.kube.clone(), &h.ns)
+        .create(&PostParams::default(), &sn)
+        .await
+        .expect("StorageNode");
     let node_ops: Api<StorageNodeOps> = Api::namespaced(h.kube.clone(), &h.ns);
-    let node_spec = json!({"nodeRef": "absent", "action": "Restart"});
+    let node_spec = json!({"nodeRef": "sb-w1-0", "action": "Restart", "abort": true});
     for name in ["node-1", "node-2", "node-3"] {
         finished(&node_ops, name, node_spec.clone()).await;
     }
@@ -99,10 +123,5 @@ async fn finished_operations_beyond_the_limit_go_oldest_first_per_target_for_two
     finished(&node_ops, "node-4", node_spec.clone()).await;
     exactly(&node_ops, &["node-3", "node-4"]).await;
     let kept = node_ops.get("node-4").await.expect("node-4");
-    assert!(
-        kept.status_core()
-            .message
-            .is_some_and(|m| m.contains("does not exist")),
-        "{kept:?}"
-    );
+    assert_eq!(kept.status_core().phase, OpsPhase::Aborted, "{kept:?}");
 }
