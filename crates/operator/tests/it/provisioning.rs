@@ -651,9 +651,10 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
 
 /// Synchronous replication: a document's cluster asks for it and each group names its
 /// site. The control plane (sbsim, the stand-in) creates the cluster with
-/// `sync_replication` and adds every node in its group's site, read back from it; the
-/// calls the CSI driver's sync method makes (demote on one site, promote on the other)
-/// then move a volume between the sites, which sbsim refuses on a cluster without it.
+/// `sync_replication` and adds every node in its group's site, read back from it; the CSI
+/// driver's replication service, with a sync class and the CSI secret the operator wrote,
+/// then demotes a volume on one site and promotes it on the other (sbsim refuses both on
+/// a cluster created without the flag).
 #[tokio::test]
 async fn a_sync_replicated_cluster_is_created_so_and_its_nodes_stand_in_their_sites() {
     const NS: &str = "provision-sync";
@@ -743,7 +744,7 @@ async fn a_sync_replicated_cluster_is_created_so_and_its_nodes_stand_in_their_si
     })
     .await;
 
-    // The calls of the CSI driver's sync method act on the sites the operator gave.
+    // The CSI driver's sync method acts on the sites the operator gave.
     let pool = cp
         .create_pool(
             cluster.id,
@@ -770,12 +771,61 @@ async fn a_sync_replicated_cluster_is_created_so_and_its_nodes_stand_in_their_si
         )
         .await
         .expect("volume");
-    cp.sync_demote_volume(cluster.id, pool, volume, "east")
+    // The driver's replication service, reading the CSI secret the operator wrote and the
+    // CA sbsim serves with, reaching the control plane through sbsim's proxy.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(kube.clone(), NS);
+    let written = until("the CSI secret names the cluster", async || {
+        let data = secrets
+            .get(simplyblock_api::csi_secret::NAME)
+            .await
+            .ok()?
+            .data?;
+        let text = data.get(simplyblock_api::csi_secret::KEY)?.0.clone();
+        String::from_utf8_lossy(&text)
+            .contains(&cluster.id.to_string())
+            .then_some(text)
+    })
+    .await;
+    std::fs::write(setup._dir.path().join("secret.json"), written).expect("secret file");
+    std::fs::write(setup._dir.path().join("ca.pem"), &setup.ca_pem).expect("CA file");
+    let clusters = simplyblock_csi::clusters::Clusters::from_files(
+        &setup._dir.path().join("secret.json"),
+        None,
+        None,
+        simplyblock_csi::clusters::Transport {
+            ca_file: Some(setup._dir.path().join("ca.pem")),
+            proxy: Some(setup._sim.addr),
+            ..Default::default()
+        },
+    )
+    .expect("the driver reads the operator's CSI secret");
+    let replication =
+        simplyblock_csi::replication::ReplicationService::new(std::sync::Arc::new(clusters));
+    let handle = simplyblock_api::volume_handle::VolumeHandle {
+        cluster: cluster.id,
+        pool: simplyblock_api::volume_handle::PoolRef::Id(pool),
+        volume,
+    };
+    let class = |site: &str| {
+        simplyblock_csi::replication_params::ReplicationParams::parse(
+            &[
+                ("replication.storage.simplyblock.io/method", "sync"),
+                ("replication.storage.simplyblock.io/site", site),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        )
+        .expect("class parameters")
+    };
+    replication
+        .demote_volume(&handle, &class("east"))
         .await
-        .expect("demote on east");
-    cp.sync_promote_volume(cluster.id, pool, volume, "west", true)
+        .expect("the driver demotes on east");
+    replication
+        .promote_volume(&handle, &class("west"), false)
         .await
-        .expect("planned promote on west");
+        .expect("the driver promotes on west, planned");
     let serving = cp
         .get_volume(cluster.id, pool, volume)
         .await
@@ -789,6 +839,8 @@ async fn a_sync_replicated_cluster_is_created_so_and_its_nodes_stand_in_their_si
 
 struct Setup {
     kube: kube::Client,
+    /// The CA sbsim's certificate chains to.
+    ca_pem: String,
     cp: Client,
     _mounted: simplyblock_testenv::standin::StandIn,
     _sim: Server,
@@ -864,6 +916,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
     Setup {
         kube,
+        ca_pem,
         cp,
         _mounted: mounted,
         _sim: sim,
