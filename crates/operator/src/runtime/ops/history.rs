@@ -120,10 +120,23 @@ fn age_key<K: OpsKind + Resource>(op: &K) -> (Option<Timestamp>, Option<Timestam
     )
 }
 
+/// The label a hub's StorageSiteDeployment puts on what its ManifestWork applies to a site.
+pub const SITE_DEPLOYMENT_LABEL: &str = "storage.simplyblock.io/site-deployment";
+
+/// An operation a hub's ManifestWork keeps applied (a site deployment's discovery): a
+/// deleted one would be applied again, and run again, so it stays until its work goes.
+fn applied_by_a_hub<K: Resource>(op: &K) -> bool {
+    op.meta()
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(SITE_DEPLOYMENT_LABEL))
+}
+
 /// The finished operations among `ops` (one target's) to delete: beyond `bounds.limit`,
 /// oldest first, and any finished longer ago than `bounds.retention` at `now`. Never an
-/// unfinished one, nor one already being deleted (neither counts toward the limit), nor
-/// `protected` (a lock holder, whose lock is released first). Pure.
+/// unfinished one, nor one already being deleted, nor one a hub applies (none of them
+/// counts toward the limit), nor `protected` (a lock holder, whose lock is released
+/// first). Pure.
 pub fn plan<'a, K: OpsKind + Resource>(
     ops: &'a [K],
     bounds: Bounds,
@@ -132,7 +145,11 @@ pub fn plan<'a, K: OpsKind + Resource>(
 ) -> Plan<'a, K> {
     let mut finished: Vec<&K> = ops
         .iter()
-        .filter(|op| op.status_core().phase.is_terminal() && op.meta().deletion_timestamp.is_none())
+        .filter(|op| {
+            op.status_core().phase.is_terminal()
+                && op.meta().deletion_timestamp.is_none()
+                && !applied_by_a_hub(*op)
+        })
         .collect();
     // Newest first.
     finished.sort_by_key(|op| std::cmp::Reverse(age_key(*op)));
@@ -358,6 +375,15 @@ mod tests {
             names(&plan(&ops, limit(1), None, at(99)).delete),
             ["holder"]
         );
+    }
+
+    #[test]
+    fn an_operation_a_hub_applies_stays() {
+        let mut applied = op("applied", "Succeeded", 1, Some(10));
+        applied.metadata.labels =
+            Some([(SITE_DEPLOYMENT_LABEL.to_string(), "uid".to_string())].into());
+        let ops = [applied, op("own", "Succeeded", 2, Some(20))];
+        assert_eq!(names(&plan(&ops, limit(0), None, at(99)).delete), ["own"]);
     }
 
     #[test]
