@@ -155,6 +155,10 @@ pub struct ClusterTemplate {
     /// Failure-domain mode: every group must name its failureDomain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_failure_domains: Option<bool>,
+    /// Synchronous replication between sites: every group must name its site, and the
+    /// groups must stand in at least two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_sync_replication: Option<bool>,
     /// Inline checksums.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_checksum_validation: Option<bool>,
@@ -221,6 +225,14 @@ pub struct NodeGroup {
         regex(pattern = r"^[a-zA-Z0-9]([-_.a-zA-Z0-9]*[a-zA-Z0-9])?$")
     )]
     pub failure_domain: Option<String>,
+    /// The site the workers stand in, for a cluster with enableSyncReplication; copied to
+    /// each StorageNode's config.site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
+    pub site: Option<String>,
     /// The memory SPDK is started with on these nodes, e.g. `4G`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(

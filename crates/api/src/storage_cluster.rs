@@ -48,6 +48,9 @@ use crate::storage_cluster_ops::ClusterAction;
 #[x_kube(validation = Rule::new("!has(oldSelf.fabricType) || has(self.fabricType)").message("fabricType cannot be removed once set"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.enableFailureDomains) || has(self.enableFailureDomains)").message("enableFailureDomains cannot be removed once set"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.enableNodeAffinity) || has(self.enableNodeAffinity)").message("enableNodeAffinity cannot be removed once set"))]
+#[x_kube(validation = Rule::new("has(oldSelf.enableSyncReplication) == has(self.enableSyncReplication)").message(
+    "enableSyncReplication is fixed when the cluster is created: the control plane takes it only then; create a new cluster to change it"
+))]
 pub struct StorageClusterSpec {
     /// The most NVMe-oF subsystems each storage node serves (10 to 75). It sizes huge
     /// pages; nodes keep no copy, so a change reaches each node at its next restart.
@@ -107,6 +110,16 @@ pub struct StorageClusterSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("enableNodeAffinity is immutable"))]
     pub enable_node_affinity: Option<bool>,
 
+    /// Synchronous replication between the sites of the cluster's nodes (each
+    /// StorageNode's `config.site`): a volume is mirrored to a second site and can be
+    /// moved there with the CSI replication calls of a class whose method is `sync`. Set
+    /// when the cluster is created; immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(
+        "enableSyncReplication is immutable: the control plane takes it only when the cluster is created"
+    ))]
+    pub enable_sync_replication: Option<bool>,
+
     /// Inline checksums on every block. Immutable.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self == oldSelf").message("enableChecksumValidation is immutable"))]
@@ -145,13 +158,22 @@ pub struct StorageClusterSpec {
     #[schemars(range(min = 1))]
     pub max_concurrent_worker_restarts: i32,
 
-    /// How many finished StorageClusterOps (Succeeded, Failed or Aborted) of this cluster
-    /// are kept. Beyond that the operator deletes the oldest, by completion time; an
-    /// operation that has not finished is never deleted. The newest five stay listed in
+    /// How many finished operations (Succeeded, Failed or Aborted) are kept per target:
+    /// StorageClusterOps of this cluster, and the operations of every other Ops kind in
+    /// this namespace per node, device, pool, volume, backup or control plane (the
+    /// smallest limit wins when the namespace holds several clusters). Beyond that the
+    /// operator deletes the oldest, by completion time; an operation that has not finished
+    /// is never deleted. The newest five StorageClusterOps stay listed in
     /// `status.recentOperations` after their objects are gone. 0 keeps none.
     #[serde(default = "default_ops_history_limit")]
     #[schemars(range(min = 0))]
     pub ops_history_limit: i32,
+
+    /// How long a finished operation of any Ops kind in this namespace is kept, e.g.
+    /// `168h` (the default, 7 days): older ones are deleted even within
+    /// `opsHistoryLimit`. An operation that has not finished is never deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_retention: Option<common::Duration>,
 
     /// The S3 location backups are written to, and its credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +220,9 @@ fn one() -> i32 {
 
 /// The default of `spec.opsHistoryLimit`.
 pub const DEFAULT_OPS_HISTORY_LIMIT: i32 = 20;
+
+/// How long a finished operation is kept when `spec.opsRetention` is unset: 7 days.
+pub const DEFAULT_OPS_RETENTION: &str = "168h";
 
 fn default_ops_history_limit() -> i32 {
     DEFAULT_OPS_HISTORY_LIMIT

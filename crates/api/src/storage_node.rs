@@ -94,6 +94,9 @@ pub struct StorageNodeSpec {
 #[x_kube(validation = Rule::new("!has(oldSelf.journalManager) || has(self.journalManager)").message("journalManager cannot be removed once set"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.failureDomain) || has(self.failureDomain)").message("failureDomain cannot be removed once set"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.expand) || has(self.expand)").message("expand cannot be removed once set"))]
+#[x_kube(validation = Rule::new("has(oldSelf.site) == has(self.site)").message(
+    "site is fixed when the node is created: the control plane takes it with the node add; remove the node and add it again to move it"
+))]
 pub struct StorageNodeConfig {
     /// The host resources SPDK gets on this node; copied from the cluster at creation.
     pub sizing: Sizing,
@@ -178,6 +181,19 @@ pub struct StorageNodeConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("expand is immutable once set"))]
     pub expand: Option<bool>,
+
+    /// The site the node stands in, for a cluster with `enableSyncReplication`: volumes
+    /// are mirrored between sites and served on one at a time. Letters, digits, `.`, `_`
+    /// and `-`, starting with a letter or digit, at most 63. Set at creation; immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(
+        "site is immutable: the control plane takes it with the node add"
+    ))]
+    pub site: Option<String>,
 }
 
 /// What SPDK gets on a node.

@@ -218,6 +218,9 @@ pub struct Cluster {
     pub tls_enabled: bool,
     pub max_fault_tolerance: u32,
     pub backup_enabled: bool,
+    /// Created for synchronous replication between the sites of its nodes (a newer control
+    /// plane; false where the key is absent).
+    pub sync_replication: bool,
     pub capacity: CapacityStat,
 }
 
@@ -358,6 +361,11 @@ pub struct ClusterCreate {
     pub hashicorp_vault_settings: Option<VaultSettings>,
     #[serde(default)]
     pub enable_failure_domain: bool,
+    /// Synchronous replication between the sites of the cluster's nodes (each node's
+    /// `site`); fixed at create. A newer control plane's key, left out while false so an
+    /// older one sees the body it knows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sync_replication: bool,
     /// Required by the server.
     pub max_subsys: u32,
     #[serde(default)]
@@ -399,6 +407,7 @@ impl ClusterCreate {
             backup_config: None,
             hashicorp_vault_settings: None,
             enable_failure_domain: false,
+            sync_replication: false,
             max_subsys,
             hugepages_mem: 0,
             spdk_vcpu_count,
@@ -443,6 +452,9 @@ pub struct StorageNode {
     pub device_count: u32,
     pub online_device_count: u32,
     pub failure_domain: i64,
+    /// The site the node was added in (a newer control plane; absent when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
     pub capacity: CapacityStat,
 }
 

@@ -131,6 +131,7 @@ pub fn cluster(t: &Tables, c: &ClusterRec, now: i64) -> Cluster {
         tls_enabled: false,
         max_fault_tolerance: p.distr_npcs,
         backup_enabled: p.backup_config.is_some(),
+        sync_replication: p.sync_replication,
         capacity: cluster_capacity(t, c, now),
     }
 }
@@ -183,6 +184,7 @@ pub fn node(t: &Tables, n: &NodeRec, now: i64) -> StorageNode {
         device_count: devs.len() as u32,
         online_device_count: online,
         failure_domain: n.failure_domain,
+        site: Some(n.site.clone()).filter(|s| !s.is_empty()),
         capacity: cap(total, prov, used, now),
     }
 }

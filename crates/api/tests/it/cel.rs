@@ -926,3 +926,50 @@ async fn a_node_operation_is_fixed_at_creation_but_for_abort() {
             .any(|m| m.contains("supported values: \"Shutdown\", \"Restart\", \"Suspend\", \"Resume\", \"Remove\", \"Migrate\", \"HostMaintenance\"")),
     );
 }
+
+#[tokio::test]
+async fn sync_replication_is_fixed_when_the_cluster_is_created() {
+    let (client, ns) = crate::support::namespace("cel-sync-replication").await;
+    let api = dynamic::<StorageCluster>(&client, &ns);
+    create(&api, cluster("a", json!({"enableSyncReplication": true})))
+        .await
+        .expect("created");
+    let change = refusal(
+        update(&api, "a", |c| {
+            c["spec"]["enableSyncReplication"] = json!(false)
+        })
+        .await,
+    );
+    assert_eq!(change.len(), 1, "{change:?}");
+    assert!(
+        change[0].contains("enableSyncReplication is immutable"),
+        "{change:?}"
+    );
+    let removal = refusal(
+        update(&api, "a", |c| {
+            c["spec"]
+                .as_object_mut()
+                .map(|s| s.remove("enableSyncReplication"));
+        })
+        .await,
+    );
+    assert_eq!(removal.len(), 1, "{removal:?}");
+    assert!(
+        removal[0].contains("fixed when the cluster is created"),
+        "{removal:?}"
+    );
+    create(&api, cluster("b", json!({})))
+        .await
+        .expect("created without it");
+    let added = refusal(
+        update(&api, "b", |c| {
+            c["spec"]["enableSyncReplication"] = json!(true)
+        })
+        .await,
+    );
+    assert_eq!(added.len(), 1, "{added:?}");
+    assert!(
+        added[0].contains("fixed when the cluster is created"),
+        "{added:?}"
+    );
+}

@@ -104,7 +104,10 @@ pub async fn stretched() -> Stretched {
     let (server, client, files, dir) = four_workers(13).await;
     let c = &client;
     let cluster = c
-        .create_cluster(&ClusterCreate::new("stretched", 10, 4))
+        .create_cluster(&ClusterCreate {
+            sync_replication: true,
+            ..ClusterCreate::new("stretched", 10, 4)
+        })
         .await
         .expect("cluster");
     let mut sites = Vec::new();

@@ -1,6 +1,7 @@
 //! The history of a cluster's operations: finished StorageClusterOps are the audit record,
-//! `spec.opsHistoryLimit` of them are kept per cluster, and the newest few are remembered in
-//! `status.recentOperations` after their objects are gone.
+//! `spec.opsHistoryLimit` of them are kept per cluster for at most `spec.opsRetention`
+//! (the plan every Ops kind follows, [`history::plan`]), and the newest few are
+//! remembered in `status.recentOperations` after their objects are gone.
 //!
 //! Run by the cluster's steady state: [`History::read`] lists the cluster's operations,
 //! [`recent`] (pure) merges them into what the status remembers, and only once that status
@@ -14,47 +15,27 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use simplyblock_api::storage_cluster::{OperationRecord, StorageCluster};
 use simplyblock_api::storage_cluster_ops::StorageClusterOps;
 
+use crate::runtime::ops::history::{self, Bounds};
+
 /// The most operations `status.recentOperations` holds; the schema caps the list at this.
 pub const MAX_RECENT: usize = 5;
-
-/// Oldest first: by completion, then creation, then name. A terminal operation without a
-/// completion time (written by hand) counts as the oldest.
-fn age_key(op: &StorageClusterOps) -> (Option<Timestamp>, Option<Timestamp>, String) {
-    (
-        op.status
-            .as_ref()
-            .and_then(|s| s.completed_at.as_ref())
-            .map(|t| t.0),
-        op.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        op.name_any(),
-    )
-}
 
 fn is_terminal(op: &StorageClusterOps) -> bool {
     op.status.as_ref().is_some_and(|s| s.phase.is_terminal())
 }
 
-/// The terminal operations to delete so that `limit` remain, oldest first. Operations that
-/// have not finished are never chosen, nor ones already being deleted (they do not count
-/// toward the limit either), nor `lock_holder` (its lock is released first). Pure.
+/// The terminal operations to delete so that `limit` remain, oldest first: the plan every
+/// Ops kind's history follows ([`history::plan`]), without the retention. Pure.
 pub fn to_delete<'a>(
     ops: &'a [StorageClusterOps],
     limit: i32,
     lock_holder: Option<&str>,
 ) -> Vec<&'a StorageClusterOps> {
-    let mut finished: Vec<&StorageClusterOps> = ops
-        .iter()
-        .filter(|op| is_terminal(op) && op.metadata.deletion_timestamp.is_none())
-        .collect();
-    finished.sort_by_key(|op| std::cmp::Reverse(age_key(op)));
-    let keep = usize::try_from(limit).unwrap_or(0);
-    let mut chosen: Vec<&StorageClusterOps> = finished
-        .into_iter()
-        .skip(keep)
-        .filter(|op| Some(op.name_any().as_str()) != lock_holder)
-        .collect();
-    chosen.reverse();
-    chosen
+    let bounds = Bounds {
+        limit: usize::try_from(limit).unwrap_or(0),
+        retention: None,
+    };
+    history::plan(ops, bounds, lock_holder, Timestamp::now()).delete
 }
 
 /// What the cluster remembers: `stored` merged with the terminal operations in `ops`, one
@@ -111,7 +92,8 @@ impl History {
         recent(stored, &self.ops)
     }
 
-    /// Deletes the operations beyond the cluster's `spec.opsHistoryLimit`. Each delete is
+    /// Deletes the operations beyond the cluster's `spec.opsHistoryLimit` or
+    /// `spec.opsRetention`. Each delete is
     /// bound to the object read, so an operation created again under the same name is not
     /// touched; one already gone is no error. Call only after the status holding their
     /// records is written.
@@ -127,7 +109,8 @@ impl History {
         let api: Api<StorageClusterOps> =
             Api::namespaced(kube.clone(), &cluster.namespace().unwrap_or_default());
         let mut deleted = 0;
-        for op in to_delete(&self.ops, cluster.spec.ops_history_limit, lock) {
+        let bounds = Bounds::of(std::slice::from_ref(cluster));
+        for op in history::plan(&self.ops, bounds, lock, Timestamp::now()).delete {
             let params = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: op.metadata.uid.clone(),

@@ -69,6 +69,8 @@ impl OpsResource for StorageClusterOps {
     const MANAGER: &'static str = MANAGER;
     const METRIC_PREFIX: &'static str = METRIC_PREFIX;
     const TARGET_LABEL: &'static str = "cluster";
+    // The cluster's steady state records them in `status.recentOperations`, then prunes.
+    const RUNTIME_PRUNES_HISTORY: bool = false;
 
     fn target_name(&self) -> &str {
         &self.spec.cluster_ref

@@ -60,6 +60,7 @@ pub fn cluster_create(
     body.distr_npcs = npcs.max(0) as u32;
     body.enable_node_affinity = spec.enable_node_affinity.unwrap_or(false);
     body.enable_failure_domain = spec.enable_failure_domains.unwrap_or(false);
+    body.sync_replication = spec.enable_sync_replication.unwrap_or(false);
     if let Some(fabric) = spec.fabric_type.as_deref().filter(|f| !f.is_empty()) {
         body.fabric = fabric.to_string();
     }

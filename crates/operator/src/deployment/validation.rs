@@ -25,6 +25,7 @@ pub enum Reason {
     ClusterNotFound,
     ClusterExists,
     DeviceClassMismatch,
+    SitesIncomplete,
 }
 
 impl Reason {
@@ -40,6 +41,7 @@ impl Reason {
             Reason::ClusterNotFound => "ClusterNotFound",
             Reason::ClusterExists => "ClusterExists",
             Reason::DeviceClassMismatch => "DeviceClassMismatch",
+            Reason::SitesIncomplete => "SitesIncomplete",
         }
     }
 }
@@ -208,6 +210,41 @@ pub fn approval_problems(
         );
     }
 
+    // Synchronous replication mirrors a volume to a second site: every node names its
+    // site (the node add carries it), and there are two sites at least.
+    if growth.is_none()
+        && doc
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.enable_sync_replication == Some(true))
+    {
+        let mut sites: BTreeSet<&str> = BTreeSet::new();
+        for (si, set) in doc.node_sets.iter().enumerate() {
+            for (gi, group) in set.groups.iter().enumerate() {
+                match group.site.as_deref().filter(|s| !s.is_empty()) {
+                    Some(site) => {
+                        sites.insert(site);
+                    }
+                    None => problem(
+                        Reason::SitesIncomplete,
+                        format!(
+                            "spec.cluster.enableSyncReplication is true but spec.nodeSets[{si}].groups[{gi}] names no site, so its nodes would stand in none; set the group's site"
+                        ),
+                    ),
+                }
+            }
+        }
+        if sites.len() == 1 {
+            problem(
+                Reason::SitesIncomplete,
+                format!(
+                    "spec.cluster.enableSyncReplication is true but every group stands in site {}, and a volume is mirrored to a second site; put some groups in another site, or turn synchronous replication off",
+                    sites.first().copied().unwrap_or_default()
+                ),
+            );
+        }
+    }
+
     // The stripe's minimum, in storage nodes (slots) and in distinct workers.
     let stripe = match growth {
         Some(_) => existing.and_then(|e| e.stripe.clone()),
@@ -361,6 +398,47 @@ mod tests {
                 "{ndcs}+{npcs}"
             );
         }
+    }
+
+    #[test]
+    fn sync_replication_needs_every_group_in_a_site_and_two_sites() {
+        let mut d = creating(
+            &["w1", "w2", "w3", "w4"],
+            json!({"dataChunks": 1, "parityChunks": 1}),
+        );
+        d.cluster.as_mut().expect("cluster").enable_sync_replication = Some(true);
+        let group = d.node_sets[0].groups[0].clone();
+        d.node_sets[0].groups = vec![
+            simplyblock_api::cluster_deployment_config::NodeGroup {
+                name: "east".into(),
+                workers: vec!["w1".into(), "w2".into()],
+                ..group.clone()
+            },
+            simplyblock_api::cluster_deployment_config::NodeGroup {
+                name: "west".into(),
+                workers: vec!["w3".into(), "w4".into()],
+                ..group
+            },
+        ];
+        let w = world(&["w1", "w2", "w3", "w4"]);
+        let found = approval_problems("d", &d, &w);
+        assert_eq!(
+            reasons(&found),
+            [Reason::SitesIncomplete, Reason::SitesIncomplete]
+        );
+        assert!(found[0].message.contains("groups[0]"), "{found:?}");
+        assert!(found[1].message.contains("groups[1]"), "{found:?}");
+        d.node_sets[0].groups[0].site = Some("east".into());
+        d.node_sets[0].groups[1].site = Some("east".into());
+        let found = approval_problems("d", &d, &w);
+        assert_eq!(reasons(&found), [Reason::SitesIncomplete]);
+        assert!(found[0].message.contains("site east"), "{found:?}");
+        d.node_sets[0].groups[1].site = Some("west".into());
+        assert_eq!(approval_problems("d", &d, &w), Vec::new());
+        // Without synchronous replication, sites are not asked for.
+        d.cluster.as_mut().expect("cluster").enable_sync_replication = None;
+        d.node_sets[0].groups[1].site = None;
+        assert_eq!(approval_problems("d", &d, &w), Vec::new());
     }
 
     #[test]

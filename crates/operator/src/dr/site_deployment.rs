@@ -45,7 +45,7 @@ const MANAGER: &str = "storagesitedeployment-controller";
 /// the fields the discovery wrote into the draft stay the discovery's.
 pub const HUB_DEPLOY_MANAGER: &str = "hub-deploy";
 /// Labels the work and the views of one request with its UID, so its release finds them.
-pub const REQUEST_LABEL: &str = "storage.simplyblock.io/site-deployment";
+pub const REQUEST_LABEL: &str = crate::runtime::ops::history::SITE_DEPLOYMENT_LABEL;
 /// `<namespace>/<name>` of the request a work or view belongs to: what wakes the request
 /// when the site answers.
 pub const REQUEST_ANNOTATION: &str = "storage.simplyblock.io/site-deployment-request";

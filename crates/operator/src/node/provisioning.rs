@@ -58,6 +58,7 @@ pub fn node_add_body(
         body.ha_jm_count = jm.count.and_then(|c| u32::try_from(c).ok());
     }
     body.failure_domain = failure_domain_index(config.failure_domain.as_deref());
+    body.site = config.site.clone();
     // A growth document's node joins a running cluster: without the flag the control plane
     // reads it as part of an initial layout, and refuses it once the cluster is active.
     body.expand = config.expand.unwrap_or(false);

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use serde::Serialize;
@@ -44,6 +45,21 @@ struct Refusal {
 async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action, Error> {
     let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if phase.is_terminal() {
+        if op.metadata.deletion_timestamp.is_none() {
+            // The bounded history every Ops kind keeps, per pool.
+            let ns = op.namespace().unwrap_or_default();
+            let next = crate::runtime::ops::history::prune::<StoragePoolOps>(
+                &kube::Api::namespaced(ctx.kube.clone(), &ns),
+                &kube::Api::namespaced(ctx.kube.clone(), &ns),
+                &op.spec.pool_ref,
+                |o| o.spec.pool_ref.as_str(),
+                None,
+            )
+            .await?;
+            if let Some(wait) = next {
+                return Ok(Action::requeue(wait.max(std::time::Duration::from_secs(1))));
+            }
+        }
         return Ok(Action::await_change());
     }
     let refusal = Refusal {

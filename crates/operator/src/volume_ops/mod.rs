@@ -141,7 +141,20 @@ async fn reconcile(
         )
         .await?;
         delete_jobs(ctx, &recorded_jobs(&op)).await?;
-        return Ok(Action::await_change());
+        // The bounded history every Ops kind keeps, per volume.
+        // Stored outside namespaces: bounded by every cluster this operator serves.
+        let next = crate::runtime::ops::history::prune::<PersistentVolumeOps>(
+            &Api::all(ctx.kube.clone()),
+            &ctx.scope.api::<simplyblock_api::StorageCluster>(&ctx.kube),
+            &op.spec.persistent_volume_name,
+            |o| o.spec.persistent_volume_name.as_str(),
+            None,
+        )
+        .await?;
+        return Ok(match next {
+            Some(wait) => Action::requeue(wait.max(std::time::Duration::from_secs(1))),
+            None => Action::await_change(),
+        });
     }
     if !has_finalizer {
         set_finalizers(ctx, &op, true).await?;

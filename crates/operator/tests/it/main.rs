@@ -27,6 +27,7 @@ mod metrics;
 mod migrate;
 mod node_ops;
 mod node_remove;
+mod ops_history;
 mod path_recovery;
 mod pools;
 mod preflight;

@@ -669,8 +669,198 @@ async fn a_budget_of_one_holds_for_every_node_and_a_growth_add_carries_expand() 
     }
 }
 
+/// Synchronous replication: a document's cluster asks for it and each group names its
+/// site. The control plane (sbsim, the stand-in) creates the cluster with
+/// `sync_replication` and adds every node in its group's site, read back from it; the CSI
+/// driver's replication service, with a sync class and the CSI secret the operator wrote,
+/// then demotes a volume on one site and promotes it on the other (sbsim refuses both on
+/// a cluster created without the flag).
+#[tokio::test]
+async fn a_sync_replicated_cluster_is_created_so_and_its_nodes_stand_in_their_sites() {
+    const NS: &str = "provision-sync";
+    const WORKERS: [&str; 4] = ["sw1", "sw2", "sw3", "sw4"];
+    let setup = start(NS, &WORKERS, 33, "", Timings::default()).await;
+    let (kube, cp) = (setup.kube.clone(), setup.cp.clone());
+    let mut doc: ClusterDeploymentConfig = serde_saphyr::from_str(include_str!(
+        "../../../../deploy/samples/clusterdeploymentconfig.yaml"
+    ))
+    .expect("sample");
+    doc.spec.approved = true;
+    doc.spec
+        .cluster
+        .as_mut()
+        .expect("cluster")
+        .enable_sync_replication = Some(true);
+    let group = doc.spec.node_sets[0].groups[0].clone();
+    let site_of = |worker: &str| if worker < "sw3" { "east" } else { "west" };
+    doc.spec.node_sets[0].groups = ["east", "west"]
+        .into_iter()
+        .map(
+            |site| simplyblock_api::cluster_deployment_config::NodeGroup {
+                name: site.into(),
+                workers: WORKERS
+                    .iter()
+                    .filter(|w| site_of(w) == site)
+                    .map(|w| w.to_string())
+                    .collect(),
+                site: Some(site.into()),
+                ..group.clone()
+            },
+        )
+        .collect();
+    let docs: Api<ClusterDeploymentConfig> = Api::namespaced(kube.clone(), NS);
+    docs.create(&PostParams::default(), &doc)
+        .await
+        .expect("document");
+    let storage_nodes: Api<StorageNode> = Api::namespaced(kube.clone(), NS);
+    let online = until("the storage nodes Online", async || {
+        let items = storage_nodes.list(&Default::default()).await.ok()?.items;
+        (items.len() == WORKERS.len()
+            && items.iter().all(|n| {
+                n.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == NodePhase::Online && s.uuid.is_some())
+            }))
+        .then_some(items)
+    })
+    .await;
+    let clusters: Api<simplyblock_api::StorageCluster> = Api::namespaced(kube.clone(), NS);
+    let stc = clusters.get("simplyblock").await.expect("StorageCluster");
+    assert_eq!(stc.spec.enable_sync_replication, Some(true));
+
+    // Read back from the control plane: the cluster and each node's site.
+    let cluster = cp.list_clusters().await.expect("clusters")[0].clone();
+    assert!(cluster.sync_replication, "{cluster:?}");
+    let added = cp.list_storage_nodes(cluster.id).await.expect("nodes");
+    assert_eq!(added.len(), WORKERS.len());
+    let mut by_site: std::collections::BTreeMap<String, Vec<simplyblock_controlplane::Uuid>> =
+        Default::default();
+    for sn in &online {
+        let worker = sn.spec.worker_node.as_str();
+        assert_eq!(sn.spec.config.site.as_deref(), Some(site_of(worker)));
+        let uuid: simplyblock_controlplane::Uuid = sn
+            .status
+            .as_ref()
+            .and_then(|s| s.uuid.as_deref())
+            .and_then(|u| u.parse().ok())
+            .expect("uuid");
+        let found = added
+            .iter()
+            .find(|n| n.id == uuid)
+            .expect("the node in sbsim");
+        assert_eq!(
+            found.site.as_deref(),
+            Some(site_of(worker)),
+            "{worker}: {found:?}"
+        );
+        by_site
+            .entry(site_of(worker).to_string())
+            .or_default()
+            .push(uuid);
+    }
+    until("the cluster active", async || {
+        let c = cp.get_cluster(cluster.id).await.ok()?;
+        (c.status == simplyblock_controlplane::types::ClusterStatus::Active).then_some(())
+    })
+    .await;
+
+    // The CSI driver's sync method acts on the sites the operator gave.
+    let pool = cp
+        .create_pool(
+            cluster.id,
+            &simplyblock_controlplane::PoolCreate {
+                name: "mirrored".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool")
+        .id;
+    let east = by_site["east"].clone();
+    let west = by_site["west"].clone();
+    let volume = cp
+        .create_volume(
+            cluster.id,
+            pool,
+            &simplyblock_controlplane::VolumeCreate {
+                host_id: Some(east[0].to_string()),
+                ndcs: 1,
+                npcs: 1,
+                ..simplyblock_controlplane::VolumeCreate::new("mirrored", 1_000_000_000)
+            },
+        )
+        .await
+        .expect("volume");
+    // The driver's replication service, reading the CSI secret the operator wrote and the
+    // CA sbsim serves with, reaching the control plane through sbsim's proxy.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(kube.clone(), NS);
+    let written = until("the CSI secret names the cluster", async || {
+        let data = secrets
+            .get(simplyblock_api::csi_secret::NAME)
+            .await
+            .ok()?
+            .data?;
+        let text = data.get(simplyblock_api::csi_secret::KEY)?.0.clone();
+        String::from_utf8_lossy(&text)
+            .contains(&cluster.id.to_string())
+            .then_some(text)
+    })
+    .await;
+    std::fs::write(setup._dir.path().join("secret.json"), written).expect("secret file");
+    std::fs::write(setup._dir.path().join("ca.pem"), &setup.ca_pem).expect("CA file");
+    let clusters = simplyblock_csi::clusters::Clusters::from_files(
+        &setup._dir.path().join("secret.json"),
+        None,
+        None,
+        simplyblock_csi::clusters::Transport {
+            ca_file: Some(setup._dir.path().join("ca.pem")),
+            proxy: Some(setup._sim.addr),
+            ..Default::default()
+        },
+    )
+    .expect("the driver reads the operator's CSI secret");
+    let replication =
+        simplyblock_csi::replication::ReplicationService::new(std::sync::Arc::new(clusters));
+    let handle = simplyblock_api::volume_handle::VolumeHandle {
+        cluster: cluster.id,
+        pool: simplyblock_api::volume_handle::PoolRef::Id(pool),
+        volume,
+    };
+    let class = |site: &str| {
+        simplyblock_csi::replication_params::ReplicationParams::parse(
+            &[
+                ("replication.storage.simplyblock.io/method", "sync"),
+                ("replication.storage.simplyblock.io/site", site),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        )
+        .expect("class parameters")
+    };
+    replication
+        .demote_volume(&handle, &class("east"))
+        .await
+        .expect("the driver demotes on east");
+    replication
+        .promote_volume(&handle, &class("west"), false)
+        .await
+        .expect("the driver promotes on west, planned");
+    let serving = cp
+        .get_volume(cluster.id, pool, volume)
+        .await
+        .expect("volume")
+        .storage_node_id;
+    assert!(
+        west.contains(&serving),
+        "{serving} is not a west node: {by_site:?}"
+    );
+}
+
 struct Setup {
     kube: kube::Client,
+    /// The CA sbsim's certificate chains to.
+    ca_pem: String,
     cp: Client,
     _mounted: simplyblock_testenv::standin::StandIn,
     _sim: Server,
@@ -746,6 +936,7 @@ async fn start(ns: &str, workers: &[&str], net: u8, faults: &str, timings: Timin
     tokio::spawn(simplyblock_operator::workload::run(ctx.clone()));
     Setup {
         kube,
+        ca_pem,
         cp,
         _mounted: mounted,
         _sim: sim,

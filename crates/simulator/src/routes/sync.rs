@@ -1,4 +1,5 @@
-//! Synchronous replication between the sites of one cluster (a newer control plane): a
+//! Synchronous replication between the sites of one cluster (a newer control plane): the
+//! cluster is created with `sync_replication` (the routes refuse any other with 400), a
 //! site is the name its storage nodes were added with (`site` in the node-add body), and a
 //! volume is served on the site of its primary node. `…/replication/demote?site=` fences
 //! the volume on that site; `…/replication/failover?site=&planned=` serves it there.
@@ -27,7 +28,8 @@ fn site_of(t: &Tables, node: Uuid) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// The site named by `?site=`, if the cluster has a node there; else the 400.
+/// The site named by `?site=`, if the cluster was created for synchronous replication and
+/// has a node there; else the 400.
 fn known_site(t: &Tables, c: Uuid, site: Option<&str>) -> Result<String, Reply> {
     let Some(site) = site.filter(|s| !s.is_empty()) else {
         return Err(refuse(
@@ -35,6 +37,19 @@ fn known_site(t: &Tables, c: Uuid, site: Option<&str>) -> Result<String, Reply> 
             "The site query parameter is required for synchronous replication",
         ));
     };
+    let synchronous = t
+        .clusters
+        .get(&c.to_string())
+        .is_some_and(|x| x.params.sync_replication);
+    if !synchronous {
+        return Err(refuse(
+            400,
+            format!(
+                "Cluster {c} was not created with synchronous replication (sync_replication); \
+                 its volumes have no second site to move to"
+            ),
+        ));
+    }
     if t.nodes
         .values()
         .any(|n| n.cluster_id == c && n.site == site)

@@ -43,7 +43,10 @@ async fn sync_demote_and_promote_move_a_volume_between_sites() {
     let env = start(4, 4).await;
     let c = &env.client;
     let cluster = c
-        .create_cluster(&ClusterCreate::new("stretched", 10, 4))
+        .create_cluster(&ClusterCreate {
+            sync_replication: true,
+            ..ClusterCreate::new("stretched", 10, 4)
+        })
         .await
         .expect("cluster")
         .id;
@@ -190,7 +193,10 @@ async fn sync_group_demote_and_promote_act_on_every_member() {
     let env = start(4, 4).await;
     let c = &env.client;
     let cluster = c
-        .create_cluster(&ClusterCreate::new("stretched", 10, 4))
+        .create_cluster(&ClusterCreate {
+            sync_replication: true,
+            ..ClusterCreate::new("stretched", 10, 4)
+        })
         .await
         .expect("cluster")
         .id;

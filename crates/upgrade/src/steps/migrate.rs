@@ -952,6 +952,7 @@ fn node_group(world: &World, set_name: &str) -> NodeGroup {
             .collect(),
         devices: None,
         failure_domain: None,
+        site: None,
         spdk_system_memory: None,
         journal_manager: None,
     }

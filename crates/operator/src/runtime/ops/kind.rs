@@ -67,8 +67,21 @@ pub trait OpsResource:
     /// behind the others on it. A kind without a lock runs on its own, at once.
     const LOCKS_TARGET: bool = true;
 
+    /// Whether the runtime prunes the kind's finished operations ([`super::history`]).
+    /// False for a kind that records them somewhere first and prunes them itself.
+    const RUNTIME_PRUNES_HISTORY: bool = true;
+
     /// The name of the target in the operation's namespace.
     fn target_name(&self) -> &str;
+    /// The history the operation counts in: its target's, or the namespace's for a kind
+    /// without a lock (each operation is its own target).
+    fn history_group(&self) -> &str {
+        if Self::LOCKS_TARGET {
+            self.target_name()
+        } else {
+            ""
+        }
+    }
     /// The action's name, for messages and metrics.
     fn action_name(&self) -> &'static str {
         simplyblock_statemachine::Action::name(self.action())

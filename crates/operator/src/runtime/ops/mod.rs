@@ -12,6 +12,10 @@
 //! A kind without a lock ([`OpsResource::LOCKS_TARGET`] false) is its own target: it runs
 //! at once, and its finalizer goes when it ends.
 //!
+//! Finished operations are kept as a bounded history per target ([`history`]): the
+//! runtime prunes beyond the namespace StorageCluster's `opsHistoryLimit` and
+//! `opsRetention` whenever it looks at a finished operation.
+//!
 //! The decisions are pure functions ([`gate`], [`queue_ahead`], [`running`]) tested without
 //! an API server; [`runtime`] is the thin I/O around them.
 //!
@@ -20,6 +24,7 @@
 //! in the runtime's entity mode.
 
 pub mod decide;
+pub mod history;
 pub mod kind;
 pub mod metrics;
 pub mod retry;

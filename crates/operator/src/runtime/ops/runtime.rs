@@ -76,7 +76,39 @@ pub async fn run<K: OpsResource, S: Steps<K>>(
 }
 
 /// One pass over one operation: the finalizer, the phase and lock gate, then one step.
+/// A pass over a finished operation also prunes its target's history.
 pub async fn reconcile<K: OpsResource, S: Steps<K>>(
+    op: Arc<K>,
+    ctx: Arc<Context>,
+    steps: &S,
+) -> Result<Action, Error> {
+    let action = pass(op.clone(), ctx.clone(), steps).await?;
+    if !K::RUNTIME_PRUNES_HISTORY
+        || !op.ops_status().phase.is_terminal()
+        || op.meta().deletion_timestamp.is_some()
+    {
+        return Ok(action);
+    }
+    let ns = op.namespace().unwrap_or_default();
+    let next_expiry = super::history::prune::<K>(
+        &Api::namespaced(ctx.kube.clone(), &ns),
+        &Api::namespaced(ctx.kube.clone(), &ns),
+        op.history_group(),
+        |o| o.history_group(),
+        None,
+    )
+    .await?;
+    // A finished operation waits for no change of its own: look again when the next one
+    // outlives the retention.
+    match next_expiry {
+        Some(wait) if action == Action::await_change() => {
+            Ok(Action::requeue(wait.max(Duration::from_secs(1))))
+        }
+        _ => Ok(action),
+    }
+}
+
+async fn pass<K: OpsResource, S: Steps<K>>(
     op: Arc<K>,
     ctx: Arc<Context>,
     steps: &S,
