@@ -294,8 +294,17 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         })
         .flatten();
     let (nqn, ns_id) = shared.unwrap_or_else(|| (format!("{}:lvol:{id}", cl.nqn), 1));
-    let mut hosts = Vec::new();
+    // A volume of a host-authenticating pool takes the pool's hosts; a namespace of a
+    // shared subsystem takes none.
+    let mut hosts = if v.namespaced {
+        Vec::new()
+    } else {
+        super::pool_hosts::inherited(st, p)
+    };
     for h in v.allowed_hosts.clone().unwrap_or_default() {
+        if hosts.iter().any(|e: &HostEntry| e.nqn == h) {
+            continue;
+        }
         let k1 = dhchap_key(st);
         let k2 = dhchap_key(st);
         hosts.push(HostEntry {
@@ -393,6 +402,7 @@ pub fn clone_from_snapshot(
     rec.cloned_from = Some(s.id);
     rec.snapshot_name = s.name.clone();
     rec.delete_snap_on_delete = delete_snap;
+    rec.allowed_hosts = super::pool_hosts::inherited(st, p);
     if let Some(dir) = &st.sim.config.volume_files {
         crate::volfiles::copy(dir, s.id, id, size);
     }
