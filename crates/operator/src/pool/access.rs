@@ -158,8 +158,8 @@ pub async fn remove_labels(ctx: &Context, pool_uuid: &str) -> Result<(), Error> 
 
 /// Why the control plane cannot enforce `spec.allowedNodes`, if it cannot: only a pool
 /// created with host authentication keeps a host list.
-pub fn unenforceable(found: &Pool, resolved: &Resolved) -> Option<String> {
-    (!found.dhchap && !resolved.nodes.is_empty()).then(|| {
+pub fn unenforceable(found: &Pool, pool: &StoragePool) -> Option<String> {
+    (!found.dhchap && !pool.spec.allowed_nodes.is_empty()).then(|| {
         format!(
             "spec.allowedNodes cannot be enforced: the control plane created pool {} without host authentication (the pool named no allowedNodes and no volumeDefaults.enableDHCHAP when it was created), and a pool's host list exists only for pools created with it; create a new StoragePool with allowedNodes set and move the volumes to it",
             found.id
@@ -167,17 +167,37 @@ pub fn unenforceable(found: &Pool, resolved: &Resolved) -> Option<String> {
     })
 }
 
-/// Registers the resolved Nodes' host NQNs with the control plane's pool and removes the
-/// rest; a host already there is not sent again.
+/// The host the control plane's pool lists while spec.allowedNodes names only absent
+/// Nodes: an empty host list would admit every host, so the pool lists one no Node has
+/// (a Node's UID is never the nil UUID).
+pub fn nobody() -> String {
+    host_nqn("00000000-0000-0000-0000-000000000000")
+}
+
+/// The hosts the control plane's pool should list: none when spec.allowedNodes is empty
+/// (every host), else the resolved Nodes', else [`nobody`].
+pub fn wanted_hosts(pool: &StoragePool, resolved: &Resolved) -> BTreeSet<String> {
+    if pool.spec.allowed_nodes.is_empty() {
+        return BTreeSet::new();
+    }
+    let hosts = resolved.host_nqns();
+    if hosts.is_empty() {
+        BTreeSet::from([nobody()])
+    } else {
+        hosts
+    }
+}
+
+/// Registers the `want`ed hosts with the control plane's pool and removes the rest; a
+/// host already there is not sent again. Says whether anything was sent.
 pub async fn sync_hosts(
     ctx: &Context,
     cluster: Uuid,
     found: &Pool,
-    resolved: &Resolved,
+    want: &BTreeSet<String>,
 ) -> Result<bool, Error> {
-    let want = resolved.host_nqns();
     let have: BTreeSet<String> = found.allowed_hosts.iter().cloned().collect();
-    let (add, remove) = difference(&want, &have);
+    let (add, remove) = difference(want, &have);
     let changed = !add.is_empty() || !remove.is_empty();
     let cp = ctx.control_plane()?;
     for host in add {
@@ -229,6 +249,30 @@ mod tests {
 
     #[test]
     fn a_pool_without_host_authentication_cannot_be_restricted() {
+        let pool = |nodes: &[&str]| {
+            StoragePool::new(
+                "p1",
+                simplyblock_api::storage_pool::StoragePoolSpec {
+                    cluster_ref: "sb".into(),
+                    allowed_nodes: nodes.iter().map(|s| s.to_string()).collect(),
+                    limits: None,
+                    volume_defaults: None,
+                },
+            )
+        };
+        let plain = Pool::default();
+        let why = unenforceable(&plain, &pool(&["gone"])).expect("refused");
+        assert!(why.contains("create a new StoragePool"), "{why}");
+        let authenticated = Pool {
+            dhchap: true,
+            ..Pool::default()
+        };
+        assert!(unenforceable(&authenticated, &pool(&["w1"])).is_none());
+        assert!(unenforceable(&plain, &pool(&[])).is_none());
+    }
+
+    #[test]
+    fn a_list_of_absent_nodes_admits_no_host_and_an_empty_one_every_host() {
         let node = Node {
             metadata: kube::api::ObjectMeta {
                 name: Some("w1".into()),
@@ -237,26 +281,30 @@ mod tests {
             },
             ..Default::default()
         };
-        let resolved = Resolved {
-            nodes: vec![node],
-            missing: Vec::new(),
+        let pool = |nodes: &[&str]| {
+            StoragePool::new(
+                "p1",
+                simplyblock_api::storage_pool::StoragePoolSpec {
+                    cluster_ref: "sb".into(),
+                    allowed_nodes: nodes.iter().map(|s| s.to_string()).collect(),
+                    limits: None,
+                    volume_defaults: None,
+                },
+            )
         };
-        assert_eq!(
-            resolved.host_nqns(),
-            set(&["nqn.2014-08.io.simplyblock:uuid:u1"])
-        );
-        let plain = Pool::default();
-        let why = unenforceable(&plain, &resolved).expect("refused");
-        assert!(why.contains("create a new StoragePool"), "{why}");
-        let authenticated = Pool {
-            dhchap: true,
-            ..Pool::default()
-        };
-        assert!(unenforceable(&authenticated, &resolved).is_none());
-        let nobody = Resolved {
+        let none = Resolved {
             nodes: Vec::new(),
             missing: vec!["gone".into()],
         };
-        assert!(unenforceable(&plain, &nobody).is_none());
+        assert_eq!(wanted_hosts(&pool(&["gone"]), &none), set(&[&nobody()]));
+        assert!(wanted_hosts(&pool(&[]), &none).is_empty());
+        let one = Resolved {
+            nodes: vec![node],
+            missing: vec!["gone".into()],
+        };
+        assert_eq!(
+            wanted_hosts(&pool(&["w1", "gone"]), &one),
+            set(&["nqn.2014-08.io.simplyblock:uuid:u1"])
+        );
     }
 }

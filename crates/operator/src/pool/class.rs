@@ -407,9 +407,16 @@ mod tests {
             }),
             filesystem: Filesystem::Ext4,
             enable_encryption: true,
+            fabric: Some("RDMA".into()),
+            tune2fs_reserved_blocks: Some("0".into()),
             ..VolumeDefaults::default()
         };
         let params = parameters("c1", "fast", &defaults);
+        assert_eq!(params["fabric"], "rdma");
+        assert_eq!(
+            params["tune2fs_reserved_blocks"], "0",
+            "0 is asked, not absent"
+        );
         assert_eq!(params["max_iops"], "20000");
         assert_eq!(params["max_mbytes_per_sec"], "300");
         assert_eq!(params["max_read_mbytes_per_sec"], "100");

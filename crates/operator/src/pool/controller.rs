@@ -260,20 +260,23 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     let resolved = access::resolve(ctx, pool).await?;
     access::announce_missing(ctx, pool, &resolved).await;
     next.allowed_nodes = resolved.names();
-    if let Some(why) = access::unenforceable(&found, &resolved) {
+    if let Some(why) = access::unenforceable(&found, pool) {
         next.phase = PoolPhase::Pending;
         hold(ctx, pool, next, "AllowedNodesNotEnforced", why).await?;
         return Ok(Action::requeue(requeue::RESYNC));
     }
     access::sync_labels(ctx, &found.id.to_string(), &resolved).await?;
-    if access::sync_hosts(ctx, cluster_id, &found, &resolved).await? {
+    let hosts = access::wanted_hosts(pool, &resolved);
+    if access::sync_hosts(ctx, cluster_id, &found, &hosts).await? {
         let names = resolved.names();
         ctx.event(
             pool,
             false,
             "AllowedNodesUpdated",
-            if names.is_empty() {
+            if pool.spec.allowed_nodes.is_empty() {
                 "the control plane lets every host attach the pool's volumes".to_owned()
+            } else if names.is_empty() {
+                "the control plane lets no host attach the pool's volumes: no Node of spec.allowedNodes exists".to_owned()
             } else {
                 format!(
                     "the control plane lets only Nodes {} attach the pool's volumes",

@@ -582,6 +582,33 @@ async fn allowed_nodes_decide_which_hosts_attach_and_which_nodes_are_labelled() 
     assert_eq!(h.calls("POST", &host_path).await, 2);
     assert_eq!(h.calls("DELETE", &host_path).await, 1);
 
+    // Only an absent Node named: no host may attach (an empty host list would admit all).
+    let allow = async |names: Value| {
+        h.pools()
+            .patch(
+                "gated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"allowedNodes": names}})),
+            )
+            .await
+            .expect("allowedNodes changed");
+    };
+    allow(json!([gone])).await;
+    until("the pool Pending with no allowed Node", async || {
+        let s = h.pools().get("gated").await.ok()?.status?;
+        (s.allowed_nodes.is_empty() && s.phase == PoolPhase::Pending).then_some(())
+    })
+    .await;
+    let found = h.cp.get_pool(h.uuid, pool_id).await.expect("pool");
+    assert_eq!(found.allowed_hosts, vec![pool::access::nobody()]);
+    assert!(connect(a).await.is_err() && connect(b).await.is_err());
+    assert_eq!(labelled(b).await, None);
+    allow(json!([b])).await;
+    until("b labelled again", async || {
+        (labelled(b).await.as_deref() == Some("allowed")).then_some(())
+    })
+    .await;
+
     // The pool goes: so does its label.
     h.cp.delete_volume(h.uuid, pool_id, volume)
         .await
