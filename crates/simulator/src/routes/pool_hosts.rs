@@ -6,9 +6,13 @@
 use simplyblock_controlplane::Uuid;
 use simplyblock_controlplane::types::VolumeStatus;
 
-use super::volume_create::dhchap_key;
 use crate::model::*;
 use crate::sim::St;
+
+/// A DH-HMAC-CHAP secret in the form the control plane hands out.
+pub fn dhchap_key(st: &mut St<'_>) -> String {
+    format!("DHHC-1:01:{}:", st.alnum(48))
+}
 
 /// The host entries a new volume of `pool` starts with: the pool's hosts when the pool
 /// authenticates hosts, else none.

@@ -8,6 +8,7 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{cluster, mutable_cluster, pool};
+use super::pool_hosts::dhchap_key;
 use super::request::ApiReq;
 use crate::model::*;
 use crate::render;
@@ -21,10 +22,6 @@ pub fn name_taken(t: &Tables, name: &str) -> bool {
     t.volumes
         .values()
         .any(|v| v.name == name && v.status != VolumeStatus::Deleted)
-}
-
-pub fn dhchap_key(st: &mut St<'_>) -> String {
-    format!("DHHC-1:01:{}:", st.alnum(48))
 }
 
 /// Online nodes with an lvstore, least loaded first.
