@@ -178,6 +178,12 @@ pub const STORAGE_NODE_TOPOLOGY_PREFIX: &str = "simplyblock.io/storage-node-uuid
 pub const POOL_ACCESS_LABEL_PREFIX: &str = "simplyblock.io/pool.";
 /// The value of a pool access label that lets the Node attach the pool's volumes.
 pub const POOL_ACCESS_ALLOWED: &str = "allowed";
+
+/// The access label key of the pool with control-plane id `pool_uuid`, which the operator
+/// puts on every Node of the pool's allowedNodes: `simplyblock.io/pool.<pool uuid>`.
+pub fn pool_access_label(pool_uuid: &str) -> String {
+    format!("{POOL_ACCESS_LABEL_PREFIX}{pool_uuid}")
+}
 /// The topology key a node plugin reports when its Node has no other: the node's name.
 pub const HOSTNAME_TOPOLOGY_KEY: &str = "topology.simplyblock.io/hostname";
 

@@ -44,8 +44,14 @@ pub struct StoragePoolSpec {
     ))]
     pub cluster_ref: String,
 
-    /// The Kubernetes nodes whose workloads may attach this pool's volumes. Absent means
-    /// every node.
+    /// The Kubernetes Nodes whose workloads may attach this pool's volumes; absent means
+    /// every Node. Enforced by the control plane: the operator registers each Node's host
+    /// NQN (derived from the Node's UID) with the pool, labels the Node
+    /// `simplyblock.io/pool.<pool uuid>=allowed`, and the control plane refuses to connect
+    /// the pool's volumes to any other host. A name that matches no Node is ignored (with
+    /// an `AllowedNodeMissing` event) and kept, so the Node regains access when it
+    /// returns. A pool created without allowedNodes and without enableDHCHAP cannot be
+    /// restricted later; create a new pool instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub allowed_nodes: Vec<String>,
@@ -150,6 +156,20 @@ pub struct VolumeDefaults {
     /// Replicate volumes to the cluster's replication target.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub enable_replication: bool,
+    /// Compress volumes on the consuming node (VDO). Not supported yet: the CSI driver of
+    /// this release has no VDO layer, so a pool that sets it is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self").message(
+        "enableClientCompression is not supported by the CSI driver of this release: it has no VDO layer on the consuming node, so the volumes would be written uncompressed; remove enableClientCompression"
+    ))]
+    pub enable_client_compression: bool,
+    /// Deduplicate volumes on the consuming node (VDO). Not supported yet: the CSI driver
+    /// of this release has no VDO layer, so a pool that sets it is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self").message(
+        "enableClientDeduplication is not supported by the CSI driver of this release: it has no VDO layer on the consuming node, so the volumes would be written without deduplication; remove enableClientDeduplication"
+    ))]
+    pub enable_client_deduplication: bool,
     /// Authenticate hosts with DH-HMAC-CHAP; enforced only when allowedNodes is set.
     #[serde(
         default,
@@ -165,6 +185,17 @@ pub struct VolumeDefaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_namespaces_per_subsystem: Option<i32>,
+    /// The NVMe-oF transport the volumes are attached over, `tcp` or `rdma`; absent or
+    /// empty means `tcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(|tcp|rdma|TCP|RDMA)$"))]
+    pub fabric: Option<String>,
+    /// The percentage of an ext4 filesystem's blocks reserved for root, set with
+    /// `tune2fs -m` after formatting (`"0"` reserves none); absent or empty leaves
+    /// mke2fs's default. Ignored for xfs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]|[1-4][0-9]|50)?$"))]
+    pub tune2fs_reserved_blocks: Option<String>,
 }
 
 /// The operator's reading of a pool.
@@ -203,6 +234,15 @@ pub struct StoragePoolStatus {
     /// Bytes used, as the control plane last reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<i64>,
+    /// The Nodes of spec.allowedNodes that exist: those whose hosts the control plane lets
+    /// attach the pool's volumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub allowed_nodes: Vec<String>,
+    /// The per-volume QoS ceilings the control plane applies to the pool, as it reports
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PoolLimitsStatus>,
     /// The StoragePoolOps that holds the pool's lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_ops_ref: Option<String>,
@@ -212,4 +252,28 @@ pub struct StoragePoolStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// A pool's QoS ceilings as the control plane reports them; 0 means unlimited.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolLimitsStatus {
+    /// I/O operations per second.
+    #[serde(default)]
+    pub iops: i64,
+    /// Throughput in MB/s.
+    #[serde(default)]
+    pub throughput: Throughput64,
+}
+
+/// Throughput in MB/s as the control plane reports it; 0 means unlimited.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Throughput64 {
+    #[serde(default)]
+    pub read: i64,
+    #[serde(default)]
+    pub write: i64,
+    #[serde(default)]
+    pub read_write: i64,
 }

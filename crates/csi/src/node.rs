@@ -95,6 +95,13 @@ fn device_size(dev: &Path) -> Result<u64> {
         .map_err(|e| CsiError::io(format!("sizing {}", dev.display()), e))
 }
 
+/// Whether a `/connect` 404 is the control plane refusing this host rather than a
+/// missing volume: a volume with allowed hosts answers so for every other host.
+fn refuses_host(message: &str) -> bool {
+    message.contains("not found in allowed hosts")
+        || message.contains("has allowed hosts configured")
+}
+
 impl NodeService {
     pub fn new(
         node_id: String,
@@ -144,6 +151,15 @@ impl NodeService {
             .await
         {
             Ok(p) => p,
+            Err(e) if e.is_not_found() && refuses_host(e.message()) => {
+                return Err(CsiError::FailedPrecondition(format!(
+                    "Node {} may not attach volume {volume_id}: the volume's StoragePool restricts which Nodes attach its volumes (spec.allowedNodes) and the control plane refused this Node's host {} ({}); add {} to the StoragePool's spec.allowedNodes, or run the workload on a Node it lists",
+                    self.node_id,
+                    self.host_nqn,
+                    e.message(),
+                    self.node_id
+                )));
+            }
             Err(e) if e.is_not_found() => {
                 return Err(CsiError::NotFound(format!("volume {volume_id}")));
             }

@@ -1,7 +1,6 @@
 //! StoragePool: `clusterName` is `clusterRef`; capacity and QoS limits are `limits`; the
-//! StorageClass parameters, text in v1alpha1, are typed `volumeDefaults`. The parameters the
-//! hub has no field for (`fabric`, `tune2fsReservedBlocks`), the unused `status` and
-//! `action`, and the observed QoS are stashed.
+//! StorageClass parameters, text in v1alpha1, are typed `volumeDefaults`. The unused
+//! `status` and `action`, and the observed QoS are stashed.
 
 use kube::CustomResourceExt;
 use simplyblock_api::{StoragePool, v1alpha1};
@@ -63,6 +62,14 @@ pub const KIND: Kind = Kind {
         Rule::same(
             "spec.storageClassParameters.filesystem",
             "spec.volumeDefaults.filesystem",
+        ),
+        Rule::same(
+            "spec.storageClassParameters.fabric",
+            "spec.volumeDefaults.fabric",
+        ),
+        Rule::same(
+            "spec.storageClassParameters.tune2fsReservedBlocks",
+            "spec.volumeDefaults.tune2fsReservedBlocks",
         ),
     ],
     v1alpha1: v1alpha1::StoragePool::crd,

@@ -882,3 +882,59 @@ async fn class_format_parameters_reach_mkfs_and_tune2fs() {
         Some("allowed")
     );
 }
+
+/// A pool that names its hosts (the operator registers the host NQN of each Node of a
+/// StoragePool's allowedNodes): the control plane (sbsim) refuses this node's host, and
+/// the stage fails saying why and what to do; once the node's host is allowed, it stages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_outside_a_pools_allowed_hosts_is_refused_with_the_reason() {
+    let s = setup().await;
+    let (_, mut ctl, mut node) = s.driver.clients().await;
+    let gated = s
+        .sim
+        .client
+        .create_pool(
+            s.sim.cluster,
+            &simplyblock_controlplane::types::PoolCreate {
+                name: "gated".into(),
+                dhchap: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool");
+    let other = simplyblock_csi::handle::host_nqn("node-2-uid");
+    let own = simplyblock_csi::handle::host_nqn("node-1-uid");
+    s.sim
+        .client
+        .add_pool_host(s.sim.cluster, gated.id, &other)
+        .await
+        .expect("other host allowed");
+    let mut params = s.sim.params();
+    params.insert("pool_name".into(), "gated".into());
+    let v = create(&mut ctl, "gated-vol", params, None)
+        .await
+        .expect("create");
+    let (staging, _) = paths(s.dir.path(), "gated");
+
+    let e = stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    for part in ["node-1", "allowedNodes", &own, "not found in allowed hosts"] {
+        assert!(e.message().contains(part), "{part}: {}", e.message());
+    }
+    assert!(mounted(&staging).is_none());
+
+    // Allowed (the pool's host list reaches its volumes): it stages.
+    s.sim
+        .client
+        .add_pool_host(s.sim.cluster, gated.id, &own)
+        .await
+        .expect("own host allowed");
+    stage(&mut node, &v, &staging, mount_cap("xfs"))
+        .await
+        .expect("stage");
+    assert_eq!(mounted(&staging).expect("staged").fs_type, "xfs");
+    unstage(&mut node, &v, &staging).await;
+}

@@ -128,6 +128,10 @@ fn volume_defaults() -> impl Strategy<Value = VolumeDefaults> {
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         limit(),
         proptest::option::of(1..=i32::MAX),
+        (
+            proptest::option::of("(|tcp|rdma|TCP|RDMA)"),
+            proptest::option::of("([0-9]|[1-4][0-9]|50)?"),
+        ),
     )
         .prop_map(
             |(
@@ -137,6 +141,7 @@ fn volume_defaults() -> impl Strategy<Value = VolumeDefaults> {
                 (compression, encryption, replication, dhchap),
                 priority,
                 namespaces,
+                (fabric, tune2fs_reserved_blocks),
             )| {
                 VolumeDefaults {
                     iops,
@@ -156,6 +161,9 @@ fn volume_defaults() -> impl Strategy<Value = VolumeDefaults> {
                     enable_dhchap: dhchap,
                     priority_class: priority,
                     max_namespaces_per_subsystem: namespaces,
+                    fabric,
+                    tune2fs_reserved_blocks,
+                    ..VolumeDefaults::default()
                 }
             },
         )
@@ -170,6 +178,7 @@ proptest! {
     fn every_class_the_operator_writes_is_one_the_driver_accepts(
         defaults in volume_defaults(),
         allowed_nodes in proptest::collection::vec("[a-z]{1,8}", 0..3),
+        created in any::<bool>(),
     ) {
         let mut pool = StoragePool::new(
             "fast",
@@ -181,6 +190,11 @@ proptest! {
             },
         );
         pool.metadata.namespace = Some("storage".into());
+        // Once created, a pool naming Nodes schedules onto its access label.
+        pool.status = created.then(|| simplyblock_api::storage_pool::StoragePoolStatus {
+            uuid: Some(Uuid::from_u128(0x9001).to_string()),
+            ..Default::default()
+        });
         let cluster = Uuid::from_u128(0xc1);
         let written = class::storage_class(&pool, &cluster.to_string(), "simplyblock-fast", false);
         prop_assert_eq!(written.provisioner.as_str(), keys::CSI_DRIVER_NAME);
@@ -203,6 +217,12 @@ proptest! {
         prop_assert_eq!(
             read.max_namespace_per_subsys,
             defaults.max_namespaces_per_subsystem.map_or(1, |n| n as u32)
+        );
+        let fabric = defaults.fabric.as_deref().filter(|f| !f.is_empty()).unwrap_or("tcp");
+        prop_assert_eq!(read.fabric.as_str(), fabric.to_ascii_lowercase());
+        prop_assert_eq!(
+            read.dhchap_node_selector.is_some(),
+            created && !pool.spec.allowed_nodes.is_empty()
         );
     }
 }

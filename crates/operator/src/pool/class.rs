@@ -7,7 +7,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use simplyblock_api::StoragePool;
 use simplyblock_api::names::derived_name;
-use simplyblock_api::storage_pool::{PoolLimits, VolumeDefaults};
+use simplyblock_api::storage_pool::{PoolLimits, PoolLimitsStatus, Throughput64, VolumeDefaults};
 use simplyblock_api::{keys, quantity};
 use simplyblock_controlplane::types::{Pool, PoolCreate, PoolUpdate};
 
@@ -142,12 +142,28 @@ pub fn parameters(
     // volume create has no such setting), so a class carrying it provisions nothing.
     // Admission refuses a pool that asks for it; one stored before that gets a class
     // without it.
+    // Nor the client compression and deduplication: admission refuses both, since the
+    // driver has no VDO layer to honour them.
     for (key, on) in [
         ("encryption", defaults.enable_encryption),
         ("replicate", defaults.enable_replication),
     ] {
         if on {
             p.insert(key.to_owned(), "true".to_owned());
+        }
+    }
+    for (key, value) in [
+        (
+            "fabric",
+            defaults.fabric.as_deref().map(str::to_ascii_lowercase),
+        ),
+        (
+            "tune2fs_reserved_blocks",
+            defaults.tune2fs_reserved_blocks.clone(),
+        ),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            p.insert(key.to_owned(), v);
         }
     }
     p
@@ -168,6 +184,17 @@ pub fn storage_class(
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     labels.extend(dr_labels(cluster_uuid));
     let defaults = pool.spec.volume_defaults.clone().unwrap_or_default();
+    let mut parameters = parameters(cluster_uuid, &name, &defaults);
+    // Volumes of a pool that names its Nodes are scheduled onto those Nodes: the node
+    // plugin reports the pool's access label as topology.
+    if let Some(uuid) = pool.status.as_ref().and_then(|s| s.uuid.as_deref())
+        && !pool.spec.allowed_nodes.is_empty()
+    {
+        parameters.insert(
+            "dhchap_node_selector".to_owned(),
+            keys::pool_access_label(uuid),
+        );
+    }
     StorageClass {
         metadata: ObjectMeta {
             name: Some(name_of_class.to_owned()),
@@ -178,7 +205,7 @@ pub fn storage_class(
             ..ObjectMeta::default()
         },
         provisioner: PROVISIONER.to_owned(),
-        parameters: Some(parameters(cluster_uuid, &name, &defaults)),
+        parameters: Some(parameters),
         reclaim_policy: Some("Delete".to_owned()),
         volume_binding_mode: Some("WaitForFirstConsumer".to_owned()),
         allow_volume_expansion: Some(true),
@@ -228,6 +255,20 @@ fn bytes(v: Option<&String>) -> u64 {
     v.and_then(|s| quantity::parse(s).ok()).unwrap_or(0)
 }
 
+/// Whether `pool` is created in the control plane as a DH-HMAC-CHAP pool: the only kind
+/// whose host list the control plane keeps and enforces, so a pool that names
+/// allowedNodes is one. Fixed at creation: the control plane cannot turn it on later.
+/// With an empty host list nothing is restricted, which is what `enableDHCHAP` without
+/// allowedNodes means.
+pub fn restricts_hosts(pool: &StoragePool) -> bool {
+    !pool.spec.allowed_nodes.is_empty()
+        || pool
+            .spec
+            .volume_defaults
+            .as_ref()
+            .is_some_and(|d| d.enable_dhchap)
+}
+
 /// The control plane's create body for `pool`.
 pub fn create_params(pool: &StoragePool) -> PoolCreate {
     let limits = pool.spec.limits.clone().unwrap_or_default();
@@ -235,15 +276,24 @@ pub fn create_params(pool: &StoragePool) -> PoolCreate {
         name: pool.metadata.name.clone().unwrap_or_default(),
         pool_max: bytes(limits.capacity.as_ref()),
         volume_max_size: bytes(limits.max_volume_size.as_ref()),
-        dhchap: pool
-            .spec
-            .volume_defaults
-            .as_ref()
-            .is_some_and(|d| d.enable_dhchap && !pool.spec.allowed_nodes.is_empty()),
+        dhchap: restricts_hosts(pool),
         cr_name: pool.metadata.name.clone().unwrap_or_default(),
         cr_namespace: pool.metadata.namespace.clone().unwrap_or_default(),
         cr_plural: "storagepools".to_owned(),
         ..PoolCreate::default()
+    }
+}
+
+/// The QoS ceilings the control plane reports for `found`.
+pub fn limits_status(found: &Pool) -> PoolLimitsStatus {
+    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    PoolLimitsStatus {
+        iops: int(found.max_rw_iops),
+        throughput: Throughput64 {
+            read: int(found.max_r_mbytes),
+            write: int(found.max_w_mbytes),
+            read_write: int(found.max_rw_mbytes),
+        },
     }
 }
 
@@ -403,9 +453,16 @@ mod tests {
             }),
             filesystem: Filesystem::Ext4,
             enable_encryption: true,
+            fabric: Some("RDMA".into()),
+            tune2fs_reserved_blocks: Some("0".into()),
             ..VolumeDefaults::default()
         };
         let params = parameters("c1", "fast", &defaults);
+        assert_eq!(params["fabric"], "rdma");
+        assert_eq!(
+            params["tune2fs_reserved_blocks"], "0",
+            "0 is asked, not absent"
+        );
         assert_eq!(params["max_iops"], "20000");
         assert_eq!(params["max_mbytes_per_sec"], "300");
         assert_eq!(params["max_read_mbytes_per_sec"], "100");

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -20,7 +21,7 @@ use simplyblock_api::storage_pool::{PoolPhase, StoragePoolStatus};
 use simplyblock_api::{StorageCluster, StoragePool};
 use simplyblock_controlplane::Uuid;
 
-use super::class;
+use super::{access, class};
 use crate::runtime::context::{Context, requeue};
 use crate::runtime::kit::{self, Error, Guard};
 
@@ -57,7 +58,23 @@ pub async fn run(ctx: Arc<Context>) {
             _ => None,
         }
     };
+    // A Node joining or leaving changes who may attach the pools that name it.
+    let pools = controller.store();
+    let of_node = move |n: Node| {
+        let name = n.name_any();
+        pools
+            .state()
+            .into_iter()
+            .filter(|p| access::names_node(p, &name))
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect::<Vec<_>>()
+    };
     let controller = controller
+        .watches(
+            Api::<Node>::all(ctx.kube.clone()),
+            watcher::Config::default(),
+            of_node,
+        )
         .watches(
             ctx.scope.api::<StorageCluster>(&ctx.kube),
             watcher::Config::default(),
@@ -239,6 +256,38 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
         }
         next.default_storage_class_name = Some(class_name.clone());
     }
+
+    // Who may attach the pool's volumes.
+    let resolved = access::resolve(ctx, pool).await?;
+    access::announce_missing(ctx, pool, &resolved).await;
+    next.allowed_nodes = resolved.names();
+    if let Some(why) = access::unenforceable(&found, pool) {
+        next.phase = PoolPhase::Pending;
+        hold(ctx, pool, next, "AllowedNodesNotEnforced", why).await?;
+        return Ok(Action::requeue(requeue::RESYNC));
+    }
+    access::sync_labels(ctx, &found.id.to_string(), &resolved).await?;
+    let hosts = access::wanted_hosts(pool, &resolved);
+    if access::sync_hosts(ctx, cluster_id, &found, &hosts).await? {
+        let names = resolved.names();
+        ctx.event(
+            pool,
+            false,
+            "AllowedNodesUpdated",
+            if pool.spec.allowed_nodes.is_empty() {
+                "the control plane lets every host attach the pool's volumes".to_owned()
+            } else if names.is_empty() {
+                "the control plane lets no host attach the pool's volumes: no Node of spec.allowedNodes exists".to_owned()
+            } else {
+                format!(
+                    "the control plane lets only Nodes {} attach the pool's volumes",
+                    names.join(", ")
+                )
+            },
+        )
+        .await;
+    }
+
     let assigned = classes
         .list(&ListParams::default().labels(&class::assignment_selector(
             &ns,
@@ -267,7 +316,16 @@ async fn apply(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
     next.status = Some(found.status.to_string());
     next.storage_class_names = names;
     next.used_bytes = found.capacity.as_ref().map(|c| c.size_used);
+    next.limits = Some(class::limits_status(&found));
     next.message = None;
+    // A list that names only absent Nodes admits no host at all: unlike an empty list.
+    if !pool.spec.allowed_nodes.is_empty() && resolved.nodes.is_empty() {
+        next.phase = PoolPhase::Pending;
+        next.message = Some(format!(
+            "no Node of spec.allowedNodes ({}) exists, so no workload can attach the pool's volumes; add an existing Node to spec.allowedNodes",
+            pool.spec.allowed_nodes.join(", ")
+        ));
+    }
     write_status(ctx, pool, &next).await?;
     Ok(Action::requeue(requeue::RESYNC))
 }
@@ -373,6 +431,9 @@ async fn cleanup(pool: &StoragePool, ctx: &Context) -> Result<Action, Error> {
             format!("deleted pool {name} ({uuid}) from the control plane"),
         )
         .await;
+    }
+    if let Some(uuid) = uuid {
+        access::remove_labels(ctx, &uuid.to_string()).await?;
     }
     Ok(Action::await_change())
 }

@@ -20,6 +20,8 @@ pub const NODE_RECORDED: &str = "StorageNode/recorded";
 pub const POOL_CREATE: &str = "StoragePool/create";
 /// A StoragePool's delete call.
 pub const POOL_DELETE: &str = "StoragePool/delete";
+/// A StoragePool's call adding an allowed Node's host to the control plane's pool.
+pub const POOL_HOST_ADD: &str = "StoragePool/host-add";
 /// A StorageBackupPolicy's create call.
 pub const BACKUP_POLICY_CREATE: &str = "StorageBackupPolicy/create";
 /// A StorageBackup request's snapshot call.

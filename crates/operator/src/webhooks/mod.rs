@@ -24,6 +24,7 @@ pub mod spoke_writes;
 pub mod storage_backup;
 pub mod storage_device;
 pub mod storage_node;
+pub mod storage_pool;
 pub mod test_failover;
 pub mod tls;
 pub mod volume_ops;
@@ -160,6 +161,13 @@ pub const WEBHOOKS: &[Webhook] = &[
         resource: "storagebackuppolicies",
         shape: backup_policy::create_only,
         handler: || post(backup_policy::review),
+    },
+    Webhook {
+        name: storage_pool::NAME,
+        path: storage_pool::PATH,
+        resource: "storagepools",
+        shape: storage_pool::create_and_update,
+        handler: || post(storage_pool::review),
     },
     Webhook {
         name: storage_backup::NAME,

@@ -478,3 +478,262 @@ async fn a_pool_operation_is_refused_with_a_reason() {
     assert_eq!(status.message.as_deref(), Some(pool::ops::UNSUPPORTED));
     assert!(status.completed_at.is_some());
 }
+
+/// spec.allowedNodes enforced (sbsim stands in for the control plane): each existing Node's
+/// host NQN registered with the pool once, the pool's access label on exactly those Nodes,
+/// status.allowedNodes, one AllowedNodeMissing for a name with no Node; the control plane
+/// connects the pool's volumes to allowed hosts only, and a changed list moves all of it.
+#[tokio::test]
+async fn allowed_nodes_decide_which_hosts_attach_and_which_nodes_are_labelled() {
+    use k8s_openapi::api::core::v1::Node;
+    use simplyblock_api::volume_handle::host_nqn;
+
+    let h = harness("pools-access", "").await;
+    let nodes: Api<Node> = Api::all(h.kube.clone());
+    let (a, b, gone) = ("pools-access-a", "pools-access-b", "pools-access-gone");
+    let mut uid = std::collections::BTreeMap::new();
+    for name in [a, b] {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+        let made = nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("Node");
+        uid.insert(name, made.metadata.uid.expect("uid"));
+    }
+    let _c = h.start_pools(true);
+    h.create_pool(
+        "gated",
+        json!({"clusterRef": "sb", "allowedNodes": [a, gone]}),
+    )
+    .await;
+    let p = until("status.allowedNodes resolved", async || {
+        let p = h.ready("gated").await;
+        (p.status.as_ref()?.allowed_nodes == vec![a.to_owned()]).then_some(p)
+    })
+    .await;
+    let status = p.status.clone().expect("status");
+    let pool_id: Uuid = status.uuid.clone().expect("uuid").parse().expect("uuid");
+    let label = format!("simplyblock.io/pool.{pool_id}");
+    assert!(status.limits.is_some(), "{status:?}");
+
+    // The control plane keeps the pool's host list: a's host only.
+    let found = h.cp.get_pool(h.uuid, pool_id).await.expect("pool");
+    assert!(
+        found.dhchap,
+        "a pool naming Nodes is created with host authentication"
+    );
+    assert_eq!(found.allowed_hosts, vec![host_nqn(&uid[a])]);
+    let labelled = async |name: &str| {
+        nodes
+            .get(name)
+            .await
+            .expect("node")
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(&label)
+            .cloned()
+    };
+    assert_eq!(labelled(a).await.as_deref(), Some("allowed"));
+    assert_eq!(labelled(b).await, None);
+    let class = h
+        .classes()
+        .get(&status.storage_class_names[0])
+        .await
+        .expect("class");
+    assert_eq!(
+        class.parameters.unwrap_or_default()["dhchap_node_selector"],
+        label,
+        "volumes are scheduled onto the labelled Nodes"
+    );
+
+    // The missing name is announced once, also across passes.
+    let missing = h.events("gated", "AllowedNodeMissing").await;
+    assert!(missing[0].contains(gone), "{missing:?}");
+    crate::support::nudged(&h.ctx.metrics, &h.pools(), "storagepool", "gated").await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.kube.clone(), &h.ns);
+    let announced: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("AllowedNodeMissing"))
+        .collect();
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert!(announced[0].series.is_none(), "{announced:?}");
+
+    // The control plane connects the pool's volumes to a and refuses b.
+    let volume =
+        h.cp.create_volume(h.uuid, pool_id, &VolumeCreate::new("gated-1", 1 << 30))
+            .await
+            .expect("volume");
+    let connect = async |node: &str| {
+        h.cp.connect_volume(h.uuid, pool_id, volume, Some(&host_nqn(&uid[node])))
+            .await
+    };
+    assert!(!connect(a).await.expect("a attaches").is_empty());
+    let refused = connect(b).await.expect_err("b is refused");
+    assert!(refused.is_not_found(), "{refused:?}");
+    assert!(
+        refused.message().contains("not found in allowed hosts"),
+        "{refused:?}"
+    );
+
+    // The list changes to b: host, label and status follow, and a loses access.
+    h.pools()
+        .patch(
+            "gated",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"allowedNodes": [b]}})),
+        )
+        .await
+        .expect("allowedNodes changed");
+    until("status.allowedNodes moved to b", async || {
+        let s = h.pools().get("gated").await.ok()?.status?;
+        (s.allowed_nodes == vec![b.to_owned()]).then_some(())
+    })
+    .await;
+    assert_eq!(labelled(a).await, None);
+    assert_eq!(labelled(b).await.as_deref(), Some("allowed"));
+    let found = h.cp.get_pool(h.uuid, pool_id).await.expect("pool");
+    assert_eq!(found.allowed_hosts, vec![host_nqn(&uid[b])]);
+    assert!(!connect(b).await.expect("b attaches").is_empty());
+    assert!(connect(a).await.is_err(), "a no longer attaches");
+
+    // Converged: each host was sent once.
+    crate::support::converged(&h.ctx.metrics, &h.pools(), "storagepool", "gated").await;
+    let host_path = format!("{}{pool_id}/host", h.pools_path());
+    assert_eq!(h.calls("POST", &host_path).await, 2);
+    assert_eq!(h.calls("DELETE", &host_path).await, 1);
+
+    // Only an absent Node named: no host may attach (an empty host list would admit all).
+    let allow = async |names: Value| {
+        h.pools()
+            .patch(
+                "gated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"allowedNodes": names}})),
+            )
+            .await
+            .expect("allowedNodes changed");
+    };
+    allow(json!([gone])).await;
+    until("the pool Pending with no allowed Node", async || {
+        let s = h.pools().get("gated").await.ok()?.status?;
+        (s.allowed_nodes.is_empty() && s.phase == PoolPhase::Pending).then_some(())
+    })
+    .await;
+    let found = h.cp.get_pool(h.uuid, pool_id).await.expect("pool");
+    assert_eq!(found.allowed_hosts, vec![pool::access::nobody()]);
+    assert!(connect(a).await.is_err() && connect(b).await.is_err());
+    assert_eq!(labelled(b).await, None);
+    allow(json!([b])).await;
+    until("b labelled again", async || {
+        (labelled(b).await.as_deref() == Some("allowed")).then_some(())
+    })
+    .await;
+
+    // The pool goes: so does its label.
+    h.cp.delete_volume(h.uuid, pool_id, volume)
+        .await
+        .expect("volume deleted");
+    h.pools()
+        .delete("gated", &DeleteParams::default())
+        .await
+        .expect("pool deleted");
+    h.gone("gated").await;
+    assert_eq!(labelled(b).await, None);
+    for name in [a, b] {
+        nodes
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("Node deleted");
+    }
+}
+
+/// A pool the control plane created without host authentication cannot be restricted
+/// later: the pool says so instead of pretending.
+#[tokio::test]
+async fn allowed_nodes_given_to_a_pool_created_without_them_are_reported_unenforced() {
+    use k8s_openapi::api::core::v1::Node;
+
+    let h = harness("pools-unenforced", "").await;
+    let nodes: Api<Node> = Api::all(h.kube.clone());
+    let name = "pools-unenforced-a";
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("Node");
+    let _c = h.start_pools(true);
+    h.create_pool("open", json!({"clusterRef": "sb"})).await;
+    h.ready("open").await;
+    h.pools()
+        .patch(
+            "open",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"allowedNodes": [name]}})),
+        )
+        .await
+        .expect("allowedNodes set");
+    let m = h
+        .message("open", "spec.allowedNodes cannot be enforced")
+        .await;
+    assert!(m.contains("create a new StoragePool"), "{m}");
+    let p = h.pools().get("open").await.expect("pool");
+    assert_eq!(p.status.expect("status").phase, PoolPhase::Pending);
+    assert!(!h.events("open", "AllowedNodesNotEnforced").await.is_empty());
+    let found =
+        h.cp.find_pool(h.uuid, "open")
+            .await
+            .expect("pools")
+            .expect("pool");
+    assert!(found.allowed_hosts.is_empty());
+    assert_eq!(
+        h.calls("POST", &format!("{}{}/host", h.pools_path(), found.id))
+            .await,
+        0,
+        "nothing is sent the control plane would refuse"
+    );
+    nodes
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("Node deleted");
+}
+
+/// Admission: a pool naming no existing cluster, with allowedNodes no Node can be named,
+/// is refused with every problem in one answer.
+#[tokio::test]
+async fn a_pool_of_no_cluster_with_bad_node_names_is_refused_naming_each_problem() {
+    let h = harness("pools-admission", "").await;
+    let pool: StoragePool = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StoragePool",
+        "metadata": {"name": "lost"},
+        "spec": {"clusterRef": "nowhere", "allowedNodes": ["Worker_1", "worker-2"]},
+    }))
+    .expect("pool");
+    let refused = h
+        .pools()
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect_err("refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("\"nowhere\" does not name a StorageCluster"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"Worker_1\" cannot be a Node's name"),
+        "{text}"
+    );
+    assert!(!text.contains("worker-2"), "{text}");
+    assert!(h.pools().get_opt("lost").await.expect("get").is_none());
+
+    // Its cluster exists: admitted.
+    h.create_pool(
+        "found",
+        json!({"clusterRef": "sb", "allowedNodes": ["worker-2"]}),
+    )
+    .await;
+}

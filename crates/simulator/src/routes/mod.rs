@@ -12,6 +12,7 @@ mod management;
 mod migration;
 mod node;
 mod pool;
+mod pool_hosts;
 mod replication;
 mod request;
 mod snapshot;

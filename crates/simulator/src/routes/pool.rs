@@ -6,6 +6,7 @@ use simplyblock_controlplane::routes as api;
 use simplyblock_controlplane::types::*;
 
 use super::lookup::pool;
+use super::pool_hosts;
 use super::request::{ApiReq, body};
 use crate::model::*;
 use crate::render;
@@ -88,13 +89,17 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
                 )));
             }
             if let Some(p) = st.t.pools.get_mut(&req.id("pool_id").to_string()) {
-                p.allowed_hosts.push(h.host_nqn);
+                p.allowed_hosts.push(h.host_nqn.clone());
             }
+            pool_hosts::add_to_volumes(st, req.id("pool_id"), &h.host_nqn);
             Ok(Reply::empty(204))
         }
         ("DELETE", api::POOL_HOST) => {
             let h: HostNqn = body(st.sim, req)?;
             let p = pool(st.t, req.id("cluster_id"), req.id("pool_id"))?;
+            if !p.dhchap {
+                return Err(ApiError::bad_request("Pool does not have DHCHAP enabled"));
+            }
             if !p.allowed_hosts.contains(&h.host_nqn) {
                 return Err(ApiError::bad_request(format!(
                     "Host {} is not in the pool's allowed list",
@@ -104,6 +109,7 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             if let Some(p) = st.t.pools.get_mut(&req.id("pool_id").to_string()) {
                 p.allowed_hosts.retain(|x| *x != h.host_nqn);
             }
+            pool_hosts::remove_from_volumes(st, req.id("pool_id"), &h.host_nqn);
             Ok(Reply::empty(204))
         }
         _ => Err(req.unsimulated()),

@@ -9,11 +9,10 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{cluster, mutable_cluster, pool, volume};
+use super::pool_hosts::dhchap_key;
 use super::request::{ApiReq, body};
 use super::snapshot::snapshot_create;
-use super::volume_create::{
-    clone_from_snapshot, create_or_clone, dhchap_key, name_taken, volume_location,
-};
+use super::volume_create::{clone_from_snapshot, create_or_clone, name_taken, volume_location};
 use crate::clones::reap_snapshot;
 use crate::model::*;
 use crate::render;

@@ -8,6 +8,7 @@ use simplyblock_controlplane::types::*;
 use uuid::Uuid;
 
 use super::lookup::{cluster, mutable_cluster, pool};
+use super::pool_hosts::dhchap_key;
 use super::request::ApiReq;
 use crate::model::*;
 use crate::render;
@@ -21,10 +22,6 @@ pub fn name_taken(t: &Tables, name: &str) -> bool {
     t.volumes
         .values()
         .any(|v| v.name == name && v.status != VolumeStatus::Deleted)
-}
-
-pub fn dhchap_key(st: &mut St<'_>) -> String {
-    format!("DHHC-1:01:{}:", st.alnum(48))
 }
 
 /// Online nodes with an lvstore, least loaded first.
@@ -302,8 +299,17 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         })
         .flatten();
     let (nqn, ns_id) = shared.unwrap_or_else(|| (format!("{}:lvol:{id}", cl.nqn), 1));
-    let mut hosts = Vec::new();
+    // A volume of a host-authenticating pool takes the pool's hosts; a namespace of a
+    // shared subsystem takes none.
+    let mut hosts = if v.namespaced {
+        Vec::new()
+    } else {
+        super::pool_hosts::inherited(st, p)
+    };
     for h in v.allowed_hosts.clone().unwrap_or_default() {
+        if hosts.iter().any(|e: &HostEntry| e.nqn == h) {
+            continue;
+        }
         let k1 = dhchap_key(st);
         let k2 = dhchap_key(st);
         hosts.push(HostEntry {
@@ -401,6 +407,7 @@ pub fn clone_from_snapshot(
     rec.cloned_from = Some(s.id);
     rec.snapshot_name = s.name.clone();
     rec.delete_snap_on_delete = delete_snap;
+    rec.allowed_hosts = super::pool_hosts::inherited(st, p);
     if let Some(dir) = &st.sim.config.volume_files {
         crate::volfiles::copy(dir, s.id, id, size);
     }
