@@ -142,9 +142,9 @@ pub struct VolumeDefaults {
     /// The filesystem a blank volume is formatted with.
     #[serde(default)]
     pub filesystem: Filesystem,
-    /// Compress volumes in the storage nodes. Not supported yet: the control plane's
-    /// volume API has no compression setting, so the CSI driver refuses to create a volume
-    /// that asks for it, and a pool that sets it is refused.
+    /// Reserved: the control plane's volume API has no compression setting, so nothing
+    /// could act on it and a pool that sets it is refused. Meant to compress volumes in
+    /// the storage nodes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[x_kube(validation = Rule::new("!self").message(
         "enableCompression is not supported by the CSI driver of this release: the control plane's volume API has no compression setting, so no volume of this pool's StorageClass could be provisioned; remove enableCompression"
@@ -156,15 +156,16 @@ pub struct VolumeDefaults {
     /// Replicate volumes to the cluster's replication target.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub enable_replication: bool,
-    /// Compress volumes on the consuming node (VDO). Not supported yet: the CSI driver of
-    /// this release has no VDO layer, so a pool that sets it is refused.
+    /// Reserved: the CSI driver of this release has no VDO layer on the consuming node,
+    /// so a pool that sets it is refused. Meant to compress volumes on the consuming node.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[x_kube(validation = Rule::new("!self").message(
         "enableClientCompression is not supported by the CSI driver of this release: it has no VDO layer on the consuming node, so the volumes would be written uncompressed; remove enableClientCompression"
     ))]
     pub enable_client_compression: bool,
-    /// Deduplicate volumes on the consuming node (VDO). Not supported yet: the CSI driver
-    /// of this release has no VDO layer, so a pool that sets it is refused.
+    /// Reserved: the CSI driver of this release has no VDO layer on the consuming node,
+    /// so a pool that sets it is refused. Meant to deduplicate volumes on the consuming
+    /// node.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[x_kube(validation = Rule::new("!self").message(
         "enableClientDeduplication is not supported by the CSI driver of this release: it has no VDO layer on the consuming node, so the volumes would be written without deduplication; remove enableClientDeduplication"

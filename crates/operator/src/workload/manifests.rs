@@ -17,7 +17,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use simplyblock_api::storage_cluster::{PullPolicy, StorageNodesSpec};
+use simplyblock_api::storage_cluster::PullPolicy;
 use simplyblock_api::{StorageCluster, StorageNode};
 
 use super::names::{
