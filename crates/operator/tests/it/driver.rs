@@ -821,6 +821,7 @@ fn helm_install(ns: &str) -> Vec<(ObjectKey, Value)> {
         Settings {
             image: "quay.io/simplyblock-io/spdk-csi:v0.1.9",
             snapshots: false,
+            group_snapshots: false,
             ca: None,
         },
     )
