@@ -278,7 +278,8 @@ async fn cleanup(driver: &SimplyblockDriver, ctx: &Context) -> Result<Action, Er
     let drivers = observe::drivers(&ctx.kube).await?;
     if plan::active(&drivers) == Some(&DriverRef::of(driver)) {
         let snapshot_api = observe::snapshot_api(&ctx.kube).await?;
-        let objects = observe::cluster_scoped(&ctx.kube, snapshot_api).await?;
+        let group_snapshot_api = observe::group_snapshot_api(&ctx.kube).await?;
+        let objects = observe::cluster_scoped(&ctx.kube, snapshot_api, group_snapshot_api).await?;
         for key in &objects {
             delete(ctx, key, "").await?;
         }

@@ -34,10 +34,12 @@ use simplyblock_api::simplyblock_driver::{DriverTls, SimplyblockDriver};
 pub use crate::controlplane::names::CSI_CLIENT_TLS_SECRET;
 
 use super::names::{
-    CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_STATEFULSET, NODE_ACCOUNT, NODE_APP,
-    NODE_DAEMONSET, NODE_SERVER_CONFIG_MAP, SNAPSHOT_CLASS,
+    CONFIG_MAP, CONTROLLER_ACCOUNT, CONTROLLER_APP, CONTROLLER_STATEFULSET, GROUP_SNAPSHOT_CLASS,
+    NODE_ACCOUNT, NODE_APP, NODE_DAEMONSET, NODE_SERVER_CONFIG_MAP, SNAPSHOT_CLASS,
 };
-use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
+use super::objects::{
+    GROUP_SNAPSHOT_GROUP, GROUP_SNAPSHOT_VERSION, Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION,
+};
 
 /// The environment variable that says how the driver reaches the control plane:
 /// `disabled`, `anonymous` (TLS) or `authenticated` (mutual TLS). Adoption compares a
@@ -106,6 +108,18 @@ pub struct VolumeSnapshotClass {
     pub deletion_policy: String,
 }
 
+/// The group-snapshot API's `VolumeGroupSnapshotClass`. No parameters: the driver finds
+/// a group snapshot's consistency group and cluster from its member volumes.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeGroupSnapshotClass {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub driver: String,
+    pub deletion_policy: String,
+}
+
 /// Where the CA that signs the control plane's certificate is kept, in the driver's
 /// namespace: a key of a Secret, or of a ConfigMap (OpenShift's service CA).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +136,10 @@ pub struct Settings<'a> {
     /// Snapshots are asked for and the cluster serves their API: the snapshotter sidecar
     /// runs and the VolumeSnapshotClass is written.
     pub snapshots: bool,
+    /// Snapshots run and the cluster also serves the group-snapshot API: the snapshotter
+    /// runs with its group-snapshot gate and the VolumeGroupSnapshotClass is written.
+    /// Without the API the gated sidecar would wait for it and snapshot nothing.
+    pub group_snapshots: bool,
     /// The control plane's CA, mounted with `spec.tls.enableTLS`; `None`: the plugins
     /// verify the control plane against the system's CA store (a managed control plane
     /// with a publicly trusted certificate).
@@ -136,6 +154,7 @@ pub struct Manifests {
     pub config_maps: Vec<ConfigMap>,
     pub csi_driver: CSIDriver,
     pub snapshot_class: Option<VolumeSnapshotClass>,
+    pub group_snapshot_class: Option<VolumeGroupSnapshotClass>,
     pub controller: StatefulSet,
     pub node: DaemonSet,
 }
@@ -162,6 +181,9 @@ impl Manifests {
         if let Some(class) = &self.snapshot_class {
             put(Kind::VolumeSnapshotClass, &class.metadata, json(class));
         }
+        if let Some(class) = &self.group_snapshot_class {
+            put(Kind::VolumeGroupSnapshotClass, &class.metadata, json(class));
+        }
         put(
             Kind::StatefulSet,
             &self.controller.metadata,
@@ -180,7 +202,11 @@ fn json<T: Serialize>(object: &T) -> Value {
 
 /// Every object a driver named `driver_name` may have, whatever its spec: what is read
 /// before deciding, so an object no longer wanted is found and removed.
-pub fn every_key(driver_name: &str, snapshot_api: bool) -> Vec<ObjectKey> {
+pub fn every_key(
+    driver_name: &str,
+    snapshot_api: bool,
+    group_snapshot_api: bool,
+) -> Vec<ObjectKey> {
     let mut keys = vec![
         ObjectKey::new(Kind::ServiceAccount, CONTROLLER_ACCOUNT),
         ObjectKey::new(Kind::ServiceAccount, NODE_ACCOUNT),
@@ -192,6 +218,12 @@ pub fn every_key(driver_name: &str, snapshot_api: bool) -> Vec<ObjectKey> {
     ];
     if snapshot_api {
         keys.push(ObjectKey::new(Kind::VolumeSnapshotClass, SNAPSHOT_CLASS));
+    }
+    if group_snapshot_api {
+        keys.push(ObjectKey::new(
+            Kind::VolumeGroupSnapshotClass,
+            GROUP_SNAPSHOT_CLASS,
+        ));
     }
     keys.sort();
     keys
@@ -241,6 +273,13 @@ pub fn manifests(driver: &SimplyblockDriver, settings: Settings<'_>) -> Manifest
             api_version: format!("{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}"),
             kind: "VolumeSnapshotClass".into(),
             metadata: cluster_scoped(SNAPSHOT_CLASS),
+            driver: spec.driver_name.clone(),
+            deletion_policy: "Delete".into(),
+        }),
+        group_snapshot_class: settings.group_snapshots.then(|| VolumeGroupSnapshotClass {
+            api_version: format!("{GROUP_SNAPSHOT_GROUP}/{GROUP_SNAPSHOT_VERSION}"),
+            kind: "VolumeGroupSnapshotClass".into(),
+            metadata: cluster_scoped(GROUP_SNAPSHOT_CLASS),
             driver: spec.driver_name.clone(),
             deletion_policy: "Delete".into(),
         }),
@@ -524,11 +563,21 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
         sidecar(driver, "csi-health-monitor", &images.health_monitor, &[]),
     ];
     if settings.snapshots {
+        // The group-snapshot gate only where its API is served: with the gate the
+        // sidecar waits for that API before it takes any snapshot.
+        let args: &[&str] = if settings.group_snapshots {
+            &[
+                "--timeout=150s",
+                "--feature-gates=CSIVolumeGroupSnapshot=true",
+            ]
+        } else {
+            &["--timeout=150s"]
+        };
         containers.push(sidecar(
             driver,
             "csi-snapshotter",
             &images.snapshotter,
-            &["--timeout=150s"],
+            args,
         ));
     }
     if spec.enable_csi_addons {
@@ -880,6 +929,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: false,
+                group_snapshots: false,
                 ca: None,
             },
         );
@@ -912,6 +962,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                group_snapshots: true,
                 ca: Some(&CaSource::Secret {
                     name: "simplyblock-webappapi-tls".into(),
                     key: "ca.crt".into(),
@@ -957,6 +1008,7 @@ mod tests {
                 Settings {
                     image: IMAGE,
                     snapshots: false,
+                    group_snapshots: false,
                     ca,
                 },
             )
@@ -1055,6 +1107,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: false,
+                group_snapshots: false,
                 ca: None,
             },
         );
@@ -1065,6 +1118,7 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                group_snapshots: false,
                 ca: None,
             },
         );
@@ -1075,6 +1129,53 @@ mod tests {
         assert!(container_names(&with.controller).contains(&"csi-snapshotter".into()));
     }
 
+    fn snapshotter_args(m: &Manifests) -> Vec<String> {
+        let controller = json(&m.controller);
+        let containers = controller["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let snapshotter = containers
+            .iter()
+            .find(|c| c["name"] == "csi-snapshotter")
+            .expect("the snapshotter");
+        serde_json::from_value(snapshotter["args"].clone()).expect("args")
+    }
+
+    #[test]
+    fn the_group_snapshot_gate_and_class_come_only_with_the_group_snapshot_api() {
+        const GATE: &str = "--feature-gates=CSIVolumeGroupSnapshot=true";
+        let d = driver(json!({}));
+        let render = |group_snapshots| {
+            manifests(
+                &d,
+                Settings {
+                    image: IMAGE,
+                    snapshots: true,
+                    group_snapshots,
+                    ca: None,
+                },
+            )
+        };
+        let without = render(false);
+        assert!(without.group_snapshot_class.is_none());
+        assert!(
+            !snapshotter_args(&without).iter().any(|a| a == GATE),
+            "{:?}",
+            snapshotter_args(&without)
+        );
+        let with = render(true);
+        assert!(snapshotter_args(&with).iter().any(|a| a == GATE));
+        let class = with.group_snapshot_class.as_ref().expect("the class");
+        assert_eq!(class.api_version, "groupsnapshot.storage.k8s.io/v1beta1");
+        assert_eq!(class.driver, "csi.simplyblock.io");
+        assert_eq!(class.deletion_policy, "Delete");
+        assert!(with.objects().contains_key(&ObjectKey::new(
+            Kind::VolumeGroupSnapshotClass,
+            GROUP_SNAPSHOT_CLASS
+        )));
+    }
+
     #[test]
     fn namespaced_objects_are_controlled_by_the_driver_and_cluster_scoped_ones_labelled() {
         let d = driver(json!({"enableCSIAddons": true}));
@@ -1083,13 +1184,14 @@ mod tests {
             Settings {
                 image: IMAGE,
                 snapshots: true,
+                group_snapshots: true,
                 ca: None,
             },
         )
         .objects();
         assert_eq!(
             objects.keys().cloned().collect::<Vec<_>>(),
-            every_key("csi.simplyblock.io", true),
+            every_key("csi.simplyblock.io", true, true),
             "with everything asked for, the driver is every object it may have"
         );
         for (key, object) in &objects {

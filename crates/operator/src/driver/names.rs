@@ -25,6 +25,8 @@ pub const CONTROLLER_ROLE: &str = "simplyblock-operator-csi-controller";
 pub const CONTROLLER_ROLE_BINDING: &str = CONTROLLER_ROLE;
 /// Written only where the cluster serves `snapshot.storage.k8s.io/v1`.
 pub const SNAPSHOT_CLASS: &str = "simplyblock-csi-snapshotclass";
+/// Written only where the cluster also serves `groupsnapshot.storage.k8s.io/v1beta1`.
+pub const GROUP_SNAPSHOT_CLASS: &str = "simplyblock-csi-groupsnapshotclass";
 
 /// The pod label the controller StatefulSet selects (the chart's; a selector is immutable).
 pub const CONTROLLER_APP: &str = "csi-controller";

@@ -20,16 +20,18 @@ pub enum Kind {
     ConfigMap,
     CsiDriver,
     VolumeSnapshotClass,
+    VolumeGroupSnapshotClass,
     StatefulSet,
     DaemonSet,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::ServiceAccount,
         Kind::ConfigMap,
         Kind::CsiDriver,
         Kind::VolumeSnapshotClass,
+        Kind::VolumeGroupSnapshotClass,
         Kind::StatefulSet,
         Kind::DaemonSet,
     ];
@@ -45,6 +47,12 @@ impl Kind {
                 SNAPSHOT_VERSION,
                 "VolumeSnapshotClass",
                 "volumesnapshotclasses",
+            ),
+            Kind::VolumeGroupSnapshotClass => (
+                GROUP_SNAPSHOT_GROUP,
+                GROUP_SNAPSHOT_VERSION,
+                "VolumeGroupSnapshotClass",
+                "volumegroupsnapshotclasses",
             ),
             Kind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
             Kind::DaemonSet => ("apps", "v1", "DaemonSet", "daemonsets"),
@@ -74,6 +82,17 @@ impl Kind {
 /// The group of the snapshot API, which the cluster may not serve.
 pub const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 pub const SNAPSHOT_VERSION: &str = "v1";
+/// The group of the group-snapshot API, which the cluster may not serve either; the
+/// version the csi-snapshotter sidecar v8.2 watches.
+pub const GROUP_SNAPSHOT_GROUP: &str = "groupsnapshot.storage.k8s.io";
+pub const GROUP_SNAPSHOT_VERSION: &str = "v1beta1";
+/// The group-snapshot API's kinds (plurals): the sidecar, with its group-snapshot gate,
+/// waits for each of them, so the gate is set only when all are served.
+pub const GROUP_SNAPSHOT_RESOURCES: [&str; 3] = [
+    "volumegroupsnapshots",
+    "volumegroupsnapshotcontents",
+    "volumegroupsnapshotclasses",
+];
 
 /// One object of the driver.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -15,7 +15,10 @@ use simplyblock_api::control_plane::{ControlPlane, SINGLETON_NAME};
 
 use super::adoption::HELM_LABELS;
 use super::manifests::{CaSource, every_key};
-use super::objects::{Kind, ObjectKey, SNAPSHOT_GROUP, SNAPSHOT_VERSION};
+use super::objects::{
+    GROUP_SNAPSHOT_GROUP, GROUP_SNAPSHOT_RESOURCES, GROUP_SNAPSHOT_VERSION, Kind, ObjectKey,
+    SNAPSHOT_GROUP, SNAPSHOT_VERSION,
+};
 use super::plan::{DriverRef, Observation, Seen, ca_source};
 use super::rbac::{self, Scope};
 use crate::runtime::kit::Error;
@@ -46,6 +49,22 @@ pub async fn snapshot_api(client: &kube::Client) -> Result<bool, Error> {
     }
 }
 
+/// Whether the cluster serves every kind of the group-snapshot API the snapshotter
+/// watches (VolumeGroupSnapshots, their contents and classes); the same care as
+/// [`snapshot_api`].
+pub async fn group_snapshot_api(client: &kube::Client) -> Result<bool, Error> {
+    match client
+        .list_api_group_resources(&format!("{GROUP_SNAPSHOT_GROUP}/{GROUP_SNAPSHOT_VERSION}"))
+        .await
+    {
+        Ok(list) => Ok(GROUP_SNAPSHOT_RESOURCES
+            .iter()
+            .all(|plural| list.resources.iter().any(|r| r.name == *plural))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Every SimplyblockDriver of the cluster.
 pub async fn drivers(client: &kube::Client) -> Result<Vec<DriverRef>, Error> {
     let all: Api<SimplyblockDriver> = Api::all(client.clone());
@@ -68,8 +87,9 @@ pub async fn observe(
     let namespace = driver.namespace().unwrap_or_default();
     let drivers = drivers(client).await?;
     let snapshot_api = snapshot_api(client).await?;
+    let group_snapshot_api = group_snapshot_api(client).await?;
     let mut live = BTreeMap::new();
-    for key in every_key(&driver.spec.driver_name, snapshot_api) {
+    for key in every_key(&driver.spec.driver_name, snapshot_api, group_snapshot_api) {
         if let Some(object) = api(client, key.kind, &namespace).get_opt(&key.name).await? {
             live.insert(key, to_json(&object)?);
         }
@@ -95,6 +115,7 @@ pub async fn observe(
         bindings,
         drivers,
         snapshot_api,
+        group_snapshot_api,
         live,
         helm_csi_drivers,
         operator_namespace: operator_namespace.to_owned(),
@@ -185,6 +206,7 @@ fn to_json<K: serde::Serialize>(object: &K) -> Result<serde_json::Value, Error> 
 pub async fn cluster_scoped(
     client: &kube::Client,
     snapshot_api: bool,
+    group_snapshot_api: bool,
 ) -> Result<Vec<ObjectKey>, Error> {
     let selector = format!(
         "{}={}",
@@ -193,7 +215,9 @@ pub async fn cluster_scoped(
     );
     let mut out = Vec::new();
     for kind in Kind::ALL.into_iter().filter(|k| !k.namespaced()) {
-        if kind == Kind::VolumeSnapshotClass && !snapshot_api {
+        if (kind == Kind::VolumeSnapshotClass && !snapshot_api)
+            || (kind == Kind::VolumeGroupSnapshotClass && !group_snapshot_api)
+        {
             continue;
         }
         let listed = api(client, kind, "")

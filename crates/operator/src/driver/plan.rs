@@ -78,6 +78,8 @@ pub struct Observation {
     pub drivers: Vec<DriverRef>,
     /// The cluster serves `snapshot.storage.k8s.io/v1` VolumeSnapshotClasses.
     pub snapshot_api: bool,
+    /// The cluster serves every kind of `groupsnapshot.storage.k8s.io/v1beta1`.
+    pub group_snapshot_api: bool,
     /// The objects of [`manifests::every_key`] that exist.
     pub live: BTreeMap<ObjectKey, Value>,
     /// The CSIDrivers a Helm release installed.
@@ -204,6 +206,9 @@ pub fn plan(driver: &SimplyblockDriver, obs: &Observation) -> Plan {
     let settings = Settings {
         image: &image,
         snapshots: driver.spec.enable_volume_snapshots && obs.snapshot_api,
+        group_snapshots: driver.spec.enable_volume_snapshots
+            && obs.snapshot_api
+            && obs.group_snapshot_api,
         ca: obs.control_plane_ca.as_ref(),
     };
     let desired = manifests::manifests(driver, settings).objects();
@@ -414,6 +419,11 @@ pub fn status(
     if snapshot_support == Some(SnapshotSupport::Missing) {
         message.push_str(
             "; snapshots: the cluster does not serve snapshot.storage.k8s.io/v1, install the external-snapshotter's CRDs and snapshot controller",
+        );
+    }
+    if snapshot_support == Some(SnapshotSupport::Detected) && !obs.group_snapshot_api {
+        message.push_str(
+            "; group snapshots: the cluster does not serve groupsnapshot.storage.k8s.io/v1beta1, install the external-snapshotter's group-snapshot CRDs to take VolumeGroupSnapshots",
         );
     }
     SimplyblockDriverStatus {

@@ -6,8 +6,8 @@ use simplyblock_api::keys::{APPLIED_DIGEST_ANNOTATION, MANAGED_BY_LABEL};
 use super::*;
 use crate::driver::adoption::{RESOURCE_POLICY_ANNOTATION, RESOURCE_POLICY_KEEP};
 use crate::driver::names::{
-    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_DAEMONSET,
-    SNAPSHOT_CLASS,
+    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, GROUP_SNAPSHOT_CLASS, NODE_ACCOUNT,
+    NODE_DAEMONSET, SNAPSHOT_CLASS,
 };
 
 const NS: &str = "simplyblock-system";
@@ -64,6 +64,7 @@ fn empty(d: &SimplyblockDriver) -> Observation {
         bindings: chart_bindings(&d.namespace().unwrap_or_default()),
         drivers: vec![DriverRef::of(d)],
         snapshot_api: false,
+        group_snapshot_api: false,
         live: BTreeMap::new(),
         helm_csi_drivers: vec![],
         operator_namespace: NS.into(),
@@ -306,6 +307,90 @@ fn snapshots_follow_the_api_and_the_spec() {
     assert_eq!(
         keys(&c.apply),
         vec![ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET)]
+    );
+}
+
+/// The snapshotter's arguments in what `c` applies, if it applies the controller.
+fn snapshotter_args(c: &Converge) -> Option<Vec<String>> {
+    c.apply.iter().find_map(|(k, v)| {
+        (k.kind == Kind::StatefulSet)
+            .then(|| {
+                v["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .cloned()
+            })
+            .flatten()?
+            .into_iter()
+            .find(|c| c["name"] == "csi-snapshotter")
+            .map(|c| serde_json::from_value(c["args"].clone()).expect("args"))
+    })
+}
+
+const GROUP_GATE: &str = "--feature-gates=CSIVolumeGroupSnapshot=true";
+
+#[test]
+fn the_group_snapshot_gate_and_class_follow_the_group_snapshot_api() {
+    let class = ObjectKey::new(Kind::VolumeGroupSnapshotClass, GROUP_SNAPSHOT_CLASS);
+    let d = driver(json!({}));
+
+    // Snapshots served, group snapshots not: the snapshotter runs without the gate (with
+    // it, it would wait for the API and snapshot nothing), and status says what to add.
+    let mut obs = empty(&d);
+    obs.snapshot_api = true;
+    let c = converge(plan(&d, &obs));
+    let args = snapshotter_args(&c).expect("the snapshotter");
+    assert!(!args.iter().any(|a| a == GROUP_GATE), "{args:?}");
+    assert!(!keys(&c.apply).contains(&class));
+    let installed = installed(&d, true);
+    let message = status(&d, &installed, &plan(&d, &installed))
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.contains("groupsnapshot.storage.k8s.io/v1beta1"),
+        "{message}"
+    );
+
+    // The API appears: the next pass re-renders the snapshotter with the gate and writes
+    // the class, and the hint goes.
+    let mut served = installed.clone();
+    served.group_snapshot_api = true;
+    let c = converge(plan(&d, &served));
+    assert_eq!(
+        keys(&c.apply),
+        vec![
+            class.clone(),
+            ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET)
+        ]
+    );
+    assert!(
+        snapshotter_args(&c)
+            .expect("the snapshotter")
+            .iter()
+            .any(|a| a == GROUP_GATE)
+    );
+    let converged = reporting(applied(&served, &c), 1, (3, 3));
+    assert!(converge(plan(&d, &converged)).apply.is_empty());
+    let message = status(&d, &converged, &plan(&d, &converged))
+        .message
+        .unwrap_or_default();
+    assert!(!message.contains("groupsnapshot"), "{message}");
+
+    // Group snapshots without snapshots are nothing: no snapshot API, no gate or class.
+    let mut group_only = empty(&d);
+    group_only.group_snapshot_api = true;
+    let c = converge(plan(&d, &group_only));
+    assert_eq!(snapshotter_args(&c), None);
+    assert!(!keys(&c.apply).contains(&class));
+
+    // Snapshots turned off: the class goes with the snapshotter.
+    let off = driver(json!({"enableVolumeSnapshots": false}));
+    let c = converge(plan(&off, &converged));
+    assert_eq!(
+        c.prune,
+        vec![
+            ObjectKey::new(Kind::VolumeSnapshotClass, SNAPSHOT_CLASS),
+            class
+        ]
     );
 }
 

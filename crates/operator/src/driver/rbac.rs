@@ -5,9 +5,10 @@
 //! Each sidecar's rules are what its upstream `deploy/kubernetes/rbac.yaml` grants, less
 //! what this driver's flags switch off: no Secrets (no StorageClass names one), no pods
 //! for the resizer (`--handle-volume-inuse-error=false`: expansion is online), no
-//! VolumeAttributesClasses (the driver cannot modify a volume), no group snapshots (the
-//! snapshotter runs without its group-snapshot gate), no nodes or pods for the health
-//! monitor (its node watcher is off). The
+//! VolumeAttributesClasses (the driver cannot modify a volume), no nodes or pods for the
+//! health monitor (its node watcher is off). The snapshotter's group-snapshot rules are
+//! granted whether or not the cluster serves that API (the operator sets the sidecar's
+//! gate only where it is served; a rule on an API not served grants nothing). The
 //! sidecars' leader-election Leases are a Role in the driver's namespace, not a
 //! cluster-wide grant.
 //!
@@ -25,6 +26,7 @@ use super::names::{CONTROLLER_ACCOUNT, CONTROLLER_ROLE, CONTROLLER_ROLE_BINDING,
 const CORE: &str = "";
 const STORAGE: &str = "storage.k8s.io";
 const SNAPSHOT: &str = "snapshot.storage.k8s.io";
+const GROUP_SNAPSHOT: &str = "groupsnapshot.storage.k8s.io";
 const RBAC: &str = "rbac.authorization.k8s.io";
 
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
@@ -112,6 +114,19 @@ pub fn cluster_rules(component: Component) -> Vec<PolicyRule> {
             rule(
                 SNAPSHOT,
                 &["volumesnapshotcontents/status"],
+                &["update", "patch"],
+            ),
+            // With its CSIVolumeGroupSnapshot gate: the snapshot controller makes the
+            // contents, the sidecar cuts them and records the result.
+            rule(GROUP_SNAPSHOT, &["volumegroupsnapshotclasses"], READ),
+            rule(
+                GROUP_SNAPSHOT,
+                &["volumegroupsnapshotcontents"],
+                &["get", "list", "watch", "update", "patch"],
+            ),
+            rule(
+                GROUP_SNAPSHOT,
+                &["volumegroupsnapshotcontents/status"],
                 &["update", "patch"],
             ),
         ],
@@ -272,6 +287,11 @@ pub fn operator_rules() -> Vec<PolicyRule> {
         rule(
             SNAPSHOT,
             &["volumesnapshotclasses"],
+            &["get", "list", "create", "patch", "delete"],
+        ),
+        rule(
+            GROUP_SNAPSHOT,
+            &["volumegroupsnapshotclasses"],
             &["get", "list", "create", "patch", "delete"],
         ),
         rule("events.k8s.io", &["events"], &["create", "patch"]),

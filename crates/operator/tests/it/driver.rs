@@ -30,8 +30,8 @@ use simplyblock_operator::driver::adoption::{
 use simplyblock_operator::driver::controller::{self, CONTROLLER};
 use simplyblock_operator::driver::manifests::{self, Settings};
 use simplyblock_operator::driver::names::{
-    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, NODE_ACCOUNT, NODE_DAEMONSET,
-    SNAPSHOT_CLASS,
+    CONTROLLER_ACCOUNT, CONTROLLER_STATEFULSET, Component, GROUP_SNAPSHOT_CLASS, NODE_ACCOUNT,
+    NODE_DAEMONSET, SNAPSHOT_CLASS,
 };
 use simplyblock_operator::driver::objects::{Kind, ObjectKey};
 use simplyblock_operator::driver::observe;
@@ -42,8 +42,8 @@ use simplyblock_testenv::TestEnv;
 use simplyblock_testenv::standin::{READY_ANNOTATION, StandIn};
 
 use crate::support::{
-    PATIENCE, events, nudged, operator_command, operator_kube_on, own_api_server, passes, until,
-    until_explained,
+    PATIENCE, events, group_snapshot_crds, nudged, operator_command, operator_kube_on,
+    own_api_server, passes, until, until_explained,
 };
 
 const OPERATOR_IMAGE: &str = "quay.io/simplyblock-io/simplyblock-operator:v26.4.0";
@@ -304,7 +304,7 @@ fn driver(name: &str, spec: Value) -> SimplyblockDriver {
 
 /// Every object a default driver consists of where snapshots are (not) served.
 fn default_keys(snapshot_api: bool) -> Vec<ObjectKey> {
-    manifests::every_key(CSI_DRIVER, snapshot_api)
+    manifests::every_key(CSI_DRIVER, snapshot_api, false)
 }
 
 /// Whether the API server lets ServiceAccount `ns/account` do `verb` on `resource` of
@@ -725,6 +725,106 @@ async fn snapshots_are_missing_until_their_api_is_served_and_then_installed() {
     assert_eq!(status.phase, DriverPhase::Ready);
 }
 
+/// The snapshotter's arguments in the live controller StatefulSet.
+fn snapshotter_args(statefulset: &Value) -> Vec<String> {
+    statefulset["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "csi-snapshotter")
+        .map(|c| serde_json::from_value(c["args"].clone()).expect("args"))
+        .expect("the snapshotter")
+}
+
+#[tokio::test]
+async fn the_group_snapshot_gate_is_set_once_the_group_snapshot_api_is_served() {
+    const GATE: &str = "--feature-gates=CSIVolumeGroupSnapshot=true";
+    let c = cluster("drv-group-snapshots").await;
+    c.env
+        .install_crds(&[volume_snapshot_class_crd()])
+        .await
+        .expect("the snapshot CRD");
+    let op = c.operator();
+    let _controller = c.start(&op);
+    let ctx = &op.ctx;
+    c.create(&c.ns, DRIVER, json!({})).await.expect("driver");
+
+    // Snapshots served, group snapshots not: the snapshotter runs without the gate, with
+    // which it would wait for the missing API; status says what to install.
+    let status = c
+        .status_where(&c.ns, DRIVER, "snapshots detected", |s| {
+            s.snapshot_support == Some(SnapshotSupport::Detected)
+        })
+        .await;
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("groupsnapshot.storage.k8s.io/v1beta1")),
+        "{status:?}"
+    );
+    let sts = ObjectKey::new(Kind::StatefulSet, CONTROLLER_STATEFULSET);
+    let args = snapshotter_args(&c.object(&sts).await.expect("controller"));
+    assert!(args.iter().any(|a| a == "--timeout=150s"), "{args:?}");
+    assert!(!args.iter().any(|a| a == GATE), "{args:?}");
+    let class = ObjectKey::new(Kind::VolumeGroupSnapshotClass, GROUP_SNAPSHOT_CLASS);
+    assert!(c.object(&class).await.is_none());
+
+    c.env
+        .install_crds(&group_snapshot_crds())
+        .await
+        .expect("the group-snapshot CRDs");
+    // Nothing the controller watches changed: it looks again when nudged (or resyncs).
+    let drivers = c.drivers(&c.ns);
+    until("the gated snapshotter", async || {
+        nudged(&ctx.metrics, &drivers, CONTROLLER, DRIVER).await;
+        let live = c.object(&sts).await?;
+        snapshotter_args(&live)
+            .iter()
+            .any(|a| a == GATE)
+            .then_some(())
+    })
+    .await;
+    // Written by the operator under the chart's role.
+    let installed = c
+        .object(&class)
+        .await
+        .expect("the VolumeGroupSnapshotClass");
+    assert_eq!(
+        installed["apiVersion"],
+        "groupsnapshot.storage.k8s.io/v1beta1"
+    );
+    assert_eq!(installed["driver"], CSI_DRIVER);
+    assert_eq!(installed["deletionPolicy"], "Delete");
+    assert_eq!(
+        installed["metadata"]["labels"][MANAGED_BY_LABEL],
+        "simplyblockdriver"
+    );
+    let status = c
+        .status_where(&c.ns, DRIVER, "no group-snapshot hint", |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| !m.contains("groupsnapshot"))
+        })
+        .await;
+    assert_eq!(status.snapshot_support, Some(SnapshotSupport::Detected));
+    assert_eq!(errors(ctx), 0.0);
+
+    // Deleted: the class goes with the driver's other cluster-scoped objects.
+    drivers
+        .delete(DRIVER, &DeleteParams::default())
+        .await
+        .expect("delete");
+    until("the driver gone", async || {
+        drivers.get_opt(DRIVER).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        c.object(&class).await.is_none(),
+        "{class} outlived its driver"
+    );
+}
+
 #[tokio::test]
 async fn a_cluster_has_one_driver() {
     let c = cluster("drv-singleton").await;
@@ -821,6 +921,7 @@ fn helm_install(ns: &str) -> Vec<(ObjectKey, Value)> {
         Settings {
             image: "quay.io/simplyblock-io/spdk-csi:v0.1.9",
             snapshots: false,
+            group_snapshots: false,
             ca: None,
         },
     )
@@ -1068,7 +1169,11 @@ async fn an_install_cut_short_by_a_crash_completes_without_duplicates() {
     let selector = format!("{MANAGED_BY_LABEL}=simplyblockdriver");
     for kind in Kind::ALL {
         let expected = keys.iter().filter(|k| k.kind == kind).count();
-        if kind == Kind::VolumeSnapshotClass {
+        // Not served here.
+        if matches!(
+            kind,
+            Kind::VolumeSnapshotClass | Kind::VolumeGroupSnapshotClass
+        ) {
             continue;
         }
         let listed = observe::api(&c.kube, kind, &c.ns)

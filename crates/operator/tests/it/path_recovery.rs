@@ -306,6 +306,7 @@ async fn a_cut_path_is_reconnected_and_a_pod_that_lost_every_path_is_restarted()
         Settings {
             image: "quay.io/simplyblock-io/simplyblock-csi:test",
             snapshots: false,
+            group_snapshots: false,
             ca: None,
         },
     );

@@ -1013,3 +1013,55 @@ pub async fn scrape(env: &TestEnv, ns: &str, port: u16) -> Option<String> {
     }
     response.text().await.ok()
 }
+
+/// A structural CRD serving `kind` (any fields) in `group`/`version`: enough for discovery
+/// and for the objects the operator writes of it, nothing of the kind's schema.
+pub fn open_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"),
+                     // A *.k8s.io group needs its API review named, as upstream's CRDs do.
+                     "annotations": {"api-approved.kubernetes.io":
+                                     "https://github.com/kubernetes-csi/external-snapshotter/pull/1068"}},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": format!("{kind}List"),
+                      "plural": plural, "singular": kind.to_lowercase()},
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [{"name": version, "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {
+                              "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("CRD")
+}
+
+/// The group-snapshot API the csi-snapshotter v8.2 watches: its three kinds, as the
+/// external-snapshotter's CRDs serve them (without their schemas).
+pub fn group_snapshot_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    const GROUP: &str = "groupsnapshot.storage.k8s.io";
+    [
+        ("VolumeGroupSnapshot", "volumegroupsnapshots", true),
+        (
+            "VolumeGroupSnapshotContent",
+            "volumegroupsnapshotcontents",
+            false,
+        ),
+        (
+            "VolumeGroupSnapshotClass",
+            "volumegroupsnapshotclasses",
+            false,
+        ),
+    ]
+    .into_iter()
+    .map(|(kind, plural, namespaced)| open_crd(GROUP, "v1beta1", kind, plural, namespaced))
+    .collect()
+}
