@@ -452,10 +452,15 @@ pub async fn backups(client: &kube::Client, namespace: &str) -> anyhow::Result<(
         object("StorageBackup", BACKUP, backup()),
     )
     .await?;
+    // Finished an hour ago: within the Ops history's retention (seven days by default), as
+    // the Go operator's recent restores are; older ones are pruned at the first pass.
+    let now = jiff::Timestamp::now().as_second();
+    let at = |ago: i64| jiff::Timestamp::from_second(now - ago).map(|t| t.to_string());
+    let (started, completed) = (at(4200)?, at(3600)?);
     for (name, phase) in [(RESTORE_DONE, "Done"), (RESTORE_FAILED, "Failed")] {
         let mut status = json!({"phase": phase, "clusterUUID": "c-1", "backupID": "b-2",
             "poolName": POOL, "message": format!("restore {phase}"),
-            "startedAt": "2026-01-02T03:04:05Z", "completedAt": "2026-01-02T03:14:05Z"});
+            "startedAt": started.to_string(), "completedAt": completed.to_string()});
         if phase == "Done" {
             status["restoredLvolID"] = json!("l-restored");
             status["pvName"] = json!("restore-1");
