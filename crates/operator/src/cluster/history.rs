@@ -11,7 +11,7 @@
 
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, ListParams};
 use simplyblock_api::storage_cluster::{OperationRecord, StorageCluster};
 use simplyblock_api::storage_cluster_ops::StorageClusterOps;
 
@@ -108,23 +108,9 @@ impl History {
             .and_then(|s| s.active_ops_ref.as_deref());
         let api: Api<StorageClusterOps> =
             Api::namespaced(kube.clone(), &cluster.namespace().unwrap_or_default());
-        let mut deleted = 0;
         let bounds = Bounds::of(std::slice::from_ref(cluster));
-        for op in history::plan(&self.ops, bounds, lock, Timestamp::now()).delete {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: op.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(&op.name_any(), &params).await {
-                Ok(_) => deleted += 1,
-                // Gone already, or replaced by a newer object of the same name.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let chosen = history::plan(&self.ops, bounds, lock, Timestamp::now());
+        let deleted = history::delete_each(&api, &chosen.delete).await?;
         if deleted > 0 {
             tracing::info!(cluster = %cluster.name_any(), deleted, "deleted finished operations beyond spec.opsHistoryLimit");
         }

@@ -182,6 +182,31 @@ pub fn plan<'a, K: OpsKind + Resource>(
     }
 }
 
+/// Deletes each of `chosen`, bound to the object read so an operation created again under
+/// the same name is not touched; one already gone is no error. Returns how many went.
+pub async fn delete_each<K>(api: &Api<K>, chosen: &[&K]) -> Result<usize, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned,
+{
+    let mut deleted = 0;
+    for op in chosen {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: op.meta().uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&op.name_any(), &params).await {
+            Ok(_) => deleted += 1,
+            // Gone already, or replaced by a newer object of the same name.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
+}
+
 /// Deletes what [`plan`] chooses among the operations `ops` lists whose target
 /// (`target_of`) is `target`, under the bounds of the StorageClusters `clusters` lists
 /// (the operations' namespace's; every cluster the operator serves for a kind stored
@@ -209,22 +234,7 @@ where
         .collect();
     let now = Timestamp::now();
     let chosen = plan(&ops, bounds, protected, now);
-    let mut deleted = 0;
-    for op in &chosen.delete {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: op.meta().uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&op.name_any(), &params).await {
-            Ok(_) => deleted += 1,
-            // Gone already, or replaced by a newer object of the same name.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let deleted = delete_each(api, &chosen.delete).await?;
     if deleted > 0 {
         tracing::info!(
             kind = %K::kind(&()),
