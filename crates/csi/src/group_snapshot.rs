@@ -263,20 +263,11 @@ impl GroupController for GroupControllerService {
         if req.source_volume_ids.is_empty() {
             problems.push("source_volume_ids must name at least one volume".to_owned());
         }
-        let mut handles = Vec::new();
-        for v in &req.source_volume_ids {
-            match VolumeHandle::parse(v) {
-                Ok(h) => handles.push(h),
-                Err(_) => problems.push(format!("{v:?} is not a simplyblock volume id")),
-            }
-        }
-        let clusters: BTreeSet<Uuid> = handles.iter().map(|h| h.cluster).collect();
-        if clusters.len() > 1 {
-            problems.push(format!(
-                "the volumes are on {} clusters; a group snapshot takes one consistency group, on one cluster",
-                clusters.len()
-            ));
-        }
+        let handles = volumes_on_one_cluster(
+            &req.source_volume_ids,
+            "a group snapshot takes one consistency group",
+            &mut problems,
+        );
         if !problems.is_empty() {
             return Err(CsiError::InvalidArgument(problems.join("; ")).into());
         }
@@ -399,6 +390,30 @@ impl GroupController for GroupControllerService {
             group_snapshot: Some(entry),
         }))
     }
+}
+
+/// The volume handles of `ids`, with a problem added for each id that is not one and for
+/// volumes on more than one cluster (`one_group` says why they must share one).
+pub(crate) fn volumes_on_one_cluster(
+    ids: &[String],
+    one_group: &str,
+    problems: &mut Vec<String>,
+) -> Vec<VolumeHandle> {
+    let mut handles = Vec::new();
+    for v in ids {
+        match VolumeHandle::parse(v) {
+            Ok(h) => handles.push(h),
+            Err(_) => problems.push(format!("{v:?} is not a simplyblock volume id")),
+        }
+    }
+    let clusters: BTreeSet<Uuid> = handles.iter().map(|h| h.cluster).collect();
+    if clusters.len() > 1 {
+        problems.push(format!(
+            "the volumes are on {} clusters; {one_group}, on one cluster",
+            clusters.len()
+        ));
+    }
+    handles
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::clusters::Clusters;
 use crate::controller::page;
 use crate::error::{CsiError, Result};
-use crate::group_snapshot::{groups, open_members, pools_of, the_group};
+use crate::group_snapshot::{groups, open_members, pools_of, the_group, volumes_on_one_cluster};
 use crate::handle::{PoolRef, VolumeHandle};
 use crate::proto::csi::v1 as csi;
 use crate::proto::csiaddons::volumegroup as vg;
@@ -69,20 +69,11 @@ impl VolumeGroupService {
 /// The volumes of `ids` (one cluster's), or every problem with them at once.
 fn parse_volumes(ids: &[String]) -> Result<(Uuid, BTreeSet<Uuid>)> {
     let mut problems = Vec::new();
-    let mut handles = Vec::new();
-    for v in ids {
-        match VolumeHandle::parse(v) {
-            Ok(h) => handles.push(h),
-            Err(_) => problems.push(format!("{v:?} is not a simplyblock volume id")),
-        }
-    }
-    let clusters: BTreeSet<Uuid> = handles.iter().map(|h| h.cluster).collect();
-    if clusters.len() > 1 {
-        problems.push(format!(
-            "the volumes are on {} clusters; a volume group is one consistency group, on one cluster",
-            clusters.len()
-        ));
-    }
+    let handles = volumes_on_one_cluster(
+        ids,
+        "a volume group is one consistency group",
+        &mut problems,
+    );
     if handles.is_empty() && problems.is_empty() {
         problems.push("volume_ids must name the volumes of a consistency group: a group is formed when its volumes are created, from their claims' label storage.simplyblock.io/consistency-group".into());
     }
@@ -93,6 +84,19 @@ fn parse_volumes(ids: &[String]) -> Result<(Uuid, BTreeSet<Uuid>)> {
         handles[0].cluster,
         handles.iter().map(|h| h.volume).collect(),
     ))
+}
+
+/// The open members of the group `h` names; NOT_FOUND when the control plane has no such
+/// group.
+async fn group_members(client: &Client, h: &GroupHandle) -> Result<BTreeSet<Uuid>> {
+    open_members(client, h.cluster, h.group)
+        .await
+        .map_err(|e| match e {
+            CsiError::ControlPlane(ref c) if c.is_not_found() => {
+                CsiError::NotFound(format!("volume group {h}"))
+            }
+            e => e,
+        })
 }
 
 type R<T> = std::result::Result<Response<T>, Status>;
@@ -124,14 +128,7 @@ impl Controller for VolumeGroupService {
         let req = request.into_inner();
         let h = GroupHandle::parse(&req.volume_group_id)?;
         let client = self.clusters.client(h.cluster)?;
-        let current = open_members(&client, h.cluster, h.group)
-            .await
-            .map_err(|e| match e {
-                CsiError::ControlPlane(ref c) if c.is_not_found() => {
-                    CsiError::NotFound(format!("volume group {h}"))
-                }
-                e => e,
-            })?;
+        let current = group_members(&client, &h).await?;
         let wanted: BTreeSet<Uuid> = if req.volume_ids.is_empty() {
             BTreeSet::new()
         } else {
@@ -214,14 +211,7 @@ impl Controller for VolumeGroupService {
         let req = request.into_inner();
         let h = GroupHandle::parse(&req.volume_group_id)?;
         let client = self.clusters.client(h.cluster)?;
-        let members = open_members(&client, h.cluster, h.group)
-            .await
-            .map_err(|e| match e {
-                CsiError::ControlPlane(ref c) if c.is_not_found() => {
-                    CsiError::NotFound(format!("volume group {h}"))
-                }
-                e => e,
-            })?;
+        let members = group_members(&client, &h).await?;
         let view = self.view(&client, h.cluster, h.group, &members).await?;
         Ok(Response::new(vg::ControllerGetVolumeGroupResponse {
             volume_group: Some(view),
