@@ -16,9 +16,6 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use simplyblock_api::SimplyblockDriver;
 use simplyblock_api::csi_secret;
-use simplyblock_controlplane::{
-    ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, StorageNodeAdd,
-};
 use simplyblock_csi::cli::Args;
 use simplyblock_csi::proto::csi::v1 as csi;
 use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
@@ -31,8 +28,8 @@ use simplyblock_simulator::{Server, ServerTls, Sim, SimConfig};
 use tonic::transport::Channel;
 
 use crate::support::{
-    MANAGED_TLS_ENDPOINT, MANAGED_TLS_HOST, TOKEN, api_server, cp_client, fleet,
-    managed_control_plane, namespace, until,
+    MANAGED_TLS_ENDPOINT, MANAGED_TLS_HOST, TOKEN, active_cluster_with_pool, api_server, cp_client,
+    fleet, managed_control_plane, namespace, until,
 };
 
 const OPERATOR_IMAGE: &str = "quay.io/simplyblock-io/simplyblock-operator:v26.4.0";
@@ -77,41 +74,7 @@ impl ControlPlane {
             )
             .expect("TLS at the control plane's name");
         let cp = cp_client(&server.url);
-        let cluster = cp
-            .create_cluster(&ClusterCreate::new("csi-tls", 10, 4))
-            .await
-            .expect("cluster");
-        for i in 1..=3 {
-            cp.add_storage_node(
-                cluster.id,
-                &StorageNodeAdd::new(
-                    format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                    "eth0",
-                ),
-            )
-            .await
-            .expect("node add");
-        }
-        until("three online nodes", async || {
-            let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-            (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
-        })
-        .await;
-        cp.activate_cluster(cluster.id).await.expect("activate");
-        until("the cluster active", async || {
-            (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
-        })
-        .await;
-        let pool = cp
-            .create_pool(
-                cluster.id,
-                &PoolCreate {
-                    name: "pool1".into(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("pool");
+        let (cluster, pool) = active_cluster_with_pool(&cp, "csi-tls").await;
         ControlPlane {
             cluster: cluster.id,
             cluster_secret: cluster.secret.expose().to_owned(),

@@ -13,10 +13,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use simplyblock_api::SimplyblockDriver;
 use simplyblock_api::csi_secret;
-use simplyblock_controlplane::{
-    Client, ClusterCreate, ClusterStatus, NodeStatus, PoolCreate, StorageNodeAdd, Uuid,
-    VolumeCreate,
-};
+use simplyblock_controlplane::{Client, Uuid, VolumeCreate};
 use simplyblock_csi::attach::loopdev;
 use simplyblock_csi::cli::Args;
 use simplyblock_csi::proto::csi::v1 as csi;
@@ -27,7 +24,7 @@ use simplyblock_operator::driver::names::NODE_ACCOUNT;
 use simplyblock_simulator::{Server, Sim, SimConfig};
 use tonic::transport::Channel;
 
-use crate::support::{TOKEN, cp_client, fleet, own_api_server, until};
+use crate::support::{TOKEN, active_cluster_with_pool, cp_client, fleet, own_api_server, until};
 
 const NS: &str = "path-recovery";
 const NODE: &str = "recovery-worker";
@@ -59,41 +56,7 @@ async fn control_plane() -> ControlPlane {
         .await
         .expect("sbsim");
     let cp = cp_client(&server.url);
-    let cluster = cp
-        .create_cluster(&ClusterCreate::new("recovery", 10, 4))
-        .await
-        .expect("cluster");
-    for i in 1..=3 {
-        cp.add_storage_node(
-            cluster.id,
-            &StorageNodeAdd::new(
-                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
-                "eth0",
-            ),
-        )
-        .await
-        .expect("node add");
-    }
-    until("three online nodes", async || {
-        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
-        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
-    })
-    .await;
-    cp.activate_cluster(cluster.id).await.expect("activate");
-    until("the cluster active", async || {
-        (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
-    })
-    .await;
-    let pool = cp
-        .create_pool(
-            cluster.id,
-            &PoolCreate {
-                name: "pool1".into(),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("pool");
+    let (cluster, pool) = active_cluster_with_pool(&cp, "recovery").await;
     ControlPlane {
         cluster: cluster.id,
         cluster_secret: cluster.secret.expose().to_owned(),

@@ -150,6 +150,53 @@ pub fn cp_client(url: &str) -> Client {
     Client::new(cfg).expect("client")
 }
 
+/// A cluster `name` on sbsim, through `cp`: its three storage nodes (workers `w1..w3` of
+/// [`fleet`]) added and Online, the cluster active, and a pool `pool1` in it.
+pub async fn active_cluster_with_pool(
+    cp: &Client,
+    name: &str,
+) -> (
+    simplyblock_controlplane::Cluster,
+    simplyblock_controlplane::Pool,
+) {
+    let cluster = cp
+        .create_cluster(&ClusterCreate::new(name, 10, 4))
+        .await
+        .expect("cluster");
+    for i in 1..=3 {
+        cp.add_storage_node(
+            cluster.id,
+            &StorageNodeAdd::new(
+                format!("w{i}.simplyblock-storage-node-api.simplyblock.svc.cluster.local:5000"),
+                "eth0",
+            ),
+        )
+        .await
+        .expect("node add");
+    }
+    until("three online nodes", async || {
+        let nodes = cp.list_storage_nodes(cluster.id).await.ok()?;
+        (nodes.len() == 3 && nodes.iter().all(|n| n.status == NodeStatus::Online)).then_some(())
+    })
+    .await;
+    cp.activate_cluster(cluster.id).await.expect("activate");
+    until("the cluster active", async || {
+        (cp.get_cluster(cluster.id).await.ok()?.status == ClusterStatus::Active).then_some(())
+    })
+    .await;
+    let pool = cp
+        .create_pool(
+            cluster.id,
+            &simplyblock_controlplane::PoolCreate {
+                name: "pool1".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool");
+    (cluster, pool)
+}
+
 /// `n` simulated workers `w1..wn` in storage-node set `c1`, two 2T drives each.
 pub fn fleet(n: usize) -> String {
     let mut s = String::from("workers:\n");
