@@ -9,6 +9,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use simplyblock_controlplane::Uuid;
 use simplyblock_csi::proto::csi::v1 as csi;
+use simplyblock_csi::proto::csi::v1::controller_client::ControllerClient;
 use simplyblock_csi::proto::csi::v1::group_controller_client::GroupControllerClient;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -23,6 +24,26 @@ fn volume_id(handle: &str) -> Uuid {
         .next()
         .and_then(|s| s.parse().ok())
         .expect("handle")
+}
+
+/// Volumes of claims `<prefix>-a` and `<prefix>-b`, both labelled `group`, and of
+/// `<prefix>-loner`, in no group.
+async fn two_members_and_a_loner(
+    e: &ClaimEnv,
+    ctl: &mut ControllerClient<Channel>,
+    prefix: &str,
+    group: (&str, &str),
+) -> (String, String, String) {
+    let mut volume = async |name: &str, labels: &[(&str, &str)]| {
+        let claim = format!("{prefix}-{name}");
+        e.claim(&claim, &[], labels).await;
+        e.create(ctl, &claim, None).await.expect(name).volume_id
+    };
+    (
+        volume("a", &[group]).await,
+        volume("b", &[group]).await,
+        volume("loner", &[]).await,
+    )
 }
 
 /// The first bytes of a volume's data: the backing file sbsim keeps for it (what the loop
@@ -75,16 +96,7 @@ async fn a_group_snapshot_of_two_claims_restores_each_member() {
         .capabilities;
     assert_eq!(caps.len(), 1, "{caps:?}");
 
-    e.claim("gs-a", &[], &[GROUP_LABEL]).await;
-    e.claim("gs-b", &[], &[GROUP_LABEL]).await;
-    e.claim("gs-loner", &[], &[]).await;
-    let a = e.create(&mut ctl, "gs-a", None).await.expect("a").volume_id;
-    let b = e.create(&mut ctl, "gs-b", None).await.expect("b").volume_id;
-    let loner = e
-        .create(&mut ctl, "gs-loner", None)
-        .await
-        .expect("loner")
-        .volume_id;
+    let (a, b, loner) = two_members_and_a_loner(&e, &mut ctl, "gs", GROUP_LABEL).await;
     write_head(&e, &a, b"alpha-before");
     write_head(&e, &b, b"bravo-before");
 
@@ -240,16 +252,7 @@ async fn a_volume_group_is_the_claims_consistency_group() {
     let (_, mut ctl, _) = e.driver.clients().await;
     let mut groups = vg::controller_client::ControllerClient::new(e.driver.channel().await);
     let label = ("storage.simplyblock.io/consistency-group", "vg-db");
-    e.claim("vg-a", &[], &[label]).await;
-    e.claim("vg-b", &[], &[label]).await;
-    e.claim("vg-loner", &[], &[]).await;
-    let a = e.create(&mut ctl, "vg-a", None).await.expect("a").volume_id;
-    let b = e.create(&mut ctl, "vg-b", None).await.expect("b").volume_id;
-    let loner = e
-        .create(&mut ctl, "vg-loner", None)
-        .await
-        .expect("loner")
-        .volume_id;
+    let (a, b, loner) = two_members_and_a_loner(&e, &mut ctl, "vg", label).await;
     let members = |g: &vg::VolumeGroup| -> BTreeSet<String> {
         g.volumes.iter().map(|v| v.volume_id.clone()).collect()
     };
