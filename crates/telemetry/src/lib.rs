@@ -1,0 +1,7 @@
+//! What simplyblock's binaries tell the outside world.
+//!
+//! [`catalogue`] declares every metric family any binary exports: its name, type, labels,
+//! meaning and exporter. The documentation, the chart's alerts and dashboards, and the
+//! registries that write the families are all held to it.
+
+pub mod catalogue;
