@@ -5,3 +5,4 @@
 //! registries that write the families are all held to it.
 
 pub mod catalogue;
+pub mod metrics;
