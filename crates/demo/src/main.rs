@@ -9,6 +9,7 @@
 //! the first-install discovery find the disks and write a deployment document, shows it
 //! for review, approves it, and follows the deployment until the cluster is Online.
 
+mod alerts;
 mod backups;
 mod day_two;
 mod disaster_recovery;
@@ -215,6 +216,7 @@ async fn main() -> anyhow::Result<()> {
         .with_control_plane_proxy(sim.addr)
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
+    let operator_metrics = context.metrics.clone();
     let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
         initial_discovery: true,
         leader_election: Some(LeaderElection {
@@ -537,6 +539,19 @@ async fn main() -> anyhow::Result<()> {
             )
         );
     }
+    // A drive fails, and the chart's alert for it fires on the operator's metrics.
+    let served = match served {
+        Ok(served) => match alerts::act(&client, &sim.sim, operator_metrics).await {
+            Ok(()) => Ok(served),
+            Err(e) => {
+                if let Some(served) = served {
+                    let _ = served.stop().await;
+                }
+                Err(e)
+            }
+        },
+        Err(e) => Err(e),
+    };
     // Last, on an API server of its own: an installation of the Go operator moved over.
     let served = match served {
         Ok(served) => match upgrade::act().await {

@@ -1,5 +1,5 @@
-//! The binaries the tests run (kube-apiserver and etcd, and the peer tools csi-sanity and
-//! helm): found in a versioned cache, or built there once from the Go module proxy.
+//! The binaries the tests run (kube-apiserver and etcd, and the peer tools csi-sanity,
+//! helm and promtool): found in a versioned cache, or built there once from the Go module proxy.
 //!
 //! No package registry ships kube-apiserver, so it is compiled from `k8s.io/kubernetes` the
 //! way envtest's assets are produced. The build runs under an exclusive file lock, so test
@@ -105,6 +105,18 @@ pub const HELM_VERSION: &str = "v4.3.2";
 pub fn helm() -> Result<PathBuf, Error> {
     tool(&format!("helm-{HELM_VERSION}"), "helm", || {
         Ok(Recipe::helm())
+    })
+}
+
+/// The Prometheus release whose promtool checks and unit-tests the chart's alerting rules,
+/// as its Go module version (v0.3xx.y is Prometheus 3.xx.y).
+pub const PROMTOOL_VERSION: &str = "v0.316.0";
+
+/// promtool, the alerting rules' peer tool: found in the cache, or built there once under
+/// the same lock as the API server's binaries.
+pub fn promtool() -> Result<PathBuf, Error> {
+    tool(&format!("promtool-{PROMTOOL_VERSION}"), "promtool", || {
+        Ok(Recipe::promtool())
     })
 }
 
@@ -300,6 +312,21 @@ impl Recipe {
             "helm.sh/helm/v4/cmd/helm",
             // Without the stamp `helm version` reports a bare minor version.
             format!("-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
+        )
+    }
+
+    fn promtool() -> Recipe {
+        // The module is versioned v0.3xx.y for Prometheus 3.xx.y; the stamp is the latter.
+        let release = PROMTOOL_VERSION
+            .strip_prefix("v0.3")
+            .map(|rest| format!("3.{}", rest.trim_start_matches('0')))
+            .unwrap_or_else(|| PROMTOOL_VERSION.to_string());
+        Recipe::module(
+            "promtool",
+            "github.com/prometheus/prometheus",
+            PROMTOOL_VERSION,
+            "github.com/prometheus/prometheus/cmd/promtool",
+            format!("-s -w -X github.com/prometheus/common/version.Version={release}"),
         )
     }
 

@@ -1,7 +1,10 @@
 //! The Helm chart: each profile lints and renders what it must and nothing it must not,
 //! bad values are refused with a message, every value a template reads is defined, no
 //! role holds a wildcard, a real API server accepts every rendered object, and the csi-addons
-//! controller manager and its CRDs come only when asked for.
+//! controller manager and its CRDs come only when asked for; the monitoring (`monitoring`)
+//! renders only when asked for and holds to the metric catalogue.
+
+mod monitoring;
 
 use std::collections::BTreeSet;
 

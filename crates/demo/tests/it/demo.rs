@@ -88,6 +88,14 @@ fn the_demo_discovers_deploys_and_ends_online() {
         "{last}"
     );
 
+    // A drive failed: the chart's alert fired on the operator's scraped metrics, for it.
+    assert!(
+        stdout.contains(
+            "(the chart's files/prometheus/alerts.yaml over the scraped samples): SUCCESS"
+        ) && stdout.contains("firing: SimplyblockDeviceFailed (the drive failed above)"),
+        "no alert firing for the failed drive in:\n{stdout}"
+    );
+
     // Day one: the default pool and its class, a volume through the driver, a rolling
     // restart that leaves it readable.
     let pool = lines

@@ -66,4 +66,25 @@ pub(super) const FAMILIES: &[Family] = &[
         help: "The driver's node plugins scheduled: one per worker that should run one.",
         exporter: Operator,
     },
+    Family {
+        name: "simplyblock_reconcile_total",
+        r#type: Counter,
+        labels: &["controller", "result"],
+        help: "Reconcile passes ended, by controller and result (success, error).",
+        exporter: Operator,
+    },
+    Family {
+        name: "simplyblock_reconcile_errors_total",
+        r#type: Counter,
+        labels: &["controller", "kind"],
+        help: "Reconcile passes that ended in an error, by controller and kind of error.",
+        exporter: Operator,
+    },
+    Family {
+        name: "simplyblock_reconcile_duration_seconds",
+        r#type: Histogram,
+        labels: &["controller"],
+        help: "How long a reconcile pass took.",
+        exporter: Operator,
+    },
 ];
