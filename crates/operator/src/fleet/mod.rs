@@ -122,7 +122,16 @@ async fn pass(ctx: &Context, settings: Settings, memory: &mut BTreeMap<(String, 
             continue;
         };
         let m = memory.entry(key).or_default();
-        match observe::observe(ctx, cluster, id, settings.volume_budget, m).await {
+        match observe::observe(
+            ctx,
+            cluster,
+            id,
+            settings.volume_budget,
+            &mut m.figures,
+            &mut m.last_visit,
+        )
+        .await
+        {
             Ok(o) => write(ctx, cluster, &o, m).await,
             Err(e) => tracing::warn!(
                 cluster = %cluster.name_any(), error = %e,

@@ -13,7 +13,6 @@ use simplyblock_api::volume_handle::VolumeHandle;
 use simplyblock_api::{StorageCluster, StorageNode, StoragePool};
 use simplyblock_controlplane::{Uuid, latest_iostat};
 
-use super::Memory;
 use super::plan::{
     Claim, DeviceSeen, NodeSeen, Observation, PoolSeen, VolumeFigures, VolumeSeen, visits,
 };
@@ -37,7 +36,8 @@ pub(super) async fn observe(
     cluster: &StorageCluster,
     id: Uuid,
     budget: usize,
-    memory: &mut Memory,
+    figures: &mut BTreeMap<Uuid, VolumeFigures>,
+    last_visit: &mut Option<Uuid>,
 ) -> Result<Observation, Error> {
     let cp = ctx.control_plane()?;
     let namespace = cluster.namespace().unwrap_or_default();
@@ -131,7 +131,7 @@ pub(super) async fn observe(
 
     // Volumes gone from the control plane lose their figures; the budget goes round the
     // volumes that have a PersistentVolume (only they are exported).
-    memory.figures.retain(|v, _| pool_of.contains_key(v));
+    figures.retain(|v, _| pool_of.contains_key(v));
     let exported: Vec<Uuid> = pool_of
         .keys()
         .filter(|v| claims.contains_key(v))
@@ -140,8 +140,8 @@ pub(super) async fn observe(
     // The control plane's clock (its latest capacity sample), against which snapshot
     // ages are measured.
     let now = dto.capacity.date;
-    for v in visits(&exported, memory.last_visit, budget) {
-        memory.last_visit = Some(v);
+    for v in visits(&exported, *last_visit, budget) {
+        *last_visit = Some(v);
         let pool = pool_of[&v];
         let detail = match cp.get_volume(id, pool, v).await {
             Ok(d) => d,
@@ -162,7 +162,7 @@ pub(super) async fn observe(
         } else {
             None
         };
-        memory.figures.insert(
+        figures.insert(
             v,
             VolumeFigures {
                 used_bytes: detail.capacity.size_used.max(0) as u64,
@@ -184,7 +184,7 @@ pub(super) async fn observe(
         nodes,
         pools,
         tasks,
-        figures: memory.figures.clone(),
+        figures: figures.clone(),
     })
 }
 
