@@ -19,7 +19,9 @@ pub mod sse;
 mod tls;
 pub mod types;
 
-pub use client::{Client, ClientConfig, NodeRemoveOptions, draw, retry_delay};
+pub use client::{
+    Client, ClientConfig, IoStat, NodeRemoveOptions, draw, latest_iostat, retry_delay,
+};
 pub use error::{Error, Result, message_from_body};
 pub use informer::{Changes, Informer, InformerConfig, Scope, Subscription};
 pub use redacted::Redacted;

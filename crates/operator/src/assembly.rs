@@ -70,6 +70,8 @@ pub struct Config {
     pub discovery_cluster_name: Option<String>,
     /// `None`: this process leads alone (one replica, a test).
     pub leader_election: Option<LeaderElection>,
+    /// How the leader reads the fleet's statistics.
+    pub fleet: crate::fleet::Settings,
 }
 
 impl Config {
@@ -87,6 +89,7 @@ impl Config {
             initial_discovery: false,
             discovery_cluster_name: None,
             leader_election: None,
+            fleet: crate::fleet::Settings::default(),
         }
     }
 }
@@ -178,6 +181,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         &ctx,
         config.leader_election,
         config.probe,
+        config.fleet,
         config
             .initial_discovery
             .then_some(config.discovery_cluster_name),
@@ -194,6 +198,7 @@ async fn lead(
     ctx: &Arc<Context>,
     election: Option<LeaderElection>,
     probe: ProbeSettings,
+    fleet: crate::fleet::Settings,
     initial_discovery: Option<Option<String>>,
 ) -> Result<(), Error> {
     let lease = match election {
@@ -222,7 +227,7 @@ async fn lead(
             }
         });
     }
-    let controllers = futures::future::join_all(controllers(ctx, probe));
+    let controllers = futures::future::join_all(controllers(ctx, probe, fleet));
     let Some((manager, duration, grace)) = lease else {
         controllers.await;
         return Ok(());
@@ -293,7 +298,11 @@ async fn lease_manager(ctx: &Context, election: &LeaderElection) -> Result<Lease
 }
 
 /// Every controller of the operator.
-fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
+fn controllers(
+    ctx: &Arc<Context>,
+    probe: ProbeSettings,
+    fleet: crate::fleet::Settings,
+) -> Vec<Task> {
     // The probe runs in the operator's own image, whose registry and tag the CSI driver
     // runs at unless its spec names an image.
     let operator_image = probe.image.clone();
@@ -316,5 +325,6 @@ fn controllers(ctx: &Arc<Context>, probe: ProbeSettings) -> Vec<Task> {
         Box::pin(driver::controller::run(ctx.clone(), operator_image)),
         Box::pin(crate::dr::run(ctx.clone())),
         Box::pin(crate::backup::run(ctx.clone())),
+        Box::pin(crate::fleet::run(ctx.clone(), fleet)),
     ]
 }

@@ -14,6 +14,7 @@ pub mod deployment;
 pub mod device;
 pub mod dr;
 pub mod driver;
+pub mod fleet;
 pub mod metrics_server;
 pub mod node;
 pub mod pool;

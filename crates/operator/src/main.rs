@@ -227,6 +227,13 @@ struct RunArgs {
     /// Do not raise the first-install discovery run.
     #[arg(long)]
     disable_initial_discovery: bool,
+    /// How often the leader reads each cluster's capacity, health and I/O statistics.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    fleet_interval: Duration,
+    /// How many volumes each of those reads visits for their used bytes and I/O (the
+    /// control plane's volume lists carry neither); the others wait their turn.
+    #[arg(long, default_value_t = 8)]
+    fleet_volume_budget: usize,
     /// The StorageCluster the first-install discovery run drafts (the chart's
     /// `operator.discoveryClusterName`); by default the run's name, initial-discovery.
     #[arg(long, env = "SIMPLYBLOCK_DISCOVERY_CLUSTER_NAME")]
@@ -288,6 +295,8 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         image_pull_secrets,
         probe_service_account,
         disable_initial_discovery,
+        fleet_interval,
+        fleet_volume_budget,
         discovery_cluster_name,
         default_storage_class,
         storage_node_proxy,
@@ -337,6 +346,10 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         initial_discovery: !disable_initial_discovery,
         discovery_cluster_name: discovery_cluster_name.filter(|n| !n.is_empty()),
         leader_election,
+        fleet: simplyblock_operator::fleet::Settings {
+            interval: fleet_interval,
+            volume_budget: fleet_volume_budget,
+        },
     })
 }
 

@@ -21,6 +21,7 @@
 //! | `POST /_sim/object-stores` `{endpoint, bucket, region?, access_key_id, secret_access_key}` | a bucket (and its store when new) open to that key; again to allow more keys |
 //! | `PATCH /_sim/object-stores` `{endpoint, reachable: bool}` | take a store off the network or back |
 //! | `DELETE /_sim/object-stores` `{endpoint, bucket}` | remove a bucket with every object in it |
+//! | `PUT /_sim/volumes/{id}/written` `{"bytes": N}` | a workload wrote N bytes to the volume: its used bytes ([`crate::stats`]) |
 //! | `POST /_sim/paths/cut` `{volume, paths?: ["ip:port"]}` | cut a loop-attached volume's paths to the node ([`crate::paths`]) |
 
 use std::collections::BTreeMap;
@@ -166,6 +167,10 @@ pub fn handle(
             Ok(Reply::empty(204))
         }
         ("GET", ["workers", host, "snode", verb]) => snode::handle(sim, host, verb),
+        ("PUT", ["volumes", id, "written"]) => {
+            crate::stats::set_written(sim, id, body)?;
+            Ok(Reply::empty(204))
+        }
         ("GET", ["clock"]) => Ok(Reply::ok(json!({
             "sim_ms": sim.clock.now_ms(),
             "sim_time": crate::render::iso_time(sim.clock.now_ms()),

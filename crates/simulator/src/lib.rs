@@ -27,6 +27,7 @@ pub mod reply;
 pub mod rng;
 pub mod routes;
 pub mod sim;
+pub mod stats;
 pub mod store;
 pub mod stream;
 pub mod volfiles;

@@ -305,6 +305,10 @@ pub struct VolumeRec {
     /// Demoted on its site by a synchronous demote: it serves nowhere until promoted.
     #[serde(default)]
     pub fenced: bool,
+    /// The bytes a workload wrote (`PUT /_sim/volumes/{id}/written`); `None`: the
+    /// simulated default of [`crate::stats::volume_used`].
+    #[serde(default)]
+    pub written: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

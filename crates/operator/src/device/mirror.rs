@@ -515,7 +515,8 @@ fn gauges(ctx: &Context, node: &StorageNode, report: &Report, existing: &[Storag
             failed += 1;
         }
         m.set(CAPACITY, labels.clone(), d.size as f64);
-        m.set(USED, labels.clone(), d.capacity.size_used.max(0) as f64);
+        // The used bytes come from the fleet collector ([`crate::fleet`]): streamed
+        // devices carry no statistics.
         m.one_hot(PHASE, &labels, phases.iter().copied(), Some(phase.as_str()));
     }
     let node_labels = vec![

@@ -159,6 +159,19 @@ impl Deployment {
         Api::namespaced(self.kube.clone(), &self.ns)
     }
 
+    /// The operator's command as [`Deployment::operator`] runs it, without a metrics
+    /// address: for a test that adds its own flags.
+    pub(crate) fn operator_command(&self) -> std::process::Command {
+        let mut command =
+            crate::support::operator_command(&self.env, self.sim.addr, &self.token_file, &self.ns);
+        command.arg(format!("--storage-node-proxy={}", self.sim.addr));
+        command
+    }
+
+    pub(crate) fn env(&self) -> &TestEnv {
+        &self.env
+    }
+
     pub(crate) fn operator(&self, crash_after: Option<&str>) -> Child {
         operator(
             &self.env,

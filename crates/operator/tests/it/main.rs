@@ -19,6 +19,7 @@ mod driver;
 mod driver_tls;
 mod enrollment;
 mod events;
+mod fleet_metrics;
 mod hub;
 mod leader;
 mod lock;

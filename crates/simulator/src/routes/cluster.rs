@@ -85,7 +85,8 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             if !st.t.nodes.values().any(|n| n.cluster_id == id) {
                 return Err(ApiError::opaque("no I/O samples yet"));
             }
-            Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
+            let sample = crate::stats::iostat(st.t, st.now, |v| v.cluster_id == id);
+            Ok(Reply::ok(json!([sample])))
         }
         ("GET", "/clusters/{cluster_id}/logs") => {
             let c = cluster(st.t, req.id("cluster_id"))?;

@@ -32,7 +32,9 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
         ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/capacity")
         | ("GET", "/clusters/{cluster_id}/storage-nodes/{storage_node_id}/iostats") => {
             // The real capacity route returns iostats history too.
-            Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
+            let id = req.id("storage_node_id");
+            let sample = crate::stats::iostat(st.t, st.now, |v| v.node_id == id);
+            Ok(Reply::ok(json!([sample])))
         }
         ("GET", api::STORAGE_NODE_NICS) => {
             let n = node(st.t, req.id("cluster_id"), req.id("storage_node_id"))?;

@@ -74,7 +74,9 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             Ok(Reply::empty(204))
         }
         ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/iostats") => {
-            Ok(Reply::ok(json!([render::iostat_sample(st.now)])))
+            let id = req.id("pool_id");
+            let sample = crate::stats::iostat(st.t, st.now, |v| v.pool_id == id);
+            Ok(Reply::ok(json!([sample])))
         }
         ("POST", api::POOL_HOST) => {
             let h: HostNqn = body(st.sim, req)?;

@@ -168,8 +168,12 @@ pub fn handle(st: &mut St<'_>, req: &ApiReq) -> ApiResult {
             reap_snapshot(st.t, snap);
             Ok(Reply::empty(204))
         }
-        ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/capacity")
-        | ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/iostats") => {
+        ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/iostats") => {
+            let id = volume(st.t, p, vid)?.id;
+            let sample = crate::stats::iostat(st.t, now, |v| v.id == id);
+            Ok(Reply::ok(json!([sample])))
+        }
+        ("GET", "/clusters/{cluster_id}/storage-pools/{pool_id}/volumes/{volume_id}/capacity") => {
             let v = volume(st.t, p, vid)?;
             Ok(Reply::ok(json!([{
                 "date": now / 1000, "size_total": v.size, "size_prov": v.size,

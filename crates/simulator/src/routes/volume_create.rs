@@ -353,6 +353,7 @@ fn create_volume(st: &mut St<'_>, c: Uuid, p: Uuid, v: VolumeCreate) -> Result<U
         do_replicate: v.do_replicate,
         created_ms: st.now,
         fenced: false,
+        written: None,
     };
     if let Some(dir) = &st.sim.config.volume_files {
         crate::volfiles::create(dir, id, rec.size);
@@ -487,5 +488,6 @@ pub fn derived_volume(
         do_replicate: false,
         created_ms: st.now,
         fenced: false,
+        written: None,
     }
 }
