@@ -18,7 +18,7 @@ const PUBLISH: &str = "/csi.v1.Node/NodePublishVolume";
 
 /// The body of `GET url` (plain HTTP/1.1), panicking unless it is a 200 in the
 /// OpenMetrics format.
-async fn scrape(url: &str) -> String {
+pub async fn scrape(url: &str) -> String {
     let rest = url.strip_prefix("http://").expect("http url");
     let (host, path) = rest.split_at(rest.find('/').expect("path"));
     let mut conn = tokio::net::TcpStream::connect(host).await.expect("connect");
@@ -41,7 +41,7 @@ async fn scrape(url: &str) -> String {
 
 /// The value of the sample `name` carrying every label of `labels` (and maybe others);
 /// `None` when no sample does.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines().find_map(|line| {
         let rest = line.strip_prefix(name)?;
         let (set, value) = match rest.strip_prefix('{') {
