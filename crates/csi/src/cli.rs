@@ -17,6 +17,10 @@ use crate::clusters::{ClusterEntry, Clusters, DEFAULT_SECRET_PATH, TlsConnect, T
 use crate::recovery::RecoveryConfig;
 use crate::{Driver, Mode, NodeConfig, handle, topology};
 
+/// The driver's metrics port: next to the node-driver-registrar's health port (9809),
+/// and free on a worker's host network, where the node plugin runs.
+pub const DEFAULT_METRICS_ADDRESS: &str = ":9810";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttacherKind {
     /// NVMe/TCP through /dev/nvme-fabrics (production).
@@ -84,6 +88,10 @@ pub struct Args {
     /// name.
     #[arg(long)]
     pub control_plane_proxy: Option<SocketAddr>,
+    /// Where `GET /metrics` is served (OpenMetrics text, plain HTTP): `:PORT` on every
+    /// interface, `HOST:PORT`, or empty to serve none.
+    #[arg(long, default_value = DEFAULT_METRICS_ADDRESS)]
+    pub metrics_address: String,
     #[arg(long, value_enum, default_value = "nvmeof")]
     pub attacher: AttacherKind,
     /// Directory of the volume files (loop attacher).
@@ -202,6 +210,11 @@ impl Args {
             extra,
             self.transport(),
         )?)
+    }
+
+    /// Where `/metrics` is served, if anywhere.
+    pub fn metrics_address(&self) -> anyhow::Result<Option<SocketAddr>> {
+        crate::metrics_http::parse_address(&self.metrics_address).map_err(anyhow::Error::msg)
     }
 
     /// The socket the driver serves on.

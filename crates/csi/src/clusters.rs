@@ -432,7 +432,9 @@ impl Clusters {
             .clone()
     }
 
+    /// The client of `cluster`, which the call being served names ([`crate::metrics`]).
     pub fn client(&self, cluster: Uuid) -> Result<Arc<Client>> {
+        crate::metrics::note_cluster(cluster);
         self.current()
             .clients
             .get(&cluster)
@@ -440,7 +442,10 @@ impl Clusters {
             .ok_or_else(|| CsiError::UnknownCluster(cluster.to_string()))
     }
 
+    /// Every cluster served: the call being served goes over them all and is labelled
+    /// with none ([`crate::metrics`]).
     pub fn ids(&self) -> Vec<Uuid> {
+        crate::metrics::note_every_cluster();
         self.current().clients.keys().copied().collect()
     }
 

@@ -22,6 +22,8 @@ pub mod group_snapshot;
 pub mod handle;
 pub mod identity;
 pub mod locks;
+pub mod metrics;
+pub mod metrics_http;
 pub mod mkfs_options;
 pub mod node;
 pub mod params;
@@ -37,4 +39,4 @@ pub mod volume_group;
 
 pub use clusters::install_crypto_provider;
 pub use error::{CsiError, Result};
-pub use server::{Driver, Mode, NodeConfig, serve, socket_path};
+pub use server::{Driver, Mode, NodeConfig, serve, serve_measured, socket_path};

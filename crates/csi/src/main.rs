@@ -1,7 +1,10 @@
 //! `simplyblock-csi`: the CSI driver binary.
 
+use std::sync::Arc;
+
 use clap::Parser;
 use simplyblock_csi::cli::Args;
+use simplyblock_telemetry::metrics::Metrics;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -25,6 +28,28 @@ async fn main() -> anyhow::Result<()> {
     // Unreadable or malformed files stop the driver here, where it is seen.
     let driver = a.driver(kube).await?;
     let socket = a.socket()?;
+    let metrics = Arc::new(Metrics::new());
+    // Bound before the socket is served, so a taken port stops the driver at start.
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics_server = match a.metrics_address()? {
+        None => None,
+        Some(address) => {
+            let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot serve /metrics on {address} ({e}); pass another --metrics-address, or --metrics-address= to serve none"
+                )
+            })?;
+            tracing::info!(address = %listener.local_addr()?, "serving /metrics");
+            Some(tokio::spawn(simplyblock_csi::metrics_http::serve(
+                listener,
+                metrics.clone(),
+                driver.metrics_refresh(),
+                async {
+                    let _ = metrics_stopped.await;
+                },
+            )))
+        }
+    };
     tracing::info!(endpoint = %a.endpoint, mode = ?a.mode, "simplyblock-csi serving");
     let routes = driver.routes()?;
     // Runs as long as the driver serves.
@@ -40,6 +65,10 @@ async fn main() -> anyhow::Result<()> {
             _ = term.recv() => {}
         }
     };
-    simplyblock_csi::serve(&socket, routes, shutdown).await?;
+    simplyblock_csi::serve_measured(&socket, routes, metrics, shutdown).await?;
+    let _ = stop_metrics.send(());
+    if let Some(server) = metrics_server {
+        server.await??;
+    }
     Ok(())
 }

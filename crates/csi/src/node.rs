@@ -16,6 +16,7 @@ use crate::error::{CsiError, Result};
 use crate::fs::{self, Probe};
 use crate::handle::{self, VolumeHandle};
 use crate::locks::KeyLocks;
+use crate::metrics::{Step, note_step};
 use crate::params::{FormatParams, PathTunables};
 use crate::proto::csi::v1 as csi;
 use crate::proto::csi::v1::node_server::Node;
@@ -225,6 +226,7 @@ impl NodeService {
             fs::run(&fs::lazy_umount_cmd(&staging)).await?;
         }
 
+        note_step(Step::Connect);
         let mut target = self.target(&h, &req.volume_id).await?;
         for p in &mut target.paths {
             tunables.fill(p);
@@ -249,6 +251,7 @@ impl NodeService {
         rec.ns_id = target.ns_id;
         // Written before the attach, so an unstage after a crash knows what to detach.
         record::save(&self.state_dir, &rec)?;
+        note_step(Step::Attach);
         let device = self.attacher.attach(&target).await?;
         rec.device = Some(device.clone());
         record::save(&self.state_dir, &rec)?;
@@ -269,6 +272,7 @@ impl NodeService {
                 device.display()
             )));
         }
+        note_step(Step::Format);
         let probe = fs::probe(&device).await;
         let (fs_name, format) = plan_filesystem(&probe, &fs_type, rec.fs_type.as_deref())?;
         if format {
@@ -288,6 +292,7 @@ impl NodeService {
             }
         }
         let opts = fs::mount_options(&fs_name, &flags, read_only);
+        note_step(Step::Mount);
         fs::run(&fs::mount_cmd(&device, &staging, &fs_name, &opts)).await?;
         rec.fs_type = Some(fs_name);
         rec.mount_flags = flags;
@@ -375,6 +380,7 @@ impl NodeService {
                 }
             )));
         }
+        note_step(Step::Publish);
         match access {
             Access::Block => {
                 if let Some(parent) = target.parent() {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use simplyblock_telemetry::metrics::Metrics;
 use tonic::service::RoutesBuilder;
 
 use crate::addons_identity::AddonsIdentityService;
@@ -16,6 +17,8 @@ use crate::controller::ControllerService;
 use crate::error::{CsiError, Result};
 use crate::group_snapshot::GroupControllerService;
 use crate::identity::IdentityService;
+use crate::metrics::{MeasureLayer, VOLUMES_STAGED};
+use crate::metrics_http::Refresh;
 use crate::node::NodeService;
 use crate::proto::csi::v1::controller_server::ControllerServer;
 use crate::proto::csi::v1::group_controller_server::GroupControllerServer;
@@ -136,6 +139,23 @@ impl Driver {
         Ok(Some(Recovery::start(service, n.kube.clone(), n.recovery)))
     }
 
+    /// What `/metrics` reads at each scrape: in the node mode, how many volumes are
+    /// staged (the stage records, which outlive a restart of the plugin).
+    pub fn metrics_refresh(&self) -> Option<Refresh> {
+        let (true, Some(n)) = (self.mode.node(), &self.node) else {
+            return None;
+        };
+        let state_dir = n.state_dir.clone();
+        Some(Arc::new(
+            move |metrics: &Metrics| match crate::record::all(&state_dir) {
+                Ok(records) => metrics.set(VOLUMES_STAGED, vec![], records.len() as f64),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot count the staged volumes for /metrics")
+                }
+            },
+        ))
+    }
+
     /// The CSI services for the mode, ready for more services to be added.
     pub fn routes(&self) -> Result<RoutesBuilder> {
         let mut b = RoutesBuilder::default();
@@ -193,12 +213,22 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(p))
 }
 
-/// Serve `routes` on the unix socket until `shutdown` resolves. Keepalive pings every
-/// 30 s (10 s timeout); connections are never closed for age or idleness, because the
-/// sidecars exit when theirs drops.
+/// [`serve_measured`] into a registry of its own, which nothing renders.
 pub async fn serve(
     socket: &Path,
     routes: RoutesBuilder,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    serve_measured(socket, routes, Arc::new(Metrics::new()), shutdown).await
+}
+
+/// Serve `routes` on the unix socket until `shutdown` resolves, counting every call into
+/// `metrics` ([`crate::metrics`]). Keepalive pings every 30 s (10 s timeout); connections
+/// are never closed for age or idleness, because the sidecars exit when theirs drops.
+pub async fn serve_measured(
+    socket: &Path,
+    routes: RoutesBuilder,
+    metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
     if let Some(dir) = socket.parent() {
@@ -224,6 +254,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .timeout(Duration::from_secs(300))
         .trace_fn(|req| tracing::info_span!("csi", method = %req.uri().path()))
+        .layer(MeasureLayer::new(metrics))
         .add_routes(routes.routes())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -1,6 +1,6 @@
 //! The `simplyblock-csi` binary: flags wire the endpoint, the mode and a cluster given on
 //! the command line (its secret in a file); it serves until SIGTERM and removes its
-//! socket.
+//! socket; `/metrics` where --metrics-address says.
 
 use crate::common::*;
 use simplyblock_csi::proto::csi::v1 as csi;
@@ -15,6 +15,11 @@ async fn the_binary_serves_the_controller_from_flags() {
     // The cluster's secret comes from a file, never from a flag the process list shows.
     let secret_file = dir.path().join("cluster-secret");
     std::fs::write(&secret_file, format!("{}\n", sim.cluster_secret)).expect("secret file");
+    // A port free a moment ago, so the default's is not needed (and not taken).
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_simplyblock-csi"))
         .arg(format!("--endpoint=unix://{}", socket.display()))
         .args(["--mode", "controller", "--kubernetes=false"])
@@ -25,6 +30,7 @@ async fn the_binary_serves_the_controller_from_flags() {
         .arg(format!("--cluster-id={}", sim.cluster))
         .arg(format!("--cluster-endpoint={}", sim.server.url))
         .arg(format!("--cluster-secret-file={}", secret_file.display()))
+        .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
@@ -113,6 +119,25 @@ async fn the_binary_serves_the_controller_from_flags() {
         .await
         .expect_err("no node service");
     assert_eq!(e.code(), tonic::Code::Unimplemented);
+    let text = crate::metrics::scrape(&format!("http://127.0.0.1:{metrics_port}/metrics")).await;
+    let cluster = sim.cluster.to_string();
+    for (method, cluster, code) in [
+        ("/csi.v1.Identity/GetPluginInfo", "", "OK"),
+        ("/csi.v1.Controller/CreateVolume", cluster.as_str(), "OK"),
+        ("/csi.v1.Node/NodeGetInfo", "", "Unimplemented"),
+    ] {
+        let labels = [("method", method), ("cluster", cluster), ("code", code)];
+        assert_eq!(
+            crate::metrics::sample(&text, "simplyblock_csi_operations_total", &labels),
+            Some(1.0),
+            "{labels:?}: {text}"
+        );
+    }
+    // The controller stages nothing, so it has no such gauge.
+    assert_eq!(
+        crate::metrics::sample(&text, "simplyblock_csi_volumes_staged_count", &[]),
+        None
+    );
     drop(ctl);
     drop(id);
     drop(node);

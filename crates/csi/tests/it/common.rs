@@ -141,10 +141,12 @@ impl Sbsim {
     }
 }
 
-/// The driver serving on a socket in `dir`.
+/// The driver serving on a socket in `dir`, and `/metrics` on a local port.
 pub struct DriverProc {
     pub socket: PathBuf,
     pub state_dir: PathBuf,
+    /// `http://127.0.0.1:PORT/metrics`, served as the binary serves it.
+    pub metrics_url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -203,14 +205,32 @@ impl DriverProc {
             kube.map(simplyblock_csi::pvc::ApiServer),
         );
         let routes = driver.routes().expect("routes");
+        let metrics = Arc::new(simplyblock_telemetry::metrics::Metrics::new());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("metrics port");
+        let metrics_url = format!(
+            "http://{}/metrics",
+            listener.local_addr().expect("metrics address")
+        );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(simplyblock_csi::metrics_http::serve(
+            listener,
+            metrics.clone(),
+            driver.metrics_refresh(),
+            async {
+                let _ = metrics_stopped.await;
+            },
+        ));
         let s = socket.clone();
         let task = tokio::spawn(async move {
-            simplyblock_csi::serve(&s, routes, async {
+            simplyblock_csi::serve_measured(&s, routes, metrics, async {
                 let _ = rx.await;
             })
             .await
             .expect("serve");
+            let _ = stop_metrics.send(());
         });
         eventually("driver socket", || async {
             tokio::net::UnixStream::connect(&socket)
@@ -222,6 +242,7 @@ impl DriverProc {
         DriverProc {
             socket,
             state_dir,
+            metrics_url,
             stop: Some(tx),
             task: Some(task),
         }

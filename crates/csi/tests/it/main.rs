@@ -6,6 +6,7 @@ mod common;
 mod csiaddons;
 mod driver;
 mod group_snapshots;
+mod metrics;
 mod replication;
 mod sanity;
 mod secret;

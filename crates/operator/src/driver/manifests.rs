@@ -86,6 +86,18 @@ const CLIENT_TLS_DIR: &str = "/etc/simplyblock-csi/client-tls";
 const CONFIG_DIR: &str = "/etc/spdkcsi-config";
 const NODE_SERVER_CONFIG_DIR: &str = "/etc/spdkcsi-nodeserver-config";
 const REGISTRAR_HEALTH_PORT: i32 = 9809;
+/// Where both plugins serve `/metrics` (`--metrics-address`), beside the registrar's
+/// health port on a worker's host network.
+pub const DRIVER_METRICS_PORT: i32 = 9810;
+/// Where each controller sidecar serves its `/metrics` (`--http-endpoint`), by container:
+/// the controller's pod has its own network, so they need only differ from each other.
+pub const SIDECAR_METRICS_PORTS: &[(&str, &str, i32)] = &[
+    ("csi-provisioner", "metrics-prov", 9811),
+    ("csi-attacher", "metrics-attach", 9812),
+    ("csi-resizer", "metrics-resize", 9813),
+    ("csi-health-monitor", "metrics-health", 9814),
+    ("csi-snapshotter", "metrics-snap", 9815),
+];
 /// The csi-addons sidecar's gRPC port for the csi-addons controller-manager.
 const ADDONS_PORT: i32 = 9070;
 /// The csi-addons sidecar; the spec has no field for it, so this release's is used.
@@ -493,6 +505,7 @@ fn plugin_args(driver: &SimplyblockDriver, settings: Settings<'_>, mode: &str) -
         format!("--mode={mode}"),
         format!("--driver-name={}", driver.spec.driver_name),
         format!("--secret-file={SECRET_DIR}/{}", csi_secret::KEY),
+        format!("--metrics-address=:{DRIVER_METRICS_PORT}"),
     ];
     out.extend(
         tls_material(driver, settings)
@@ -502,19 +515,38 @@ fn plugin_args(driver: &SimplyblockDriver, settings: Settings<'_>, mode: &str) -
     out
 }
 
+/// The named port a container serves `/metrics` on.
+fn metrics_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
 /// A sidecar of the controller plugin, on its socket, electing a leader among the
-/// replicas (the Lease in the driver's namespace).
+/// replicas (the Lease in the driver's namespace), serving its metrics on its port of
+/// [`SIDECAR_METRICS_PORTS`] (csi-lib-utils' `csi_sidecar_operations_seconds`).
 fn sidecar(driver: &SimplyblockDriver, name: &str, image: &str, extra: &[&str]) -> Container {
     let mut args = vec![
         format!("--csi-address={SOCKET}"),
         "--leader-election".into(),
     ];
+    let metrics = SIDECAR_METRICS_PORTS
+        .iter()
+        .find(|(container, ..)| *container == name)
+        .map(|&(_, port_name, port)| metrics_port(port_name, port));
+    if let Some(port) = &metrics {
+        args.push(format!("--http-endpoint=:{}", port.container_port));
+    }
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     Container {
         name: name.into(),
         image: Some(image.into()),
         image_pull_policy: Some(driver.spec.image_pull_policy.clone()),
         args: Some(args),
+        ports: metrics.map(|p| vec![p]),
         volume_mounts: Some(vec![mount("socket-dir", SOCKET_DIR, false)]),
         ..Container::default()
     }
@@ -529,6 +561,7 @@ fn controller(driver: &SimplyblockDriver, settings: Settings<'_>) -> StatefulSet
         image_pull_policy: Some(spec.image_pull_policy.clone()),
         args: Some(plugin_args(driver, settings, "controller")),
         env: Some(plugin_env(driver)),
+        ports: Some(vec![metrics_port("metrics", DRIVER_METRICS_PORT)]),
         resources: spec.controller_resources.clone(),
         volume_mounts: Some(with_tls_mounts(
             driver,
@@ -711,6 +744,8 @@ fn node(driver: &SimplyblockDriver, settings: Settings<'_>) -> DaemonSet {
         image_pull_policy: Some(spec.image_pull_policy.clone()),
         args: Some(args),
         env: Some(plugin_env),
+        // On the host's network: the port is the worker's.
+        ports: Some(vec![metrics_port("metrics", DRIVER_METRICS_PORT)]),
         // It connects NVMe/TCP controllers, formats and mounts, and grows filesystems.
         security_context: Some(SecurityContext {
             privileged: Some(true),
@@ -990,6 +1025,93 @@ mod tests {
                 (c, pod.volumes.unwrap_or_default())
             })
             .collect()
+    }
+
+    /// Every container that has a metrics endpoint serves it, under a named port of its
+    /// own in its pod (the node plugin's pod is on the host's network); those without one
+    /// are named here, so a new container is a decision.
+    #[test]
+    fn every_plugin_and_sidecar_serves_its_metrics_on_a_named_port_of_its_own() {
+        // The registrar serves only /healthz; the csi-addons sidecar has no HTTP endpoint.
+        const NO_METRICS: &[&str] = &["csi-registrar", "csi-addons"];
+        let m = manifests(
+            &driver(json!({"enableCSIAddons": true})),
+            Settings {
+                image: IMAGE,
+                snapshots: true,
+                group_snapshots: true,
+                ca: None,
+            },
+        );
+        let pods = [
+            m.controller.spec.template.spec.clone().expect("pod"),
+            m.node.spec.template.spec.clone().expect("pod"),
+        ];
+        let mut measured = Vec::new();
+        for pod in &pods {
+            let mut ports: Vec<(String, i32)> = Vec::new();
+            for c in &pod.containers {
+                let args = c.args.clone().unwrap_or_default();
+                let own: Vec<(String, i32)> = c
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+                    .collect();
+                ports.extend(own.clone());
+                if NO_METRICS.contains(&c.name.as_str()) {
+                    assert!(
+                        !args.iter().any(|a| a.starts_with("--http-endpoint")),
+                        "{}: {args:?}",
+                        c.name
+                    );
+                    continue;
+                }
+                let (flag, port_name) = match c.name.as_str() {
+                    "csi-controller" | "csi-node" => ("--metrics-address", "metrics"),
+                    _ => ("--http-endpoint", ""),
+                };
+                let port = own
+                    .iter()
+                    .find(|(n, _)| n.starts_with("metrics") && n.starts_with(port_name))
+                    .unwrap_or_else(|| panic!("{} has no metrics port: {own:?}", c.name));
+                assert!(
+                    args.contains(&format!("{flag}=:{}", port.1)),
+                    "{} serves its metrics on {port:?} by {flag}: {args:?}",
+                    c.name
+                );
+                measured.push(c.name.clone());
+            }
+            let mut numbers: Vec<i32> = ports.iter().map(|p| p.1).collect();
+            let mut names: Vec<&String> = ports.iter().map(|p| &p.0).collect();
+            numbers.sort();
+            numbers.dedup();
+            names.sort();
+            names.dedup();
+            assert_eq!(
+                numbers.len(),
+                ports.len(),
+                "a port is taken twice: {ports:?}"
+            );
+            assert_eq!(names.len(), ports.len(), "a name is taken twice: {ports:?}");
+            assert!(
+                names.iter().all(|n| n.len() <= 15),
+                "a port name is longer than 15 characters: {names:?}"
+            );
+        }
+        measured.sort();
+        assert_eq!(
+            measured,
+            [
+                "csi-attacher",
+                "csi-controller",
+                "csi-health-monitor",
+                "csi-node",
+                "csi-provisioner",
+                "csi-resizer",
+                "csi-snapshotter"
+            ]
+        );
     }
 
     #[test]
