@@ -39,7 +39,7 @@ enum Cmd {
     /// Build (or find in the cache) CoreDNS, the node's cluster DNS, and print it as
     /// `<image> <binary>`, for scripts/build-images.sh.
     Coredns,
-    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm and a node's
+    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm, kubectl and a node's
     /// binaries (kubelet, kube-controller-manager, kube-scheduler), then print their paths.
     Build,
     /// Write the chart's README.md from its values.schema.json and values.yaml.
@@ -85,6 +85,9 @@ async fn main() -> anyhow::Result<()> {
             println!("csi-sanity: {}", sanity.display());
             let helm = tokio::task::spawn_blocking(simplyblock_testenv::assets::helm).await??;
             println!("helm: {}", helm.display());
+            let kubectl =
+                tokio::task::spawn_blocking(simplyblock_testenv::assets::kubectl).await??;
+            println!("kubectl: {}", kubectl.display());
             let node = tokio::task::spawn_blocking(simplyblock_testenv::assets::node).await??;
             println!("kubelet: {}", node.kubelet.display());
             println!(
