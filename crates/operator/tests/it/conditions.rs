@@ -14,7 +14,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::conditions::{DEGRADED, READY};
-use simplyblock_api::{StorageCluster, StorageDevice, StorageNode, StoragePool, StoragePoolOps};
+use simplyblock_api::{
+    StorageCluster, StorageClusterOps, StorageDevice, StorageNode, StoragePool, StoragePoolOps,
+};
 
 use crate::devices::{NODE, device_harness, mirrored, operation, run};
 use crate::support::{Harness, api_server, occurrences, occurrences_reaching, passes, until};
@@ -95,11 +97,15 @@ fn ops_of_pool(o: &StoragePoolOps) -> &[Condition] {
     o.status.as_ref().map_or(&[], |s| &s.conditions[..])
 }
 
+fn cluster_ops_conditions(o: &StorageClusterOps) -> &[Condition] {
+    o.status.as_ref().map_or(&[], |s| &s.conditions[..])
+}
+
 fn pool_conditions(p: &StoragePool) -> &[Condition] {
     p.status.as_ref().map_or(&[], |s| &s.conditions[..])
 }
 
-/// A StorageCluster, its default StoragePool, a StorageNode, its StorageDevices and a
+/// A StorageClusterOps activating a StorageCluster, the cluster, its default StoragePool, a StorageNode, its StorageDevices and a
 /// StorageDeviceOps each brought to their healthy state: `kubectl wait
 /// --for=condition=Ready` returns for each. A StoragePoolOps, always refused, is
 /// Ready=False with reason Failed.
@@ -113,7 +119,26 @@ async fn kubectl_waits_for_ready_on_the_storage_kinds() {
     ));
     tokio::spawn(simplyblock_operator::pool::controller::run(h.ctx.clone()));
     tokio::spawn(simplyblock_operator::pool::ops::run(h.ctx.clone()));
-    h.activated().await;
+    // Activated by a StorageClusterOps, as a person does it.
+    let _cluster_ops = h.start();
+    let activate: StorageClusterOps = serde_json::from_value(json!({
+        "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageClusterOps",
+        "metadata": {"name": "sb-activate"},
+        "spec": {"clusterRef": "sb", "action": "Activate"},
+    }))
+    .expect("op");
+    h.ops()
+        .create(&PostParams::default(), &activate)
+        .await
+        .expect("created");
+    h.phase_is("sb-activate", OpsPhase::Succeeded).await;
+    kubectl_wait_ready(
+        ns,
+        "storageclusterops.storage.simplyblock.io",
+        "sb-activate",
+    )
+    .await;
+    ready_at_its_generation(&h.ops(), "sb-activate", cluster_ops_conditions).await;
 
     kubectl_wait_ready(ns, "storageclusters.storage.simplyblock.io", "sb").await;
     ready_at_its_generation(&h.clusters(), "sb", cluster_conditions).await;
