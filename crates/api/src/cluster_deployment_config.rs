@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,11 @@ use crate::storage_cluster::{DeviceClass, Kms};
     doc = "A simplyblock deployment written down as one document: review it, correct it, set spec.approved, and the operator creates the cluster and its storage nodes.",
     printcolumn(name = "Approved", type_ = "boolean", json_path = ".spec.approved"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
     printcolumn(name = "Cluster", type_ = "string", json_path = ".status.clusterRef"),
     printcolumn(
@@ -421,6 +426,10 @@ pub struct ClusterDeploymentConfigStatus {
     /// When the expansion started: the first reconcile after approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion_started_at: Option<Time>,
+    /// Ready (the deployment is done), Progressing (discovering, waiting for approval or creating its objects) and Degraded (it failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 #[cfg(test)]

@@ -131,6 +131,7 @@ pub struct OpsStatusCore {
     pub message: Option<String>,
     pub started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     pub completed_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 /// `impl OpsKind` for an Ops kind whose `spec.action` picks one of `graphs` and whose
@@ -159,6 +160,7 @@ macro_rules! ops_kind {
                     message: s.message.clone(),
                     started_at: s.started_at.clone(),
                     completed_at: s.completed_at.clone(),
+                    conditions: s.conditions.clone(),
                 }
             }
         }

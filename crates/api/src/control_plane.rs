@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -53,6 +53,7 @@ pub const OPTIONAL_IMAGE_PATTERN: &str = concat!("^($|", image_reference!(), ")$
         "a ControlPlane must be named simplyblock: there is one per Kubernetes cluster"
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
@@ -390,4 +391,8 @@ pub struct ControlPlaneStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the control plane is serving), Progressing (being installed, upgraded or scaled) and Degraded (some of its parts are unavailable or it failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }

@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -252,6 +252,12 @@ pub struct ControlPlaneOpsStatus {
     /// When it reached a terminal phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
+    /// Ready (True once the operation succeeded; Failed or Aborted are False with that
+    /// reason) and Progressing (True while it runs). `kubectl wait --for=condition=Ready`
+    /// waits for success.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
     /// The FoundationDBBackup a Backup requested or triggered (not owned by the
     /// operation).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,6 +13,7 @@
 pub mod address;
 pub mod cluster_deployment_config;
 pub mod common;
+pub mod conditions;
 pub mod control_plane;
 pub mod control_plane_ops;
 pub mod csi_addons;

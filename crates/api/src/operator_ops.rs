@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Toleration;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -251,6 +251,12 @@ pub struct OperatorOpsStatus {
     /// When it reached a terminal phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
+    /// Ready (True once the operation succeeded; Failed or Aborted are False with that
+    /// reason) and Progressing (True while it runs). `kubectl wait --for=condition=Ready`
+    /// waits for success.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 #[cfg(test)]

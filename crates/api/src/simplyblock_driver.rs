@@ -4,6 +4,7 @@
 //!
 //! One per Kubernetes cluster: a second one anywhere is held at Installing.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
@@ -26,6 +27,11 @@ use crate::control_plane::{IMAGE_PATTERN, TlsProvider};
     category = "simplyblock",
     doc = "The simplyblock CSI driver: its controller and node plugins with their sidecars and service accounts, and the CSIDriver object (the roles are the chart's). One per Kubernetes cluster.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
     printcolumn(
         name = "NodesReady",
@@ -288,4 +294,8 @@ pub struct SimplyblockDriverStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the CSI driver is rolled out and available), Progressing (rolling out) and Degraded (some of its pods are unavailable). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }

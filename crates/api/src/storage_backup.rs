@@ -5,7 +5,7 @@
 //! never written by hand. A *request* (`spec.source`) is written by a user to take one
 //! backup of a claim now, the way a VolumeSnapshot is, and then reports that backup.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,11 @@ pub const BACKUP_FINALIZER: &str = "storage.simplyblock.io/storagebackup-finaliz
         json_path = ".status.source.claimName"
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Size", type_ = "integer", json_path = ".status.backup.size"),
     printcolumn(
         name = "Pool",
@@ -166,6 +171,10 @@ pub struct StorageBackupStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the backup is complete and restorable), Progressing (being taken) and Degraded (it failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A copy in the store.

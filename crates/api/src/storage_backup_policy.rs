@@ -5,7 +5,7 @@
 //! selector matches as claims come and go, and detaches those that stop matching. The
 //! control plane cannot change a policy, so its limits are fixed at creation.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,11 @@ pub const AGE_PATTERN: &str = r"^[1-9]\d*[mhdw]$";
     doc = "Backups of the claims a selector picks, taken on a schedule into the cluster's backup store and kept by count and age.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(
         name = "Claims",
@@ -145,6 +150,10 @@ pub struct StorageBackupPolicyStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the policy is in force on the control plane) and Degraded (it could not be applied). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A claim whose volume the policy is attached to.

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,7 @@ use crate::storage_cluster_ops::ClusterAction;
     category = "simplyblock",
     doc = "One simplyblock storage cluster: a distributed NVMe/TCP block store built from storage nodes on the workers.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
     printcolumn(name = "EC", type_ = "string", json_path = ".status.erasureCodingScheme"),
@@ -802,6 +803,10 @@ pub struct StorageClusterStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the cluster is active), Progressing (being created, activated, expanded, rebalancing or updated) and Degraded (the control plane reports it degraded, suspended or failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// One unfinished control-plane task.

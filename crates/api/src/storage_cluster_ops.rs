@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -261,6 +261,12 @@ pub struct StorageClusterOpsStatus {
     /// When it reached a terminal phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
+    /// Ready (True once the operation succeeded; Failed or Aborted are False with that
+    /// reason) and Progressing (True while it runs). `kubectl wait --for=condition=Ready`
+    /// waits for success.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
     /// RollingRestart's progress over the cluster's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_restart: Option<RollingRestartStatus>,

@@ -4,6 +4,7 @@
 //! device list); people read them and name them in a StorageDeviceOps. The spec is the
 //! device's identity only.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,11 @@ use crate::names::{MAX_LABEL_VALUE, derived_name};
     doc = "One drive of a StorageNode as the control plane reports it; the operator keeps it in step and deletes it when the drive is gone.",
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeRef"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Role", type_ = "string", json_path = ".status.role"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.deviceStatus"),
     printcolumn(
@@ -164,6 +170,10 @@ pub struct StorageDeviceStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the device is online), Progressing (being added, restarted or removed) and Degraded (unavailable or failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A drive's size; fixed for the life of the drive (usage is a metric, not status).

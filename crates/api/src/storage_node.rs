@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,7 @@ use crate::storage_cluster::PullPolicy;
     printcolumn(name = "Socket", type_ = "string", json_path = ".spec.socketId"),
     printcolumn(name = "Slot", type_ = "integer", json_path = ".spec.slot"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
     printcolumn(name = "Health", type_ = "boolean", json_path = ".status.health"),
@@ -331,6 +332,10 @@ pub struct StorageNodeStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the node is online), Progressing (being provisioned, restarted or removed) and Degraded (offline, missing devices, failed, or its worker Node is away). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// The node's resources as the control plane reports them.

@@ -5,6 +5,7 @@
 //! per namespace here. The operator creates one default pool for every new cluster;
 //! people create the others.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
     doc = "A pool of a StorageCluster: volumes are created in pools, and every pool has StorageClasses that provision from it.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Capacity", type_ = "string", json_path = ".spec.limits.capacity"),
     printcolumn(name = "Classes", type_ = "string", json_path = ".status.storageClassNames"),
     printcolumn(name = "UUID", type_ = "string", json_path = ".status.uuid", priority = 1),
@@ -253,6 +255,10 @@ pub struct StoragePoolStatus {
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Ready (the pool is in the control plane with its StorageClasses) and Progressing (being created or removed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A pool's QoS ceilings as the control plane reports them; 0 means unlimited.

@@ -39,6 +39,11 @@ pub const READY: &str = "Ready";
     doc = "A request on the hub to deploy simplyblock on one managed cluster: its workers are discovered, the drafted deployment is shown for review, and once approved the site's StorageCluster is deployed and reported.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Approved", type_ = "boolean", json_path = ".spec.approved"),
     printcolumn(
         name = "Storage",

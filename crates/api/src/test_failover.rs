@@ -9,7 +9,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -40,6 +40,11 @@ pub const DEFAULT_BUBBLE_PREFIX: &str = "bubble";
     printcolumn(name = "On", type_ = "string", json_path = ".spec.sourceCluster"),
     printcolumn(name = "Bubble", type_ = "string", json_path = ".spec.bubbleCluster"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step.state"),
     printcolumn(
         name = "Message",
@@ -257,6 +262,10 @@ pub struct TestFailoverStatus {
     /// When the drill reached Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
+    /// Ready (the drill's bubble is up and verified), Progressing (setting up or tearing down) and Degraded (the drill failed). `kubectl wait --for=condition=Ready` waits for the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// One source volume of a drill and its clone.

@@ -148,6 +148,14 @@ pub fn node() -> Result<NodeBinaries, Error> {
     })
 }
 
+/// kubectl at [`KUBERNETES_VERSION`], the client people use: found in the cache, or built
+/// there once (same recipe as kube-apiserver).
+pub fn kubectl() -> Result<PathBuf, Error> {
+    tool(&node_binary_folder("kubectl"), "kubectl", || {
+        Recipe::kubernetes("kubectl")
+    })
+}
+
 /// A CSI sidecar built from its Go module: the image it is tagged as, and its binary.
 #[derive(Debug, Clone)]
 pub struct Sidecar {

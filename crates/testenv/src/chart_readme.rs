@@ -80,6 +80,49 @@ How to [install](../../../docs/INSTALL.md), [upgrade](../../../docs/UPGRADE.md) 
 [uninstall](../../../docs/UNINSTALL.md) it, and what to do when something goes wrong:
 [troubleshooting](../../../docs/TROUBLESHOOTING.md).
 
+## Health in Argo CD
+
+Every kind of `storage.simplyblock.io` reports the standard conditions in
+`status.conditions`: `Ready` (its healthy steady state; for an `*Ops` kind, that it
+succeeded), `Progressing` (being created, rolled, rebalanced, or an operation running) and,
+for the entity kinds, `Degraded` (a part lost or failed). `kubectl wait
+--for=condition=Ready storagecluster/<name>` waits for any of them. Argo CD reads them with
+this health check in its `argocd-cm` ConfigMap:
+
+```yaml
+data:
+  resource.customizations.health.storage.simplyblock.io_*: |
+    hs = {}
+    local ready, degraded, progressing
+    if obj.status ~= nil and obj.status.conditions ~= nil then
+      for _, c in ipairs(obj.status.conditions) do
+        if c.type == \"Ready\" then ready = c end
+        if c.type == \"Degraded\" then degraded = c end
+        if c.type == \"Progressing\" then progressing = c end
+      end
+    end
+    if ready == nil or (ready.observedGeneration or 0) < (obj.metadata.generation or 0) then
+      hs.status = \"Progressing\"
+      hs.message = \"waiting for the operator to act on the latest change\"
+    elseif degraded ~= nil and degraded.status == \"True\" then
+      hs.status = \"Degraded\"
+      hs.message = degraded.reason .. \": \" .. (degraded.message or \"\")
+    elseif ready.status == \"True\" then
+      hs.status = \"Healthy\"
+      hs.message = ready.message
+    elseif ready.reason == \"Failed\" or ready.reason == \"Aborted\" then
+      hs.status = \"Degraded\"
+      hs.message = ready.reason .. \": \" .. (ready.message or \"\")
+    else
+      hs.status = \"Progressing\"
+      hs.message = ready.reason .. \": \" .. (ready.message or \"\")
+    end
+    return hs
+```
+
+An operation that ended (`Succeeded`, `Failed`, `Aborted`) stays as the record of what was
+done; Argo CD shows a failed one as Degraded until it is deleted.
+
 ## Values
 
 The chart checks every value against `values.schema.json` and refuses a key it does not

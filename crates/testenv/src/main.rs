@@ -39,8 +39,9 @@ enum Cmd {
     /// Build (or find in the cache) CoreDNS, the node's cluster DNS, and print it as
     /// `<image> <binary>`, for scripts/build-images.sh.
     Coredns,
-    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm, promtool and a node's
-    /// binaries (kubelet, kube-controller-manager, kube-scheduler), then print their paths.
+    /// Build (or find in the cache) kube-apiserver, etcd, csi-sanity, helm, promtool, kubectl
+    /// and a node's binaries (kubelet, kube-controller-manager, kube-scheduler), then print
+    /// their paths.
     Build,
     /// Write the chart's README.md from its values.schema.json and values.yaml.
     ChartReadme,
@@ -88,6 +89,9 @@ async fn main() -> anyhow::Result<()> {
             let promtool =
                 tokio::task::spawn_blocking(simplyblock_testenv::assets::promtool).await??;
             println!("promtool: {}", promtool.display());
+            let kubectl =
+                tokio::task::spawn_blocking(simplyblock_testenv::assets::kubectl).await??;
+            println!("kubectl: {}", kubectl.display());
             let node = tokio::task::spawn_blocking(simplyblock_testenv::assets::node).await??;
             println!("kubelet: {}", node.kubelet.display());
             println!(

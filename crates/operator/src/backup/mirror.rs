@@ -173,11 +173,12 @@ pub fn status_of(
 }
 
 /// The mirror's own fields of a record's status: everything but the restore's lock and
-/// the generation.
+/// the generation, and the conditions, which follow from the rest when written.
 fn mirrored(status: &StorageBackupStatus) -> StorageBackupStatus {
     StorageBackupStatus {
         active_ops_ref: None,
         observed_generation: None,
+        conditions: Vec::new(),
         ..status.clone()
     }
 }
@@ -424,6 +425,17 @@ async fn write_status(
     mut status: StorageBackupStatus,
 ) -> Result<StorageBackup, Error> {
     status.observed_generation = record.metadata.generation;
+    let previous = record
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| &s.conditions[..]);
+    status.conditions = simplyblock_api::conditions::of_phase(
+        previous,
+        status.phase,
+        status.message.as_deref(),
+        status.observed_generation,
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+    );
     kit::apply_status(&ctx.kube, record, MANAGER, &status, Guard::None).await
 }
 

@@ -3,6 +3,7 @@
 //! are server-side applies under one field manager, so a field one of them leaves out is
 //! removed (the creation step once the cluster exists).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::Serialize;
 use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::{
@@ -26,6 +27,8 @@ struct CreationStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     observed_generation: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conditions: Vec<Condition>,
 }
 
 /// Writes the creation machine's position (and phase and message), before the step's
@@ -42,10 +45,31 @@ pub async fn write_step(
     let status = CreationStatus {
         phase,
         step: machine.map(|m| m.snapshot()).unwrap_or_default(),
+        conditions: conditions_of(cluster, phase, message.as_deref()),
         message,
         observed_generation: cluster.metadata.generation,
     };
     apply_unless_stale(ctx, cluster, &status, guard).await
+}
+
+/// The conditions for `phase`, from those stored on `cluster`.
+fn conditions_of(
+    cluster: &StorageCluster,
+    phase: ClusterPhase,
+    message: Option<&str>,
+) -> Vec<Condition> {
+    let previous = cluster
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| &s.conditions[..]);
+    let now = Time(jiff::Timestamp::now());
+    simplyblock_api::conditions::of_phase(
+        previous,
+        phase,
+        message,
+        cluster.metadata.generation,
+        &now,
+    )
 }
 
 /// The fields of StorageCluster status this controller owns once the cluster exists:
@@ -75,6 +99,8 @@ struct SteadyStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     observed_generation: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conditions: Vec<Condition>,
 }
 
 /// Writes the steady-state status, only when it differs from what is stored. `false`: the
@@ -87,6 +113,7 @@ pub async fn write_steady(
     let current = cluster.status.clone().unwrap_or_default();
     let mut next = next.clone();
     next.observed_generation = cluster.metadata.generation;
+    next.conditions = conditions_of(cluster, next.phase, next.message.as_deref());
     if current == next {
         return Ok(true);
     }
@@ -106,6 +133,7 @@ pub async fn write_steady(
         recent_operations: next.recent_operations.clone(),
         message: next.message.clone(),
         observed_generation: next.observed_generation,
+        conditions: next.conditions.clone(),
     };
     // The history is merged into what was read: a stale read must not overwrite entries a
     // newer write recorded.

@@ -412,6 +412,7 @@ async fn steady(
         active_ops_ref: status.active_ops_ref.clone(),
         message: verdict.message.clone(),
         observed_generation: cp.metadata.generation,
+        conditions: conditions_of(cp, verdict.phase, verdict.message.as_deref()),
     };
     // Published first: whoever reads the status finds the link already saying the same.
     publish(ctx, verdict.phase, verdict.message.clone(), reached);
@@ -617,6 +618,19 @@ struct Written {
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     observed_generation: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}
+
+/// The conditions for `phase`, from those stored on `cp`.
+fn conditions_of(
+    cp: &ControlPlane,
+    phase: ControlPlanePhase,
+    message: Option<&str>,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let previous = cp.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let now = Time(Timestamp::now());
+    simplyblock_api::conditions::of_phase(previous, phase, message, cp.metadata.generation, &now)
 }
 
 /// Writes `next` and returns the ControlPlane as stored.
@@ -635,6 +649,7 @@ async fn write(
         components: next.components.clone(),
         message: next.message.clone(),
         observed_generation: cp.metadata.generation,
+        conditions: conditions_of(cp, next.phase, next.message.as_deref()),
     };
     kit::apply_status(&ctx.kube, cp, MANAGER, &written, guard).await
 }

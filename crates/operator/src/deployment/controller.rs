@@ -257,12 +257,22 @@ async fn write_status(
     let current = doc.status.clone().unwrap_or_default();
     // Every apply restates every field: a field this manager owns and leaves out is
     // removed.
+    let message = message.or(current.message);
+    let now = Time(Timestamp::now());
+    let conditions = simplyblock_api::conditions::of_phase(
+        &current.conditions,
+        phase,
+        message.as_deref(),
+        doc.metadata.generation,
+        &now,
+    );
     let status = ClusterDeploymentConfigStatus {
         phase,
+        conditions,
         step: machine.map(|m| m.snapshot()).unwrap_or(current.step),
         cluster_ref: refs.cluster_ref.or(current.cluster_ref),
         node_refs: refs.node_refs.unwrap_or(current.node_refs),
-        message: message.or(current.message),
+        message,
         observed_generation: doc.metadata.generation,
         expansion_started_at: started.map(Time),
     };

@@ -103,13 +103,30 @@ pub fn status_of(d: &Device) -> StorageDeviceStatus {
 }
 
 /// The mirror's own fields of a status: everything but the lock and the generation,
-/// which it never writes.
+/// which it never writes, and the conditions, which follow from the rest when written.
 fn mirrored(status: &StorageDeviceStatus) -> StorageDeviceStatus {
     StorageDeviceStatus {
         active_ops_ref: None,
         observed_generation: None,
+        conditions: Vec::new(),
         ..status.clone()
     }
+}
+
+/// `status` with its conditions, from those stored on `device`.
+fn with_conditions(device: &StorageDevice, mut status: StorageDeviceStatus) -> StorageDeviceStatus {
+    let previous = device
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| &s.conditions[..]);
+    status.conditions = simplyblock_api::conditions::of_phase(
+        previous,
+        status.phase,
+        status.message.as_deref(),
+        device.metadata.generation,
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+    );
+    status
 }
 
 fn phase_note(name: &str, before: DevicePhase, after: &StorageDeviceStatus) -> Option<Note> {
@@ -453,6 +470,7 @@ async fn carry(
             note,
         } => {
             let created = apply_object(devices, node, &name, &device_id).await?;
+            let status = with_conditions(&created, status);
             kit::apply_status(&ctx.kube, &created, MANAGER, &status, Guard::None).await?;
             ctx.event(node, note.warning, note.reason, note.message)
                 .await;
@@ -461,6 +479,7 @@ async fn carry(
             let Some(current) = devices.get_opt(&name).await? else {
                 return Ok(());
             };
+            let status = with_conditions(&current, status);
             let written =
                 kit::apply_status(&ctx.kube, &current, MANAGER, &status, Guard::None).await?;
             if let Some(note) = note {

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -26,6 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use simplyblock_api::cluster_deployment_config::DeploymentPhase;
+use simplyblock_api::conditions;
 use simplyblock_api::keys::DEFAULT_POOL_ANNOTATION;
 use simplyblock_api::names::{derived_name, digest8};
 use simplyblock_api::storage_site_deployment::{
@@ -506,25 +507,23 @@ pub fn status(
     let (phase, message) = site::phase(state);
     let message = message.unwrap_or_else(|| describe(req, state, phase));
     let generation = req.metadata.generation;
-    let conditions = site::conditions(state)
+    let verdicts = site::conditions(state);
+    let messages: Vec<String> = verdicts
         .iter()
-        .map(|v| {
-            let status = if v.holds { "True" } else { "False" };
-            let since = current
-                .conditions
-                .iter()
-                .find(|c| c.type_ == v.type_ && c.status == status)
-                .map_or(Time(now), |c| c.last_transition_time.clone());
-            Condition {
-                type_: v.type_.to_owned(),
-                status: status.to_owned(),
-                reason: v.reason.to_owned(),
-                message: condition_message(v.type_, v.holds, state),
-                observed_generation: generation,
-                last_transition_time: since,
-            }
+        .map(|v| condition_message(v.type_, v.holds, state))
+        .collect();
+    let verdicts: Vec<conditions::Verdict<'_>> = verdicts
+        .iter()
+        .zip(&messages)
+        .map(|(v, message)| conditions::Verdict {
+            type_: v.type_,
+            holds: v.holds,
+            reason: v.reason,
+            message,
         })
         .collect();
+    let conditions =
+        conditions::with_conditions(&current.conditions, &verdicts, generation, &Time(now));
     StorageSiteDeploymentStatus {
         phase,
         message: Some(message),

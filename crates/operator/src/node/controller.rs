@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -19,6 +19,7 @@ use kube::runtime::watcher;
 use serde::Serialize;
 use serde_json::json;
 use simplyblock_api::common::OpsPhase;
+use simplyblock_api::conditions::{self, Verdict};
 use simplyblock_api::keys::NODE_LABEL;
 use simplyblock_api::names::label_value;
 use simplyblock_api::storage_cluster::ProvisioningSlot;
@@ -67,7 +68,23 @@ pub async fn run(ctx: Arc<Context>) {
             .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
             .collect::<Vec<_>>()
     };
+    // A worker going away or coming back makes its recorded nodes Degraded or not.
+    let nodes = controller.store();
+    let of_worker = move |worker: Node| {
+        nodes
+            .state()
+            .into_iter()
+            .filter(|n| n.spec.worker_node == worker.name_any())
+            .filter(|n| n.status.as_ref().and_then(|s| s.uuid.as_ref()).is_some())
+            .map(|n| kube::runtime::reflector::ObjectRef::from_obj(&*n))
+            .collect::<Vec<_>>()
+    };
     let controller = controller
+        .watches(
+            Api::<Node>::all(ctx.kube.clone()),
+            watcher::Config::default(),
+            of_worker,
+        )
         .watches(
             ctx.scope.api::<StorageCluster>(&ctx.kube),
             watcher::Config::default(),
@@ -205,6 +222,8 @@ struct OwnedStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     failure_domain: Option<String>,
     observed_generation: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conditions: Vec<Condition>,
 }
 
 /// Writes this controller's status fields onto the version of `node` this pass read, and
@@ -222,6 +241,20 @@ async fn write(
     message: Option<String>,
     observed: Option<&StorageNodeStatus>,
 ) -> Result<Option<StorageNode>, Error> {
+    let conditions = node_conditions(node, phase, message.as_deref(), None);
+    write_with(ctx, node, phase, step, message, observed, conditions).await
+}
+
+/// [`write`] with the conditions decided by the caller.
+async fn write_with(
+    ctx: &Context,
+    node: &StorageNode,
+    phase: NodePhase,
+    step: Option<StepSnapshot>,
+    message: Option<String>,
+    observed: Option<&StorageNodeStatus>,
+    conditions: Vec<Condition>,
+) -> Result<Option<StorageNode>, Error> {
     let observed = observed.cloned().unwrap_or_default();
     let status = OwnedStatus {
         phase,
@@ -236,6 +269,7 @@ async fn write(
         ports: observed.ports,
         failure_domain: observed.failure_domain,
         observed_generation: node.metadata.generation,
+        conditions,
     };
     let written = kit::apply_status(&ctx.kube, node, MANAGER, &status, Guard::ResourceVersion);
     let written = kit::unless_stale(written.await)?;
@@ -243,6 +277,57 @@ async fn write(
         phase_state(ctx, node, phase);
     }
     Ok(written)
+}
+
+/// The reason of Degraded while the node's worker is away.
+const WORKER_AWAY: &str = "WorkerAway";
+/// The event of a worker that came back.
+const WORKER_RETURNED: &str = "WorkerReturned";
+
+/// The node's conditions for `phase`; `worker_away` (looked at only once the node is
+/// recorded) makes it Degraded whatever the phase says.
+fn node_conditions(
+    node: &StorageNode,
+    phase: NodePhase,
+    message: Option<&str>,
+    worker_away: Option<&str>,
+) -> Vec<Condition> {
+    let previous = node.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let now = Time(jiff::Timestamp::now());
+    let generation = node.metadata.generation;
+    let mut next = conditions::of_phase(previous, phase, message, generation, &now);
+    if let Some(why) = worker_away {
+        let verdict = Verdict {
+            type_: conditions::DEGRADED,
+            holds: true,
+            reason: WORKER_AWAY,
+            message: why,
+        };
+        conditions::set_condition(&mut next, &verdict, generation, &now);
+    }
+    next
+}
+
+/// Whether the stored conditions say the worker was away.
+fn was_away(status: &StorageNodeStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::DEGRADED && c.status == "True" && c.reason == WORKER_AWAY)
+}
+
+/// Why a recorded node's worker is away: its Node is gone or NotReady. A cordoned worker
+/// is not away (it is being maintained on purpose).
+fn worker_gone_or_not_ready(worker: &str, node: Option<&Node>) -> Option<String> {
+    let Some(n) = node else {
+        return Some(format!("worker {worker} is not a Node of this cluster"));
+    };
+    let not_ready = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status != "True"));
+    not_ready.then(|| format!("worker {worker} is NotReady"))
 }
 
 /// Every phase a StorageNode can be in, as the phase gauge names them.
@@ -953,7 +1038,12 @@ async fn steady(
         resources.devices = Some(device_counts(ctx, node).await?);
     }
     let phase = phase_of(&found);
+    let worker = &node.spec.worker_node;
+    let away = worker_gone_or_not_ready(worker, worker_node(ctx, worker).await?.as_ref());
+    let message = status.message.clone();
+    let conditions = node_conditions(node, phase, message.as_deref(), away.as_deref());
     let same = status.phase == phase
+        && status.conditions == conditions
         && status.status == next.status
         && status.health == next.health
         && status.resources == next.resources
@@ -963,8 +1053,16 @@ async fn steady(
         // would wake this controller again, for ever).
         && status.step.is_empty();
     if !same {
-        let message = status.message.clone();
-        write(ctx, node, phase, None, message, Some(&next)).await?;
+        let written = write_with(ctx, node, phase, None, message, Some(&next), conditions).await?;
+        // Said once the record holds it: the stored condition is what makes it once.
+        match (written.is_some(), was_away(status), away) {
+            (true, false, Some(why)) => ctx.event(node, true, WORKER_AWAY, why).await,
+            (true, true, None) => {
+                let back = format!("worker {worker} is Ready again");
+                ctx.event(node, false, WORKER_RETURNED, back).await;
+            }
+            _ => {}
+        }
     }
     // A node on its way somewhere (in creation, restarting) is looked at again soon,
     // unless its stream will say when it moves; a settled one at the resync backstop.

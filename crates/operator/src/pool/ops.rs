@@ -40,6 +40,7 @@ struct Refusal {
     message: &'static str,
     completed_at: Time,
     observed_generation: Option<i64>,
+    conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -62,10 +63,19 @@ async fn reconcile(op: Arc<StoragePoolOps>, ctx: Arc<Context>) -> Result<Action,
         }
         return Ok(Action::await_change());
     }
+    let now = Time(jiff::Timestamp::now());
+    let previous = op.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let verdicts = simplyblock_api::conditions::ops_verdicts(OpsPhase::Failed, UNSUPPORTED);
     let refusal = Refusal {
         phase: OpsPhase::Failed,
         message: UNSUPPORTED,
-        completed_at: Time(jiff::Timestamp::now()),
+        conditions: simplyblock_api::conditions::with_conditions(
+            previous,
+            &verdicts,
+            op.metadata.generation,
+            &now,
+        ),
+        completed_at: now,
         observed_generation: op.metadata.generation,
     };
     kit::apply_status(

@@ -34,6 +34,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use simplyblock_api::StorageNode;
 use simplyblock_api::common::OpsPhase;
+use simplyblock_api::conditions;
 use simplyblock_api::keys::{CSI_DRIVER_NAME, PERSISTENT_VOLUME_OPS_FINALIZER};
 use simplyblock_api::persistent_volume_ops::{
     GRAPHS, MigrationConnection, MigrationStatus, PersistentVolumeOps, PersistentVolumeOpsStatus,
@@ -1153,8 +1154,13 @@ async fn write_status(
     op: &PersistentVolumeOps,
     next: &PersistentVolumeOpsStatus,
 ) -> Result<PersistentVolumeOps, Error> {
+    let previous = op.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let verdicts =
+        conditions::ops_verdicts(next.phase, next.message.as_deref().unwrap_or_default());
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
     let next = PersistentVolumeOpsStatus {
         observed_generation: op.meta().generation,
+        conditions: conditions::with_conditions(previous, &verdicts, op.meta().generation, &now),
         ..next.clone()
     };
     if op.status.as_ref() == Some(&next) {

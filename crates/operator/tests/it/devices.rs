@@ -18,11 +18,11 @@ use crate::support::{
     Harness, OPERATOR_NAMESPACE, PATIENCE, harness, raised, until, until_explained,
 };
 
-const NODE: &str = "sb-sd-0";
+pub(crate) const NODE: &str = "sb-sd-0";
 
 /// The harness's cluster and a StorageNode for its first control-plane node, with the
 /// mirror and the StorageNode controller running; returns the node's control-plane id.
-async fn device_harness(ns: &str) -> (Harness, Uuid) {
+pub(crate) async fn device_harness(ns: &str) -> (Harness, Uuid) {
     let h = harness(ns, "", (1, 1)).await;
     let first = h.cp.list_storage_nodes(h.uuid).await.expect("nodes")[0].id;
     let worker: k8s_openapi::api::core::v1::Node =
@@ -63,7 +63,7 @@ fn devices(h: &Harness) -> Api<StorageDevice> {
 
 /// The StorageDevices once they are exactly the control plane's drives of `node`, by id,
 /// each with the phase of its control-plane status.
-async fn mirrored(h: &Harness, node: Uuid) -> BTreeMap<String, StorageDevice> {
+pub(crate) async fn mirrored(h: &Harness, node: Uuid) -> BTreeMap<String, StorageDevice> {
     let last = std::sync::Mutex::new(String::new());
     until_explained(
         "the StorageDevices to mirror the drives",
@@ -330,7 +330,7 @@ async fn only_the_operator_the_garbage_collector_and_a_terminating_namespace_del
         .expect("a device of a terminating namespace is deleted by anyone");
 }
 
-fn operation(name: &str, device: &str, action: &str) -> StorageDeviceOps {
+pub(crate) fn operation(name: &str, device: &str, action: &str) -> StorageDeviceOps {
     serde_json::from_value(json!({
         "apiVersion": "storage.simplyblock.io/v1alpha2", "kind": "StorageDeviceOps",
         "metadata": {"name": name},
@@ -339,7 +339,7 @@ fn operation(name: &str, device: &str, action: &str) -> StorageDeviceOps {
     .expect("operation")
 }
 
-async fn run(h: &Harness, op: StorageDeviceOps, phase: OpsPhase) -> StorageDeviceOps {
+pub(crate) async fn run(h: &Harness, op: StorageDeviceOps, phase: OpsPhase) -> StorageDeviceOps {
     let api: Api<StorageDeviceOps> = Api::namespaced(h.kube.clone(), &h.ns);
     let name = op.name_any();
     api.create(&PostParams::default(), &op)

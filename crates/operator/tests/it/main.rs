@@ -6,6 +6,7 @@ mod backups;
 mod chart_release;
 mod cluster;
 mod cluster_ops;
+mod conditions;
 mod controlplane;
 mod controlplane_ops;
 mod conversion;

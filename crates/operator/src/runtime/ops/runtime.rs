@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -15,6 +15,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 use simplyblock_api::common::OpsPhase;
+use simplyblock_api::conditions;
 use simplyblock_statemachine::{Machine, State, StepSnapshot};
 
 use super::{
@@ -261,6 +262,7 @@ async fn apply<K: OpsResource, S: Steps<K>>(
                 message: Some(message.clone()),
                 started_at: Some(Time(now)),
                 completed_at: None,
+                conditions: Vec::new(),
             };
             write_status(&ctx.kube, op, &next, op.kind_status()).await?;
             // Counted before it is said: whoever sees the event finds it counted.
@@ -634,7 +636,19 @@ pub async fn write_status<K: OpsResource>(
     next: &OpsStatus,
     kind: K::Fields,
 ) -> Result<K, Error> {
-    if op.ops_status() == *next
+    let stored = op.ops_status();
+    let conditions = conditions::with_conditions(
+        &stored.conditions,
+        &conditions::ops_verdicts(next.phase, next.message.as_deref().unwrap_or_default()),
+        op.meta().generation,
+        &Time(Timestamp::now()),
+    );
+    let without_conditions = |s: &OpsStatus| OpsStatus {
+        conditions: Vec::new(),
+        ..s.clone()
+    };
+    if without_conditions(&stored) == without_conditions(next)
+        && stored.conditions == conditions
         && op.kind_status() == kind
         && observed_generation(op) == op.meta().generation
     {
@@ -642,6 +656,7 @@ pub async fn write_status<K: OpsResource>(
     }
     let status = StatusBody {
         fields: &kind,
+        conditions: &conditions,
         phase: next.phase,
         step: &next.step,
         message: next.message.as_deref(),
@@ -683,6 +698,8 @@ async fn record_answer<K: OpsResource>(
 struct StatusBody<'a, F> {
     #[serde(flatten)]
     fields: &'a F,
+    #[serde(skip_serializing_if = "<[Condition]>::is_empty")]
+    conditions: &'a [Condition],
     phase: OpsPhase,
     #[serde(skip_serializing_if = "StepSnapshot::is_empty")]
     step: &'a StepSnapshot,
