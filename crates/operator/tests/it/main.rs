@@ -22,6 +22,7 @@ mod events;
 mod hub;
 mod leader;
 mod lock;
+mod logs;
 mod maintenance;
 mod metrics;
 mod migrate;
