@@ -77,7 +77,9 @@ mod tests {
         for format in [LogFormat::Text, LogFormat::Json] {
             assert_eq!(format.to_string().parse(), Ok(format));
         }
-        let wrong = "yaml".parse::<LogFormat>().unwrap_err();
+        let wrong = "yaml"
+            .parse::<LogFormat>()
+            .expect_err("yaml is no log format");
         assert!(
             wrong.contains("\"yaml\"") && wrong.contains("text") && wrong.contains("json"),
             "{wrong}"

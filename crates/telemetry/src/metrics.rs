@@ -506,7 +506,7 @@ mod tests {
             vec![("pod", "operator-0".into())],
             1.0,
         );
-        let declared = catalogue::family("simplyblock_operator_leader_state").unwrap();
+        let declared = catalogue::family("simplyblock_operator_leader_state").expect("declared");
         let text = m.render();
         assert!(
             text.contains(&format!(
@@ -519,7 +519,8 @@ mod tests {
 
     #[test]
     fn a_write_off_the_catalogue_names_each_problem_and_where_to_declare() {
-        let undeclared = off_catalogue("simplyblock_nothing_count", Type::Gauge, &["a"]).unwrap();
+        let undeclared =
+            off_catalogue("simplyblock_nothing_count", Type::Gauge, &["a"]).expect("undeclared");
         assert!(
             undeclared.contains("simplyblock_nothing_count")
                 && undeclared.contains("does not declare it")
@@ -531,7 +532,7 @@ mod tests {
             Type::Counter,
             &["node"],
         )
-        .unwrap();
+        .expect("another type and labels");
         assert!(
             both.contains("declared as a gauge") && both.contains("declared with labels [pod]"),
             "{both}"
