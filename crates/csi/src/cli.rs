@@ -129,6 +129,8 @@ pub struct Args {
     /// Node mode: the least time between two restarts of the same pod.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub restart_backoff: Duration,
+    #[command(flatten)]
+    pub logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 /// A duration such as `3s`, `90s` or `5m`.

@@ -8,18 +8,10 @@ use simplyblock_telemetry::metrics::Metrics;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // The chart's logFormat, handed down by the operator: text unless json is asked for.
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr);
-    match std::env::var("SIMPLYBLOCK_LOG_FORMAT").as_deref() {
-        Ok("json") => logs.json().init(),
-        _ => logs.init(),
-    }
-    simplyblock_csi::install_crypto_provider();
     let a = Args::parse();
+    // The chart's logFormat, handed down by the operator (SIMPLYBLOCK_LOG_FORMAT).
+    simplyblock_telemetry::logs::init(a.logs.log_format, "info");
+    simplyblock_csi::install_crypto_provider();
     let kube = if a.kubernetes {
         Some(kube::Client::try_default().await?)
     } else {

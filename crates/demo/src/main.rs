@@ -64,18 +64,14 @@ struct Cli {
     /// Sim seconds per real second: how fast the simulated hardware is.
     #[arg(long, default_value_t = 20.0)]
     time_scale: f64,
+    #[command(flatten)]
+    logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client=off,kube_runtime=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    simplyblock_telemetry::logs::init(cli.logs.log_format, "warn,kube_client=off,kube_runtime=off");
     simplyblock_simulator::install_crypto_provider();
 
     step("starting a local Kubernetes API server (kube-apiserver + etcd on loopback)");

@@ -206,6 +206,7 @@ async fn lead(
         Some(election) => {
             let (duration, grace) = lease_times(&election);
             let manager = lease_manager(ctx, &election).await?;
+            leader_state(ctx, &election, false);
             tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
             loop {
                 tokio::select! {
@@ -214,7 +215,8 @@ async fn lead(
                 }
             }
             tracing::info!(identity = %election.identity, "leading: the controllers start");
-            Some((manager, duration, grace))
+            leader_state(ctx, &election, true);
+            Some((manager, duration, grace, election))
         }
     };
     if let Some(cluster_name) = initial_discovery {
@@ -228,7 +230,7 @@ async fn lead(
         });
     }
     let controllers = futures::future::join_all(controllers(ctx, probe, fleet));
-    let Some((manager, duration, grace)) = lease else {
+    let Some((manager, duration, grace, election)) = lease else {
         controllers.await;
         return Ok(());
     };
@@ -240,10 +242,20 @@ async fn lead(
         // Nothing may reconcile without the Lease; the controllers end where they are.
         ctx.shutdown.fire();
     }
+    leader_state(ctx, &election, false);
     if let Err(e) = manager.release().await {
         tracing::warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
     }
     outcome
+}
+
+/// `simplyblock_operator_leader_state{pod}`: whether this replica leads.
+fn leader_state(ctx: &Context, election: &LeaderElection, leading: bool) {
+    ctx.metrics.set(
+        "simplyblock_operator_leader_state",
+        vec![("pod", election.identity.clone())],
+        if leading { 1.0 } else { 0.0 },
+    );
 }
 
 /// Renews the Lease; returns when it is lost. A renewal is tried `grace` before the Lease

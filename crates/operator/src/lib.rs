@@ -30,4 +30,4 @@ pub use assembly::{Config, run};
 
 /// The environment variable naming the log format of every binary (the chart's
 /// `logFormat`): `json` or `text`.
-pub const LOG_FORMAT_ENV: &str = "SIMPLYBLOCK_LOG_FORMAT";
+pub use simplyblock_telemetry::logs::LOG_FORMAT_ENV;

@@ -20,6 +20,8 @@ use simplyblock_operator::runtime::link::Token;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -409,28 +411,9 @@ async fn preflight(args: PreflightArgs) -> anyhow::Result<i32> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // The chart's logFormat: json for a log pipeline (the default), text for a person.
-    // Preflight's and uninstall's reports are their stdout: their logs go to stderr.
-    let to_stderr = matches!(
-        cli.command,
-        Command::Preflight(_) | Command::Uninstall { .. } | Command::ApplyCrds { .. }
-    );
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(move || {
-            use tracing_subscriber::fmt::writer::EitherWriter;
-            if to_stderr {
-                EitherWriter::B(std::io::stderr())
-            } else {
-                EitherWriter::A(std::io::stdout())
-            }
-        });
-    match std::env::var(simplyblock_operator::LOG_FORMAT_ENV).as_deref() {
-        Ok("text") => logs.init(),
-        _ => logs.json().init(),
-    }
+    // The chart's logFormat (SIMPLYBLOCK_LOG_FORMAT). Logs go to stderr, so that the
+    // reports of preflight and uninstall are all of stdout.
+    simplyblock_telemetry::logs::init(cli.logs.log_format, "info");
     match cli.command {
         Command::Preflight(args) => {
             let code = preflight(args).await?;

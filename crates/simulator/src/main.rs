@@ -14,6 +14,8 @@ use simplyblock_simulator::{Server, ServerTls, Sim, SimConfig, Timings, labels};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    #[command(flatten)]
+    logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -94,14 +96,10 @@ fn read(p: &PathBuf) -> anyhow::Result<Vec<u8>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = Cli::parse();
+    simplyblock_telemetry::logs::init(cli.logs.log_format, "info");
     simplyblock_simulator::install_crypto_provider();
-    let Cmd::Serve(s) = Cli::parse().cmd;
+    let Cmd::Serve(s) = cli.cmd;
     let mut timings = Timings::default();
     if let Some(r) = s.reboot_seconds {
         timings.reboot_ms = (r * 1000.0) as i64;

@@ -5,6 +5,9 @@
 //! dashboards may name only these families. The rows are kept per area so that each
 //! area's owner edits one file.
 
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
 mod csi;
 mod fleet;
 mod operator;
@@ -46,10 +49,38 @@ pub struct Family {
     pub exporter: Exporter,
 }
 
+impl Type {
+    /// As the exposition's `# TYPE` line names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Type::Counter => "counter",
+            Type::Gauge => "gauge",
+            Type::Histogram => "histogram",
+        }
+    }
+}
+
+impl Exporter {
+    /// The binary, in words, as the documentation's headings name it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Exporter::Operator => "The operator",
+            Exporter::CsiController => "The CSI controller plugin",
+            Exporter::CsiNode => "The CSI node plugin",
+            Exporter::Sidecar => "The CSI sidecars",
+        }
+    }
+}
+
+/// Where the rows of each area are declared, for the message that asks for a missing one.
+pub const FILES: &str = "crates/telemetry/src/catalogue/operator.rs (the operator's own), \
+     fleet.rs (the fleet as the control plane reports it) or csi.rs (the CSI driver)";
+
 /// Every declared family, sorted by name.
 pub fn families() -> Vec<Family> {
     let mut all: Vec<Family> = [operator::FAMILIES, fleet::FAMILIES, csi::FAMILIES]
         .into_iter()
+        .chain(operator::OPS_FAMILIES.iter().copied())
         .flatten()
         .copied()
         .collect();
@@ -59,7 +90,9 @@ pub fn families() -> Vec<Family> {
 
 /// The declared family named `name` (as exposed), if any.
 pub fn family(name: &str) -> Option<Family> {
-    families().into_iter().find(|f| f.name == name)
+    static INDEX: LazyLock<BTreeMap<&'static str, Family>> =
+        LazyLock::new(|| families().into_iter().map(|f| (f.name, f)).collect());
+    INDEX.get(name).copied()
 }
 
 #[cfg(test)]

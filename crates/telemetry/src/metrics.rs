@@ -5,15 +5,11 @@
 //! as: a counter (`_total` added by the encoder), a gauge (which may end in `_count`), or
 //! a histogram of seconds. Two registries in one process (the tests) share nothing.
 //!
-//! Every controller an operator runs has:
-//!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `simplyblock_reconcile_total` | counter | `controller, result` (`success`, `error`) |
-//! | `simplyblock_reconcile_errors_total` | counter | `controller, kind` |
-//! | `simplyblock_reconcile_duration_seconds` | histogram | `controller` |
-//!
-//! The Ops kinds add theirs, and so do the entities.
+//! Every family written must be declared in the [`catalogue`], with the type and the
+//! labels (in order) it is written with; its HELP text is the catalogue's. Writing one
+//! that is not is a bug: a debug build (the tests) panics naming the family and where to
+//! declare it; a release build logs it once at error and records the sample anyway, since
+//! a missing row must not cost an operator its metrics.
 //!
 //! A series keyed by an object's name goes with the object: its controller forgets it
 //! when it sees the deletion ([`Metrics::forget_one_hot`]), or, for a kind without a
@@ -30,6 +26,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::catalogue::{self, Type};
 
 /// A sample's labels, in the order they are rendered.
 pub type Labels = Vec<(&'static str, String)>;
@@ -63,8 +61,11 @@ struct Families {
 type PassKey = (String, String, String);
 
 /// One operator's metrics.
-#[derive(Default)]
 pub struct Metrics {
+    /// Whether writes are held to the catalogue (always, outside telemetry's own tests).
+    checked: bool,
+    /// The families a release build has already logged as off the catalogue.
+    reported: Mutex<BTreeSet<String>>,
     families: Mutex<Families>,
     /// Not exported (one series per object would outlive the objects): how a caller in
     /// the same process proves that a controller looked at an object again.
@@ -81,9 +82,87 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            checked: true,
+            reported: Mutex::default(),
+            families: Mutex::default(),
+            passes: Mutex::default(),
+            one_hot: Mutex::default(),
+        }
+    }
+}
+
+/// What is wrong with writing `name` as a `r#type` with `labels` (their names, in order),
+/// if anything; `None` when the catalogue declares exactly that.
+pub fn off_catalogue(name: &str, r#type: Type, labels: &[&str]) -> Option<String> {
+    let written = format!(
+        "metric family {name} is written as a {} with labels [{}]",
+        r#type.as_str(),
+        labels.join(", ")
+    );
+    let Some(declared) = catalogue::family(name) else {
+        return Some(format!(
+            "{written}, but the catalogue does not declare it: add its row (type, labels, \
+             help) to {}",
+            catalogue::FILES
+        ));
+    };
+    let mut problems = Vec::new();
+    if declared.r#type != r#type {
+        problems.push(format!("declared as a {}", declared.r#type.as_str()));
+    }
+    if declared.labels != labels {
+        problems.push(format!(
+            "declared with labels [{}]",
+            declared.labels.join(", ")
+        ));
+    }
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{written}, but it is {}: write it as declared, or change its row in {}",
+            problems.join(" and "),
+            catalogue::FILES
+        )
+    })
+}
+
 impl Metrics {
+    /// A registry held to the catalogue.
     pub fn new() -> Metrics {
         Metrics::default()
+    }
+
+    /// A registry that writes any family: for this crate's own tests of the mechanics,
+    /// under names no binary exports.
+    #[cfg(test)]
+    fn unchecked() -> Metrics {
+        Metrics {
+            checked: false,
+            ..Metrics::default()
+        }
+    }
+
+    /// Holds a write of `name` as a `r#type` with `labels` to the catalogue (see the
+    /// module's documentation), and returns the family's HELP text.
+    fn declared(&self, name: &str, r#type: Type, labels: &Labels) -> String {
+        if !self.checked {
+            return help(name);
+        }
+        let keys: Vec<&str> = labels.iter().map(|(k, _)| *k).collect();
+        if let Some(problem) = off_catalogue(name, r#type, &keys) {
+            if cfg!(debug_assertions) {
+                panic!("{problem}");
+            }
+            let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+            if reported.insert(name.to_owned()) {
+                tracing::error!("{problem}; this is a bug in the binary, please report it");
+            }
+        }
+        catalogue::family(name)
+            .map(|f| f.help.to_owned())
+            .unwrap_or_else(|| help(name))
     }
 
     fn families(&self) -> std::sync::MutexGuard<'_, Families> {
@@ -97,6 +176,7 @@ impl Metrics {
 
     /// Adds `by` to the counter `name` (which ends in `_total`).
     pub fn add(&self, name: &str, labels: Labels, by: f64) {
+        let help = self.declared(name, Type::Counter, &labels);
         let family = {
             let mut f = self.families();
             match f.counters.get(name) {
@@ -104,7 +184,7 @@ impl Metrics {
                 None => {
                     let family = CounterFamily::default();
                     let base = name.strip_suffix("_total").unwrap_or(name);
-                    f.registry.register(base, help(name), family.clone());
+                    f.registry.register(base, help, family.clone());
                     f.counters.insert(name.to_owned(), family.clone());
                     family
                 }
@@ -120,13 +200,14 @@ impl Metrics {
 
     /// Sets the gauge `name`.
     pub fn set(&self, name: &str, labels: Labels, value: f64) {
+        let help = self.declared(name, Type::Gauge, &labels);
         let family = {
             let mut f = self.families();
             match f.gauges.get(name) {
                 Some(family) => family.clone(),
                 None => {
                     let family = GaugeFamily::default();
-                    f.registry.register(name, help(name), family.clone());
+                    f.registry.register(name, help, family.clone());
                     f.gauges.insert(name.to_owned(), family.clone());
                     family
                 }
@@ -229,13 +310,14 @@ impl Metrics {
 
     fn observe_in(&self, name: &str, labels: Labels, value: f64, buckets: fn() -> Histogram) {
         let seconds = value;
+        let help = self.declared(name, Type::Histogram, &labels);
         let family = {
             let mut f = self.families();
             match f.histograms.get(name) {
                 Some(family) => family.clone(),
                 None => {
                     let family = HistogramFamily::new_with_constructor(buckets);
-                    f.registry.register(name, help(name), family.clone());
+                    f.registry.register(name, help, family.clone());
                     f.histograms.insert(name.to_owned(), family.clone());
                     family
                 }
@@ -293,8 +375,7 @@ impl Metrics {
     }
 }
 
-/// The help text: the metric's name in words, since the tables in the module docs are
-/// where each is explained.
+/// The help text of a family off the catalogue: its name in words.
 fn help(name: &str) -> String {
     name.trim_start_matches("simplyblock_").replace('_', " ")
 }
@@ -305,7 +386,7 @@ mod tests {
 
     #[test]
     fn each_family_renders_with_the_type_it_was_written_as() {
-        let m = Metrics::new();
+        let m = Metrics::unchecked();
         m.set("x_node_index_count", vec![("cluster", "a".into())], 2.0);
         m.observe("x_wait_seconds", vec![("cluster", "a".into())], 1.5);
         m.observe("x_wait_seconds", vec![("cluster", "a".into())], 0.5);
@@ -335,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_series_is_no_longer_rendered() {
-        let m = Metrics::new();
+        let m = Metrics::unchecked();
         let (a, b) = (vec![("v", "1".to_owned())], vec![("v", "2".to_owned())]);
         m.set("x_info", a.clone(), 1.0);
         m.set("x_info", b.clone(), 1.0);
@@ -347,7 +428,7 @@ mod tests {
 
     #[test]
     fn the_one_hot_series_of_a_deleted_object_go_and_its_neighbours_stay() {
-        let m = Metrics::new();
+        let m = Metrics::unchecked();
         let of = |o: &str| vec![("name", o.to_owned())];
         let states = ["Up", "Down"];
         m.one_hot("x_phase_state", &of("a"), states, Some("Up"));
@@ -368,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_sweep_forgets_the_one_hot_series_it_is_not_told_to_keep() {
-        let m = Metrics::new();
+        let m = Metrics::unchecked();
         let of = |o: &str| vec![("name", o.to_owned())];
         let states = ["Up", "Down"];
         for o in ["a", "b", "c"] {
@@ -409,11 +490,87 @@ mod tests {
 
     #[test]
     fn two_registries_share_nothing() {
-        let (a, b) = (Metrics::new(), Metrics::new());
+        let (a, b) = (Metrics::unchecked(), Metrics::unchecked());
         a.count("shared_name_total", vec![]);
         a.pass_ended("c", "ns", "o");
         assert_eq!(a.sample("shared_name_total", &[]), Some(1.0));
         assert_eq!(b.sample("shared_name_total", &[]), None);
         assert_eq!((a.passes("c", "ns", "o"), b.passes("c", "ns", "o")), (1, 0));
+    }
+
+    #[test]
+    fn a_declared_family_renders_with_the_catalogue_help() {
+        let m = Metrics::new();
+        m.set(
+            "simplyblock_operator_leader_state",
+            vec![("pod", "operator-0".into())],
+            1.0,
+        );
+        let declared = catalogue::family("simplyblock_operator_leader_state").expect("declared");
+        let text = m.render();
+        assert!(
+            text.contains(&format!(
+                "# HELP simplyblock_operator_leader_state {}",
+                declared.help
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_write_off_the_catalogue_names_each_problem_and_where_to_declare() {
+        let undeclared =
+            off_catalogue("simplyblock_nothing_count", Type::Gauge, &["a"]).expect("undeclared");
+        assert!(
+            undeclared.contains("simplyblock_nothing_count")
+                && undeclared.contains("does not declare it")
+                && undeclared.contains("catalogue/operator.rs"),
+            "{undeclared}"
+        );
+        let both = off_catalogue(
+            "simplyblock_operator_leader_state",
+            Type::Counter,
+            &["node"],
+        )
+        .expect("another type and labels");
+        assert!(
+            both.contains("declared as a gauge") && both.contains("declared with labels [pod]"),
+            "{both}"
+        );
+        assert_eq!(
+            off_catalogue("simplyblock_operator_leader_state", Type::Gauge, &["pod"]),
+            None
+        );
+        let reordered = off_catalogue(
+            "simplyblock_reconcile_total",
+            Type::Counter,
+            &["result", "controller"],
+        );
+        assert!(reordered.is_some(), "labels are held in order");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "simplyblock_nothing_count is written as a gauge")]
+    fn a_debug_build_refuses_a_write_off_the_catalogue() {
+        Metrics::new().set("simplyblock_nothing_count", vec![], 1.0);
+    }
+
+    #[test]
+    fn every_family_written_through_the_ops_prefix_is_declared_per_kind() {
+        for (kind, target) in [
+            ("storagecluster", "cluster"),
+            ("storagenode", "node"),
+            ("storagedevice", "device"),
+            ("controlplane", "namespace"),
+            ("storagebackup", "backup"),
+            ("operator", "namespace"),
+        ] {
+            let name = format!("simplyblock_{kind}_operations_total");
+            assert_eq!(
+                off_catalogue(&name, Type::Counter, &[target, "action", "result"]),
+                None
+            );
+        }
     }
 }

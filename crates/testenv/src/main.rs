@@ -17,6 +17,8 @@ use simplyblock_testenv::TestEnv;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -64,15 +66,10 @@ enum NodeCmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        // kube logs every refused connection while the API server is still starting.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // kube logs every refused connection while the API server is still starting.
+    simplyblock_telemetry::logs::init(cli.logs.log_format, "warn,kube_client=off");
+    match cli.command {
         Cmd::ChartReadme => {
             let path = simplyblock_testenv::chart_readme::write().map_err(anyhow::Error::msg)?;
             println!("wrote {}", path.display());

@@ -22,6 +22,8 @@ use simplyblock_upgrade::{Context, Helm, Options, Stage, Target, steps};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    logs: simplyblock_telemetry::logs::LogArgs,
 }
 
 #[derive(clap::Args)]
@@ -97,7 +99,10 @@ enum Command {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    // The report is stdout; the logs (of the libraries it calls) go to stderr.
+    simplyblock_telemetry::logs::init(cli.logs.log_format, "warn");
+    match run(cli).await {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("simplyblock-upgrade: {e:#}");

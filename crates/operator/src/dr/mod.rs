@@ -10,7 +10,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `simplyblock_hub_checks_total` | counter | `result` (`hub`, `not_hub`, `error`) |
-//! | `simplyblock_hub_controllers_running` | gauge | 1 once the hub's controllers run |
+//! | `simplyblock_hub_controllers_running_state` | gauge | 1 once the hub's controllers run |
 
 pub mod bubble;
 pub mod hub;
@@ -53,6 +53,6 @@ pub async fn run(ctx: Arc<Context>) {
         return;
     }
     tracing::info!("this API server serves OCM ManifestWorks: the hub's controllers start");
-    metrics.set("simplyblock_hub_controllers_running", vec![], 1.0);
+    metrics.set("simplyblock_hub_controllers_running_state", vec![], 1.0);
     futures::future::join_all(hub_controllers(&ctx)).await;
 }

@@ -25,6 +25,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tracing::Instrument;
 
 pub use super::error::{Error, unless_stale};
 pub use crate::runtime::context::Scope;
@@ -87,7 +88,14 @@ pub async fn run<K, F, Fut>(
             let began = Instant::now();
             let namespace = object.namespace().unwrap_or_default();
             let object_name = object.name_any();
-            let result = reconcile(object, ctx.clone()).await;
+            // Every line the pass logs carries what it is about.
+            let span = tracing::info_span!(
+                "reconcile",
+                controller = name,
+                kind = %K::kind(&()),
+                object = %object_path(&namespace, &object_name),
+            );
+            let result = reconcile(object, ctx.clone()).instrument(span).await;
             let m = &ctx.metrics;
             m.observe(
                 "simplyblock_reconcile_duration_seconds",
@@ -147,6 +155,16 @@ pub async fn run<K, F, Fut>(
         () = unsynced_stop => {
             tracing::debug!(controller = name, "stopped before its cache synced");
         }
+    }
+}
+
+/// `namespace/name`, or `name` for an object without a namespace: the `object` field of a
+/// pass's log lines.
+pub fn object_path(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{namespace}/{name}")
     }
 }
 

@@ -127,7 +127,7 @@ async fn the_hub_controllers_start_once_manifestworks_are_served() {
     })
     .await;
     assert_eq!(
-        metrics.sample("simplyblock_hub_controllers_running", &[]),
+        metrics.sample("simplyblock_hub_controllers_running_state", &[]),
         None,
         "a managed cluster runs no hub controller"
     );
@@ -137,7 +137,8 @@ async fn the_hub_controllers_start_once_manifestworks_are_served() {
         .await
         .expect("the hub's CRDs install");
     until("the hub's controllers running", async || {
-        (metrics.sample("simplyblock_hub_controllers_running", &[]) == Some(1.0)).then_some(())
+        (metrics.sample("simplyblock_hub_controllers_running_state", &[]) == Some(1.0))
+            .then_some(())
     })
     .await;
     assert_eq!(checks("hub"), 1.0, "the polling ends once the hub is seen");

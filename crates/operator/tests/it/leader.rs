@@ -37,6 +37,14 @@ fn operator(
         .expect("the operator starts")
 }
 
+/// The `simplyblock_operator_leader_state` a process reports for `identity`.
+fn leader_state(metrics: &str, identity: &str) -> Option<f64> {
+    let series = format!("simplyblock_operator_leader_state{{pod=\"{identity}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+}
+
 /// The StorageCluster passes a process's metrics count (0 when none).
 fn cluster_passes(metrics: &str) -> f64 {
     metrics
@@ -123,6 +131,16 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
         0.0,
         "the standby reconciled: {b_metrics}"
     );
+    assert_eq!(
+        leader_state(&a_metrics, "operator-a"),
+        Some(1.0),
+        "{a_metrics}"
+    );
+    assert_eq!(
+        leader_state(&b_metrics, "operator-b"),
+        Some(0.0),
+        "{b_metrics}"
+    );
     assert_eq!(holder(&leases).await.as_deref(), Some("operator-a"));
 
     // The leader dies without releasing the Lease: the standby waits it out, then leads.
@@ -147,6 +165,11 @@ async fn only_the_leader_reconciles_and_the_standby_takes_over_when_it_dies() {
         .await
         .expect("operator-b's metrics");
     assert!(cluster_passes(&b_metrics) >= 1.0, "{b_metrics}");
+    assert_eq!(
+        leader_state(&b_metrics, "operator-b"),
+        Some(1.0),
+        "{b_metrics}"
+    );
 
     // SIGTERM: the passes in flight finish, the Lease is released, the process ends well.
     let pid = i32::try_from(b.id()).expect("pid");

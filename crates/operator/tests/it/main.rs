@@ -24,6 +24,7 @@ mod fleet_metrics;
 mod hub;
 mod leader;
 mod lock;
+mod logs;
 mod maintenance;
 mod metrics;
 mod migrate;

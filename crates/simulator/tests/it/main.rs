@@ -9,6 +9,7 @@ mod faults;
 mod informer;
 mod kill9;
 mod labels_kube;
+mod logs;
 mod stats;
 mod stream;
 mod sync_sites;

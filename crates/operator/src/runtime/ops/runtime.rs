@@ -17,6 +17,7 @@ use serde_json::json;
 use simplyblock_api::common::OpsPhase;
 use simplyblock_api::conditions;
 use simplyblock_statemachine::{Machine, State, StepSnapshot};
+use tracing::Instrument;
 
 use super::{
     Decision, Gate, Move, Observation, OpsResource, OpsStatus, Plan, StepGraphs, Steps,
@@ -83,7 +84,16 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
     ctx: Arc<Context>,
     steps: &S,
 ) -> Result<Action, Error> {
-    let action = pass(op.clone(), ctx.clone(), steps).await?;
+    // Inside the controller's `reconcile` span (object, kind): the operation and the step
+    // it is at when the pass begins.
+    let span = tracing::info_span!(
+        "operation",
+        operation = op.action_name(),
+        step = op.ops_status().step.state.as_deref().unwrap_or("none"),
+    );
+    let action = pass(op.clone(), ctx.clone(), steps)
+        .instrument(span.clone())
+        .await?;
     if !K::RUNTIME_PRUNES_HISTORY
         || !op.ops_status().phase.is_terminal()
         || op.meta().deletion_timestamp.is_some()
@@ -98,6 +108,7 @@ pub async fn reconcile<K: OpsResource, S: Steps<K>>(
         |o| o.history_group(),
         None,
     )
+    .instrument(span)
     .await?;
     // A finished operation waits for no change of its own: look again when the next one
     // outlives the retention.
