@@ -178,25 +178,3 @@ fn observability_md_is_generated_from_the_catalogue_and_the_alerts() {
         "{DOC} differs from the catalogue and {ALERTS}: run `{COMMAND}`"
     );
 }
-
-#[test]
-fn every_alert_reads_only_declared_families() {
-    let text = std::fs::read_to_string(repository().join(ALERTS)).expect("alerts");
-    let declared = catalogue::families();
-    let undeclared: Vec<&str> = text
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("simplyblock_"))
-        .filter(|w| {
-            !declared.iter().any(|f| {
-                *w == f.name
-                    || ["_bucket", "_sum", "_count"].iter().any(|s| {
-                        f.r#type == catalogue::Type::Histogram && *w == format!("{}{s}", f.name)
-                    })
-            })
-        })
-        .collect();
-    assert!(
-        undeclared.is_empty(),
-        "{ALERTS} reads families the catalogue does not declare: {undeclared:?}"
-    );
-}
