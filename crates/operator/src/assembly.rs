@@ -62,6 +62,8 @@ pub struct Config {
     pub certificate_validity: Duration,
     /// Where `/metrics` and `/healthz` are served; `None` serves neither.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the metrics.simplyblock.io aggregated API is served; `None` serves it not.
+    pub metrics_api_listen: Option<SocketAddr>,
     /// What probe Jobs run.
     pub probe: ProbeSettings,
     /// Raise the first-install discovery run once leading.
@@ -83,6 +85,7 @@ impl Config {
             webhook_endpoint: WebhookEndpoint::Bound,
             certificate_validity: Duration::from_secs(24 * 3600),
             metrics_listen: None,
+            metrics_api_listen: None,
             probe: ProbeSettings::default(),
             initial_discovery: false,
             discovery_cluster_name: None,
@@ -165,6 +168,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
             .secured(certs.clone(), Access::new(client.clone()));
         tracing::info!(listen = %addr, "serving /metrics (to readers the API server admits) and /healthz over TLS");
         background.push(tokio::spawn(server.run()));
+    }
+    if let Some(addr) = config.metrics_api_listen {
+        background.push(tokio::spawn(
+            crate::metricsapi::server::start(addr, &certs, &ctx).await?,
+        ));
     }
     background.push(tokio::spawn(webhooks::ca::keep_fresh(
         client.clone(),

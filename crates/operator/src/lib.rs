@@ -15,6 +15,7 @@ pub mod device;
 pub mod dr;
 pub mod driver;
 pub mod metrics_server;
+pub mod metricsapi;
 pub mod node;
 pub mod pool;
 pub mod preflight;
