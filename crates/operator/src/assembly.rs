@@ -117,8 +117,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let ca = webhooks::ca::ensure(&client, &namespace).await?;
     let mut dns = vec!["localhost".to_string()];
     if let WebhookEndpoint::Service(service) = &config.webhook_endpoint {
-        // The metrics port serves the same certificate, behind the chart's Service.
-        for service in [service.as_str(), crate::metrics_server::SERVICE] {
+        // The metrics and metrics API ports serve the same certificate, behind the chart's
+        // Services.
+        for service in [
+            service.as_str(),
+            crate::metrics_server::SERVICE,
+            crate::metricsapi::SERVICE,
+        ] {
             dns.push(format!("{service}.{namespace}.svc"));
             dns.push(format!("{service}.{namespace}.svc.cluster.local"));
         }

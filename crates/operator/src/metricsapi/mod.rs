@@ -25,5 +25,7 @@ pub use server::{MetricsApi, MetricsApiServer};
 pub const GROUP: &str = "metrics.simplyblock.io";
 /// The one version served.
 pub const VERSION: &str = "v1alpha2";
+/// The chart's Service in front of it, which the APIService names.
+pub const SERVICE: &str = "simplyblock-operator-metrics-api";
 /// The APIService's name.
 pub const API_SERVICE: &str = "v1alpha2.metrics.simplyblock.io";
