@@ -11,8 +11,9 @@
 //! and field selectors passed along), one more for the StorageClusters (`snm`, `spm`) or
 //! the PersistentVolumes (`lvm`), and from the control plane one call per cluster (`scm`:
 //! the cluster, `snm`: its storage-node list, `spm`: its pool list), per storage node
-//! (`sdm`: the control plane lists devices per node only) or per pool (`lvm`: its volume
-//! list). Nothing is cached: every answer is the control plane's latest sample.
+//! (`sdm`: the control plane lists devices per node only) or per bound claim (`lvm`: the
+//! volume's own record, as the volume list carries no capacity). Nothing is cached: every
+//! answer is the control plane's latest sample.
 
 pub mod auth;
 pub mod observe;

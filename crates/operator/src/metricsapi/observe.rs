@@ -291,24 +291,20 @@ pub async fn readings(
                 }
             }
             for ((cluster, pool), claims) in by_pool {
-                let samples: BTreeMap<Uuid, CapacityStat> = cp
-                    .list_volumes(cluster, pool)
-                    .await
-                    .map_err(cp_error)?
-                    .into_iter()
-                    .map(|v| (v.id, v.capacity))
-                    .collect();
                 for (claim, pv) in claims {
                     let Some(handle) = handles.get(pv) else {
                         continue;
                     };
-                    let Some(sample) = samples.get(&handle.volume) else {
-                        continue;
+                    // The volume list carries no capacity; only a volume's own record does.
+                    let sample = match cp.get_volume(cluster, pool, handle.volume).await {
+                        Ok(volume) => volume.capacity,
+                        Err(e) if e.is_not_found() => continue,
+                        Err(e) => return Err(cp_error(e)),
                     };
                     out.extend(Reading::of(
                         kind,
                         measured(claim),
-                        sample,
+                        &sample,
                         vec![
                             ("volumeID", json!(handle.volume)),
                             ("poolID", json!(pool)),

@@ -210,6 +210,23 @@ async fn answer(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
+    let path = parts.uri.path();
+    let target = match target(path) {
+        Ok(target) => target,
+        Err(message) => return refuse(StatusCode::NOT_FOUND, "NotFound", message),
+    };
+    // Discovery says only what is served, which the API server shows every user anyway;
+    // its availability check asks for it without naming a user.
+    let (kind, namespace, name) = match target {
+        Target::Groups => return axum::Json(readings::api_group_list()).into_response(),
+        Target::Group => return axum::Json(readings::api_group()).into_response(),
+        Target::Resources => return axum::Json(readings::resource_list()).into_response(),
+        Target::Objects {
+            kind,
+            namespace,
+            name,
+        } => (kind, namespace, name),
+    };
     let user = match authenticate(&api, &peer, &parts.headers).await {
         Ok(Some(user)) => user,
         Ok(None) => {
@@ -226,21 +243,6 @@ async fn answer(
                 format!("the Kubernetes API server could not check the token: {e}; retry shortly"),
             );
         }
-    };
-    let path = parts.uri.path();
-    let target = match target(path) {
-        Ok(target) => target,
-        Err(message) => return refuse(StatusCode::NOT_FOUND, "NotFound", message),
-    };
-    let (kind, namespace, name) = match target {
-        Target::Groups => return axum::Json(readings::api_group_list()).into_response(),
-        Target::Group => return axum::Json(readings::api_group()).into_response(),
-        Target::Resources => return axum::Json(readings::resource_list()).into_response(),
-        Target::Objects {
-            kind,
-            namespace,
-            name,
-        } => (kind, namespace, name),
     };
     let watch = query_param(parts.uri.query(), "watch").is_some_and(|w| w == "true" || w == "1");
     if parts.method != Method::GET || watch {

@@ -24,6 +24,7 @@ mod leader;
 mod lock;
 mod maintenance;
 mod metrics;
+mod metrics_api;
 mod migrate;
 mod node_ops;
 mod node_remove;
