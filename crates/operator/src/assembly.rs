@@ -128,6 +128,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
             dns.push(format!("{service}.{namespace}.svc.cluster.local"));
         }
     }
+    if config.metrics_api_listen.is_some()
+        && !matches!(config.webhook_endpoint, WebhookEndpoint::Service(_))
+    {
+        // The APIService names its Service, whose name the API server checks, wherever
+        // the operator runs.
+        dns.push(format!("{}.{namespace}.svc", crate::metricsapi::SERVICE));
+    }
     let certs = ServingCertificates::with_bundle(
         ca.authority,
         ca.bundle,

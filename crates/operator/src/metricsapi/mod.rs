@@ -20,8 +20,6 @@ pub mod observe;
 pub mod readings;
 pub mod server;
 
-pub use server::{MetricsApi, MetricsApiServer};
-
 /// The API group.
 pub const GROUP: &str = "metrics.simplyblock.io";
 /// The one version served.
