@@ -13,6 +13,7 @@ mod alerts;
 mod backups;
 mod day_two;
 mod disaster_recovery;
+mod metrics_api;
 mod table;
 mod upgrade;
 mod volume;
@@ -213,8 +214,11 @@ async fn main() -> anyhow::Result<()> {
         .with_snode_proxy(sim.addr);
     let shutdown = context.shutdown.clone();
     let operator_metrics = context.metrics.clone();
+    let metrics_api_listen = metrics_api::listen()?;
+    metrics_api::route(&client, NAMESPACE, metrics_api_listen).await?;
     let operator = tokio::spawn(simplyblock_operator::run(simplyblock_operator::Config {
         initial_discovery: true,
+        metrics_api_listen: Some(metrics_api_listen),
         leader_election: Some(LeaderElection {
             lease: LeaderElection::LEASE.into(),
             identity: "simplyblock-operator-demo".into(),
@@ -692,6 +696,9 @@ async fn day_one(
             file.display()
         );
     }
+
+    step("reading capacity through the metrics.simplyblock.io aggregated API");
+    metrics_api::show(client, NAMESPACE).await?;
 
     step("restarting the cluster's storage nodes one at a time (StorageClusterOps RollingRestart)");
     let ops: Api<StorageClusterOps> = Api::namespaced(client.clone(), NAMESPACE);

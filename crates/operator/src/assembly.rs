@@ -62,6 +62,8 @@ pub struct Config {
     pub certificate_validity: Duration,
     /// Where `/metrics` and `/healthz` are served; `None` serves neither.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the metrics.simplyblock.io aggregated API is served; `None` serves it not.
+    pub metrics_api_listen: Option<SocketAddr>,
     /// What probe Jobs run.
     pub probe: ProbeSettings,
     /// Raise the first-install discovery run once leading.
@@ -85,6 +87,7 @@ impl Config {
             webhook_endpoint: WebhookEndpoint::Bound,
             certificate_validity: Duration::from_secs(24 * 3600),
             metrics_listen: None,
+            metrics_api_listen: None,
             probe: ProbeSettings::default(),
             initial_discovery: false,
             discovery_cluster_name: None,
@@ -117,11 +120,23 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let ca = webhooks::ca::ensure(&client, &namespace).await?;
     let mut dns = vec!["localhost".to_string()];
     if let WebhookEndpoint::Service(service) = &config.webhook_endpoint {
-        // The metrics port serves the same certificate, behind the chart's Service.
-        for service in [service.as_str(), crate::metrics_server::SERVICE] {
+        // The metrics and metrics API ports serve the same certificate, behind the chart's
+        // Services.
+        for service in [
+            service.as_str(),
+            crate::metrics_server::SERVICE,
+            crate::metricsapi::SERVICE,
+        ] {
             dns.push(format!("{service}.{namespace}.svc"));
             dns.push(format!("{service}.{namespace}.svc.cluster.local"));
         }
+    }
+    if config.metrics_api_listen.is_some()
+        && !matches!(config.webhook_endpoint, WebhookEndpoint::Service(_))
+    {
+        // The APIService names its Service, whose name the API server checks, wherever
+        // the operator runs.
+        dns.push(format!("{}.{namespace}.svc", crate::metricsapi::SERVICE));
     }
     let certs = ServingCertificates::with_bundle(
         ca.authority,
@@ -168,6 +183,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
             .secured(certs.clone(), Access::new(client.clone()));
         tracing::info!(listen = %addr, "serving /metrics (to readers the API server admits) and /healthz over TLS");
         background.push(tokio::spawn(server.run()));
+    }
+    if let Some(addr) = config.metrics_api_listen {
+        background.push(tokio::spawn(
+            crate::metricsapi::server::start(addr, &certs, &ctx).await?,
+        ));
     }
     background.push(tokio::spawn(webhooks::ca::keep_fresh(
         client.clone(),

@@ -16,6 +16,7 @@ pub mod dr;
 pub mod driver;
 pub mod fleet;
 pub mod metrics_server;
+pub mod metricsapi;
 pub mod node;
 pub mod pool;
 pub mod preflight;

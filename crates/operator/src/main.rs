@@ -150,6 +150,15 @@ struct RunArgs {
         value_parser = parse_listen
     )]
     metrics_addr: Listen,
+    /// Where the metrics.simplyblock.io aggregated API is served (HTTPS, the APIService's
+    /// Service port); empty or `off` serves it not.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:6443",
+        env = "SIMPLYBLOCK_METRICS_API_ADDR",
+        value_parser = parse_listen
+    )]
+    metrics_api_addr: Listen,
     /// The operator's namespace: its service accounts write the single-writer fields.
     #[arg(long, env = "POD_NAMESPACE", default_value = "simplyblock-system")]
     namespace: String,
@@ -283,6 +292,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
     let RunArgs {
         webhook_listen,
         metrics_addr,
+        metrics_api_addr,
         namespace,
         webhook_service,
         webhook_url,
@@ -339,6 +349,7 @@ async fn config(args: RunArgs) -> anyhow::Result<simplyblock_operator::Config> {
         },
         certificate_validity,
         metrics_listen: metrics_addr.0,
+        metrics_api_listen: metrics_api_addr.0,
         probe: ProbeSettings {
             image: probe_image,
             pull_policy: probe_image_pull_policy,

@@ -118,6 +118,9 @@ enum Profile {
 /// Service range).
 pub const NODE_API_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 pub(crate) const NODE_SERVICE_RANGE: &str = "10.96.0.0/24";
+/// The common name of the client certificate the API server proxies to aggregated APIs
+/// with (the only one `--requestheader-allowed-names` admits).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 /// The CA's common name, under which [`simplyblock_certs::Authority::from_pair`] reads it.
 const CA_NAME: &str = "simplyblock-testenv-ca";
 
@@ -215,6 +218,14 @@ impl TestEnv {
         let sa_pub = write("service-account.pub", &service_account_public_key)?;
         let admin_cert = write("admin.crt", &admin.cert)?;
         let admin_key = write("admin.key", &admin.key)?;
+        // The aggregation layer's own CA and the client certificate the API server proxies
+        // to aggregated APIs with, as kubeadm sets them up.
+        let front_proxy_ca =
+            simplyblock_certs::Authority::new("simplyblock-testenv-front-proxy-ca")?;
+        let front_proxy = front_proxy_ca.client(FRONT_PROXY_CLIENT, None)?;
+        let front_proxy_ca_file = write("front-proxy-ca.crt", &front_proxy_ca.cert_pem())?;
+        let front_proxy_cert = write("front-proxy-client.crt", &front_proxy.cert)?;
+        let front_proxy_key = write("front-proxy-client.key", &front_proxy.key)?;
 
         let etcd_client = free_port()?;
         let etcd_peer = free_port()?;
@@ -275,7 +286,28 @@ impl TestEnv {
                     .arg("--service-cluster-ip-range=10.0.0.0/24")
                     .arg("--authorization-mode=RBAC")
                     // No token controller runs here, so pods would be refused with it on.
-                    .arg("--disable-admission-plugins=ServiceAccount");
+                    .arg("--disable-admission-plugins=ServiceAccount")
+                    // Aggregated APIs are proxied to with the front-proxy certificate,
+                    // which they verify against the CA published in
+                    // kube-system/extension-apiserver-authentication.
+                    .arg(format!(
+                        "--requestheader-client-ca-file={}",
+                        front_proxy_ca_file.display()
+                    ))
+                    .arg(format!(
+                        "--requestheader-allowed-names={FRONT_PROXY_CLIENT}"
+                    ))
+                    .arg("--requestheader-username-headers=X-Remote-User")
+                    .arg("--requestheader-group-headers=X-Remote-Group")
+                    .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+                    .arg(format!(
+                        "--proxy-client-cert-file={}",
+                        front_proxy_cert.display()
+                    ))
+                    .arg(format!(
+                        "--proxy-client-key-file={}",
+                        front_proxy_key.display()
+                    ));
             }
             Profile::Node(_) => {
                 api_cmd

@@ -51,6 +51,25 @@ fn the_demo_discovers_deploys_and_ends_online() {
         );
     }
 
+    // The metrics API answers through the API server with the reference's columns, and a
+    // pool's reading gives its capacity.
+    let header = lines
+        .iter()
+        .find(|l| l.starts_with("NAME") && l.contains("WORKER") && l.contains("USED%"))
+        .unwrap_or_else(|| panic!("no storage-node metrics table in:\n{stdout}"));
+    assert_eq!(
+        columns(header),
+        [
+            "NAME", "WORKER", "CLUSTER", "TOTAL", "USED", "USED%", "SAMPLED"
+        ]
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("pool ")
+            && l.contains(" used of ")
+            && l.contains(" provisioned (")),
+        "no pool capacity in:\n{stdout}"
+    );
+
     // Discovery ran and wrote a draft, shown with the CRD's printer columns.
     let run = lines
         .iter()

@@ -145,6 +145,27 @@ pub(crate) async fn serve<H, Fut, Io>(
     Fut: Future<Output = std::io::Result<Io>> + Send + 'static,
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    serve_identified(server, listener, limits, router, move |tcp| {
+        let accepting = handshake(tcp);
+        async move { accepting.await.map(|io| (io, ())) }
+    })
+    .await;
+}
+
+/// As [`serve`], with `handshake` also telling who the peer proved to be (a verified client
+/// certificate): each request of the connection carries it as an [`axum::Extension`].
+pub(crate) async fn serve_identified<H, Fut, Io, Peer>(
+    server: &'static str,
+    listener: TcpListener,
+    limits: ServerLimits,
+    router: Router,
+    handshake: H,
+) where
+    H: Fn(TcpStream) -> Fut,
+    Fut: Future<Output = std::io::Result<(Io, Peer)>> + Send + 'static,
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Peer: Clone + Send + Sync + 'static,
+{
     let router = router.layer(RequestBodyTimeoutLayer::new(limits.header_read_timeout));
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let connections = Arc::new(Connections {
@@ -189,8 +210,8 @@ pub(crate) async fn serve<H, Fut, Io>(
             tokio::select! {
                 () = close.cancelled() => {}
                 () = async {
-                    let io = match accepting.await {
-                        Ok(Ok(io)) => io,
+                    let (io, identity) = match accepting.await {
+                        Ok(Ok(accepted)) => accepted,
                         Ok(Err(e)) => {
                             tracing::debug!(server, %peer, error = %e, "handshake failed");
                             return;
@@ -200,6 +221,7 @@ pub(crate) async fn serve<H, Fut, Io>(
                             return;
                         }
                     };
+                    let router = router.layer(axum::Extension(identity));
                     drive(server, peer, io, router, limits, &connection, &connections).await;
                 } => {}
             }

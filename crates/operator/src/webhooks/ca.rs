@@ -77,6 +77,10 @@ pub async fn keep_fresh(
             tracing::error!(error = %e, "publishing the new CA bundle to the converting CRDs failed; retrying at the next check");
             continue;
         }
+        if let Err(e) = crate::metricsapi::server::register(&client, &ca.bundle).await {
+            tracing::error!(error = %e, "publishing the new CA bundle to the metrics APIService failed; retrying at the next check");
+            continue;
+        }
         if let Err(e) = certs.replace_authority(ca.authority, ca.bundle) {
             tracing::error!(error = %e, "issuing from the new webhook CA failed");
         } else {

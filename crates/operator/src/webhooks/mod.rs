@@ -353,7 +353,7 @@ pub fn configuration(
 }
 
 /// The field manager the operator writes the webhook configuration under.
-const FIELD_MANAGER: &str = "simplyblock-operator";
+pub(crate) const FIELD_MANAGER: &str = "simplyblock-operator";
 
 /// Publishes the webhooks with `ca_bundle`, server-side.
 ///

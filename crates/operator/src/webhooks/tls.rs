@@ -128,14 +128,26 @@ impl ServingCertificates {
     }
 
     pub fn server_config(self: &Arc<Self>) -> Arc<rustls::ServerConfig> {
+        self.server_config_verifying(None)
+    }
+
+    /// As [`ServingCertificates::server_config`], checking the client certificates
+    /// `clients` asks for (`None`: asking for none).
+    pub fn server_config_verifying(
+        self: &Arc<Self>,
+        clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap_or_else(|_| {
                 rustls::ServerConfig::builder_with_protocol_versions(rustls::DEFAULT_VERSIONS)
-            })
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(Resolver(self.clone())));
+            });
+        let builder = match clients {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(Arc::new(Resolver(self.clone())));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Arc::new(config)
     }

@@ -27,6 +27,7 @@ mod lock;
 mod logs;
 mod maintenance;
 mod metrics;
+mod metrics_api;
 mod migrate;
 mod node_ops;
 mod node_remove;
