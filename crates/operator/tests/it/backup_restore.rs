@@ -162,6 +162,12 @@ async fn a_backup_is_restored_into_a_new_claim_of_another_namespace() {
     let done = ended(&h, "restore-orders").await;
     let status = done.status.clone().expect("status");
     assert_eq!(status.phase, OpsPhase::Succeeded, "{:?}", status.message);
+    crate::kubectl::ready(
+        &ops,
+        "storagebackupops.storage.simplyblock.io",
+        "restore-orders",
+    )
+    .await;
     assert_eq!(status.step.state.as_deref(), Some("Binding"));
     assert_eq!(status.backup_id.as_deref(), Some(backup.as_str()));
     assert_eq!(status.claim_namespace.as_deref(), Some(apps.as_str()));

@@ -146,6 +146,12 @@ async fn a_policy_covers_the_claims_both_selectors_pick_and_lets_go_of_them() {
                 .is_some_and(|s| s.attached_claim_count == 2)
     })
     .await;
+    crate::kubectl::ready(
+        &policies(&h),
+        "storagebackuppolicies.storage.simplyblock.io",
+        "nightly",
+    )
+    .await;
     let status = active.status.expect("status");
     assert_eq!(
         status.message.as_deref(),
@@ -336,6 +342,7 @@ async fn the_mirror_records_a_backup_and_removes_it_once_merged_away() {
         b.phase() == BackupPhase::Available
     })
     .await;
+    crate::kubectl::ready(&backups(&h), "storagebackups.storage.simplyblock.io", &name).await;
     let source = record
         .status
         .as_ref()

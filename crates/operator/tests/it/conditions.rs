@@ -4,8 +4,6 @@
 //! and coming back is said once each way (WorkerAway, WorkerReturned) with Degraded
 //! following it.
 
-use std::path::PathBuf;
-
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -29,28 +27,8 @@ async fn kubectl_wait_ready(ns: &str, resource: &str, name: &str) {
 
 /// `kubectl wait <condition> <resource>/<name>`, as [`kubectl_wait_ready`].
 async fn kubectl_wait(ns: &str, resource: &str, name: &str, condition: &str) {
-    let kubectl = tokio::task::spawn_blocking(simplyblock_testenv::assets::kubectl)
-        .await
-        .expect("kubectl task")
-        .expect("kubectl");
-    let kubeconfig: PathBuf = api_server().await.kubeconfig_path().to_path_buf();
-    let target = format!("{resource}/{name}");
-    let output = tokio::process::Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["wait", condition, "--timeout=120s", "-n", ns])
-        .arg(&target)
-        .output()
-        .await
-        .expect("running kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl wait for {target} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let said = String::from_utf8_lossy(&output.stdout);
-    assert!(said.contains("condition met"), "kubectl said {said}");
+    let kubeconfig = api_server().await.kubeconfig_path();
+    crate::kubectl::kubectl_wait_on(kubeconfig, Some(ns), resource, name, condition).await;
 }
 
 /// The conditions of `name`, once its Ready condition is True, checked to record the

@@ -436,6 +436,12 @@ async fn a_local_install_goes_through_every_step_to_available() {
     h.create(local()).await;
     let status = h.phase_is(ControlPlanePhase::Available).await;
     println!("installed in {:.2?}", began.elapsed());
+    crate::kubectl::ready(
+        &h.cps(),
+        "controlplanes.storage.simplyblock.io",
+        "simplyblock",
+    )
+    .await;
     let endpoint = format!("https://simplyblock-webappapi.{}.svc:5000", h.ns);
     assert_eq!(status.endpoint.as_deref(), Some(endpoint.as_str()));
     assert!(status.last_checked.is_some());

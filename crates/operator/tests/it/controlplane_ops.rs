@@ -122,6 +122,12 @@ async fn an_upgrade_rolls_the_new_image_out_and_verifies_its_version() {
         message,
         format!("upgraded to {NEXT}; the control plane reports version 25.10.2")
     );
+    crate::kubectl::ready(
+        &operations(&h),
+        "controlplaneops.storage.simplyblock.io",
+        "up",
+    )
+    .await;
     let cp = h.cps().get("simplyblock").await.expect("cp");
     assert_eq!(cp.spec.source.local.expect("local").image, NEXT);
     assert_eq!(api_image(&h).await.as_deref(), Some(NEXT));

@@ -170,6 +170,13 @@ async fn an_approved_document_becomes_a_cluster_with_its_nodes_and_asks_for_acti
         (s.phase == DeploymentPhase::Expanded).then_some(s)
     })
     .await;
+    crate::kubectl::ready_on(
+        env.kubeconfig_path(),
+        &docs,
+        "clusterdeploymentconfigs.storage.simplyblock.io",
+        &name,
+    )
+    .await;
     assert_eq!(
         expanded.message.as_deref(),
         Some("expanded: StorageCluster simplyblock with 3 storage node(s)")

@@ -500,6 +500,13 @@ async fn an_install_goes_ready_follows_its_plugins_and_goes_with_its_driver() {
     nudged(&ctx.metrics, &c.drivers(&c.ns), CONTROLLER, DRIVER).await;
 
     let status = c.phase_is(&c.ns, DRIVER, DriverPhase::Ready).await;
+    crate::kubectl::ready_on(
+        c.env.kubeconfig_path(),
+        &c.drivers(&c.ns),
+        "simplyblockdrivers.storage.simplyblock.io",
+        DRIVER,
+    )
+    .await;
     assert_eq!((status.nodes_ready, status.nodes_total), (3, 3));
     assert!(status.controller_ready);
     assert_eq!(status.origin, Some(Origin::Created));

@@ -22,6 +22,7 @@ mod enrollment;
 mod events;
 mod fleet_metrics;
 mod hub;
+mod kubectl;
 mod leader;
 mod lock;
 mod logs;

@@ -116,6 +116,12 @@ async fn each_single_call_action_calls_once_and_ends_when_the_node_is_there() {
         ("go-on", "Resume", json!({}), "resume", NodeStatus::Online),
     ] {
         let done = run(&h, operation(name, action, extra), OpsPhase::Succeeded).await;
+        crate::kubectl::ready(
+            &Api::<StorageNodeOps>::namespaced(h.kube.clone(), &h.ns),
+            "storagenodeops.storage.simplyblock.io",
+            name,
+        )
+        .await;
         let status = done.status.expect("status");
         assert!(status.started_at.is_some() && status.completed_at.is_some());
         assert_eq!(status_of(&h, id).await, wanted, "{action}");

@@ -254,6 +254,7 @@ async fn a_subsystem_moves_once_then_stays_and_an_abort_cancels_the_copy() {
     })
     .await;
     let done = ended(&s, name, OpsPhase::Succeeded).await;
+    crate::kubectl::ready(&api(&s), "persistentvolumeops.storage.simplyblock.io", name).await;
     raised(&s.h.kube, "default", Some(name), "LockBroken").await;
     let status = done.status.expect("status");
     let m = status.migration.expect("migration record");

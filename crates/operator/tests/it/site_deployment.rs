@@ -312,6 +312,13 @@ async fn a_site_is_discovered_drafted_approved_and_deployed_and_kept_when_the_re
         (status.phase == OpsPhase::Succeeded).then_some(status)
     })
     .await;
+    crate::kubectl::ready_on(
+        site.env.kubeconfig_path(),
+        &ops,
+        "operatorops.storage.simplyblock.io",
+        &run_name,
+    )
+    .await;
     assert_eq!(run_status.config_ref.as_deref(), Some("site-draft"));
     let docs: Api<ClusterDeploymentConfig> = Api::namespaced(site.kube.clone(), SITE_NS);
     let doc = docs.get("site-draft").await.expect("the site's draft");
@@ -340,6 +347,13 @@ async fn a_site_is_discovered_drafted_approved_and_deployed_and_kept_when_the_re
     let online = site
         .phase("east", SitePhase::Online, Duration::from_secs(180))
         .await;
+    crate::kubectl::ready_on(
+        site.env.kubeconfig_path(),
+        &requests,
+        "storagesitedeployments.storage.simplyblock.io",
+        "east",
+    )
+    .await;
     let status = online.status.clone().expect("status");
     assert_eq!(
         status.draft.as_ref().and_then(|d| d.phase),

@@ -381,6 +381,13 @@ async fn a_drill_clones_the_replicated_point_into_a_bubble_and_leaves_the_source
         .await
         .expect("the drill is created");
     let ready = phase(&drills, "rehearsal", FailoverPhase::Ready).await;
+    crate::kubectl::ready_on(
+        d.env.kubeconfig_path(),
+        &drills,
+        "testfailovers.storage.simplyblock.io",
+        "rehearsal",
+    )
+    .await;
     let status = ready.status.clone().expect("status");
     assert!(
         ready
