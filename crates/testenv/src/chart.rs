@@ -259,7 +259,17 @@ pub async fn apply(
     manager: &str,
     dry_run: bool,
 ) -> Result<(), Error> {
+    // Only the groups applied, as Helm's mapper resolves each kind: a group that does not
+    // answer (an aggregated API whose server is not up yet) must not stop the others.
+    let mut groups: Vec<&str> = objects
+        .iter()
+        .filter_map(|o| o.types.as_ref())
+        .map(|t| t.api_version.split_once('/').map_or("", |(g, _)| g))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
     let discovery = Discovery::new(client.clone())
+        .filter(&groups)
         .run()
         .await
         .map_err(|e| Error::Client(format!("API discovery: {e}")))?;

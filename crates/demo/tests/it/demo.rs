@@ -82,7 +82,9 @@ fn the_demo_discovers_deploys_and_ends_online() {
         .unwrap_or_else(|| panic!("no document table in:\n{stdout}"));
     assert_eq!(
         columns(header),
-        ["NAME", "APPROVED", "PHASE", "STEP", "CLUSTER", "AGE"]
+        [
+            "NAME", "APPROVED", "PHASE", "READY", "STEP", "CLUSTER", "AGE"
+        ]
     );
     let draft = lines
         .iter()

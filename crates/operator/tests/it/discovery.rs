@@ -452,13 +452,14 @@ async fn the_operator_process_raises_the_first_run_through_its_own_webhook() {
         .arg(format!("--webhook-listen=127.0.0.1:{port}"))
         .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
         .arg("--metrics-addr=off")
+        .arg("--metrics-api-addr=127.0.0.1:0")
         .arg(format!("--namespace={ns}"))
         .arg(format!("--watch-namespace={ns}"))
         // No ControlPlane: discovery makes no control-plane calls.
         .arg(format!("--control-plane-token-file={}", token.display()))
         .env("KUBECONFIG", crate::support::operator_kubeconfig(&env, ns))
         .env("RUST_LOG", "info")
-        // The operator logs to stdout.
+        // The operator logs to stderr; its reports go to stdout.
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
         .spawn()

@@ -307,6 +307,8 @@ pub fn operator_command(
         .args(["run", "--disable-initial-discovery"])
         .arg(format!("--webhook-listen=127.0.0.1:{port}"))
         .arg(format!("--webhook-url=https://127.0.0.1:{port}"))
+        // Tests run operators side by side: the metrics API on a port of each one's own.
+        .arg("--metrics-api-addr=127.0.0.1:0")
         .arg(format!("--namespace={ns}"))
         .arg(format!("--watch-namespace={ns}"))
         .arg(format!("--control-plane-proxy={sbsim}"))

@@ -143,7 +143,7 @@ fn a_build_without_go_says_what_to_install() {
 #[test]
 fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
     use simplyblock_testenv::assets::{
-        CSI_TEST_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION,
+        CSI_TEST_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, PROMTOOL_VERSION,
     };
 
     let cache = tempfile::tempdir().expect("cache dir");
@@ -178,6 +178,14 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         .path()
         .join(format!("helm-{HELM_VERSION}"))
         .join("helm");
+    let promtool = cache
+        .path()
+        .join(format!("promtool-{PROMTOOL_VERSION}"))
+        .join("promtool");
+    let kubectl = cache
+        .path()
+        .join(format!("kubectl-{KUBERNETES_VERSION}"))
+        .join("kubectl");
     let node: Vec<std::path::PathBuf> = [
         "kubelet",
         "kube-controller-manager",
@@ -192,7 +200,10 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
             .join(c)
     })
     .collect();
-    for bin in [&apiserver, &etcd, &sanity, &helm].into_iter().chain(&node) {
+    for bin in [&apiserver, &etcd, &sanity, &helm, &promtool, &kubectl]
+        .into_iter()
+        .chain(&node)
+    {
         std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
         std::fs::write(bin, "built by the lock holder").expect("write");
     }
@@ -218,10 +229,21 @@ fn a_build_waits_for_the_lock_and_reuses_what_the_holder_built() {
         "{stdout}"
     );
     assert!(
+        stdout.contains(&format!("promtool: {}", promtool.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("kubectl: {}", kubectl.display())),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains(&format!("kubelet: {}", node[0].display())),
         "{stdout}"
     );
-    for bin in [&apiserver, &etcd, &sanity, &helm].into_iter().chain(&node) {
+    for bin in [&apiserver, &etcd, &sanity, &helm, &promtool, &kubectl]
+        .into_iter()
+        .chain(&node)
+    {
         assert_eq!(
             std::fs::read_to_string(bin).expect("read"),
             "built by the lock holder"
