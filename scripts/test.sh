@@ -26,7 +26,7 @@ step "formatting (cargo fmt --check)"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
-step "test binaries: kube-apiserver, etcd, csi-sanity and helm (built into ~/.cache/simplyblock-testenv on first use)"
+step "test binaries: kube-apiserver, etcd, csi-sanity, helm, promtool and kubectl (built into ~/.cache/simplyblock-testenv on first use)"
 cargo run --quiet -p simplyblock-testenv --bin testenv -- build
 
 step "CSI driver test tools: mkfs.xfs"

@@ -44,7 +44,7 @@ use process::Guarded;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "Go is needed to build kube-apiserver, etcd, csi-sanity and helm for the test environment: {0}. \
+        "Go is needed to build kube-apiserver, etcd, csi-sanity, helm, promtool and kubectl for the test environment: {0}. \
          Install Go {minimum} or newer (https://go.dev/doc/install) and put `go` on PATH.",
         minimum = "1.26"
     )]

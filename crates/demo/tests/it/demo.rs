@@ -277,7 +277,10 @@ fn the_demo_discovers_deploys_and_ends_online() {
             .map(|l| columns(l))
             .unwrap_or_else(|| panic!("no row {prefix} in:\n{stdout}"))
     };
-    assert_eq!(&row("demo-every-15m ")[2..5], ["Active", "15m,4", "1"]);
+    assert_eq!(
+        &row("demo-every-15m ")[2..6],
+        ["Active", "True", "15m,4", "1"]
+    );
     assert_eq!(row("pvc-demo-restore ")[3], "Succeeded");
     assert_eq!(&row("pvc-demo-restored ")[1..2], ["Bound"]);
 

@@ -35,6 +35,34 @@ Every replica serves `/metrics`; the families about the storage kinds come from 
 leader, which runs the controllers. `simplyblock_operator_leader_state{pod}` says which
 replica that is (not exported when leader election is disabled).
 
+The CSI driver's controller and node plugins serve `/metrics` over plain HTTP on their
+`metrics` port (9810; the node plugin on the worker's host network), and each sidecar of
+the controller pod serves its own (`metrics-prov` 9811, `metrics-attach` 9812,
+`metrics-resize` 9813, `metrics-health` 9814, `metrics-snap` 9815). No label carries a
+secret or a volume id.
+
+With the Prometheus Operator installed, the chart renders the scrape targets, the alerts
+and the dashboards: `monitoring.serviceMonitor.enabled` (a ServiceMonitor for the operator,
+a PodMonitor for the driver's pods; `scraperServiceAccount` binds Prometheus's account to
+`simplyblock-metrics-reader`), `monitoring.prometheusRule.enabled` (the alerts below) and
+`monitoring.dashboards.enabled` (Grafana dashboards as ConfigMaps labelled
+`grafana_dashboard: "1"`).
+
+The leader reads the fleet's statistics from the control plane every `--fleet-interval`
+(30 s; chart value `operator.fleetInterval`): capacity, status and I/O per cluster, pool,
+storage node and device, and a few volumes a pass round robin (`--fleet-volume-budget`,
+8), which bounds the cost at `5 + 2N + 2P + 3B` calls a pass per cluster (N storage nodes,
+P pools, B the budget): 262 calls a minute at 50 workers with one pool.
+
+## The metrics API
+
+`kubectl get snm,sdm,spm,scm,lvm` reads the `metrics.simplyblock.io/v1alpha2` kinds
+StorageNodeMetrics, StorageDeviceMetrics, StoragePoolMetrics, StorageClusterMetrics and
+LogicalVolumeMetrics (one per claim, named after it): capacity readings the operator takes
+from the control plane when asked, served behind an APIService (chart value
+`metricsApi.enabled`). Whoever holds the view, edit or admin role in a namespace reads the
+readings of its objects.
+
 ## Logs
 
 Every binary (operator, CSI driver, `sbsim`, the demo, `testenv`, `simplyblock-upgrade`)

@@ -133,7 +133,9 @@ fn a_build_without_go_says_what_to_install() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it succeeded without Go: {stderr}");
     assert!(
-        stderr.contains("Go is needed to build kube-apiserver, etcd, csi-sanity and helm"),
+        stderr.contains(
+            "Go is needed to build kube-apiserver, etcd, csi-sanity, helm, promtool and kubectl"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("https://go.dev/doc/install"), "{stderr}");
