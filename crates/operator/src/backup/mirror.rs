@@ -425,16 +425,11 @@ async fn write_status(
     mut status: StorageBackupStatus,
 ) -> Result<StorageBackup, Error> {
     status.observed_generation = record.metadata.generation;
-    let previous = record
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    status.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    status.conditions = crate::runtime::conditions::for_phase(
+        record.status.as_ref().map(|s| &s.conditions[..]),
         status.phase,
         status.message.as_deref(),
         status.observed_generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     kit::apply_status(&ctx.kube, record, MANAGER, &status, Guard::None).await
 }

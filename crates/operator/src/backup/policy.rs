@@ -241,16 +241,11 @@ async fn write_status(
 ) -> Result<(), Error> {
     next.observed_generation = policy.metadata.generation;
     next.attached_claim_count = next.attached_claims.len() as i32;
-    let previous = policy
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    next.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    next.conditions = crate::runtime::conditions::for_phase(
+        policy.status.as_ref().map(|s| &s.conditions[..]),
         next.phase,
         next.message.as_deref(),
         next.observed_generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     if policy.status.as_ref() == Some(&next) {
         return Ok(());

@@ -179,16 +179,11 @@ async fn write_status(
     mut next: StorageBackupStatus,
 ) -> Result<(), Error> {
     next.observed_generation = request.metadata.generation;
-    let previous = request
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    next.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    next.conditions = crate::runtime::conditions::for_phase(
+        request.status.as_ref().map(|s| &s.conditions[..]),
         next.phase,
         next.message.as_deref(),
         next.observed_generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     if request.status.as_ref() == Some(&next) {
         return Ok(());

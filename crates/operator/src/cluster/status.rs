@@ -3,7 +3,7 @@
 //! are server-side applies under one field manager, so a field one of them leaves out is
 //! removed (the creation step once the cluster exists).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 use simplyblock_api::StorageCluster;
 use simplyblock_api::storage_cluster::{
@@ -58,17 +58,11 @@ fn conditions_of(
     phase: ClusterPhase,
     message: Option<&str>,
 ) -> Vec<Condition> {
-    let previous = cluster
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    let now = Time(jiff::Timestamp::now());
-    simplyblock_api::conditions::of_phase(
-        previous,
+    crate::runtime::conditions::for_phase(
+        cluster.status.as_ref().map(|s| &s.conditions[..]),
         phase,
         message,
         cluster.metadata.generation,
-        &now,
     )
 }
 

@@ -628,9 +628,12 @@ fn conditions_of(
     phase: ControlPlanePhase,
     message: Option<&str>,
 ) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    let previous = cp.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-    let now = Time(Timestamp::now());
-    simplyblock_api::conditions::of_phase(previous, phase, message, cp.metadata.generation, &now)
+    crate::runtime::conditions::for_phase(
+        cp.status.as_ref().map(|s| &s.conditions[..]),
+        phase,
+        message,
+        cp.metadata.generation,
+    )
 }
 
 /// Writes `next` and returns the ControlPlane as stored.

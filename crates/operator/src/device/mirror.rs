@@ -115,16 +115,11 @@ fn mirrored(status: &StorageDeviceStatus) -> StorageDeviceStatus {
 
 /// `status` with its conditions, from those stored on `device`.
 fn with_conditions(device: &StorageDevice, mut status: StorageDeviceStatus) -> StorageDeviceStatus {
-    let previous = device
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    status.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    status.conditions = crate::runtime::conditions::for_phase(
+        device.status.as_ref().map(|s| &s.conditions[..]),
         status.phase,
         status.message.as_deref(),
         device.metadata.generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     status
 }

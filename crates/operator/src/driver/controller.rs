@@ -115,16 +115,11 @@ async fn apply(
     if let Some(refused) = &refused {
         status.message = Some(refused.message.clone());
     }
-    let previous = driver
-        .status
-        .as_ref()
-        .map_or(&[][..], |s| &s.conditions[..]);
-    status.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    status.conditions = crate::runtime::conditions::for_phase(
+        driver.status.as_ref().map(|s| &s.conditions[..]),
         status.phase,
         status.message.as_deref(),
         driver.metadata.generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     report(ctx, driver, &plan, refused.as_ref(), &status).await?;
     Ok(Action::requeue(if refused.is_some() {

@@ -122,13 +122,11 @@ async fn write_status(
 ) -> Result<Option<StoragePool>, Error> {
     let mut next = next.clone();
     next.observed_generation = pool.metadata.generation;
-    let previous = pool.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-    next.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    next.conditions = crate::runtime::conditions::for_phase(
+        pool.status.as_ref().map(|s| &s.conditions[..]),
         next.phase,
         next.message.as_deref(),
         next.observed_generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     if pool.status.as_ref() == Some(&next) {
         return Ok(None);

@@ -7,6 +7,7 @@
 //! Nothing here imports a domain module (`cluster`, `node`, …): the domains sit above.
 
 pub mod ca;
+pub mod conditions;
 pub mod context;
 pub mod crash;
 pub mod error;

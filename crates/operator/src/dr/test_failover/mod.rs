@@ -284,13 +284,11 @@ async fn write(
     guard: Guard,
 ) -> Result<TestFailover, Error> {
     status.observed_generation = drill.meta().generation;
-    let previous = drill.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-    status.conditions = simplyblock_api::conditions::of_phase(
-        previous,
+    status.conditions = crate::runtime::conditions::for_phase(
+        drill.status.as_ref().map(|s| &s.conditions[..]),
         status.phase,
         status.message.as_deref(),
         status.observed_generation,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
     );
     kit::apply_status(&ctx.kube, drill, MANAGER, &status, guard).await
 }
