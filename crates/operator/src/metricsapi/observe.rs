@@ -73,6 +73,26 @@ fn uuid(text: Option<&str>) -> Option<Uuid> {
     text.and_then(|t| t.parse().ok())
 }
 
+/// `items` grouped by the control plane id of the StorageCluster each names (`cluster_ref`,
+/// in its own namespace); those of a cluster without an id are left out.
+fn by_cluster<'a, K: ResourceExt>(
+    items: &'a [K],
+    clusters: &BTreeMap<(String, String), Uuid>,
+    cluster_ref: impl Fn(&K) -> &String,
+) -> BTreeMap<Uuid, Vec<&'a K>> {
+    let mut grouped: BTreeMap<Uuid, Vec<&K>> = BTreeMap::new();
+    for item in items {
+        let key = (
+            item.namespace().unwrap_or_default(),
+            cluster_ref(item).clone(),
+        );
+        if let Some(cluster) = clusters.get(&key) {
+            grouped.entry(*cluster).or_default().push(item);
+        }
+    }
+    grouped
+}
+
 /// The control plane id of each StorageCluster, by namespace and name.
 async fn cluster_ids(
     kube: &kube::Client,
@@ -126,17 +146,7 @@ pub async fn readings(
         Kind::StorageNode => {
             let nodes = query.api::<StorageNode>(kube).list(&params).await?;
             let clusters = cluster_ids(kube, query).await?;
-            let mut by_cluster: BTreeMap<Uuid, Vec<&StorageNode>> = BTreeMap::new();
-            for node in &nodes.items {
-                let key = (
-                    node.namespace().unwrap_or_default(),
-                    node.spec.cluster_ref.clone(),
-                );
-                if let Some(cluster) = clusters.get(&key) {
-                    by_cluster.entry(*cluster).or_default().push(node);
-                }
-            }
-            for (cluster, nodes) in by_cluster {
+            for (cluster, nodes) in by_cluster(&nodes.items, &clusters, |o| &o.spec.cluster_ref) {
                 let samples: BTreeMap<Uuid, CapacityStat> = cp
                     .list_storage_nodes(cluster)
                     .await
@@ -168,17 +178,7 @@ pub async fn readings(
         Kind::StoragePool => {
             let pools = query.api::<StoragePool>(kube).list(&params).await?;
             let clusters = cluster_ids(kube, query).await?;
-            let mut by_cluster: BTreeMap<Uuid, Vec<&StoragePool>> = BTreeMap::new();
-            for pool in &pools.items {
-                let key = (
-                    pool.namespace().unwrap_or_default(),
-                    pool.spec.cluster_ref.clone(),
-                );
-                if let Some(cluster) = clusters.get(&key) {
-                    by_cluster.entry(*cluster).or_default().push(pool);
-                }
-            }
-            for (cluster, pools) in by_cluster {
+            for (cluster, pools) in by_cluster(&pools.items, &clusters, |o| &o.spec.cluster_ref) {
                 let samples: BTreeMap<Uuid, CapacityStat> = cp
                     .list_pools(cluster)
                     .await
